@@ -1,0 +1,319 @@
+"""The one kernel-under-test interface, and the argument checks every kernel shares.
+
+A kernel under test is a stateful object owning the per-slot state of one layer for
+``num_slots`` sequences.  Each decode step is
+
+    out = kernel.verify(slot_ids, inputs)   # outputs for every window position
+    kernel.commit(slot_ids, accepted)       # k accepted tokens per row, 1 <= k <= T'
+
+Standard (autoregressive) decode is ``verify`` with T' = 1 followed by ``commit(1)``.
+``slot_ids[r] = -1`` marks a padding row: its outputs and every slot not named are untouched.
+
+Besides the step calls a kernel exposes, for invariant checks: ``committed_state`` (the state
+after the committed prefix, materialised, fp64), ``checkpoint_state`` (the stored checkpoint,
+dequantised, fp64) and ``snapshot`` (raw copies of checkpoint, buffer/ring records and cursors).
+The bookkeeping rules (spec sections 3-4) are in :class:`DecodeConfig`.
+
+docs/kernel_interface.md walks through plugging in a kernel.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from replayssm.geometry import Geometry
+from replayssm.precision import PrecisionMode, parse_mode
+
+PAD_SLOT = -1
+DECODES = ("standard", "speculative")
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How a kernel's buffer is run.
+
+    * ``standard``: window 1, linear buffer of ``buffer`` = L records; ``write_pos = step mod L``;
+      the step with ``write_pos == L - 1`` is the flush (folds L-1 records + the current token).
+    * ``speculative``: window T' = ``window``; history block B = ``buffer`` >= T'; logical
+      threshold ``Lspec = B + T'``; ring of ``next_pow2(Lspec)`` rows; row of logical position p
+      is ``(origin + p) mod ring``; ``is_flush = write_pos + 2 T' > Lspec``.
+    """
+
+    decode: str = "standard"
+    window: int = 1
+    buffer: int = 16
+
+    def __post_init__(self) -> None:
+        if self.decode not in DECODES:
+            raise ValueError(f"decode: expected one of {DECODES}, got {self.decode!r}")
+        if not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window: expected an integer T' >= 1, got {self.window!r}")
+        if not isinstance(self.buffer, int) or self.buffer < 1:
+            raise ValueError(f"buffer: expected an integer >= 1, got {self.buffer!r}")
+        if self.decode == "standard" and self.window != 1:
+            raise ValueError(f"window: standard decode has T' = 1, got {self.window}")
+        if self.decode == "speculative" and self.buffer < self.window:
+            raise ValueError(f"buffer: the history block B must be >= T' = {self.window}, got {self.buffer}")
+
+    @property
+    def speculative(self) -> bool:
+        return self.decode == "speculative"
+
+    @property
+    def lspec(self) -> int:
+        """The logical threshold B + T' (speculative); L for standard decode."""
+        return self.buffer + self.window if self.speculative else self.buffer
+
+    @property
+    def ring_rows(self) -> int:
+        """Physical buffer rows: next_pow2(B + T') for speculative, L for standard."""
+        return next_pow2(self.lspec) if self.speculative else self.buffer
+
+    def is_flush(self, write_pos: int) -> bool:
+        """Whether the next verify at ``write_pos`` is a flush."""
+        if self.speculative:
+            return write_pos + 2 * self.window > self.lspec
+        return write_pos == self.buffer - 1
+
+    def max_write_pos(self) -> int:
+        """Largest valid committed history length before a verify."""
+        return self.buffer if self.speculative else self.buffer - 1
+
+    def commit_cursor(self, write_pos: int, origin: int, flushed: bool, k: int) -> tuple[int, int]:
+        """Cursor update after commit(k) (spec 3-4): returns (write_pos, origin)."""
+        if not self.speculative:
+            return (0 if flushed else write_pos + 1), 0
+        if flushed:
+            return k, (origin + write_pos) % self.ring_rows
+        return write_pos + k, origin
+
+    def to_dict(self) -> dict:
+        return {"decode": self.decode, "window": self.window, "buffer": self.buffer}
+
+
+@dataclass
+class KernelConfig:
+    """Everything a kernel is built from."""
+
+    geometry: Geometry
+    params: dict[str, torch.Tensor]
+    mode: PrecisionMode
+    decode: DecodeConfig
+    num_slots: int
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    options: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.mode = parse_mode(self.mode)
+        self.device = torch.device(self.device)
+        if not isinstance(self.num_slots, int) or self.num_slots < 1:
+            raise ValueError(f"num_slots: expected a positive integer, got {self.num_slots!r}")
+        shapes = self.geometry.param_shapes()
+        missing = set(shapes) - set(self.params)
+        unknown = set(self.params) - set(shapes)
+        if missing or unknown:
+            raise ValueError(f"params: expected exactly {sorted(shapes)}, missing {sorted(missing)}, "
+                             f"unknown {sorted(unknown)}")
+        for name, shape in shapes.items():
+            p = self.params[name]
+            if not isinstance(p, torch.Tensor) or tuple(p.shape) != shape or not p.is_floating_point():
+                raise ValueError(f"params[{name!r}]: expected a float tensor of shape {shape}, got "
+                                 f"{getattr(p, 'shape', type(p).__name__)}")
+
+
+@dataclass
+class KernelSnapshot:
+    """Raw copies (CPU) of a kernel's stored state, for exact invariant checks.
+
+    ``checkpoint`` is ``[num_slots, *state_shape]`` in the storage dtype; ``checkpoint_scale``
+    ``[num_slots, *state_shape[:-1]]`` fp32 for fp8/int8 states; ``records`` maps each record
+    name to ``[num_slots, ring_rows, ...]`` (empty for baselines); cursors are ``[num_slots]``.
+    """
+
+    checkpoint: torch.Tensor
+    checkpoint_scale: torch.Tensor | None
+    records: dict[str, torch.Tensor]
+    write_pos: torch.Tensor
+    origin: torch.Tensor
+    is_flush: torch.Tensor
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class KernelUnderTest(abc.ABC):
+    """Base class of every kernel under test.  Subclasses set the class attributes and
+    implement the abstract methods; they call :meth:`check_verify_args` /
+    :meth:`check_commit_args` / :meth:`check_reset_args` before mutating anything."""
+
+    name: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    kind: ClassVar[str] = "replay"  # "replay" or "baseline"
+    description: ClassVar[str] = ""
+
+    def __init__(self, config: KernelConfig) -> None:
+        if config.geometry.family != self.family:
+            raise ValueError(f"geometry: kernel {self.name!r} is for family {self.family!r}, "
+                             f"got a {config.geometry.family!r} geometry")
+        reason = self.unsupported_reason(config.mode, config.decode, config.options)
+        if reason:
+            raise ValueError(f"mode: kernel {self.name!r} does not support {config.mode.id} "
+                             f"({config.decode.decode} decode): {reason}")
+        self.config = config
+        self.geometry = config.geometry
+        self.mode = config.mode
+        self.decode = config.decode
+        self.num_slots = config.num_slots
+        self.device = config.device
+        self.state_shape = tuple(config.geometry.state_shape)
+        self.out_shape = tuple(config.geometry.out_shape)
+
+    # ---- capability ------------------------------------------------------------------------------
+    @classmethod
+    def unsupported_reason(cls, mode: PrecisionMode, decode: DecodeConfig, options: dict) -> str | None:
+        """None when the kernel supports ``mode`` under ``decode``, else why not."""
+        return None
+
+    # ---- the step calls ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def reset(self, slot_ids: torch.Tensor, initial_state: torch.Tensor | None = None,
+              origin: torch.Tensor | None = None) -> None:
+        """(Re)admit sequences: checkpoint <- initial_state (zeros if None), write_pos = 0,
+        origin as given (speculative ring start, default 0)."""
+
+    @abc.abstractmethod
+    def verify(self, slot_ids: torch.Tensor, inputs: dict[str, torch.Tensor],
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """Outputs ``[R, T', *out_shape]`` (act dtype) for every window position."""
+
+    @abc.abstractmethod
+    def commit(self, slot_ids: torch.Tensor, accepted: torch.Tensor) -> None:
+        """Accept ``accepted[r]`` (1..T') tokens of the last window of each active row."""
+
+    # ---- inspection ----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def committed_state(self, slot_ids: torch.Tensor) -> torch.Tensor:
+        """fp64 ``[R, *state_shape]``: the state after the committed prefix (NaN rows for padding)."""
+
+    @abc.abstractmethod
+    def checkpoint_state(self, slot_ids: torch.Tensor) -> torch.Tensor:
+        """fp64 ``[R, *state_shape]``: the stored checkpoint, dequantised (NaN rows for padding)."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> KernelSnapshot:
+        """Raw CPU copies of all stored state (see :class:`KernelSnapshot`)."""
+
+    # ---- shared argument checks ------------------------------------------------------------------------
+    def _check_slot_ids(self, slot_ids, allow_pad: bool = True) -> list[int]:
+        if not isinstance(slot_ids, torch.Tensor) or slot_ids.dim() != 1 or slot_ids.dtype not in (
+                torch.int32, torch.int64):
+            raise ValueError(f"slot_ids: expected a 1-D int32/int64 tensor, got "
+                             f"{getattr(slot_ids, 'dtype', type(slot_ids).__name__)} "
+                             f"{tuple(getattr(slot_ids, 'shape', ()))}")
+        if slot_ids.device != self.device:
+            raise ValueError(f"slot_ids: expected device {self.device}, got {slot_ids.device}")
+        ids = slot_ids.tolist()
+        for r, s in enumerate(ids):
+            if s == PAD_SLOT and allow_pad:
+                continue
+            if not 0 <= s < self.num_slots:
+                raise ValueError(f"slot_ids[{r}]: expected a slot in [0, {self.num_slots}) or {PAD_SLOT} "
+                                 f"(padding), got {s}")
+        active = [s for s in ids if s != PAD_SLOT]
+        if len(set(active)) != len(active):
+            raise ValueError(f"slot_ids: an active slot appears twice in {ids}")
+        return ids
+
+    def check_reset_args(self, slot_ids, initial_state, origin) -> list[int]:
+        ids = self._check_slot_ids(slot_ids, allow_pad=True)
+        R = len(ids)
+        if initial_state is not None:
+            want = (R, *self.state_shape)
+            if not isinstance(initial_state, torch.Tensor) or tuple(initial_state.shape) != want:
+                raise ValueError(f"initial_state: expected shape {want}, got "
+                                 f"{tuple(getattr(initial_state, 'shape', ()))}")
+            if not initial_state.is_floating_point():
+                raise ValueError(f"initial_state: expected a float tensor, got {initial_state.dtype}")
+            if initial_state.device != self.device:
+                raise ValueError(f"initial_state: expected device {self.device}, got {initial_state.device}")
+        if origin is not None:
+            if not isinstance(origin, torch.Tensor) or tuple(origin.shape) != (R,) or origin.is_floating_point():
+                raise ValueError(f"origin: expected an integer tensor of shape ({R},)")
+            o = origin.tolist()
+            rows = self.decode.ring_rows
+            for r, v in enumerate(o):
+                if not self.decode.speculative and v != 0:
+                    raise ValueError(f"origin[{r}]: standard decode uses a linear buffer, expected 0, got {v}")
+                if not 0 <= v < rows:
+                    raise ValueError(f"origin[{r}]: expected a ring row in [0, {rows}), got {v}")
+        return ids
+
+    def check_verify_args(self, slot_ids, inputs, out, write_pos: list[int] | None = None,
+                          ready: list[bool] | None = None) -> list[int]:
+        """Validate a verify call.  ``write_pos``/``ready`` (per slot, host lists) when the kernel
+        keeps its cursors on the host: checks each active slot is reset and its cursor valid."""
+        ids = self._check_slot_ids(slot_ids)
+        R, T = len(ids), self.decode.window
+        if not isinstance(inputs, dict):
+            raise ValueError(f"inputs: expected a dict of tensors, got {type(inputs).__name__}")
+        shapes = self.geometry.input_shapes()
+        missing, unknown = set(shapes) - set(inputs), set(inputs) - set(shapes)
+        if missing or unknown:
+            raise ValueError(f"inputs: expected keys {sorted(shapes)}, missing {sorted(missing)}, "
+                             f"unknown {sorted(unknown)}")
+        for k, shp in shapes.items():
+            t = inputs[k]
+            want = (R, T, *shp)
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
+                raise ValueError(f"inputs[{k!r}]: expected shape {want}, got {tuple(getattr(t, 'shape', ()))}")
+            if t.dtype != self.mode.act_dtype:
+                raise ValueError(f"inputs[{k!r}]: expected dtype {self.mode.act_dtype} (mode {self.mode.id}), "
+                                 f"got {t.dtype}")
+            if t.device != self.device:
+                raise ValueError(f"inputs[{k!r}]: expected device {self.device}, got {t.device}")
+            if not t.is_contiguous():
+                raise ValueError(f"inputs[{k!r}]: expected a contiguous tensor, got strides {t.stride()}")
+        if out is not None:
+            want = (R, T, *self.out_shape)
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+                raise ValueError(f"out: expected shape {want}, got {tuple(getattr(out, 'shape', ()))}")
+            if out.dtype != self.mode.act_dtype:
+                raise ValueError(f"out: expected dtype {self.mode.act_dtype}, got {out.dtype}")
+            if out.device != self.device:
+                raise ValueError(f"out: expected device {self.device}, got {out.device}")
+            if not out.is_contiguous():
+                raise ValueError(f"out: expected a contiguous tensor, got strides {out.stride()}")
+        if write_pos is not None:
+            hi = self.decode.max_write_pos()
+            for r, s in enumerate(ids):
+                if s == PAD_SLOT:
+                    continue
+                if ready is not None and not ready[s]:
+                    raise ValueError(f"slot_ids[{r}]: slot {s} was never reset")
+                if not 0 <= write_pos[s] <= hi:
+                    raise ValueError(f"write_pos of slot {s}: expected 0 <= write_pos <= {hi} "
+                                     f"(write_pos + T' <= B + T'), got {write_pos[s]}")
+        return ids
+
+    def check_commit_args(self, slot_ids, accepted, pending: list[bool] | None = None) -> tuple[list[int], list[int]]:
+        ids = self._check_slot_ids(slot_ids)
+        R, T = len(ids), self.decode.window
+        if not isinstance(accepted, torch.Tensor) or tuple(accepted.shape) != (R,) or accepted.is_floating_point():
+            raise ValueError(f"accepted: expected an integer tensor of shape ({R},), got "
+                             f"{getattr(accepted, 'dtype', type(accepted).__name__)} "
+                             f"{tuple(getattr(accepted, 'shape', ()))}")
+        ks = accepted.tolist()
+        for r, (s, k) in enumerate(zip(ids, ks)):
+            if s == PAD_SLOT:
+                continue
+            if not 1 <= k <= T:
+                raise ValueError(f"accepted[{r}]: expected 1 <= k <= T' = {T} (the bonus token counts), got {k}")
+            if pending is not None and not pending[s]:
+                raise ValueError(f"slot_ids[{r}]: slot {s} has no verify to commit")
+        return ids, ks

@@ -1,0 +1,282 @@
+"""The literal ReplaySSM and baseline bookkeeping, shared by both families' ``naive.py``.
+
+Oracle: spec sections 3-4 read line by line.  Cursors live on the host as plain ints; every
+rounding the precision mode names happens exactly where the mode says: the checkpoint is stored
+in the state dtype (fp8/int8 with a per-row fp32 scale, stochastic rounding when asked), buffer
+records in the activation dtype (decay records in the compute dtype: fp32, fp64 for s64a64),
+outputs in the activation dtype; all arithmetic is fp32 (fp64 for the reference mode).
+At ``s64a64`` these models equal the fp64 token-by-token recurrence to ~1e-12
+(tests/test_literal_models.py).
+
+A family plugs in through a :class:`FamilyMath` object (see ``ops/mamba2/naive.py``).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+import torch
+
+from replayssm.interface import PAD_SLOT, DecodeConfig, KernelConfig, KernelSnapshot, KernelUnderTest
+from replayssm.precision import PrecisionMode
+from replayssm.rounding import dequantize_state, philox_generator, quantize_state
+
+
+@dataclass
+class WindowResult:
+    """What a family computes for one row's verify window (all in the compute dtype)."""
+
+    outputs: torch.Tensor  # [T', *out_shape]
+    records: dict[str, torch.Tensor]  # name -> [T', *record_shape], before rounding to storage
+    state_before: torch.Tensor  # state after the committed history (before the window)
+    state_after_first: torch.Tensor  # state after window position 0
+
+
+class FamilyMath(abc.ABC):
+    """The family-specific arithmetic of a ReplaySSM kernel."""
+
+    @abc.abstractmethod
+    def record_layout(self, geometry) -> dict[str, tuple[tuple[int, ...], str]]:
+        """name -> (per-token shape, 'act' | 'decay'); 'decay' records are kept in compute dtype."""
+
+    @abc.abstractmethod
+    def fold(self, s0: torch.Tensor, hist: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
+             mode: PrecisionMode) -> torch.Tensor:
+        """The state after folding the history records into checkpoint ``s0``."""
+
+    @abc.abstractmethod
+    def window(self, s0: torch.Tensor, hist: dict[str, torch.Tensor], win: dict[str, torch.Tensor],
+               params: dict[str, torch.Tensor], mode: PrecisionMode, options: dict) -> WindowResult:
+        """Outputs and records for the window tokens ``win`` (each ``[T', ...]``)."""
+
+    @abc.abstractmethod
+    def step(self, s: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One baseline recurrence step (spec 2): (output, new state), in the dtype of ``s``."""
+
+
+class _LiteralBase(KernelUnderTest):
+    """Storage and checks common to the literal replay and baseline models."""
+
+    math: FamilyMath
+
+    def __init__(self, config: KernelConfig) -> None:
+        super().__init__(config)
+        m, dev, S = self.mode, self.device, self.num_slots
+        self.ct = m.compute_dtype
+        self.params = {k: v.to(device=dev, dtype=torch.float32).to(self.ct) for k, v in config.params.items()}
+        self.ckpt = torch.zeros((S, *self.state_shape), dtype=m.state_dtype, device=dev)
+        self.ckpt_scale = (torch.ones((S, *self.state_shape[:-1]), dtype=torch.float32, device=dev)
+                           if m.scaled_state else None)
+        self.write_pos = [0] * S
+        self.origin = [0] * S
+        self.ready = [False] * S
+        self.pending = [False] * S
+        self.flushed = [False] * S
+        self.calls = 0
+
+    # ---- storage helpers -------------------------------------------------------------------------------
+    def _generator(self, slot: int) -> torch.Generator | None:
+        if self.mode.rounding != "stochastic":
+            return None
+        return philox_generator(self.mode.seed, slot, self.calls)
+
+    def _store_state(self, slot: int, s: torch.Tensor, target: torch.Tensor, target_scale) -> None:
+        stored, scale = quantize_state(s, self.mode, self._generator(slot))
+        target.copy_(stored)
+        if target_scale is not None:
+            target_scale.copy_(scale)
+
+    def _load_checkpoint(self, slot: int) -> torch.Tensor:
+        scale = None if self.ckpt_scale is None else self.ckpt_scale[slot]
+        return dequantize_state(self.ckpt[slot], scale, self.ct)
+
+    def _row_inputs(self, inputs: dict[str, torch.Tensor], r: int) -> dict[str, torch.Tensor]:
+        return {k: v[r].to(self.ct) for k, v in inputs.items()}
+
+    def reset(self, slot_ids, initial_state=None, origin=None) -> None:
+        ids = self.check_reset_args(slot_ids, initial_state, origin)
+        origins = origin.tolist() if origin is not None else [0] * len(ids)
+        for r, s in enumerate(ids):
+            if s == PAD_SLOT:
+                continue
+            init = (initial_state[r].to(self.ct) if initial_state is not None
+                    else torch.zeros(self.state_shape, dtype=self.ct, device=self.device))
+            scale = None if self.ckpt_scale is None else self.ckpt_scale[s]
+            self._store_state(s, init, self.ckpt[s], scale)
+            self.write_pos[s], self.origin[s] = 0, int(origins[r])
+            self.ready[s], self.pending[s], self.flushed[s] = True, False, False
+            self._reset_slot(s)
+
+    def _reset_slot(self, slot: int) -> None:
+        """Hook for per-slot storage a subclass keeps."""
+
+    def checkpoint_state(self, slot_ids) -> torch.Tensor:
+        ids = self._check_slot_ids(slot_ids)
+        out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
+        for r, s in enumerate(ids):
+            if s != PAD_SLOT:
+                out[r] = self._load_checkpoint(s).to(torch.float64)
+        return out
+
+    def _alloc_out(self, R: int, out):
+        if out is None:
+            out = torch.full((R, self.decode.window, *self.out_shape), float("nan"),
+                             dtype=self.mode.act_dtype, device=self.device)
+        return out
+
+
+class LiteralReplayKernel(_LiteralBase):
+    """Literal ReplaySSM: checkpoint + buffer (standard) or ring (speculative) of input records."""
+
+    kind = "replay"
+
+    def __init__(self, config: KernelConfig) -> None:
+        super().__init__(config)
+        rows = self.decode.ring_rows
+        self.layout = self.math.record_layout(self.geometry)
+        self.records = {
+            name: torch.zeros((self.num_slots, rows, *shape),
+                              dtype=self.mode.act_dtype if role == "act" else self.ct, device=self.device)
+            for name, (shape, role) in self.layout.items()
+        }
+
+    def _row_of(self, slot: int, p: int) -> int:
+        return (self.origin[slot] + p) % self.decode.ring_rows
+
+    def _history(self, slot: int, n: int) -> dict[str, torch.Tensor]:
+        rows = [self._row_of(slot, p) for p in range(n)]
+        idx = torch.tensor(rows, dtype=torch.long, device=self.device)
+        return {k: v[slot].index_select(0, idx).to(self.ct) for k, v in self.records.items()}
+
+    def verify(self, slot_ids, inputs, out=None):
+        ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos, self.ready)
+        out = self._alloc_out(len(ids), out)
+        self.calls += 1
+        for r, s in enumerate(ids):
+            if s == PAD_SLOT:
+                continue
+            wp = self.write_pos[s]
+            flush = self.decode.is_flush(wp)
+            res = self.math.window(self._load_checkpoint(s), self._history(s, wp), self._row_inputs(inputs, r),
+                                   self.params, self.mode, self.config.options)
+            out[r].copy_(res.outputs.to(self.mode.act_dtype))
+            if self.decode.speculative or not flush:
+                T = self.decode.window
+                for t in range(T):
+                    row = self._row_of(s, wp + t)
+                    for name, rec in self.records.items():
+                        rec[s, row].copy_(res.records[name][t].to(rec.dtype))
+            if flush:
+                folded = res.state_before if self.decode.speculative else res.state_after_first
+                scale = None if self.ckpt_scale is None else self.ckpt_scale[s]
+                self._store_state(s, folded, self.ckpt[s], scale)
+            self.flushed[s], self.pending[s] = flush, True
+        return out
+
+    def commit(self, slot_ids, accepted) -> None:
+        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending)
+        if not self.decode.speculative and any(k != 1 for s, k in zip(ids, ks) if s != PAD_SLOT):
+            raise ValueError("accepted: standard decode commits exactly 1 token per row")
+        for s, k in zip(ids, ks):
+            if s == PAD_SLOT:
+                continue
+            self.write_pos[s], self.origin[s] = self.decode.commit_cursor(
+                self.write_pos[s], self.origin[s], self.flushed[s], k)
+            self.pending[s] = False
+
+    def committed_state(self, slot_ids) -> torch.Tensor:
+        ids = self._check_slot_ids(slot_ids)
+        out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
+        for r, s in enumerate(ids):
+            if s != PAD_SLOT:
+                st = self.math.fold(self._load_checkpoint(s), self._history(s, self.write_pos[s]),
+                                    self.params, self.mode)
+                out[r] = st.to(torch.float64)
+        return out
+
+    def snapshot(self) -> KernelSnapshot:
+        return KernelSnapshot(
+            checkpoint=self.ckpt.detach().cpu().clone(),
+            checkpoint_scale=None if self.ckpt_scale is None else self.ckpt_scale.detach().cpu().clone(),
+            records={k: v.detach().cpu().clone() for k, v in self.records.items()},
+            write_pos=torch.tensor(self.write_pos, dtype=torch.int64),
+            origin=torch.tensor(self.origin, dtype=torch.int64),
+            is_flush=torch.tensor([self.decode.is_flush(w) for w in self.write_pos], dtype=torch.bool),
+        )
+
+
+class LiteralBaselineKernel(_LiteralBase):
+    """Literal baseline: the state is read and written every token.
+
+    Standard decode (T' = 1): verify steps the stored state and writes it back; commit(1) only
+    closes the step.  Speculative: verify stores one state per window position in a scratch
+    area; commit(k) copies state k-1 into the slot (spec 4, "baseline speculative path")."""
+
+    kind = "baseline"
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        if mode.dot != "ieee":
+            return "the literal baseline reads out with the spec-2 recurrence in ieee arithmetic"
+        return None
+
+    def __init__(self, config: KernelConfig) -> None:
+        super().__init__(config)
+        T = self.decode.window
+        self.draft = torch.zeros((self.num_slots, T, *self.state_shape), dtype=self.mode.state_dtype,
+                                 device=self.device)
+        self.draft_scale = (torch.ones((self.num_slots, T, *self.state_shape[:-1]), dtype=torch.float32,
+                                       device=self.device) if self.mode.scaled_state else None)
+
+    def verify(self, slot_ids, inputs, out=None):
+        ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos, self.ready)
+        out = self._alloc_out(len(ids), out)
+        self.calls += 1
+        for r, s in enumerate(ids):
+            if s == PAD_SLOT:
+                continue
+            st = self._load_checkpoint(s)
+            row = self._row_inputs(inputs, r)
+            for t in range(self.decode.window):
+                y, st = self.math.step(st, {k: v[t] for k, v in row.items()}, self.params)
+                out[r, t].copy_(y.to(self.mode.act_dtype))
+                if self.decode.speculative:
+                    scale = None if self.draft_scale is None else self.draft_scale[s, t]
+                    self._store_state(s, st, self.draft[s, t], scale)
+                else:
+                    scale = None if self.ckpt_scale is None else self.ckpt_scale[s]
+                    self._store_state(s, st, self.ckpt[s], scale)
+            self.pending[s] = True
+        return out
+
+    def commit(self, slot_ids, accepted) -> None:
+        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending)
+        for s, k in zip(ids, ks):
+            if s == PAD_SLOT:
+                continue
+            if self.decode.speculative:
+                self.ckpt[s].copy_(self.draft[s, k - 1])
+                if self.ckpt_scale is not None:
+                    self.ckpt_scale[s].copy_(self.draft_scale[s, k - 1])
+            self.pending[s] = False
+
+    def committed_state(self, slot_ids) -> torch.Tensor:
+        return self.checkpoint_state(slot_ids)
+
+    def snapshot(self) -> KernelSnapshot:
+        S = self.num_slots
+        return KernelSnapshot(
+            checkpoint=self.ckpt.detach().cpu().clone(),
+            checkpoint_scale=None if self.ckpt_scale is None else self.ckpt_scale.detach().cpu().clone(),
+            records={},
+            write_pos=torch.zeros(S, dtype=torch.int64),
+            origin=torch.zeros(S, dtype=torch.int64),
+            # The baseline rewrites its state at every standard step: each one is a "flush".
+            is_flush=torch.full((S,), not self.decode.speculative, dtype=torch.bool),
+            extra={"draft_states": self.draft.detach().cpu().clone()},
+        )
+
+
+__all__ = ["DecodeConfig", "FamilyMath", "LiteralBaselineKernel", "LiteralReplayKernel", "WindowResult"]

@@ -1,0 +1,60 @@
+"""Registry of kernels under test, by family and name.
+
+The literal models register themselves on import of ``replayssm.ops``; the Triton kernels of
+each family register from their family package.  Outside kernels register with::
+
+    from replayssm.registry import register
+    register(MyKernel)            # a KernelUnderTest subclass with name and family set
+
+and are then usable everywhere by name (CLI ``--kernel``, the runner, the fuzzer, drift).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from replayssm.interface import KernelConfig, KernelUnderTest
+
+_REGISTRY: dict[tuple[str, str], type[KernelUnderTest]] = {}
+_BUILTINS_LOADED = False
+
+
+def register(cls: type[KernelUnderTest], *, replace: bool = False) -> type[KernelUnderTest]:
+    """Register a kernel class (usable as a decorator).  Names are unique per family."""
+    if not (isinstance(cls, type) and issubclass(cls, KernelUnderTest)):
+        raise ValueError(f"cls: expected a KernelUnderTest subclass, got {cls!r}")
+    if not cls.name or not cls.family:
+        raise ValueError(f"cls: {cls.__name__} must set the class attributes name and family")
+    key = (cls.family, cls.name)
+    if key in _REGISTRY and _REGISTRY[key] is not cls and not replace:
+        raise ValueError(f"name: kernel {cls.name!r} is already registered for family {cls.family!r}")
+    _REGISTRY[key] = cls
+    return cls
+
+
+def _load_builtins() -> None:
+    global _BUILTINS_LOADED
+    if not _BUILTINS_LOADED:
+        _BUILTINS_LOADED = True
+        importlib.import_module("replayssm.ops")
+
+
+def kernels(family: str | None = None) -> dict[tuple[str, str], type[KernelUnderTest]]:
+    """All registered kernels, optionally of one family."""
+    _load_builtins()
+    return {k: v for k, v in sorted(_REGISTRY.items()) if family is None or k[0] == family}
+
+
+def get(name: str, family: str) -> type[KernelUnderTest]:
+    """The kernel class registered as ``name`` for ``family``; ValueError lists the choices."""
+    _load_builtins()
+    cls = _REGISTRY.get((family, name))
+    if cls is None:
+        have = sorted(n for f, n in _REGISTRY if f == family)
+        raise ValueError(f"kernel: no kernel {name!r} for family {family!r}; expected one of {have}")
+    return cls
+
+
+def build(name: str, config: KernelConfig) -> KernelUnderTest:
+    """Instantiate the registered kernel ``name`` for ``config``."""
+    return get(name, config.geometry.family)(config)
