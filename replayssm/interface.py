@@ -209,6 +209,14 @@ class KernelUnderTest(abc.ABC):
     def snapshot(self) -> KernelSnapshot:
         """Raw CPU copies of all stored state (see :class:`KernelSnapshot`)."""
 
+    supports_restore: ClassVar[bool] = False
+
+    def restore(self, snapshot: KernelSnapshot) -> None:
+        """Put back exactly the state a :meth:`snapshot` took (used to resume long drift runs).
+        Kernels that can set ``supports_restore = True`` and override this."""
+        raise ValueError(f"snapshot: kernel {self.name!r} cannot restore a snapshot "
+                         f"(supports_restore is False); rerun from the start instead")
+
     # ---- shared argument checks ------------------------------------------------------------------------
     def _check_slot_ids(self, slot_ids, allow_pad: bool = True) -> list[int]:
         if not isinstance(slot_ids, torch.Tensor) or slot_ids.dim() != 1 or slot_ids.dtype not in (

@@ -120,6 +120,26 @@ class _LiteralBase(KernelUnderTest):
                 out[r] = self._load_checkpoint(s).to(torch.float64)
         return out
 
+    supports_restore = True
+
+    def _host_flags(self) -> dict[str, torch.Tensor]:
+        return {"ready": torch.tensor(self.ready), "pending": torch.tensor(self.pending),
+                "flushed": torch.tensor(self.flushed), "calls": torch.tensor([self.calls], dtype=torch.int64)}
+
+    def _restore_common(self, snap: KernelSnapshot) -> None:
+        if tuple(snap.checkpoint.shape) != tuple(self.ckpt.shape) or snap.checkpoint.dtype != self.ckpt.dtype:
+            raise ValueError(f"snapshot.checkpoint: expected {self.ckpt.dtype} {tuple(self.ckpt.shape)}, got "
+                             f"{snap.checkpoint.dtype} {tuple(snap.checkpoint.shape)}")
+        self.ckpt.copy_(snap.checkpoint.to(self.device))
+        if self.ckpt_scale is not None:
+            self.ckpt_scale.copy_(snap.checkpoint_scale.to(self.device))
+        self.write_pos = [int(v) for v in snap.write_pos.tolist()]
+        self.origin = [int(v) for v in snap.origin.tolist()]
+        self.ready = [bool(v) for v in snap.extra["ready"].tolist()]
+        self.pending = [bool(v) for v in snap.extra["pending"].tolist()]
+        self.flushed = [bool(v) for v in snap.extra["flushed"].tolist()]
+        self.calls = int(snap.extra["calls"][0])
+
     def _alloc_out(self, R: int, out):
         if out is None:
             out = torch.full((R, self.decode.window, *self.out_shape), float("nan"),
@@ -204,7 +224,15 @@ class LiteralReplayKernel(_LiteralBase):
             write_pos=torch.tensor(self.write_pos, dtype=torch.int64),
             origin=torch.tensor(self.origin, dtype=torch.int64),
             is_flush=torch.tensor([self.decode.is_flush(w) for w in self.write_pos], dtype=torch.bool),
+            extra=self._host_flags(),
         )
+
+    def restore(self, snapshot: KernelSnapshot) -> None:
+        self._restore_common(snapshot)
+        if set(snapshot.records) != set(self.records):
+            raise ValueError(f"snapshot.records: expected keys {sorted(self.records)}, got {sorted(snapshot.records)}")
+        for k, v in self.records.items():
+            v.copy_(snapshot.records[k].to(self.device))
 
 
 class LiteralBaselineKernel(_LiteralBase):
@@ -275,8 +303,16 @@ class LiteralBaselineKernel(_LiteralBase):
             origin=torch.zeros(S, dtype=torch.int64),
             # The baseline rewrites its state at every standard step: each one is a "flush".
             is_flush=torch.full((S,), not self.decode.speculative, dtype=torch.bool),
-            extra={"draft_states": self.draft.detach().cpu().clone()},
+            extra={"draft_states": self.draft.detach().cpu().clone(),
+                   **({} if self.draft_scale is None else {"draft_scales": self.draft_scale.detach().cpu().clone()}),
+                   **self._host_flags()},
         )
+
+    def restore(self, snapshot: KernelSnapshot) -> None:
+        self._restore_common(snapshot)
+        self.draft.copy_(snapshot.extra["draft_states"].to(self.device))
+        if self.draft_scale is not None:
+            self.draft_scale.copy_(snapshot.extra["draft_scales"].to(self.device))
 
 
 __all__ = ["DecodeConfig", "FamilyMath", "LiteralBaselineKernel", "LiteralReplayKernel", "WindowResult"]
