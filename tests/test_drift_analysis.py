@@ -1,0 +1,151 @@
+"""Drift analysis on synthetic curves whose law, rate and crossing point are known.
+
+Noise is multiplicative log-normal (sigma 0.3), so the binned RMS curve is the noiseless curve
+times exp(sigma^2): the truths below carry that factor.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from replayssm.validators.drift_analysis import (
+    compare_speculative,
+    effective_precision,
+    fit_growth,
+    injected_per_flush,
+    log_bins,
+    predict_at,
+    tokens_to_budget,
+)
+
+T = 20000
+SIGMA = 0.3
+RMS = math.exp(SIGMA**2)
+t = np.arange(1, T + 1, dtype=np.float64)
+
+CURVES = {
+    "bounded-constant": (lambda t: np.full_like(t, 3e-4), "bounded"),
+    "bounded-saturating": (lambda t: np.sqrt(1e-8 + 1e-6 * -np.expm1(-t / 500.0)), "bounded"),
+    "sqrt": (lambda t: np.sqrt(1e-8 + 1e-9 * t), "sqrt"),
+    "linear": (lambda t: 1e-5 + 1e-7 * t, "linear"),
+    "exponential": (lambda t: 1e-6 + 1e-6 * np.expm1(t / 3000.0), "exponential"),
+}
+
+
+def noisy(f: np.ndarray, seed: int) -> np.ndarray:
+    return f * np.exp(np.random.default_rng(seed).normal(0.0, SIGMA, f.shape))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2], ids=lambda s: f"seed{s}")
+@pytest.mark.parametrize("name", list(CURVES))
+def test_law_is_recovered(name, seed):
+    f, law = CURVES[name]
+    fit = fit_growth(t, noisy(f(t), seed))
+    assert fit.law == law, fit.to_dict()["weights"]
+
+
+@pytest.mark.parametrize("criterion", ["aic", "bic"])
+def test_rates_within_standard_errors(criterion):
+    fit = fit_growth(t, noisy(np.sqrt(1e-8 + 1e-9 * t), 5), criterion=criterion)
+    assert fit.best.model == "sqrt"
+    a, se = fit.best.params["a"], fit.best.stderr["a"]
+    assert 0 < se < 0.1 * a
+    assert abs(a - math.sqrt(1e-9) * RMS) < 4 * se
+    assert abs(fit.exponent - 0.5) < 4 * fit.exponent_stderr + 0.02
+    lin = fit_growth(t, noisy(1e-5 + 1e-7 * t, 6), criterion=criterion)
+    assert abs(lin.best.params["b"] - 1e-7 * RMS) < 4 * lin.best.stderr["b"]
+    ex = fit_growth(t, noisy(1e-6 + 1e-6 * np.expm1(t / 3000.0), 7), criterion=criterion)
+    assert abs(ex.best.params["lam"] - 1 / 3000.0) < 4 * ex.best.stderr["lam"]
+
+
+def test_saturation_level_and_unsaturated_curve():
+    sat = fit_growth(t, noisy(np.sqrt(1e-8 + 1e-6 * -np.expm1(-t / 500.0)), 3))
+    assert sat.saturation == pytest.approx(math.sqrt(1e-8 + 1e-6) * RMS, rel=0.05)
+    # The same process with a memory far longer than the run has not saturated: not bounded.
+    slow = fit_growth(t, noisy(np.sqrt(1e-8 + 1e-6 * -np.expm1(-t / 2e6)), 3))
+    assert slow.law == "sqrt" and slow.saturation is None
+
+
+def test_tokens_to_budget_matches_the_law():
+    e = noisy(np.sqrt(1e-8 + 1e-9 * t), 4)
+    fit = fit_growth(t, e)
+    budget = 6e-3  # crossing at (b^2 - e0^2) / a^2 ~ 3e4 tokens, beyond the 2e4 observed
+    want = (budget**2 - (1e-4 * RMS) ** 2) / (1e-9 * RMS**2)
+    r = tokens_to_budget(fit, budget, t, e)
+    assert r["predicted"] == pytest.approx(want, rel=0.1)
+    assert r["predicted_stderr"] is not None and r["predicted_stderr"] < 0.2 * r["predicted"]
+    assert r["observed"] is None  # never crossed within the 2e4 tokens observed
+    low = tokens_to_budget(fit, 2e-3, t, e)
+    assert low["observed"] is not None and 0.5 * low["predicted"] < low["observed"] < 2 * low["predicted"]
+    assert tokens_to_budget(fit, 1e-6)["predicted"] == 0.0
+    bounded = fit_growth(t, noisy(np.full_like(t, 3e-4), 1))
+    assert tokens_to_budget(bounded, 1e-3)["predicted"] == math.inf
+    assert predict_at(fit, 1e6) == pytest.approx(math.sqrt((1e-4 * RMS) ** 2 + 1e-9 * RMS**2 * 1e6), rel=0.1)
+
+
+def test_special_outcomes_and_bad_input():
+    assert fit_growth(t, np.zeros_like(t)).law == "exact"
+    e = np.full_like(t, 1e-5)
+    e[100] = np.nan
+    nf = fit_growth(t, e)
+    assert nf.law == "nonfinite" and tokens_to_budget(nf, 1.0)["predicted"] == 0.0
+    with pytest.raises(ValueError, match="criterion"):
+        fit_growth(t, e, criterion="r2")
+    with pytest.raises(ValueError, match="at least 6"):
+        fit_growth(t[:4], np.ones(4))
+    with pytest.raises(ValueError, match="err"):
+        fit_growth(t, np.ones(3))
+    with pytest.raises(ValueError, match="budget"):
+        tokens_to_budget(nf, -1.0)
+
+
+def test_log_bins_rms_and_positions():
+    tb, rms, count = log_bins([1, 1, 2, 100], [3.0, 4.0, 1.0, 2.0], nbins=4)
+    assert count.sum() == 4
+    # Edges floor(geomspace(1, 101, 5)) = 1, 3, 10, 31, 101: positions 1, 1, 2 share the first bin.
+    assert rms[0] == pytest.approx(math.sqrt(26 / 3)) and tb[0] == pytest.approx(2 ** (1 / 3))
+    assert rms[-1] == pytest.approx(2.0) and tb[-1] == pytest.approx(100.0)
+
+
+def test_injected_per_flush_recovers_a_random_walk():
+    rng = np.random.default_rng(0)
+    delta, D, F = 1e-3, 512, 400
+    walk = np.cumsum(rng.normal(0, delta / math.sqrt(D), (F, D)), axis=0)
+    E = np.linalg.norm(walk, axis=1)
+    f = np.arange(1, F + 1)
+    r = injected_per_flush(f, E)
+    assert r["basis"] == "growth" and r["estimate"] == pytest.approx(delta, rel=0.1)
+    local = np.abs(rng.normal(0, 2e-3, F))
+    r2 = injected_per_flush(f, E, local)
+    assert r2["basis"] == "local" and r2["estimate"] == pytest.approx(2e-3, rel=0.15)
+    with pytest.raises(ValueError, match="flush_index"):
+        injected_per_flush([0, 1], [1.0, 1.0])
+
+
+def test_speculation_test_detects_added_error_and_stays_quiet_otherwise():
+    rng = np.random.default_rng(1)
+    base = 1e-4 * np.exp(rng.normal(0, 0.5, (4, 4096)))
+    same = base * np.exp(rng.normal(0, 0.05, base.shape))
+    more = base * 1.3 * np.exp(rng.normal(0, 0.05, base.shape))
+    yes = compare_speculative(base, more)
+    assert yes["adds_error"] and yes["p_value"] < 1e-6 and yes["test"] == "wilcoxon-signed-rank"
+    assert yes["ratio_ci95"][0] < 1.3 < yes["ratio_ci95"][1] * 1.02
+    no = compare_speculative(base, same)
+    assert not no["adds_error"] and no["p_value"] > 0.01
+    unpaired = compare_speculative(base, more[:, :3000])
+    assert unpaired["test"] == "mann-whitney-u" and unpaired["adds_error"]
+    assert compare_speculative(base, base)["p_value"] == 1.0
+
+
+def test_effective_precision_flags_lost_bits():
+    ok = effective_precision(2e-3, 2.0**-8)
+    assert ok["basis"] == "direct" and not ok["worse"] and ok["bits_eff"] == pytest.approx(-math.log2(2e-3))
+    # A kernel 10x worse than the literal model at the same mode lost ~3.3 bits.
+    bad = effective_precision(1e-5, 2.0**-24, literal_err=1e-6)
+    assert bad["worse"] and bad["bits_eff"] == pytest.approx(24 - math.log2(10))
+    assert not effective_precision(1.5e-6, 2.0**-24, literal_err=1e-6)["worse"]
+    assert effective_precision(math.nan, 2.0**-8)["worse"]
+    with pytest.raises(ValueError, match="declared_u"):
+        effective_precision(1e-3, 0.0)
