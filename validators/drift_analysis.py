@@ -37,6 +37,106 @@ _TINY = 1e-300
 
 # ---- binning ------------------------------------------------------------------------------------------
 
+def bin_edges(t_max: float, nbins: int = 48) -> np.ndarray:
+    """Integer-valued, log-spaced bin edges covering token positions 1..t_max (last edge exclusive)."""
+    if not isinstance(nbins, int) or nbins < 2:
+        raise ValueError(f"nbins: expected an integer >= 2, got {nbins!r}")
+    if not t_max >= 1:
+        raise ValueError(f"t_max: expected a largest token position >= 1, got {t_max!r}")
+    edges = np.unique(np.floor(np.geomspace(1.0, float(t_max) + 1.0, nbins + 1)))
+    return edges if len(edges) > 1 else np.array([1.0, 2.0])
+
+
+@dataclass
+class BinnedCurve:
+    """A streaming, log-binned error curve: per bin the sum of squared errors, the sample count
+    and the sum of log positions.  Samples are accumulated in call order (fp64, deterministic),
+    so a run resumed from :meth:`to_dict` continues bit for bit."""
+
+    edges: np.ndarray
+    sumsq: np.ndarray
+    count: np.ndarray
+    sumlogt: np.ndarray
+    peak: float = 0.0  # largest single error seen
+    nonfinite: int = 0  # samples that were NaN or inf
+    first_nonfinite: float | None = None  # smallest position with a non-finite error
+    t_seen: float = 0.0  # largest position seen
+
+    @classmethod
+    def new(cls, t_max: float, nbins: int = 48) -> BinnedCurve:
+        e = bin_edges(t_max, nbins)
+        n = len(e) - 1
+        return cls(e, np.zeros(n), np.zeros(n, dtype=np.int64), np.zeros(n))
+
+    def add(self, t, err) -> None:
+        """Accumulate errors ``err`` at positions ``t`` (positions outside the edges are ignored)."""
+        t = np.asarray(t, dtype=np.float64).ravel()
+        e = np.asarray(err, dtype=np.float64).ravel()
+        if t.shape != e.shape:
+            raise ValueError(f"err: expected as many errors as positions ({t.size}), got {e.size}")
+        keep = (t >= self.edges[0]) & (t < self.edges[-1])
+        t, e = t[keep], e[keep]
+        if t.size == 0:
+            return
+        bad = ~np.isfinite(e)
+        if bad.any():
+            self.nonfinite += int(bad.sum())
+            first = float(t[bad].min())
+            self.first_nonfinite = first if self.first_nonfinite is None else min(first, self.first_nonfinite)
+            t, e = t[~bad], e[~bad]
+        if t.size == 0:
+            return
+        if np.any(e < 0):
+            raise ValueError("err: expected errors >= 0")
+        n = len(self.count)
+        idx = np.clip(np.searchsorted(self.edges, t, side="right") - 1, 0, n - 1)
+        self.sumsq += np.bincount(idx, weights=e * e, minlength=n)
+        self.count += np.bincount(idx, minlength=n)
+        self.sumlogt += np.bincount(idx, weights=np.log(t), minlength=n)
+        self.peak = max(self.peak, float(e.max()))
+        self.t_seen = max(self.t_seen, float(t.max()))
+
+    @property
+    def samples(self) -> int:
+        return int(self.count.sum()) + self.nonfinite
+
+    def binned(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(t_bin, rms, count)`` over the non-empty bins."""
+        keep = self.count > 0
+        c = self.count[keep]
+        return np.exp(self.sumlogt[keep] / c), np.sqrt(self.sumsq[keep] / c), c
+
+    def peak_rms(self) -> float:
+        """The largest binned RMS error (inf when a sample was non-finite): the budget metric."""
+        if self.nonfinite:
+            return math.inf
+        _, rms, _ = self.binned()
+        return float(rms.max()) if rms.size else 0.0
+
+    def rms(self, t_from: float = 0.0) -> float | None:
+        """RMS error over the bins whose mean position is >= ``t_from``."""
+        tb, _, c = self.binned()
+        keep = self.count > 0
+        sel = tb >= t_from
+        if not sel.any():
+            return None
+        return float(math.sqrt(self.sumsq[keep][sel].sum() / c[sel].sum()))
+
+    def to_dict(self) -> dict:
+        return {"edges": self.edges.tolist(), "sumsq": self.sumsq.tolist(), "count": self.count.tolist(),
+                "sumlogt": self.sumlogt.tolist(), "peak": self.peak, "nonfinite": self.nonfinite,
+                "first_nonfinite": self.first_nonfinite, "t_seen": self.t_seen}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BinnedCurve:
+        try:
+            return cls(np.array(d["edges"], dtype=np.float64), np.array(d["sumsq"], dtype=np.float64),
+                       np.array(d["count"], dtype=np.int64), np.array(d["sumlogt"], dtype=np.float64),
+                       float(d["peak"]), int(d["nonfinite"]), d["first_nonfinite"], float(d["t_seen"]))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"curve: expected a BinnedCurve dict, missing or bad field {e}") from None
+
+
 def log_bins(t, err, nbins: int = 48) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Aggregate a per-sample error curve into log-spaced token bins.
 
@@ -44,26 +144,22 @@ def log_bins(t, err, nbins: int = 48) -> tuple[np.ndarray, np.ndarray, np.ndarra
     may repeat a position (several rows).  Returns ``(t_bin, rms, count)`` over the non-empty bins:
     the geometric-mean position, the RMS error and the number of samples of each bin.
     """
+    curve = _curve_of(t, err, nbins)
+    return curve.binned()
+
+
+def _curve_of(t, err, nbins: int) -> BinnedCurve:
     t = np.asarray(t, dtype=np.float64).ravel()
     e = np.asarray(err, dtype=np.float64).ravel()
     if t.shape != e.shape:
         raise ValueError(f"err: expected as many errors as positions ({t.size}), got {e.size}")
     if t.size == 0:
         raise ValueError("t: expected at least one sample, got none")
-    if not isinstance(nbins, int) or nbins < 2:
-        raise ValueError(f"nbins: expected an integer >= 2, got {nbins!r}")
     if np.any(t < 1) or not np.all(np.isfinite(t)):
         raise ValueError("t: expected finite token positions >= 1")
-    hi = t.max()
-    edges = np.unique(np.floor(np.geomspace(1.0, hi + 1.0, nbins + 1)))
-    idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, len(edges) - 2) if len(edges) > 1 else (
-        np.zeros(t.size, dtype=np.int64))
-    nb = max(len(edges) - 1, 1)
-    count = np.bincount(idx, minlength=nb)
-    sq = np.bincount(idx, weights=e * e, minlength=nb)
-    logt = np.bincount(idx, weights=np.log(t), minlength=nb)
-    keep = count > 0
-    return np.exp(logt[keep] / count[keep]), np.sqrt(sq[keep] / count[keep]), count[keep]
+    curve = BinnedCurve.new(float(t.max()), nbins)
+    curve.add(t, e)
+    return curve
 
 
 # ---- the laws -----------------------------------------------------------------------------------------
@@ -239,27 +335,25 @@ class GrowthFit:
         }
 
 
-def fit_growth(t, err, *, criterion: str = "aic", nbins: int = 48) -> GrowthFit:
-    """Fit every law to the error curve ``err`` at token positions ``t`` and choose one.
+def fit_growth(t, err=None, *, criterion: str = "aic", nbins: int = 48) -> GrowthFit:
+    """Fit every law to an error curve and choose one.
 
-    ``criterion``: ``"aic"`` (small-sample AICc) or ``"bic"``.  Needs at least 6 non-empty bins
-    of positive error for a growth fit (fewer: ValueError).  Within a law the better of its
-    models (constant or saturating for bounded) represents it.
+    The curve is either raw samples (``t`` token positions, ``err`` errors) or a
+    :class:`BinnedCurve` passed as ``t``.  ``criterion``: ``"aic"`` (small-sample AICc) or
+    ``"bic"``.  Needs at least 6 non-empty bins of positive error (fewer: ValueError).  Within a
+    law the better of its models (constant or saturating for bounded) represents it.
     """
     if criterion not in CRITERIA:
         raise ValueError(f"criterion: expected one of {CRITERIA}, got {criterion!r}")
-    t = np.asarray(t, dtype=np.float64).ravel()
-    e = np.asarray(err, dtype=np.float64).ravel()
-    if t.shape != e.shape:
-        raise ValueError(f"err: expected as many errors as positions ({t.size}), got {e.size}")
-    t_max = float(t.max()) if t.size else 0.0
-    if t.size and not np.all(np.isfinite(e)):
-        return GrowthFit("nonfinite", criterion, None, t_max=t_max)
-    if t.size and np.all(e == 0):
+    curve = t if isinstance(t, BinnedCurve) else _curve_of(t, err, nbins)
+    t_max = curve.t_seen
+    if curve.nonfinite:
+        return GrowthFit("nonfinite", criterion, None, t_max=max(t_max, curve.first_nonfinite or 0.0))
+    if curve.samples == 0:
+        raise ValueError("t: expected at least one sample, got none")
+    if curve.peak == 0.0:
         return GrowthFit("exact", criterion, None, t_max=t_max, e_last=0.0)
-    if t.size and np.any(e < 0):
-        raise ValueError("err: expected errors >= 0")
-    tb, yb, _ = log_bins(t, e, nbins)
+    tb, yb, _ = curve.binned()
     pos = yb > 0
     tb, yb = tb[pos], yb[pos]
     if len(tb) < 6:
@@ -283,10 +377,8 @@ def fit_growth(t, err, *, criterion: str = "aic", nbins: int = 48) -> GrowthFit:
         sel = np.zeros_like(tb, dtype=bool)
         sel[-6:] = True
     reg = stats.linregress(np.log(tb[sel]), np.log(yb[sel]))
-    last = e[t >= t_max / 10.0]
     return GrowthFit(law, criterion, fits[per_law[law]], {k: fits[v] for k, v in per_law.items()}, weights,
-                     float(reg.slope), float(reg.stderr), t_max,
-                     float(np.sqrt(np.mean(last * last))) if last.size else None, (tb, yb))
+                     float(reg.slope), float(reg.stderr), t_max, curve.rms(t_max / 10.0), (tb, yb))
 
 
 # ---- budgets -------------------------------------------------------------------------------------------
@@ -297,19 +389,18 @@ def tokens_to_budget(fit: GrowthFit, budget: float, t=None, err=None, nbins: int
     ``predicted``: from the fitted law (``inf`` when it never does, 0 when it starts above);
     ``predicted_stderr``: delta method over the fit's parameter uncertainties;
     ``observed``: first log-bin position whose RMS error exceeds the budget (None if none),
-    when the raw curve ``t``/``err`` is given.
+    when the curve is given (raw ``t``/``err``, or a :class:`BinnedCurve` as ``t``).
     """
     if not isinstance(budget, (int, float)) or not budget > 0:
         raise ValueError(f"budget: expected a positive error level, got {budget!r}")
     observed = None
-    if t is not None and err is not None:
-        e = np.asarray(err, dtype=np.float64).ravel()
-        if not np.all(np.isfinite(e)):
-            observed = float(np.asarray(t, dtype=np.float64).ravel()[~np.isfinite(e)].min())
-        else:
-            tb, yb, _ = log_bins(t, e, nbins)
-            over = np.nonzero(yb > budget)[0]
-            observed = float(tb[over[0]]) if over.size else None
+    if t is not None:
+        curve = t if isinstance(t, BinnedCurve) else _curve_of(t, err, nbins)
+        tb, yb, _ = curve.binned()
+        over = np.nonzero(yb > budget)[0]
+        observed = float(tb[over[0]]) if over.size else None
+        if curve.first_nonfinite is not None:
+            observed = curve.first_nonfinite if observed is None else min(observed, curve.first_nonfinite)
     if fit.law == "nonfinite":
         return {"budget": budget, "predicted": 0.0, "predicted_stderr": None, "observed": observed}
     if fit.law == "exact":
@@ -411,13 +502,16 @@ def _block_means(x: np.ndarray, block: int) -> np.ndarray:
     return x[..., :n].reshape(*x.shape[:-1], n // block, block).mean(-1).reshape(-1)
 
 
-def compare_speculative(err_standard, err_speculative, *, block: int = 64, alpha: float = 0.01) -> dict:
+def compare_speculative(err_standard, err_speculative, *, block: int = 64, alpha: float = 0.01,
+                        paired: bool | None = None) -> dict:
     """Does speculation add error?  One-sided test that speculative errors exceed standard ones.
 
     Inputs are per-token errors ``[rows, tokens]`` (or flat).  Per-token errors are autocorrelated
     (they share a state), so the test runs on means of log-error over blocks of ``block`` tokens.
-    When both runs cover the same accepted positions (equal shapes) the blocks are paired and the
-    test is Wilcoxon's signed-rank on block differences; otherwise Mann-Whitney U on block means.
+    When both runs cover the same accepted positions (``paired``; default: when the shapes are
+    equal) the blocks are paired and the test is Wilcoxon's signed-rank on block differences;
+    otherwise Mann-Whitney U on block means.  Inputs may also be per-block geometric-mean errors
+    already (pass ``block=1``).
     ``ratio`` is the geometric-mean error ratio speculative / standard with a 95 % interval.
     """
     a = np.asarray(err_standard, dtype=np.float64)
@@ -432,7 +526,10 @@ def compare_speculative(err_standard, err_speculative, *, block: int = 64, alpha
         return {"test": None, "paired": None, "n_blocks": 0, "p_value": None, "p_two_sided": None,
                 "ratio": None, "ratio_ci95": None, "adds_error": None, "alpha": alpha,
                 "statement": "not tested: a run produced non-finite errors"}
-    paired = a.shape == b.shape
+    if paired is None:
+        paired = a.shape == b.shape
+    elif paired and a.shape != b.shape:
+        raise ValueError(f"paired: matched positions need equal shapes, got {a.shape} and {b.shape}")
     ma, mb = _block_means(a, block), _block_means(b, block)
     if paired:
         d = mb - ma
@@ -496,5 +593,6 @@ def effective_precision(err: float, declared_u: float, literal_err: float | None
             "factor": factor, "worse": bool(u_eff > factor * declared_u)}
 
 
-__all__ = ["CRITERIA", "GrowthFit", "LAWS", "LawFit", "OUTCOMES", "compare_speculative", "effective_precision",
-           "fit_growth", "injected_per_flush", "log_bins", "predict_at", "tokens_to_budget"]
+__all__ = ["BinnedCurve", "CRITERIA", "GrowthFit", "LAWS", "LawFit", "OUTCOMES", "bin_edges",
+           "compare_speculative", "effective_precision", "fit_growth", "injected_per_flush", "log_bins",
+           "predict_at", "tokens_to_budget"]
