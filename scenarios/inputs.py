@@ -1,0 +1,247 @@
+"""Scenario inputs: parameters, initial states and per-step window inputs, bit-reproducible.
+
+Oracle: every number is a pure function of ``(scenario.seed, stream, step, element index)``.
+A counter-based generator (three rounds of the ``lowbias32`` integer hash, keyed by a splitmix64
+digest of the key words) gives 32 random bits per element; the top 16 bits pick an interval of a
+65,537-point quantile table and the low 16 bits interpolate linearly inside it.  Only integer
+ops, a gather, and separate IEEE fp64 ``mul``/``add`` (each correctly rounded, never fused)
+touch the values, and the cast to the activation dtype rounds to nearest even: the same scenario
+gives bit-identical inputs on any CPU and on a CUDA device (tests/test_scenarios.py checks CPU
+bit-identity against a stored digest and, on a GPU, CPU == CUDA).  The quantile tables are
+built once on the host and rounded to a 2^-20 grid, so a last-bit difference in the host's libm
+cannot change them (their digest is tested too).
+
+The normal law is the table of N(0, 1) (tails cut at +-4.33); the heavy-tailed law is Student's
+t with 2 degrees of freedom (closed-form quantile, infinite variance, tails cut at +-180).
+Inputs are sampled in fp64, rounded once to the mode's activation dtype, and are upcast exactly by
+whoever uses them (kernel, literal model, fp64 reference).
+
+Distributions (spec 6-7; ``A`` means Mamba-2's A and GDN's ``-exp(A_log)``):
+
+* ``mild``: the regime public tests use: raw dt = N(0,1) + dt_bias, dt_bias = U - 4 per head
+  (so softplus(N(0,1) - 4 + U)), A in [-2, -1], activations N(0,1);
+* ``long-memory``: A in [-0.1, -0.01], dt_bias = U - 6: per-token decay 1 - ~1e-4;
+* ``fast-forget``: A in [-8, -4], dt_bias = U - 1: decay ~ 0.03 per token;
+* ``large-delta``: raw dt = 6 N(0,1) + 4 + 4U: Delta up to ~30, softplus's identity branch hit;
+* ``heavy-tailed``: mild gates, activations Student-t(2);
+* ``near-fp16-limit``: mild gates, value inputs (Mamba-2 x, GDN v) N(0,1) * 4096, |x| up to
+  ~1.8e4, outputs reach a few 1e4 (fp16 max 65504).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import zlib
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+
+_M32 = 0xFFFFFFFF
+_M64 = 0xFFFFFFFFFFFFFFFF
+TABLE_BITS = 16
+TABLE_SIZE = (1 << TABLE_BITS) + 1
+_GRID = 2.0**-20
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """An input regime: gate parameter ranges and the law of the activations."""
+
+    name: str
+    description: str
+    neg_A: tuple[float, float] = (1.0, 2.0)  # -A uniform in [lo, hi]
+    dt_bias: tuple[float, float] = (-4.0, 1.0)  # offset + spread * U
+    dt_scale: float = 1.0  # raw dt (Mamba-2 dt, GDN a) = dt_scale * N(0, 1)
+    act_law: str = "normal"  # "normal" | "t2"
+    value_scale: float = 1.0  # Mamba-2 x, GDN v multiplied by this
+
+
+DISTRIBUTIONS: dict[str, Distribution] = {d.name: d for d in (
+    Distribution("mild", "dt = softplus(N(0,1) - 4 + U), A in [-2, -1], N(0,1) activations (public tests)"),
+    Distribution("long-memory", "decay ~ 1 - 1e-4 per token: A in [-0.1, -0.01], dt_bias = U - 6",
+                 neg_A=(0.01, 0.1), dt_bias=(-6.0, 1.0)),
+    Distribution("fast-forget", "decay ~ 0.03 per token: A in [-8, -4], dt_bias = U - 1",
+                 neg_A=(4.0, 8.0), dt_bias=(-1.0, 1.0)),
+    Distribution("large-delta", "raw dt = 6 N(0,1) + 4 + 4U: Delta up to ~30 (softplus identity branch)",
+                 dt_bias=(4.0, 4.0), dt_scale=6.0),
+    Distribution("heavy-tailed", "mild gates, Student-t(2) activations (infinite variance)", act_law="t2"),
+    Distribution("near-fp16-limit", "mild gates, value inputs N(0,1) * 4096 (outputs near fp16's 65504)",
+                 value_scale=4096.0),
+)}
+
+# Stable stream ids (crc32 of a name: never Python's salted hash).
+def _stream(name: str) -> int:
+    return zlib.crc32(name.encode())
+
+
+# ---- host-side key digest -------------------------------------------------------------------------
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def key_of(*words: int) -> int:
+    """A 64-bit key from integer words (negative words allowed), order-sensitive."""
+    h = 0x2545F4914F6CDD1D
+    for w in words:
+        h = _splitmix64(h ^ (int(w) & _M64))
+    return h
+
+
+# ---- device-side counter hash (exact integer ops in int64) ------------------------------------------
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2^32 for x in [0, 2^32), without int64 overflow (16-bit halves of c)."""
+    lo = x * (c & 0xFFFF)
+    hi = ((x * (c >> 16)) & 0xFFFF) << 16
+    return (lo + hi) & _M32
+
+
+def _lowbias32(x: torch.Tensor) -> torch.Tensor:
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def random_bits(key: int, n: int, device) -> torch.Tensor:
+    """``n`` 32-bit random words (int64 tensor) for counter values 0..n-1 under ``key``."""
+    i = torch.arange(n, dtype=torch.int64, device=device)
+    k1, k2, k3 = key & _M32, (key >> 32) & _M32, _splitmix64(key) & _M32
+    h = _lowbias32((i & _M32) ^ k1)
+    h = _lowbias32(h ^ k2 ^ (i >> 32))
+    return _lowbias32(h ^ k3)
+
+
+# ---- quantile tables --------------------------------------------------------------------------------
+def _grid(v: float) -> float:
+    return round(v / _GRID) * _GRID
+
+
+@cache
+def _host_table(law: str) -> tuple[torch.Tensor, torch.Tensor]:
+    ps = [(j + 0.5) / TABLE_SIZE for j in range(TABLE_SIZE)]
+    if law == "normal":
+        nd = statistics.NormalDist()
+        q = [_grid(nd.inv_cdf(p)) for p in ps]
+    elif law == "t2":
+        q = [_grid((2.0 * p - 1.0) / (2.0 * p * (1.0 - p)) ** 0.5) for p in ps]
+    else:
+        raise ValueError(f"law: expected 'normal' or 't2', got {law!r}")
+    t = torch.tensor(q, dtype=torch.float64)
+    diff = torch.cat([t[1:] - t[:-1], torch.zeros(1, dtype=torch.float64)])
+    return t, diff
+
+
+_DEVICE_TABLES: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _table(law: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    k = (law, str(device))
+    if k not in _DEVICE_TABLES:
+        t, d = _host_table(law)
+        _DEVICE_TABLES[k] = (t.to(device), d.to(device))
+    return _DEVICE_TABLES[k]
+
+
+def table_digest() -> str:
+    """sha256 of both quantile tables (tests pin it: a change would change every input)."""
+    h = hashlib.sha256()
+    for law in ("normal", "t2"):
+        h.update(_host_table(law)[0].numpy().tobytes())
+    return h.hexdigest()
+
+
+def sample(law: str, key: int, shape: tuple[int, ...], device="cpu") -> torch.Tensor:
+    """fp64 samples of ``law`` (``normal``, ``t2`` or ``uniform`` on [0, 1)) under ``key``."""
+    device = torch.device(device)
+    n = 1
+    for s in shape:
+        n *= int(s)
+    bits = random_bits(key, n, device)
+    if law == "uniform":
+        return torch.mul(bits.to(torch.float64), 2.0**-32).reshape(shape)
+    table, diff = _table(law, device)
+    j = bits >> TABLE_BITS
+    f = torch.mul((bits & 0xFFFF).to(torch.float64), 2.0**-TABLE_BITS)
+    x = torch.add(table[j], torch.mul(f, diff[j]))
+    return x.reshape(shape)
+
+
+# ---- scenario-level generators --------------------------------------------------------------------------
+def _dist(sc) -> Distribution:
+    return DISTRIBUTIONS[sc.distribution]
+
+
+def make_params(sc, device="cpu") -> dict[str, torch.Tensor]:
+    """The layer parameters (fp32) of ``sc`` (``A``/``dt_bias``/``D`` or ``A_log``/``dt_bias``)."""
+    g, d = sc.geometry_obj, _dist(sc)
+    shapes = g.param_shapes()
+    out = {}
+
+    def u(name):
+        return sample("uniform", key_of(sc.seed, _stream("param:" + name)), shapes[name], device)
+
+    lo, hi = d.neg_A
+    neg_a = torch.add(torch.mul(u("A" if sc.family == "mamba2" else "A_log"), hi - lo), lo)
+    if sc.family == "mamba2":
+        out["A"] = -neg_a
+        out["D"] = torch.add(u("D"), 0.5)  # D in [0.5, 1.5]
+    else:
+        out["A_log"] = torch.log(neg_a)
+    out["dt_bias"] = torch.add(torch.mul(u("dt_bias"), d.dt_bias[1]), d.dt_bias[0])
+    return {k: v.to(torch.float32) for k, v in out.items()}
+
+
+def make_initial_state(sc, generation: int = 0, device="cpu") -> torch.Tensor:
+    """fp64 ``[rows, *state_shape]``: zeros, or N(0,1)/2 rounded to fp32 (``initial_state``).
+    ``generation`` > 0 gives the states of later resets (slot reuse)."""
+    shape = (sc.rows, *sc.geometry_obj.state_shape)
+    if sc.initial_state == "zeros":
+        return torch.zeros(shape, dtype=torch.float64, device=device)
+    x = sample("normal", key_of(sc.seed, _stream("initial_state"), generation), shape, device)
+    return torch.mul(x, 0.5).to(torch.float32).to(torch.float64)
+
+
+def make_inputs(sc, step: int, device="cpu", *, stream: str = "inputs") -> dict[str, torch.Tensor]:
+    """Window inputs of ``step``: each ``[rows, T', *shape]`` in the mode's activation dtype."""
+    g, d = sc.geometry_obj, _dist(sc)
+    act = sc.precision.act_dtype
+    rows, T = sc.rows, sc.window
+    gate = "dt" if sc.family == "mamba2" else "a"
+    value = "x" if sc.family == "mamba2" else "v"
+    out = {}
+    for name, shape in g.input_shapes().items():
+        full = (rows, T, *shape)
+        key = key_of(sc.seed, _stream(f"{stream}:{name}"), step)
+        if name == gate:
+            x = torch.mul(sample("normal", key, full, device), d.dt_scale)
+        elif name == "b":  # GDN beta = sigmoid(b)
+            x = sample("normal", key, full, device)
+        else:
+            x = sample(d.act_law, key, full, device)
+            if name == value and d.value_scale != 1.0:
+                x = torch.mul(x, d.value_scale)
+        out[name] = x.to(act)
+    return out
+
+
+def inputs_digest(sc, steps: int = 4) -> str:
+    """sha256 over the params, initial state and first ``steps`` inputs of ``sc`` (CPU)."""
+    h = hashlib.sha256()
+    tensors = [*make_params(sc).values(), make_initial_state(sc)]
+    for s in range(steps):
+        tensors += list(make_inputs(sc, s).values())
+    for t in tensors:
+        t = t.contiguous()
+        h.update(str(t.dtype).encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes())
+    return h.hexdigest()
+
+
+__all__ = ["DISTRIBUTIONS", "Distribution", "inputs_digest", "key_of", "make_initial_state", "make_inputs",
+           "make_params", "random_bits", "sample", "table_digest"]

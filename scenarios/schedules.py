@@ -1,0 +1,241 @@
+"""Acceptance schedules: how many window tokens each row accepts at each step, and when slots reset.
+
+Oracle: the cursor rules of spec sections 3-4 (``DecodeConfig``): a schedule simulates each row's
+``write_pos`` to decide which phase the next verify lands in.  Every plan is a pure function of
+the scenario (numpy's Philox keyed by the scenario seed), so the same JSON gives the same plan.
+
+Schedules (``plan(sc)`` returns a list of :class:`StepPlan`):
+
+* ``exhaustive``: speculative: every accepted count k in 1..T' at every reachable ``write_pos``
+  (empty ring, mid, last non-flush, every flush verify; the ring wraps, origins != 0), found by a
+  greedy walk over the cursor graph, with resets to revisit the empty ring; each row walks with
+  its own k preference order, so rows sit in different phases.  Standard: two full buffers,
+  then a reset half way through the third, then one more flush.
+* ``random``: one k in 1..T' per step for all rows (``k_weights`` optional, one weight per k);
+* ``per-row``: an independent k per row and step (``k_weights`` optional);
+* ``always-1``, ``always-T``: k = 1, k = T';
+* ``slot-reuse``: per-row random k, and each row is reset (re-admitted with a new ring origin and
+  a new initial state, as after preemption) with probability ``reset_prob`` (default 0.1) per step;
+* ``long``: per-row random k over a long run (default 4,096 steps; set ``steps`` for >= 1e5
+  tokens on a GPU).
+
+Standard decode accepts k = 1 always.  Padding rows get k = 0 (kernels must ignore it).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from replayssm.interface import PAD_SLOT
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One step: ``accepted[r]`` tokens committed by row r (0 for padding rows); rows in
+    ``reset_rows`` are reset before the verify, at ring origins ``reset_origins`` (same order)."""
+
+    step: int
+    accepted: list[int]
+    reset_rows: list[int] = field(default_factory=list)
+    reset_origins: list[int] = field(default_factory=list)
+
+
+_DEFAULT_STEPS = {"random": 64, "per-row": 64, "always-1": 32, "always-T": 32, "slot-reuse": 96, "long": 4096}
+_PARAMS = {
+    "exhaustive": set(),
+    "random": {"k_weights"},
+    "per-row": {"k_weights"},
+    "always-1": set(),
+    "always-T": set(),
+    "slot-reuse": {"k_weights", "reset_prob"},
+    "long": {"k_weights"},
+}
+SCHEDULES = {
+    "exhaustive": "every k in 1..T' at every ring phase (empty, mid, last non-flush, flush, wrap)",
+    "random": "one random k per step, shared by all rows",
+    "per-row": "an independent random k per row",
+    "always-1": "k = 1 (every draft rejected)",
+    "always-T": "k = T' (every draft accepted)",
+    "slot-reuse": "per-row random k; rows reset mid-run with new origins (preemption)",
+    "long": "per-row random k over a long run",
+}
+
+
+def _fail(msg: str) -> ValueError:
+    return ValueError(f"scenario.schedule_params: {msg}")
+
+
+def check_schedule_params(sc) -> None:
+    """Raise ValueError naming ``scenario.schedule_params`` when a parameter is unknown or bad."""
+    p = sc.schedule_params
+    unknown = set(p) - _PARAMS[sc.schedule]
+    if unknown:
+        raise _fail(f"unknown parameter(s) {sorted(unknown)} for schedule {sc.schedule!r}; "
+                    f"expected a subset of {sorted(_PARAMS[sc.schedule])}")
+    if "k_weights" in p:
+        w = p["k_weights"]
+        if (not isinstance(w, list) or len(w) != sc.window
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in w)
+                or sum(w) <= 0):
+            raise _fail(f"k_weights: expected {sc.window} non-negative numbers (one per k = 1..T') with a "
+                        f"positive sum, got {w!r}")
+    if "reset_prob" in p:
+        q = p["reset_prob"]
+        if not isinstance(q, (int, float)) or isinstance(q, bool) or not 0.0 < q <= 1.0:
+            raise _fail(f"reset_prob: expected a probability in (0, 1], got {q!r}")
+
+
+def default_steps(sc) -> int:
+    """The plan length when ``sc.steps`` is None."""
+    if sc.schedule == "exhaustive":
+        return len(_exhaustive(sc))
+    return _DEFAULT_STEPS[sc.schedule]
+
+
+def _rng(sc, stream: int) -> np.random.Generator:
+    return np.random.Generator(np.random.Philox(key=[sc.seed & 0xFFFFFFFFFFFFFFFF, stream]))
+
+
+def _draw_k(rng: np.random.Generator, sc, n: int) -> np.ndarray:
+    T = sc.window
+    w = sc.schedule_params.get("k_weights")
+    if w is None:
+        return rng.integers(1, T + 1, size=n)
+    p = np.asarray(w, dtype=np.float64)
+    return rng.choice(np.arange(1, T + 1), size=n, p=p / p.sum())
+
+
+def _cover_walk(sc, order: list[int]) -> tuple[list[int], list[int]]:
+    """Accepted counts covering every (write_pos, k) pair reachable from an empty ring, and the
+    step indices before which the row is reset (to reach write_pos = 0 again)."""
+    dec = sc.decode_config
+    T, hi = sc.window, dec.max_write_pos()
+    nxt = lambda w, k: k if dec.is_flush(w) else w + k
+    todo = {(w, k) for w in range(hi + 1) for k in range(1, T + 1)}
+    w, ks, resets = 0, [], []
+    while todo:
+        cand = [k for k in order if (w, k) in todo]
+        if cand:
+            fresh = [k for k in cand if any((nxt(w, k), j) in todo for j in range(1, T + 1))]
+            k = (fresh or cand)[0]
+            todo.discard((w, k))
+            ks.append(k)
+            w = nxt(w, k)
+            continue
+        # Nearest write_pos with uncovered pairs, by the cursor graph (write_pos 0 only by reset).
+        seen, queue, first = {w}, deque([w]), {w: None}
+        target = None
+        while queue and target is None:
+            v = queue.popleft()
+            for k in order:
+                u = nxt(v, k)
+                if u not in seen:
+                    seen.add(u)
+                    first[u] = k if first[v] is None else first[v]
+                    if any((u, j) in todo for j in range(1, T + 1)):
+                        target = u
+                        break
+                    queue.append(u)
+        if target is None:
+            resets.append(len(ks))
+            w = 0
+            continue
+        k = first[target]
+        ks.append(k)
+        w = nxt(w, k)
+    return ks, resets
+
+
+def _exhaustive(sc) -> list[StepPlan]:
+    ids = sc.resolved_slot_ids
+    rows = len(ids)
+    ring = sc.ring_rows
+    if sc.decode == "standard":
+        L = sc.buffer
+        n = 2 * L + L // 2 + L
+        reset_at = 2 * L + L // 2
+        plans = []
+        for s in range(n):
+            acc = [0 if i == PAD_SLOT else 1 for i in ids]
+            rr = [r for r, i in enumerate(ids) if i != PAD_SLOT] if s == reset_at else []
+            plans.append(StepPlan(s, acc, rr, [0] * len(rr)))
+        return plans
+    T = sc.window
+    walks = {}
+    for r, i in enumerate(ids):
+        if i == PAD_SLOT:
+            continue
+        shift = r % T
+        order = [((j + shift) % T) + 1 for j in range(T)]
+        walks[r] = _cover_walk(sc, order)
+    n = max(len(ks) for ks, _ in walks.values())
+    rng = _rng(sc, 1)
+    fill = _draw_k(rng, sc, n * rows).reshape(n, rows) if rows else None
+    plans = []
+    for s in range(n):
+        acc, rr, ro = [], [], []
+        for r in range(rows):
+            if r not in walks:
+                acc.append(0)
+                continue
+            ks, resets = walks[r]
+            acc.append(int(ks[s]) if s < len(ks) else int(fill[s, r]))
+            if s in resets:
+                rr.append(r)
+                ro.append((ring - 1 - r - s) % ring)
+        plans.append(StepPlan(s, acc, rr, ro))
+    return plans
+
+
+def plan(sc) -> list[StepPlan]:
+    """The step plan of scenario ``sc`` (``sc.steps`` steps, or the schedule's own length)."""
+    ids = sc.resolved_slot_ids
+    rows = len(ids)
+    active = [r for r, i in enumerate(ids) if i != PAD_SLOT]
+    name = sc.schedule
+    if name == "exhaustive":
+        base = _exhaustive(sc)
+        n = len(base) if sc.steps is None else sc.steps
+        out = []
+        for s in range(n):
+            b = base[s % len(base)]
+            # Cycling the cover walk: every cycle starts from an empty ring again.
+            rr, ro = list(b.reset_rows), list(b.reset_origins)
+            if s and s % len(base) == 0:
+                extra = [r for r in active if r not in rr]
+                rr += extra
+                ro += [sc.resolved_origins[r] for r in extra]
+            out.append(StepPlan(s, list(b.accepted), rr, ro))
+        return out
+    n = sc.steps if sc.steps is not None else _DEFAULT_STEPS[name]
+    T = sc.window if sc.decode == "speculative" else 1
+    rng = _rng(sc, 2)
+    if T == 1 or name == "always-1":
+        ks = np.ones((n, rows), dtype=np.int64)
+    elif name == "always-T":
+        ks = np.full((n, rows), T, dtype=np.int64)
+    elif name == "random":
+        ks = np.repeat(_draw_k(rng, sc, n)[:, None], rows, axis=1)
+    else:
+        ks = _draw_k(rng, sc, n * rows).reshape(n, rows)
+    resets = np.zeros((n, rows), dtype=bool)
+    origins = np.zeros((n, rows), dtype=np.int64)
+    if name == "slot-reuse":
+        q = float(sc.schedule_params.get("reset_prob", 0.1))
+        rr = _rng(sc, 3)
+        resets = rr.random((n, rows)) < q
+        resets[0] = False
+        if sc.decode == "speculative":
+            origins = rr.integers(0, sc.ring_rows, size=(n, rows))
+    plans = []
+    for s in range(n):
+        acc = [int(ks[s, r]) if r in active else 0 for r in range(rows)]
+        rr_s = [r for r in active if resets[s, r]]
+        plans.append(StepPlan(s, acc, rr_s, [int(origins[s, r]) for r in rr_s]))
+    return plans
+
+
+__all__ = ["SCHEDULES", "StepPlan", "check_schedule_params", "default_steps", "plan"]

@@ -1,0 +1,54 @@
+"""Mismatch metrics between a kernel's outputs (or states) and the fp64 reference.
+
+Oracle: the definitions themselves, computed in fp64 on the device, batched (no Python loops
+over elements).  For outputs ``[R, T', ...]`` each metric is per (row, window position):
+
+* ``max_abs``: max |out - ref| (non-finite differences count as +inf);
+* ``rel_l2``: ||out - ref||_2 / ||ref||_2;
+* ``in_u``: max_abs / (u * max |ref|), the error in units of the mode's unit roundoff relative
+  to the row's scale (1 means one rounding of the coarsest format).
+
+and per call, over all rows and positions given:
+
+* ``rms_ratio``: ||out - ref||_2 / ||ref||_2 (flash-linear-attention's RMS ratio).
+"""
+
+from __future__ import annotations
+
+import torch
+
+TINY = 1e-300
+
+
+def _flat(t: torch.Tensor, lead: int) -> torch.Tensor:
+    return t.reshape(*t.shape[:lead], -1)
+
+
+def abs_error(out: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """|out - ref| in fp64, +inf where either side is non-finite."""
+    d = (out.to(torch.float64) - ref.to(torch.float64)).abs()
+    return torch.where(torch.isfinite(d), d, torch.full_like(d, float("inf")))
+
+
+def error_metrics(out: torch.Tensor, ref: torch.Tensor, u: float, lead: int = 2) -> dict[str, torch.Tensor]:
+    """Per-leading-index metrics (``lead`` leading dims kept, e.g. [R, T'] for outputs, [R] for
+    states): ``max_abs``, ``rel_l2``, ``ref_max``, ``in_u``; plus the scalar ``rms_ratio``."""
+    e = _flat(abs_error(out, ref), lead)
+    r = _flat(ref.to(torch.float64), lead)
+    max_abs = e.amax(-1)
+    ref_max = r.abs().amax(-1)
+    err_l2 = torch.linalg.vector_norm(e, dim=-1)
+    ref_l2 = torch.linalg.vector_norm(r, dim=-1)
+    rel_l2 = err_l2 / ref_l2.clamp_min(TINY)
+    in_u = max_abs / (u * ref_max).clamp_min(TINY)
+    rms = torch.linalg.vector_norm(e) / torch.linalg.vector_norm(r).clamp_min(TINY)
+    return {"max_abs": max_abs, "rel_l2": rel_l2, "ref_max": ref_max, "in_u": in_u, "rms_ratio": rms}
+
+
+def rms_ratio(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref||_2 / ||ref||_2 over all elements (FLA's metric)."""
+    e = abs_error(out, ref)
+    return float(torch.linalg.vector_norm(e) / torch.linalg.vector_norm(ref.to(torch.float64)).clamp_min(TINY))
+
+
+__all__ = ["abs_error", "error_metrics", "rms_ratio"]
