@@ -402,6 +402,9 @@ class Lockstep:
         if self.record_metrics:
             for key in self.metrics:
                 self.metrics[key].append(rec.get(key))
+        # Drift hook (validators/drift.py): this step's inputs and the per (active row, window
+        # position) relative L2 output error, left on the device.
+        self.last_step = {"plan": p, "inputs": inputs, "rel_l2": m["rel_l2"]}
         self.step_idx += 1
         return rec
 
