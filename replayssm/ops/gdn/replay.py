@@ -1,0 +1,118 @@
+"""The Triton ReplaySSM kernel for Gated DeltaNet ("triton-replay"): standard decode
+(``replay_decode.py``) and speculative verify/commit (``replay_spec.py``) behind the kernel
+interface, with the records stored as the literal model stores them.
+
+Storage: checkpoint ``[slots, HV, V, K]`` in the state dtype (fp8 with fp32 scales
+``[slots, HV, V]``); records ``d [slots, rows, HV, V]`` and ``k [slots, rows, H, K]`` in the
+activation dtype, ``g [slots, rows, HV]`` fp32; rows = L (standard) or next_pow2(B + T')
+(speculative ring).  ``snapshot()`` returns exactly these, the literal model's layout.
+
+Oracle: ``literal-replay`` and ``gdn_sequence`` in fp64.  Expected error: within a small factor
+of the literal model's at the same precision mode (tests/test_gdn_triton.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from replayssm.interface import PAD_SLOT, KernelSnapshot
+from replayssm.ops.gdn.replay_decode import launch_replay_decode
+from replayssm.ops.gdn.replay_spec import launch_replay_spec, launch_replay_spec_commit
+from replayssm.ops.gdn.triton_base import TritonGDNBase, fold_fp64
+from replayssm.registry import register
+
+
+@register
+class TritonGDNReplay(TritonGDNBase):
+    name = "triton-replay"
+    kind = "replay"
+    description = ("Triton ReplaySSM: records d, normalised k, g; output-only readout; flush at write_pos = L-1; "
+                   "speculative verify with the in-window WY/UT solve and device-side commit")
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        g, rows, S = self.geometry, self.decode.ring_rows, self.num_slots
+        act = self.mode.act_dtype
+        self.records = {
+            "d": torch.zeros((S, rows, g.num_v_heads, g.head_v_dim), dtype=act, device=self.device),
+            "k": torch.zeros((S, rows, g.num_k_heads, g.head_k_dim), dtype=act, device=self.device),
+            "g": torch.zeros((S, rows, g.num_v_heads), dtype=torch.float32, device=self.device),
+        }
+
+    # ---- steps -----------------------------------------------------------------------------------------
+    def verify(self, slot_ids, inputs, out=None):
+        if self.checks:
+            ids = self.check_verify_args(slot_ids, inputs, out, self._host(self.write_pos), self._host(self.ready))
+            self._check_ready(ids)
+        R = slot_ids.shape[0]
+        out = self._alloc_out(R, out)
+        if R == 0:
+            return out
+        if self.decode.speculative:
+            launch_replay_spec(self, slot_ids, inputs, out)
+        else:
+            launch_replay_decode(self, slot_ids, inputs, out)
+        return out
+
+    def commit(self, slot_ids, accepted) -> None:
+        if self.checks:
+            ids, ks = self.check_commit_args(slot_ids, accepted)
+            self._check_pending(ids)
+        R = slot_ids.shape[0]
+        if R == 0:
+            return
+        if self.decode.speculative:
+            launch_replay_spec_commit(self, slot_ids, accepted)
+        elif self.checks:
+            self._close_step(slot_ids)
+
+    # ---- inspection ----------------------------------------------------------------------------------
+    def _history(self, slot: int, n: int, origin: int) -> dict[str, torch.Tensor]:
+        rows = (origin + torch.arange(n, device=self.device)) % self.decode.ring_rows
+        return {k: v[slot].index_select(0, rows) for k, v in self.records.items()}
+
+    def committed_state(self, slot_ids) -> torch.Tensor:
+        ids = self._check_slot_ids(slot_ids)
+        wp, org = self._host(self.write_pos), self._host(self.origin)
+        out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
+        for r, s in enumerate(ids):
+            if s != PAD_SLOT:
+                out[r] = fold_fp64(self._state_at(s, 0), self._history(s, wp[s], org[s]))
+        return out
+
+    def snapshot(self) -> KernelSnapshot:
+        return KernelSnapshot(
+            checkpoint=self.states[:, 0].cpu().clone(),
+            checkpoint_scale=self.scales[:, 0].cpu().clone() if self.scaled else None,
+            records={k: v.cpu().clone() for k, v in self.records.items()},
+            write_pos=self.write_pos.cpu().long(),
+            origin=self.origin.cpu().long(),
+            is_flush=torch.tensor([self.decode.is_flush(w) for w in self._host(self.write_pos)], dtype=torch.bool),
+            extra=self._flags(),
+        )
+
+    def restore(self, snapshot: KernelSnapshot) -> None:
+        ck = snapshot.checkpoint
+        if tuple(ck.shape) != (self.num_slots, *self.state_shape) or ck.dtype != self.states.dtype:
+            raise ValueError(f"snapshot.checkpoint: expected {self.states.dtype} "
+                             f"{(self.num_slots, *self.state_shape)}, got {ck.dtype} {tuple(ck.shape)}")
+        if set(snapshot.records) != set(self.records):
+            raise ValueError(f"snapshot.records: expected keys {sorted(self.records)}, got {sorted(snapshot.records)}")
+        for k, v in self.records.items():
+            if tuple(snapshot.records[k].shape) != tuple(v.shape) or snapshot.records[k].dtype != v.dtype:
+                raise ValueError(f"snapshot.records[{k!r}]: expected {v.dtype} {tuple(v.shape)}, got "
+                                 f"{snapshot.records[k].dtype} {tuple(snapshot.records[k].shape)}")
+        if self.scaled and snapshot.checkpoint_scale is None:
+            raise ValueError("snapshot.checkpoint_scale: expected the fp32 per-row scales of an fp8 state")
+        self._restore_flags(snapshot)
+        self.states[:, 0].copy_(ck)
+        if self.scaled:
+            self.scales[:, 0].copy_(snapshot.checkpoint_scale)
+        for k, v in self.records.items():
+            v.copy_(snapshot.records[k])
+        self.write_pos.copy_(snapshot.write_pos)
+        self.origin.copy_(snapshot.origin)
+        self.is_flush.copy_(snapshot.is_flush)
+
+
+__all__ = ["TritonGDNReplay"]

@@ -1,0 +1,146 @@
+"""ReplaySSM standard (autoregressive) decode for Gated DeltaNet, in Triton.
+
+One program per (row, value head, block of value rows).  Spec 3: the buffer keeps, per token,
+``d`` (the corrected value, activation dtype), the normalised ``k`` (activation dtype, per key
+head) and ``g`` (fp32 log decay).  With ``w = write_pos`` buffered tokens and ``G_j`` the
+inclusive cumsum of their ``g``, the state before the current token is
+``S_prev = exp(G_w) S_0 + sum_j exp(G_w - G_j) d_j k_j^T``; the kernel never builds it on a
+non-flush step (output-only route):
+
+    S_prev k = exp(G_w) (S_0 k) + sum_j exp(G_w - G_j) (k_j . k) d_j     (same for q)
+    d = beta (v - alpha S_prev k),   o = alpha S_prev q + (k . q) d
+
+so a non-flush step reads the checkpoint once and writes only the new records.  At
+``write_pos = L - 1`` (the flush) it folds the L - 1 records and the current token into the
+checkpoint, ``S_0 <- alpha S_prev + d k^T``, and stores it (nearest or stochastic rounding, fp8
+with per-row scales).  The cursor advances inside the kernel: the last of a slot's programs
+(atomic ticket) writes ``write_pos <- 0 if flush else write_pos + 1``.
+
+Oracle: the literal model ``literal-replay`` (same records, same rounding points) and
+``gdn_sequence`` in fp64.  Expected error: within a small factor of the literal model's at the
+same precision mode; fp32 reduction order differs (tests/test_gdn_triton.py).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from replayssm.ops.gdn.triton_math import cast_rne, gates, l2_normalise, load_state_tile, store_state_tile, ticket
+
+
+@triton.jit
+def load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, rows, mj, h, hk, offs_v, mv, offs_k, mk,
+                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, RING: tl.constexpr):
+    """Records at ring ``rows`` (masked by ``mj``): d [BH, BV], k [BH, BK] (fp32), the fold weights
+    exp(G_w - G_j) [BH] (0 where masked) and exp(G_w)."""
+    srow = slot * RING + rows
+    gj = tl.load(g_rec_ptr + srow * HV + h, mask=mj, other=0.0)
+    Gt = tl.sum(gj, 0)
+    wj = tl.where(mj, tl.exp(Gt - tl.cumsum(gj, 0)), 0.0)
+    Kh = tl.load(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :],
+                 mask=mj[:, None] & mk[None, :], other=0.0).to(tl.float32)
+    Dh = tl.load(d_rec_ptr + (srow[:, None] * HV + h) * V + offs_v[None, :],
+                 mask=mj[:, None] & mv[None, :], other=0.0).to(tl.float32)
+    return Dh, Kh, wj, tl.exp(Gt)
+
+
+@triton.jit
+def readout(s0, eG, Dh, Kh, wj, x):
+    """S_prev x [BV] for S_prev = eG s0 + sum_j wj_j d_j k_j^T, without building S_prev."""
+    c = wj * tl.sum(Kh * x[None, :], 1)
+    return eG * tl.sum(s0 * x[None, :], 1) + tl.sum(Dh * c[:, None], 0)
+
+
+@triton.jit
+def fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, origin, h, hk, offs_v, mv, offs_k, mk,
+                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, RING: tl.constexpr):
+    """S_prev = eG s0 + sum_{j < w} wj_j d_j k_j^T, one rank-1 update per record (fp32 FMA)."""
+    s = eG * s0
+    for j in range(0, w):
+        srow = slot * RING + ((origin + j) % RING)
+        dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
+        kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+        wt = tl.sum(tl.where(offs_j == j, wj, 0.0), 0)
+        s += (wt * dj)[:, None] * kj[None, :]
+    return s
+
+
+@triton.jit
+def _replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log_ptr, dt_bias_ptr,
+                          ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, wpos_ptr, pending_ptr, ticket_ptr,
+                          sr_ptr, seed, num_slots,
+                          H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
+                          SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr,
+                          NVB: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr, INTERPRET: tl.constexpr):
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    slot = tl.load(slot_ptr + r).to(tl.int64)
+    if slot < 0:
+        return
+    hk = h // (HV // H)
+    offs_k = tl.arange(0, BK)
+    offs_v = vb * BV + tl.arange(0, BV)
+    mk = offs_k < K
+    mv = offs_v < V
+    ms = mv[:, None] & mk[None, :]
+    tile = offs_v[:, None] * K + offs_k[None, :]
+    # the current token
+    q = tl.load(q_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + (r * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
+    a = tl.load(a_ptr + r * HV + h).to(tl.float32)
+    b = tl.load(b_ptr + r * HV + h).to(tl.float32)
+    qn = l2_normalise(q, 0) * SCALE
+    kn = l2_normalise(k, 0)
+    g, beta = gates(a, b, tl.load(A_log_ptr + h), tl.load(dt_bias_ptr + h))
+    alpha = tl.exp(g)
+    # checkpoint and buffered history
+    base = (slot * HV + h) * V
+    s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+    w = tl.load(wpos_ptr + slot)
+    offs_j = tl.arange(0, BL)
+    mj = offs_j < w
+    Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, offs_j, mj, h, hk, offs_v, mv,
+                                  offs_k, mk, H, HV, K, V, L)
+    d = beta * (v - alpha * readout(s0, eG, Dh, Kh, wj, kn))
+    o = alpha * readout(s0, eG, Dh, Kh, wj, qn) + tl.sum(kn * qn, 0) * d
+    tl.store(out_ptr + (r * HV + h) * V + offs_v, cast_rne(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+    flush = w == L - 1
+    cnt = tl.load(sr_ptr + slot)
+    if flush:
+        s = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, 0, h, hk, offs_v, mv, offs_k, mk,
+                         H, HV, K, V, L)
+        s = alpha * s + d[:, None] * kn[None, :]
+        rand = (cnt * num_slots + slot) * (HV * V * K) + h * V * K + tile
+        store_state_tile(ckpt_ptr, sc_ptr, s, base * K + tile, base + offs_v, ms, mv, seed, rand,
+                         SCALED, SR, INTERPRET)
+    else:
+        srow = slot * L + w
+        tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_rne(d, d_rec_ptr.dtype.element_ty, INTERPRET),
+                 mask=mv)
+        tl.store(g_rec_ptr + srow * HV + h, g, mask=vb == 0)
+        tl.store(k_rec_ptr + (srow * H + hk) * K + offs_k, cast_rne(kn, k_rec_ptr.dtype.element_ty, INTERPRET),
+                 mask=mk & ((offs_k * 0 + vb + h % (HV // H)) == 0))
+    tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
+    last = ticket(ticket_ptr, slot, HV * NVB)
+    tl.store(wpos_ptr + slot, tl.where(flush, 0, w + 1), mask=last)
+    tl.store(sr_ptr + slot, cnt + flush.to(tl.int64), mask=last)
+
+
+def launch_replay_decode(kern, slot_ids, inputs, out) -> None:
+    """Launch one standard-decode step of ``kern`` (a TritonGDNReplay) for all rows."""
+    R = slot_ids.shape[0]
+    bv, nvb, nw = kern.launch_shape(R)
+    L = kern.decode.buffer
+    _replay_decode_kernel[(R, kern.HV, nvb)](
+        slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log, kern.dt_bias,
+        kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,
+        kern.pending, kern.ticket, kern.sr_count, kern.seed, kern.num_slots,
+        H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, L=L, SCALE=kern.K ** -0.5, BK=kern.BK, BV=bv,
+        BL=triton.next_power_of_2(max(L - 1, 1)), NVB=nvb, SCALED=kern.scaled, SR=kern.sr,
+        INTERPRET=kern.interpret, num_warps=nw)
+
+
+__all__ = ["fold_history", "launch_replay_decode", "load_history", "readout"]

@@ -1,0 +1,177 @@
+"""ReplaySSM speculative verify and commit for Gated DeltaNet, in Triton.
+
+Verify, one program per (row, value head, block of value rows), window of T' tokens (spec 4):
+
+* the state before the window is ``S_h = exp(G_w) S_0 + sum_{j<w} exp(G_w - G_j) d_j k_j^T`` over
+  the committed history (ring rows ``(origin + j) mod ring``); it is read out against each window
+  k and q without being built (as in standard decode);
+* the causal in-window solve (WY/UT form): with ``G`` the inclusive cumsum of the window's g,
+  ``R_i = beta_i (v_i - exp(G_i) S_h k_i)``, ``A_ij = beta_i exp(G_i - G_j) (k_i . k_j)`` for
+  i > j, ``d = (I + A)^-1 R`` by forward substitution (T' rows, each a [BV] vector), and
+  ``o_s = exp(G_s) S_h q_s + sum_{j<=s} exp(G_s - G_j) (k_j . q_s) d_j``;
+* every window token's records (d, normalised k, g) go to ring rows
+  ``(origin + write_pos + t) mod ring`` (rejected drafts too: they are never committed);
+* a flush verify (``is_flush``) folds the committed history into the checkpoint (``S_h``) and
+  writes it back; a non-flush verify never writes the checkpoint.
+
+Commit, one program per block of rows, on the device: ``k`` accepted; flush slot:
+``origin += write_pos (mod ring), write_pos = k``; else ``write_pos += k``; then
+``is_flush = write_pos + 2 T' > B + T'`` (flush one window early).
+
+Oracle: ``literal-replay`` (``gdn_window_solve``) and ``gdn_sequence`` in fp64 on the accepted
+stream.  Expected error: within a small factor of the literal model's at the same mode.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from replayssm.ops.gdn.replay_decode import fold_history, load_history, readout
+from replayssm.ops.gdn.triton_math import cast_rne, gates, l2_normalise, load_state_tile, store_state_tile
+
+
+@triton.jit
+def _row(x, sel):
+    """Row ``sel`` (a one-hot mask over dim 0) of tile ``x`` as a vector."""
+    return tl.sum(tl.where(sel[:, None], x, 0.0), 0)
+
+
+@triton.jit
+def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log_ptr, dt_bias_ptr,
+                        ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, wpos_ptr, origin_ptr, isflush_ptr,
+                        pending_ptr, sr_ptr, seed, num_slots,
+                        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, T: tl.constexpr,
+                        RING: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                        BT: tl.constexpr, BH: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr,
+                        INTERPRET: tl.constexpr):
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    slot = tl.load(slot_ptr + r).to(tl.int64)
+    if slot < 0:
+        return
+    hk = h // (HV // H)
+    offs_k = tl.arange(0, BK)
+    offs_v = vb * BV + tl.arange(0, BV)
+    offs_t = tl.arange(0, BT)
+    mk = offs_k < K
+    mv = offs_v < V
+    mt = offs_t < T
+    ms = mv[:, None] & mk[None, :]
+    tile = offs_v[:, None] * K + offs_k[None, :]
+    # the window: normalised q (scaled), k [BT, BK]; v [BT, BV]; gates [BT]
+    tok = r * T + offs_t
+    mtk = mt[:, None] & mk[None, :]
+    mtv = mt[:, None] & mv[None, :]
+    Qw = tl.load(q_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
+    Kw = tl.load(k_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
+    Vw = tl.load(v_ptr + (tok[:, None] * HV + h) * V + offs_v[None, :], mask=mtv, other=0.0).to(tl.float32)
+    aw = tl.load(a_ptr + tok * HV + h, mask=mt, other=0.0).to(tl.float32)
+    bw = tl.load(b_ptr + tok * HV + h, mask=mt, other=0.0).to(tl.float32)
+    Qw = l2_normalise(Qw, 1) * SCALE
+    Kw = l2_normalise(Kw, 1)
+    gw, betaw = gates(aw, bw, tl.load(A_log_ptr + h), tl.load(dt_bias_ptr + h))
+    gw = tl.where(mt, gw, 0.0)
+    Gw = tl.cumsum(gw, 0)
+    # checkpoint and committed history
+    base = (slot * HV + h) * V
+    s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+    w = tl.load(wpos_ptr + slot)
+    org = tl.load(origin_ptr + slot)
+    flush = tl.load(isflush_ptr + slot) != 0
+    offs_j = tl.arange(0, BH)
+    Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING, offs_j < w, h,
+                                  hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
+    # S_h k_t, S_h q_t [BT, BV]; KK[i, t] = k_i . k_t; KQ[s, j] = k_j . q_s
+    SK = tl.zeros([BT, BV], dtype=tl.float32)
+    SQ = tl.zeros([BT, BV], dtype=tl.float32)
+    KK = tl.zeros([BT, BT], dtype=tl.float32)
+    KQ = tl.zeros([BT, BT], dtype=tl.float32)
+    for t in tl.static_range(T):
+        sel = offs_t == t
+        kt = _row(Kw, sel)
+        qt = _row(Qw, sel)
+        SK = tl.where(sel[:, None], readout(s0, eG, Dh, Kh, wj, kt)[None, :], SK)
+        SQ = tl.where(sel[:, None], readout(s0, eG, Dh, Kh, wj, qt)[None, :], SQ)
+        KK = tl.where(offs_t[None, :] == t, tl.sum(Kw * kt[None, :], 1)[:, None], KK)
+        KQ = tl.where(sel[:, None], tl.sum(Kw * qt[None, :], 1)[None, :], KQ)
+    # causal solve d = (I + A)^-1 R
+    eGw = tl.exp(Gw)
+    R = betaw[:, None] * (Vw - eGw[:, None] * SK)
+    lower = offs_t[:, None] > offs_t[None, :]
+    dG = tl.where(offs_t[:, None] >= offs_t[None, :], Gw[:, None] - Gw[None, :], 0.0)
+    A = tl.where(lower, betaw[:, None] * tl.exp(dG) * KK, 0.0)
+    D = tl.zeros([BT, BV], dtype=tl.float32)
+    for t in tl.static_range(T):
+        sel = offs_t == t
+        dt = _row(R, sel) - tl.sum(D * _row(A, sel)[:, None], 0)
+        D = tl.where(sel[:, None], dt[None, :], D)
+    # outputs o_s = exp(G_s) S_h q_s + sum_{j<=s} exp(G_s - G_j) (k_j . q_s) d_j
+    M = tl.where(offs_t[:, None] >= offs_t[None, :], tl.exp(dG) * KQ, 0.0)
+    O = eGw[:, None] * SQ
+    for t in tl.static_range(T):
+        sel = offs_t == t
+        O += tl.where(sel[:, None], tl.sum(D * _row(M, sel)[:, None], 0)[None, :], 0.0)
+    tl.store(out_ptr + (tok[:, None] * HV + h) * V + offs_v[None, :],
+             cast_rne(O, out_ptr.dtype.element_ty, INTERPRET), mask=mtv)
+    # window records (all T' tokens) at logical positions write_pos + t
+    srow = slot * RING + (org + w + offs_t) % RING
+    tl.store(d_rec_ptr + (srow[:, None] * HV + h) * V + offs_v[None, :],
+             cast_rne(D, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mtv)
+    tl.store(g_rec_ptr + srow * HV + h, gw, mask=mt & ((offs_t * 0 + vb) == 0))
+    tl.store(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :],
+             cast_rne(Kw, k_rec_ptr.dtype.element_ty, INTERPRET),
+             mask=mtk & ((tok[:, None] * 0 + offs_k[None, :] * 0 + vb + h % (HV // H)) == 0))
+    if flush:
+        s_h = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, org, h, hk, offs_v, mv, offs_k, mk,
+                           H, HV, K, V, RING)
+        cnt = tl.load(sr_ptr + slot)
+        rand = (cnt * num_slots + slot) * (HV * V * K) + h * V * K + tile
+        store_state_tile(ckpt_ptr, sc_ptr, s_h, base * K + tile, base + offs_v, ms, mv, seed, rand,
+                         SCALED, SR, INTERPRET)
+    tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
+
+
+@triton.jit
+def _replay_spec_commit_kernel(slot_ptr, acc_ptr, wpos_ptr, origin_ptr, isflush_ptr, pending_ptr, sr_ptr, R,
+                               T: tl.constexpr, LSPEC: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    slot = tl.load(slot_ptr + offs, mask=offs < R, other=-1)
+    m = (offs < R) & (slot >= 0)
+    k = tl.load(acc_ptr + offs, mask=m, other=1).to(tl.int32)
+    w = tl.load(wpos_ptr + slot, mask=m, other=0)
+    org = tl.load(origin_ptr + slot, mask=m, other=0)
+    f = tl.load(isflush_ptr + slot, mask=m, other=0) != 0
+    nw = tl.where(f, k, w + k)
+    tl.store(origin_ptr + slot, tl.where(f, (org + w) % RING, org), mask=m)
+    tl.store(wpos_ptr + slot, nw, mask=m)
+    tl.store(isflush_ptr + slot, (nw + 2 * T > LSPEC).to(tl.int32), mask=m)
+    tl.store(pending_ptr + slot, 0, mask=m)
+    cnt = tl.load(sr_ptr + slot, mask=m, other=0)
+    tl.store(sr_ptr + slot, cnt + f.to(tl.int64), mask=m)
+
+
+def launch_replay_spec(kern, slot_ids, inputs, out) -> None:
+    """Launch one speculative verify of ``kern`` (a TritonGDNReplay) for all rows."""
+    R = slot_ids.shape[0]
+    bv, nvb, nw = kern.launch_shape(R)
+    dec = kern.decode
+    _replay_spec_kernel[(R, kern.HV, nvb)](
+        slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log, kern.dt_bias,
+        kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,
+        kern.origin, kern.is_flush, kern.pending, kern.sr_count, kern.seed, kern.num_slots,
+        H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, T=dec.window, RING=dec.ring_rows, SCALE=kern.K ** -0.5,
+        BK=kern.BK, BV=bv, BT=triton.next_power_of_2(dec.window), BH=triton.next_power_of_2(dec.buffer),
+        SCALED=kern.scaled, SR=kern.sr, INTERPRET=kern.interpret, num_warps=nw)
+
+
+def launch_replay_spec_commit(kern, slot_ids, accepted) -> None:
+    R = slot_ids.shape[0]
+    dec = kern.decode
+    _replay_spec_commit_kernel[(triton.cdiv(R, 256),)](
+        slot_ids, accepted, kern.write_pos, kern.origin, kern.is_flush, kern.pending, kern.sr_count, R,
+        T=dec.window, LSPEC=dec.lspec, RING=dec.ring_rows, BLOCK=256)
+
+
+__all__ = ["launch_replay_spec", "launch_replay_spec_commit"]

@@ -1,0 +1,245 @@
+"""Storage, device cursors, argument checks and inspection shared by the GDN Triton kernels.
+
+Oracle: the literal models of ``replayssm.ops.gdn.naive`` (same snapshot layout, same cursor
+rules of ``DecodeConfig``).  Expected error: none here; the inspection methods are exact
+(``committed_state`` folds the stored checkpoint and records in fp64).
+
+Every cursor lives on the device (int32 per slot: ``write_pos``, ``origin``, ``is_flush``,
+``current`` draft position of the speculative baseline, ``ready``, ``pending``, a ``ticket``
+used by standard decode to advance the cursor inside the step kernel, and the int64
+stochastic-rounding write count ``sr_count``).  A step therefore launches kernels only, with no
+host synchronisation, and can be captured in a CUDA graph.
+
+``options``:
+
+* ``checks`` (default True): host-side argument and cursor checks before every launch, the
+  validation path (each check reads the device cursors: one synchronisation per call).  With
+  ``checks=False`` the calls launch straight away (benchmarks, CUDA graphs); bad input is then
+  undefined behaviour.
+* ``block_v``: value rows per program (a power of two; default chosen from the batch size),
+  ``num_warps``: warps per program (default from the tile size).
+
+Standard decode (T' = 1): ``verify`` applies the token and advances the cursor on the device (the
+last of a slot's programs to finish, through an atomic ticket); ``commit(1)`` only closes the
+step (with checks on it verifies there was a step to close).  Speculative decode: ``commit``
+launches the device-side cursor update.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from replayssm.interface import PAD_SLOT, KernelSnapshot, KernelUnderTest, next_pow2
+from replayssm.ops.gdn.naive import GDNMath
+from replayssm.ops.gdn.triton_math import INTERPRET, load_state_tile, store_state_tile, ticket
+
+STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
+ACTS = ("fp32", "bf16", "fp16")
+OPTIONS = ("checks", "block_v", "num_warps")
+
+
+@triton.jit
+def _reset_kernel(slot_ptr, init_ptr, origin_in_ptr, st_ptr, sc_ptr, wpos_ptr, origin_ptr, isflush_ptr,
+                  cur_ptr, ready_ptr, pending_ptr, ticket_ptr, sr_ptr, seed, num_slots,
+                  HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                  NVB: tl.constexpr, NPOS: tl.constexpr, FLUSH0: tl.constexpr, HAS_INIT: tl.constexpr,
+                  HAS_ORIGIN: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr, INTERPRET: tl.constexpr):
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    slot = tl.load(slot_ptr + r).to(tl.int64)
+    if slot < 0:
+        return
+    offs_k = tl.arange(0, BK)
+    offs_v = vb * BV + tl.arange(0, BV)
+    mk = offs_k < K
+    mv = offs_v < V
+    ms = mv[:, None] & mk[None, :]
+    tile = offs_v[:, None] * K + offs_k[None, :]
+    if HAS_INIT:
+        s = tl.load(init_ptr + (r * HV + h) * V * K + tile, mask=ms, other=0.0).to(tl.float32)
+    else:
+        s = tl.zeros([BV, BK], dtype=tl.float32)
+    base = (slot * NPOS * HV + h) * V
+    cnt = tl.load(sr_ptr + slot)
+    rand = (cnt * num_slots + slot) * (HV * V * K) + h * V * K + tile
+    store_state_tile(st_ptr, sc_ptr, s, base * K + tile, base + offs_v, ms, mv, seed, rand,
+                     SCALED, SR, INTERPRET)
+    first = (h + vb) == 0
+    if HAS_ORIGIN:
+        org = tl.load(origin_in_ptr + r).to(tl.int32)
+    else:
+        org = 0
+    tl.store(wpos_ptr + slot, 0, mask=first)
+    tl.store(origin_ptr + slot, org, mask=first)
+    tl.store(isflush_ptr + slot, FLUSH0, mask=first)
+    tl.store(cur_ptr + slot, 0, mask=first)
+    tl.store(ready_ptr + slot, 1, mask=first)
+    tl.store(pending_ptr + slot, 0, mask=first)
+    last = ticket(ticket_ptr, slot, HV * NVB)
+    tl.store(sr_ptr + slot, cnt + 1, mask=last)
+
+
+@triton.jit
+def _close_step_kernel(slot_ptr, pending_ptr, R, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    slot = tl.load(slot_ptr + offs, mask=offs < R, other=-1)
+    tl.store(pending_ptr + slot, 0, mask=(offs < R) & (slot >= 0))
+
+
+class TritonGDNBase(KernelUnderTest):
+    """Common part of the GDN Triton kernels (not registered itself)."""
+
+    family = "gdn"
+    NPOS_EXTRA = 0  # extra state positions per slot beyond the checkpoint (speculative baseline)
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        if mode.state not in STATES:
+            return (f"state dtype {mode.state} is not implemented (states: fp32, bf16, fp16, fp8e4m3 with "
+                    f"per-row fp32 scales); fp64 is the literal models' reference mode")
+        if mode.act not in ACTS:
+            return f"activation dtype {mode.act} is not implemented (activations: fp32, bf16, fp16)"
+        if mode.dot != "ieee":
+            return (f"dot={mode.dot}: the readouts are fp32 FMA reductions (no tensor-core dot), so only "
+                    f"ieee is implemented")
+        unknown = set(options) - set(OPTIONS)
+        if unknown:
+            return f"unknown option(s) {sorted(unknown)}; expected a subset of {OPTIONS}"
+        bv = options.get("block_v")
+        if bv is not None and (not isinstance(bv, int) or bv < 1 or bv & (bv - 1)):
+            return f"option block_v={bv!r}: expected a power of two"
+        nw = options.get("num_warps")
+        if nw is not None and nw not in (1, 2, 4, 8, 16):
+            return f"option num_warps={nw!r}: expected 1, 2, 4, 8 or 16"
+        return None
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        g, dev, S = self.geometry, self.device, self.num_slots
+        self.H, self.HV, self.K, self.V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
+        self.BK = next_pow2(self.K)
+        self.checks = bool(config.options.get("checks", True))
+        self.block_v = config.options.get("block_v")
+        self.num_warps = config.options.get("num_warps")
+        self.interpret = INTERPRET or dev.type != "cuda"
+        self.sm_count = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
+        self.A_log = config.params["A_log"].to(device=dev, dtype=torch.float32).contiguous()
+        self.dt_bias = config.params["dt_bias"].to(device=dev, dtype=torch.float32).contiguous()
+        self.seed = self.mode.seed
+        self.sr = self.mode.rounding == "stochastic"
+        self.scaled = self.mode.scaled_state
+        self.npos = 1 + self.NPOS_EXTRA
+        # per-slot state positions: [slots, npos, HV, V, K] (npos = 1 except the speculative baseline)
+        self.states = torch.zeros((S, self.npos, *self.state_shape), dtype=self.mode.state_dtype, device=dev)
+        self.scales = torch.ones((S, self.npos, *self.state_shape[:-1]), dtype=torch.float32, device=dev)
+        i32 = dict(dtype=torch.int32, device=dev)
+        self.write_pos = torch.zeros(S, **i32)
+        self.origin = torch.zeros(S, **i32)
+        self.is_flush = torch.zeros(S, **i32)
+        self.current = torch.zeros(S, **i32)
+        self.ready = torch.zeros(S, **i32)
+        self.pending = torch.zeros(S, **i32)
+        self.ticket = torch.zeros(S, **i32)
+        self.sr_count = torch.zeros(S, dtype=torch.int64, device=dev)
+
+    # ---- launch geometry ---------------------------------------------------------------------------
+    def launch_shape(self, R: int) -> tuple[int, int, int]:
+        """(block_v, value blocks, num_warps) for a batch of R rows."""
+        Vp = next_pow2(self.V)
+        bv = self.block_v or Vp
+        if self.block_v is None and not self.interpret:
+            while bv > 16 and R * self.HV * triton.cdiv(self.V, bv) < 4 * self.sm_count:
+                bv //= 2
+        bv = min(bv, Vp)
+        nw = self.num_warps or max(1, min(8, bv * self.BK // 2048))
+        return bv, triton.cdiv(self.V, bv), nw
+
+    # ---- cursors on the host (checks and inspection only) ----------------------------------------
+    def _host(self, t: torch.Tensor) -> list[int]:
+        return [int(x) for x in t.tolist()]
+
+    def _check_ready(self, ids: list[int]) -> None:
+        ready = self._host(self.ready)
+        for r, s in enumerate(ids):
+            if s != PAD_SLOT and not ready[s]:
+                raise ValueError(f"slot_ids[{r}]: slot {s} was never reset")
+
+    def _check_pending(self, ids: list[int]) -> None:
+        pending = self._host(self.pending)
+        for r, s in enumerate(ids):
+            if s != PAD_SLOT and not pending[s]:
+                raise ValueError(f"slot_ids[{r}]: slot {s} has no verify to commit")
+
+    def _alloc_out(self, R: int, out):
+        if out is not None:
+            return out
+        shape = (R, self.decode.window, *self.out_shape)
+        if self.checks:
+            return torch.full(shape, float("nan"), dtype=self.mode.act_dtype, device=self.device)
+        return torch.empty(shape, dtype=self.mode.act_dtype, device=self.device)
+
+    # ---- reset -------------------------------------------------------------------------------------------
+    def reset(self, slot_ids, initial_state=None, origin=None) -> None:
+        if self.checks:
+            self.check_reset_args(slot_ids, initial_state, origin)
+        R = slot_ids.shape[0]
+        if R == 0:
+            return
+        init = None if initial_state is None else initial_state.to(torch.float32).contiguous()
+        bv, nvb, nw = self.launch_shape(R)
+        _reset_kernel[(R, self.HV, nvb)](
+            slot_ids, init if init is not None else self.scales, origin if origin is not None else slot_ids,
+            self.states, self.scales, self.write_pos, self.origin, self.is_flush, self.current, self.ready,
+            self.pending, self.ticket, self.sr_count, self.seed, self.num_slots,
+            HV=self.HV, K=self.K, V=self.V, BK=self.BK, BV=bv, NVB=nvb, NPOS=self.npos,
+            FLUSH0=int(self.decode.is_flush(0)), HAS_INIT=init is not None, HAS_ORIGIN=origin is not None,
+            SCALED=self.scaled, SR=self.sr, INTERPRET=self.interpret, num_warps=nw)
+
+    def _close_step(self, slot_ids) -> None:
+        R = slot_ids.shape[0]
+        if R:
+            _close_step_kernel[(triton.cdiv(R, 256),)](slot_ids, self.pending, R, BLOCK=256)
+
+    # ---- inspection ----------------------------------------------------------------------------------
+    def _state_at(self, slot: int, pos: int) -> torch.Tensor:
+        st = self.states[slot, pos].to(torch.float64)
+        if self.scaled:
+            st = st * self.scales[slot, pos].to(torch.float64).unsqueeze(-1)
+        return st
+
+    def _checkpoint_pos(self, slot: int) -> int:
+        return 0
+
+    def checkpoint_state(self, slot_ids) -> torch.Tensor:
+        ids = self._check_slot_ids(slot_ids)
+        out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
+        for r, s in enumerate(ids):
+            if s != PAD_SLOT:
+                out[r] = self._state_at(s, self._checkpoint_pos(s))
+        return out
+
+    def _flags(self) -> dict[str, torch.Tensor]:
+        return {"ready": self.ready.cpu().clone(), "pending": self.pending.cpu().clone(),
+                "sr_count": self.sr_count.cpu().clone()}
+
+    supports_restore = True
+
+    def _restore_flags(self, snap: KernelSnapshot) -> None:
+        for name in ("ready", "pending", "sr_count"):
+            if name not in snap.extra:
+                raise ValueError(f"snapshot.extra: expected key {name!r} (a snapshot of {self.name!r})")
+        self.ready.copy_(snap.extra["ready"])
+        self.pending.copy_(snap.extra["pending"])
+        self.sr_count.copy_(snap.extra["sr_count"])
+        self.ticket.zero_()
+
+
+def fold_fp64(s0: torch.Tensor, hist: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The state after folding records ``hist`` (d, k, g) into ``s0``, in fp64 (spec 3)."""
+    return GDNMath().fold(s0, {k: v.to(torch.float64) for k, v in hist.items()}, None, None)
+
+
+__all__ = ["TritonGDNBase", "fold_fp64", "load_state_tile", "store_state_tile", "ticket"]
