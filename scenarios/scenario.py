@@ -262,17 +262,48 @@ class Scenario:
 
     # ---- constructors ---------------------------------------------------------------------------------
     @classmethod
-    def tiny(cls, family: str = "mamba2", decode: str = "speculative", **overrides) -> Scenario:
-        """The CPU scenario: ``tiny`` geometry, 3 rows (one padding row), 5 slots (0, 2, 4 unused
-        canaries), ring origins != 0; speculative T' = 4, B = 12 (ring 16 = B + T': a window that
-        overruns the threshold wraps onto committed rows) or standard L = 8."""
+    def build(cls, family: str = "mamba2", *, decode: str = "speculative", batch: int = 3, padding: int | None = None,
+              window: int | None = None, buffer: int | None = None, num_slots: int | None = None,
+              **fields) -> Scenario:
+        """A scenario with the suite's batch layout: ``batch`` rows of which ``padding`` (default 1
+        when batch >= 2) are padding rows (every second row from row 1); active row i uses slot
+        2i + 1 counted from the top (so slot 0 and the last slot stay unused canaries: a kernel
+        indexing with slot -1 is caught); speculative ring origins (5 + 7i) mod ring != 0.
+        Defaults: speculative T' = 4, B = 12 (ring 16 = B + T'); standard L = 8."""
+        if not _is_int(batch) or batch < 1:
+            raise _fail("rows", f"expected a batch of at least 1 row, got {batch!r}")
+        if padding is None:
+            padding = 1 if batch >= 2 else 0
+        if not _is_int(padding) or not 0 <= padding < batch:
+            raise _fail("slot_ids", f"expected 0 <= padding rows < batch = {batch}, got {padding!r}")
+        if window is None:
+            window = 4 if decode == "speculative" else 1
+        if buffer is None:
+            buffer = 12 if decode == "speculative" else 8
+        pad_rows = set(range(1, 2 * padding, 2)) if 2 * padding <= batch else set(range(batch - padding, batch))
+        active = [r for r in range(batch) if r not in pad_rows]
+        n = len(active)
+        if num_slots is None:
+            num_slots = 2 * n + 1
+        slots = {r: num_slots - 2 - 2 * i for i, r in enumerate(active)} if num_slots >= 2 * n + 1 else \
+            {r: i for i, r in enumerate(active)}
+        ring = next_pow2(buffer + window) if decode == "speculative" else buffer
+        slot_ids = tuple(slots.get(r, PAD_SLOT) for r in range(batch))
         if decode == "speculative":
-            base = dict(window=4, buffer=12, origins=(5, 0, 13))
+            origins = tuple(0 if r in pad_rows else (5 + 7 * active.index(r)) % ring for r in range(batch))
         else:
-            base = dict(window=1, buffer=8, origins=(0, 0, 0))
-        base.update(family=family, decode=decode, geometry="tiny", rows=3, num_slots=5, slot_ids=(3, PAD_SLOT, 1))
-        base.update(overrides)
+            origins = (0,) * batch
+        base = dict(family=family, decode=decode, window=window, buffer=buffer, rows=batch, num_slots=num_slots,
+                    slot_ids=slot_ids, origins=origins)
+        base.update(fields)
         return cls(**base)
+
+    @classmethod
+    def tiny(cls, family: str = "mamba2", decode: str = "speculative", **overrides) -> Scenario:
+        """The CPU scenario: ``tiny`` geometry, 3 rows (row 1 padding) on slots (3, -1, 1) of 5
+        (0, 2, 4 unused canaries); speculative T' = 4, B = 12 (ring 16 = B + T', origins 5 and 12)
+        or standard L = 8.  ``overrides`` go to :meth:`build` (``batch``, ``padding``, any field)."""
+        return cls.build(family, decode=decode, **{"geometry": "tiny", **overrides})
 
 
 __all__ = ["DECODES", "INITIAL_STATES", "SCHEMA_VERSION", "Scenario"]

@@ -1,0 +1,98 @@
+"""The ``replayssm`` command (also ``python -m replayssm``).
+
+Subcommands are modules listed in :data:`COMMANDS`; each exposes ``add_parser(subparsers)``
+(adding its parser, whose ``name`` is the subcommand) and ``run(args) -> int``.  To add one,
+write ``replayssm/cli_<name>.py`` and add one line to :data:`COMMANDS`.  A subcommand module
+that fails to import does not break the others: calling it reports the import error (exit 2).
+
+Exit codes: 0 pass, 1 mismatch (validation failed), 2 usage error (one-line message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+COMMANDS = [
+    "replayssm.cli_list",
+    "replayssm.cli_validate",
+]
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A bad command line or input file: printed as one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line instead of usage + message
+        raise UsageError(f"{self.prog}: {message} (see --help)")
+
+
+def _broken_command(subparsers, module: str, err: BaseException) -> None:
+    name = module.rsplit(".", 1)[-1].removeprefix("cli_")
+    p = subparsers.add_parser(name, help=f"(unavailable: {module} failed to import)", add_help=False)
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(_run=lambda args: _report_broken(module, err))
+
+
+def _report_broken(module: str, err: BaseException) -> int:
+    print(f"replayssm: subcommand module {module} failed to import: {type(err).__name__}: {err}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="replayssm", description="Numerical validation and drift testing for ReplaySSM-style "
+                                                   "decode kernels (Mamba-2, Gated DeltaNet).")
+    from replayssm import __version__
+    parser.add_argument("--version", action="version", version=f"replayssm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module in COMMANDS:
+        try:
+            mod = importlib.import_module(module)
+        except Exception as e:  # noqa: BLE001 - one broken subcommand must not break the CLI
+            _broken_command(sub, module, e)
+            continue
+        p = mod.add_parser(sub)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def _device_from_argv(argv: list[str]) -> str | None:
+    for i, a in enumerate(argv):
+        if a == "--device" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--device="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `--device cpu` runs Triton kernels through the interpreter: set the switch before any kernel
+    # module imports triton (replayssm/__init__ only sets it when no CUDA device exists).
+    if _device_from_argv(argv) == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "_run", None):
+            parser.print_help()
+            return EXIT_USAGE
+        return int(args._run(args))
+    except UsageError as e:
+        print(str(e).splitlines()[0] if str(e) else "replayssm: usage error", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as e:
+        msg = " ".join(str(e).split())
+        print(f"replayssm: error: {msg}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("replayssm: interrupted", file=sys.stderr)
+        return 130
+
+
+__all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_PASS", "EXIT_USAGE", "UsageError", "build_parser", "main"]

@@ -1,0 +1,146 @@
+"""``replayssm validate``: run one kernel through one scenario and judge it.
+
+Builds the scenario from flags (or ``--scenario FILE``, flags given explicitly override its
+fields), runs :func:`replayssm.validators.run_scenario`, writes ``<out>/<stem>.json`` and
+``<stem>.md``, prints the verdict and the throughput.  Exit 0 pass, 1 mismatch, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Flags that map onto scenario fields (dest -> field).  Their argparse default is None so an
+# explicit flag can override a --scenario file.
+_FIELDS = {
+    "family": "family", "geometry": "geometry", "precision": "mode", "decode": "decode", "window": "window",
+    "buffer": "buffer", "schedule": "schedule", "steps": "steps", "seed": "seed", "distribution": "distribution",
+    "initial_state": "initial_state", "slots": "num_slots",
+}
+
+
+# Below this many state elements per step (rows x state) torch's intra-op threads only cost.
+SMALL_STATE = 1 << 16
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("validate", help="validate a kernel against the fp64 reference on a scenario",
+                              description="Validate one kernel on one scenario. Exit 0 pass, 1 mismatch, 2 usage.")
+    p.add_argument("--kernel", required=True, help="registered kernel name (see `replayssm list kernels`)")
+    p.add_argument("--scenario", metavar="FILE", help="scenario JSON; flags given explicitly override its fields")
+    p.add_argument("--family", choices=["mamba2", "gdn"], help="op family (default mamba2)")
+    p.add_argument("--precision", metavar="MODE", help="precision mode id, e.g. s32a16 (default)")
+    p.add_argument("--geometry", metavar="NAME", help="preset geometry (default tiny)")
+    p.add_argument("--decode", choices=["standard", "speculative"], help="decode kind (default speculative)")
+    p.add_argument("--window", type=int, metavar="T", help="speculative window T' (default 4)")
+    p.add_argument("--buffer", type=int, metavar="B", help="history block B (speculative, default 12) or L "
+                                                           "(standard, default 8)")
+    p.add_argument("--schedule", help="acceptance schedule (default exhaustive)")
+    p.add_argument("--steps", type=int, help="steps (default: the schedule's own length)")
+    p.add_argument("--batch", type=int, help="batch rows (default 3)")
+    p.add_argument("--padding", type=int, help="padding rows among them (default 1 when batch >= 2)")
+    p.add_argument("--slots", type=int, help="state slots the kernel owns (default 2 x active rows + 1)")
+    p.add_argument("--seed", type=int, help="scenario seed (default 0)")
+    p.add_argument("--distribution", help="input regime (default mild)")
+    p.add_argument("--initial-state", dest="initial_state", choices=["zeros", "random"])
+    p.add_argument("--kernel-option", dest="kernel_options", action="append", default=[], metavar="KEY=VALUE",
+                   help="kernel option (repeatable), e.g. route=state_and_output")
+    p.add_argument("--device", default="cpu", help="cpu (Triton kernels through the interpreter) or cuda[:N]")
+    p.add_argument("--out", default="replayssm-results", help="folder for the result JSON and Markdown")
+    p.add_argument("--save-scenario", metavar="FILE", help="also write the scenario JSON used")
+    p.add_argument("--literal-every", type=int, default=1, help="run the literal model every N steps (0: never)")
+    p.add_argument("--invariants-every", type=int, default=1, help="snapshot invariants every N steps (0: never)")
+    p.add_argument("--state-every", type=int, default=1, help="committed-state check every N steps (0: never)")
+    p.add_argument("--no-repeat", action="store_true", help="skip the repeated-run bit-identity check")
+    p.add_argument("--stop-on-failure", action="store_true", help="stop after the first failing step")
+    p.add_argument("--progress", action="store_true", default=None, help="progress bar (default: long runs on a tty)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 for small geometries, whose "
+                                                "ops are too small to split and slow down under CPU contention)")
+    p.add_argument("--quiet", action="store_true", help="print only the verdict line")
+    return p
+
+
+def _option_value(text: str):
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def scenario_from_args(args):
+    from replayssm.scenarios.scenario import Scenario
+    given = {field: getattr(args, dest) for dest, field in _FIELDS.items() if getattr(args, dest) is not None}
+    opts = {}
+    for kv in args.kernel_options:
+        if "=" not in kv:
+            raise ValueError(f"--kernel-option: expected KEY=VALUE, got {kv!r}")
+        k, v = kv.split("=", 1)
+        opts[k] = _option_value(v)
+    if args.scenario:
+        sc = Scenario.load(args.scenario)
+        changes = dict(given)
+        if opts:
+            changes["kernel_options"] = {**sc.kernel_options, **opts}
+        if args.batch is not None or args.padding is not None:
+            raise ValueError("--batch/--padding: the batch layout comes from --scenario; edit rows/slot_ids there")
+        return sc.replace(**changes) if changes else sc
+    family = given.pop("family", "mamba2")
+    decode = given.pop("decode", "speculative")
+    given.setdefault("geometry", "tiny")
+    given.setdefault("schedule", "exhaustive")
+    if opts:
+        given["kernel_options"] = opts
+    kw = {}
+    for _name, field in (("window", "window"), ("buffer", "buffer"), ("slots", "num_slots")):
+        if field in given:
+            kw[field] = given.pop(field)
+    return Scenario.build(family, decode=decode, batch=3 if args.batch is None else args.batch,
+                          padding=args.padding, **kw, **given)
+
+
+def run(args) -> int:
+    from replayssm.cli_list import load_kernels
+    from replayssm.registry import get
+    from replayssm.scenarios.schedules import default_steps
+    from replayssm.validators.runner import run_scenario
+
+    sc = scenario_from_args(args)
+    load_kernels()
+    get(args.kernel, sc.family)  # ValueError naming the choices -> exit 2
+    dev = args.device
+    if dev.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device: {dev} requested but no CUDA device is available (use --device cpu)")
+    elif dev != "cpu":
+        raise ValueError(f"--device: expected cpu or cuda[:N], got {dev!r}")
+    import math
+
+    import torch
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads: expected a positive integer, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    elif dev == "cpu" and math.prod(sc.geometry_obj.state_shape) * sc.rows < SMALL_STATE:
+        torch.set_num_threads(1)
+    n = sc.steps if sc.steps is not None else default_steps(sc)
+    progress = args.progress if args.progress is not None else (n >= 200 and sys.stderr.isatty())
+    if args.save_scenario:
+        sc.save(args.save_scenario)
+    res = run_scenario(sc, args.kernel, device=dev, progress=progress, repeat_check=not args.no_repeat,
+                       literal_every=args.literal_every, invariants_every=args.invariants_every,
+                       state_every=args.state_every, stop_on_failure=args.stop_on_failure)
+    stem = f"{sc.family}-{args.kernel}-{sc.mode}-{sc.decode}-{sc.schedule}-seed{sc.seed}"
+    pj, pm = res.save(Path(args.out), stem)
+    print(res.headline())
+    if not args.quiet:
+        if not res.passed:
+            for c, k in sorted(res.failure_counts.items()):
+                print(f"  {c}: {k} failure(s)")
+        print(f"throughput: {res.tokens_per_s:,.0f} tokens/s ({res.tokens_accepted} accepted tokens, "
+              f"{res.tokens_verified} verified, {res.steps_run} steps in {res.wall_s:.2f} s on {dev}, "
+              f"including the fp64 reference and checks)")
+        print(f"result: {pj}  summary: {pm}")
+    return 0 if res.passed else 1

@@ -1,0 +1,271 @@
+"""Broken kernels ("mutants"): the literal replay models with one field-seen bug each (spec 7).
+
+Oracle: each mutant is the literal model plus exactly one deliberate bug; the validation engine
+must fail it (exit 1) and name the first step where the bug shows.  ``first_bad_step(name, sc)``
+says, from the scenario's plan alone, which step that is; tests/test_mutants_engine.py checks the
+engine names exactly that step.  Mutants register with ``kind = "mutant"`` for both families, so
+``replayssm list`` shows them apart and ``replayssm validate --kernel mutant-...`` runs them.
+
+To add one: write a mixin class overriding the literal model's methods, then
+``register_mutant(Mixin, "mutant-<name>", "what is wrong", decodes=(...), first_bad=fn)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from replayssm.interface import PAD_SLOT, DecodeConfig
+from replayssm.ops.gdn.naive import GDNLiteralReplay
+from replayssm.ops.literal import LiteralReplayKernel
+from replayssm.ops.mamba2.naive import Mamba2LiteralReplay
+from replayssm.registry import register
+from replayssm.rounding import FP8_MAX
+
+BASES = {"mamba2": Mamba2LiteralReplay, "gdn": GDNLiteralReplay}
+
+
+@dataclass(frozen=True)
+class MutantSpec:
+    name: str
+    description: str
+    decodes: tuple[str, ...]
+    first_bad: Callable | None  # (scenario, plan) -> first step the engine must flag, or None
+    classes: dict
+
+
+MUTANTS: dict[str, MutantSpec] = {}
+
+
+def register_mutant(mixin: type, name: str, description: str, *, decodes=("speculative", "standard"),
+                    first_bad: Callable | None = None) -> MutantSpec:
+    """Register ``mixin`` on top of each family's literal replay model as kernel ``name``."""
+    classes = {}
+    for fam, base in BASES.items():
+        cls = type(f"{mixin.__name__}_{fam}", (mixin, base),
+                   {"name": name, "family": fam, "kind": "mutant", "description": description,
+                    "literal_twin": "literal-replay", "__module__": __name__})
+        classes[fam] = register(cls, replace=True)
+    spec = MutantSpec(name, description, tuple(decodes), first_bad, classes)
+    MUTANTS[name] = spec
+    return spec
+
+
+def first_bad_step(name: str, sc, steps=None) -> int | None:
+    """The first step at which mutant ``name`` must be flagged on scenario ``sc`` (None: unknown)."""
+    from replayssm.scenarios.schedules import plan
+    spec = MUTANTS[name]
+    if spec.first_bad is None:
+        return None
+    return spec.first_bad(sc, steps if steps is not None else plan(sc))
+
+
+# ---- helpers: each row's cursor history under the plan (spec rules) -----------------------------------------
+def _walk(sc, steps):
+    """Yield (step, row, write_pos before verify, flush?, k) for active rows, spec cursor rules."""
+    dec = sc.decode_config
+    ids = sc.resolved_slot_ids
+    wp = {r: 0 for r, s in enumerate(ids) if s != PAD_SLOT}
+    for p in steps:
+        for r in p.reset_rows:
+            wp[r] = 0
+        for r in sorted(wp):
+            flush = dec.is_flush(wp[r])
+            yield p.step, r, wp[r], flush, p.accepted[r]
+            wp[r], _ = dec.commit_cursor(wp[r], 0, flush, p.accepted[r])
+
+
+def _first(sc, steps, pred, offset=0):
+    for s, _r, w, f, k in _walk(sc, steps):
+        if pred(sc, w, f, k):
+            return s + offset
+    return None
+
+
+# ---- the mutants ----------------------------------------------------------------------------------------------
+class StaleReadAfterAccept:
+    """After a commit that accepted drafts (k >= 2), the next verify reads the history as it was
+    before that commit (a stale slot/cursor read); writes go to the right rows."""
+
+    def commit(self, slot_ids, accepted):
+        before = list(self.write_pos)
+        super().commit(slot_ids, accepted)
+        self._stale = getattr(self, "_stale", {})
+        for s, k in zip(slot_ids.tolist(), accepted.tolist()):
+            if s != PAD_SLOT and k >= 2 and not self.flushed[s]:
+                self._stale[s] = before[s]
+
+    def verify(self, slot_ids, inputs, out=None):
+        self._reading = True
+        try:
+            return super().verify(slot_ids, inputs, out)
+        finally:
+            self._reading = False
+            self._stale = {}
+
+    def _history(self, slot, n):
+        stale = getattr(self, "_stale", {})
+        if getattr(self, "_reading", False) and slot in stale:
+            n = stale[slot]
+        return super()._history(slot, n)
+
+
+class CommitNeverApplied:
+    """commit() closes the step but never advances the cursor: accepted tokens are never committed."""
+
+    def commit(self, slot_ids, accepted):
+        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending)
+        for s in ids:
+            if s != PAD_SLOT:
+                self.pending[s] = False
+
+
+class ClampedAccept:
+    """The accepted count is clamped to the draft capacity T' - 1: the bonus token of a fully
+    accepted window is dropped."""
+
+    def commit(self, slot_ids, accepted):
+        cap = max(1, self.decode.window - 1)
+        super().commit(slot_ids, accepted.clamp(max=cap))
+
+
+class StaleRingRowAfterShortWindow:
+    """When the previous commit accepted fewer than T' tokens, the next verify does not rewrite
+    the ring row of window position 0 (it still holds the rejected draft)."""
+
+    def commit(self, slot_ids, accepted):
+        super().commit(slot_ids, accepted)
+        self._short = getattr(self, "_short", set())
+        for s, k in zip(slot_ids.tolist(), accepted.tolist()):
+            if s != PAD_SLOT:
+                if k < self.decode.window and not self.flushed[s]:
+                    self._short.add(s)
+                else:
+                    self._short.discard(s)
+
+    def verify(self, slot_ids, inputs, out=None):
+        keep = {}
+        for s in getattr(self, "_short", set()):
+            if s in slot_ids.tolist():
+                row = self._row_of(s, self.write_pos[s])
+                keep[s] = (row, {k: v[s, row].clone() for k, v in self.records.items()})
+        res = super().verify(slot_ids, inputs, out)
+        for s, (row, saved) in keep.items():
+            for k, v in saved.items():
+                self.records[k][s, row].copy_(v)
+        self._short = set()
+        return res
+
+
+_LOWER = {torch.float64: torch.float32, torch.float32: torch.bfloat16, torch.bfloat16: torch.float8_e4m3fn,
+          torch.float16: torch.float8_e4m3fn, torch.float8_e4m3fn: torch.float8_e5m2, torch.int8: torch.float8_e5m2}
+_LOWER_MAX = {torch.float8_e4m3fn: FP8_MAX, torch.float8_e5m2: 57344.0}
+
+
+class LowPrecisionState:
+    """The state is rounded through the next lower format before it is stored (fp32 -> bf16,
+    bf16/fp16 -> fp8 e4m3, fp8/int8 -> fp8 e5m2) while the declared mode is unchanged."""
+
+    def _store_state(self, slot, s, target, target_scale):
+        low = _LOWER[self.mode.state_dtype]
+        x = s.to(torch.float32)
+        if low in _LOWER_MAX:
+            scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-30) / _LOWER_MAX[low]
+            x = (x / scale).clamp(-_LOWER_MAX[low], _LOWER_MAX[low]).to(low).to(torch.float32) * scale
+        else:
+            x = x.to(low).to(torch.float32)
+        super()._store_state(slot, x.to(s.dtype), target, target_scale)
+
+
+class _ForcedFlush:
+    """A DecodeConfig whose is_flush answers a forced value (everything else delegated)."""
+
+    def __init__(self, dec: DecodeConfig, value: bool) -> None:
+        self._dec, self._value = dec, value
+
+    def is_flush(self, write_pos: int) -> bool:
+        return self._value
+
+    def __getattr__(self, name):
+        return getattr(self._dec, name)
+
+
+class LateFlush:
+    """The flush happens one verify late: at the verify the spec makes a flush the kernel only
+    appends; it flushes at the next one."""
+
+    def verify(self, slot_ids, inputs, out=None):
+        ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos, self.ready)
+        out = self._alloc_out(len(ids), out)
+        self._due = getattr(self, "_due", set())
+        real = self.decode
+        for r, s in enumerate(ids):
+            if s == PAD_SLOT:
+                continue
+            spec_flush = real.is_flush(self.write_pos[s])
+            if s in self._due:
+                force = True
+                self._due.discard(s)
+            elif spec_flush:
+                force = False
+                self._due.add(s)
+            else:
+                force = False
+            one = torch.full_like(slot_ids, PAD_SLOT)
+            one[r] = s
+            self.decode = _ForcedFlush(real, force)
+            try:
+                LiteralReplayKernel.verify(self, one, inputs, out)
+            finally:
+                self.decode = real
+        return out
+
+    def check_verify_args(self, slot_ids, inputs, out, write_pos=None, ready=None):
+        # The late flush lets write_pos run one window past the spec's bound: check the rest.
+        return super().check_verify_args(slot_ids, inputs, out, None, ready)
+
+
+class PaddingSlotWriter:
+    """Outputs are right, but for a padding row (slot -1) the window's input records are appended
+    to slot ``-1`` read as a Python index: the last slot."""
+
+    def verify(self, slot_ids, inputs, out=None):
+        res = super().verify(slot_ids, inputs, out)
+        for r, s in enumerate(slot_ids.tolist()):
+            if s != PAD_SLOT:
+                continue
+            for name, rec in self.records.items():
+                if name in inputs:
+                    src = inputs[name][r, 0].to(rec.dtype)
+                    if src.shape == rec[-1, 0].shape:
+                        rec[-1, self.write_pos[-1] % rec.shape[1]].copy_(src)
+        return res
+
+
+register_mutant(StaleReadAfterAccept, "mutant-stale-read",
+                "after accepting drafts (k >= 2) the next verify reads the pre-commit history (stale slot read)",
+                decodes=("speculative",),
+                first_bad=lambda sc, st: _first(sc, st, lambda sc, w, f, k: k >= 2 and not f, offset=1))
+register_mutant(CommitNeverApplied, "mutant-no-commit", "commit never advances the cursor (accepted never committed)",
+                first_bad=lambda sc, st: st[0].step)
+register_mutant(ClampedAccept, "mutant-clamped-accept", "accepted count clamped to T' - 1 (bonus token dropped)",
+                decodes=("speculative",),
+                first_bad=lambda sc, st: _first(sc, st, lambda sc, w, f, k: k == sc.window))
+register_mutant(StaleRingRowAfterShortWindow, "mutant-stale-ring-row",
+                "ring row of window position 0 left stale after a shorter accepted window",
+                decodes=("speculative",),
+                first_bad=lambda sc, st: _first(sc, st, lambda sc, w, f, k: k < sc.window and not f, offset=1))
+register_mutant(LowPrecisionState, "mutant-low-precision-state",
+                "state rounded through the next lower format than the declared mode before storing",
+                first_bad=lambda sc, st: st[0].step if sc.initial_state == "random" else
+                _first(sc, st, lambda sc, w, f, k: f))
+register_mutant(LateFlush, "mutant-late-flush", "flush one verify later than the spec's rule",
+                first_bad=lambda sc, st: _first(sc, st, lambda sc, w, f, k: f))
+register_mutant(PaddingSlotWriter, "mutant-padding-writer",
+                "correct outputs, but padding rows write records into slot -1 (the last slot)",
+                first_bad=lambda sc, st: st[0].step if PAD_SLOT in sc.resolved_slot_ids else None)
+
+
+__all__ = ["MUTANTS", "MutantSpec", "first_bad_step", "register_mutant"]
