@@ -1,9 +1,23 @@
 """Validators: drive any registered kernel through a scenario beside the fp64 reference and the
-literal model, check exact invariants and the tolerance rule, and report (JSON, Markdown)."""
+literal model, check exact invariants and the tolerance rule, and report (JSON, Markdown).
 
-from replayssm.validators.result import CHECKS, Failure, ValidationResult
-from replayssm.validators.runner import Lockstep, run_scenario
-from replayssm.validators.tolerances import TABLE, Tolerance, tolerance_for
+Names are imported lazily (the pytest plugin loads this package at pytest startup: it must stay
+cheap and must not import kernel modules)."""
 
-__all__ = ["CHECKS", "TABLE", "Failure", "Lockstep", "Tolerance", "ValidationResult", "run_scenario",
-           "tolerance_for"]
+from importlib import import_module
+
+_EXPORTS = {
+    "CHECKS": "result", "Failure": "result", "ValidationResult": "result",
+    "Lockstep": "runner", "run_scenario": "runner",
+    "TABLE": "tolerances", "Tolerance": "tolerances", "tolerance_for": "tolerances",
+    "assert_kernel_valid": "pytest_plugin",
+}
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(import_module(f"replayssm.validators.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'replayssm.validators' has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)
