@@ -18,6 +18,7 @@ import sys
 COMMANDS = [
     "replayssm.cli_list",
     "replayssm.cli_validate",
+    "replayssm.drift_cli",
 ]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
