@@ -451,12 +451,12 @@ def predict_at(fit: GrowthFit, horizon: float) -> float:
 
 # ---- per-flush error -----------------------------------------------------------------------------------
 
-def injected_per_flush(flush_index, state_err, local_err=None) -> dict:
+def injected_per_flush(flush_index, state_err, local_err=None, *, local_rms: float | None = None) -> dict:
     """Error injected by one flush.
 
     ``local_err`` (optional): the measured one-flush errors -- the checkpoint a flush writes,
     against the fp64 fold of the *kernel's own* previous checkpoint over the same tokens.  Their
-    RMS is the direct estimate.  Without it, the estimate comes from the accumulated state error
+    RMS is the direct estimate (or pass that RMS as ``local_rms``).  Without it, the estimate comes from the accumulated state error
     ``E_f`` at flush ``f``: while the state has not forgotten, independent per-flush errors add in
     quadrature, ``E_f^2 ~ f delta^2``, so ``delta`` is the square root of the least-squares slope of
     ``E_f^2`` on ``f`` over the first eighth of the flushes (at least 8) -- an underestimate when
@@ -485,6 +485,8 @@ def injected_per_flush(flush_index, state_err, local_err=None) -> dict:
         if le.size:
             out["local_rms"] = float(np.sqrt(np.mean(le * le)))
             out["local_median"] = float(np.median(le))
+    if local_rms is not None and out["local_rms"] is None:
+        out["local_rms"] = float(local_rms)
     if out["local_rms"] is not None:
         out["estimate"], out["basis"] = out["local_rms"], "local"
     elif out["from_growth"] is not None:

@@ -1,0 +1,263 @@
+"""``replayssm drift``: long lock-step runs against fp64, growth-law fits, budgets and reports.
+
+Oracle: :mod:`replayssm.validators.drift` (the runs), :mod:`replayssm.validators.drift_report`
+(the analysis and the JSON/Markdown/HTML reports), :mod:`replayssm.validators.drift_budgets`
+(``--check`` against golden/tolerances.toml).  With no options it runs the CPU default: both
+families, the literal ReplaySSM models, six precision modes, the long-memory scenario, standard
+decode and three speculative schedules, tiny geometry, 2 rows x 2,048 tokens per cell; reports
+land in ``out/drift/``.
+
+Exit codes: 0 pass, 1 a kernel exceeds its budget (``--check``), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+DEFAULTS = {"families": "mamba2,gdn", "kernels": "literal-replay",
+            "modes": "s32a32,s32a16,s16a16,sfp16a16,sfp16a16-sr,sfp8a16", "scenarios": "long-memory",
+            "schedules": "standard,spec-random,spec-always-1,spec-always-T", "geometry": "tiny"}
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "drift", help="long lock-step drift runs against fp64: growth laws, budgets, reports",
+        description="Run kernels x precision modes x scenarios in lock-step with the fp64 reference for many "
+                    "tokens (standard decode and speculative schedules), fit the growth law of the error, and "
+                    "write JSON/Markdown/HTML reports. --check fails when a kernel exceeds its budget.")
+    g = p.add_argument_group("sweep")
+    g.add_argument("--families", default=DEFAULTS["families"], help="comma list (default: %(default)s)")
+    g.add_argument("--kernels", default=DEFAULTS["kernels"], help="registered kernel names (default: %(default)s)")
+    g.add_argument("--modes", default=DEFAULTS["modes"], help="precision-mode ids (default: %(default)s)")
+    g.add_argument("--scenarios", default=DEFAULTS["scenarios"],
+                   help="input regimes (mild, long-memory, fast-forget, large-delta, heavy-tailed, near-fp16-limit; "
+                        "default: %(default)s)")
+    g.add_argument("--schedules", default=DEFAULTS["schedules"], help="standard, spec-random, spec-always-1, "
+                                                                       "spec-always-T (default: all)")
+    g.add_argument("--geometry", default=DEFAULTS["geometry"],
+                   help="a preset for every family (tiny) or family=preset pairs (mamba2=nano4b,gdn=qwen35-4b)")
+    g.add_argument("--rows", type=int, default=2, help="sequences per cell (batch rows; default: %(default)s)")
+    g.add_argument("--tokens", type=int, default=2048, help="accepted tokens per sequence (default: %(default)s)")
+    g.add_argument("--buffer", type=int, default=16, help="standard-decode buffer L (default: %(default)s)")
+    g.add_argument("--window", type=int, default=4, help="speculative window T' (default: %(default)s)")
+    g.add_argument("--history", type=int, default=12, help="speculative history block B (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--state-samples", type=int, default=48, help="log-spaced committed-state samples per row")
+    g.add_argument("--local-every", type=int, default=1,
+                   help="measure the error one flush injects at every n-th flush (default: every flush)")
+    a = p.add_argument_group("analysis")
+    a.add_argument("--budget", type=float, default=1e-2, help="your output-error budget (default: %(default)s)")
+    a.add_argument("--horizon", type=float, default=None, help="your horizon in tokens (default: --tokens)")
+    a.add_argument("--criterion", choices=("aic", "bic"), default="aic")
+    a.add_argument("--alpha", type=float, default=0.01, help="significance level of the speculation test")
+    a.add_argument("--check", action="store_true", help="fail (exit 1) when a kernel exceeds its budget")
+    a.add_argument("--budgets", default=None, help="budget file (default: golden/tolerances.toml)")
+    a.add_argument("--write-budgets", default=None, metavar="PATH",
+                   help="derive a budget file from this run's literal-replay cells (x --budget-factor)")
+    a.add_argument("--budget-factor", type=float, default=4.0)
+    r = p.add_argument_group("running")
+    r.add_argument("--out", default="out/drift", help="output folder (default: %(default)s)")
+    r.add_argument("--shard", default="0/1", help="run shard i of n of the cells (a CI matrix; default 0/1)")
+    r.add_argument("--merge", nargs="+", default=None, metavar="DIR",
+                   help="merge the shard folders DIR... into one report in --out (no runs)")
+    r.add_argument("--device", default="auto", help="auto (every visible GPU, else cpu), cpu, cuda, cuda:N")
+    r.add_argument("--workers", type=int, default=None,
+                   help="processes (default: one per GPU; on CPU one per core, at most 4)")
+    r.add_argument("--checkpoint-every", type=float, default=30.0, help="seconds between cell checkpoints")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _list(text: str, name: str) -> tuple[str, ...]:
+    items = tuple(x.strip() for x in str(text).split(",") if x.strip())
+    if not items:
+        raise ValueError(f"--{name}: expected a comma-separated list, got {text!r}")
+    return items
+
+
+def _geometry(text: str, families) -> dict:
+    if "=" not in text:
+        return {f: text.strip() for f in families}
+    out = {}
+    for part in _list(text, "geometry"):
+        if "=" not in part:
+            raise ValueError(f"--geometry: expected family=preset pairs, got {part!r}")
+        f, g = (x.strip() for x in part.split("=", 1))
+        out[f] = g
+    return out
+
+
+def config_from_args(args):
+    from replayssm.validators.drift import SweepConfig
+    families = _list(args.families, "families")
+    return SweepConfig(families=families, kernels=_list(args.kernels, "kernels"), modes=_list(args.modes, "modes"),
+                       distributions=_list(args.scenarios, "scenarios"), schedules=_list(args.schedules, "schedules"),
+                       geometry=tuple(sorted(_geometry(args.geometry, families).items())), rows=args.rows,
+                       tokens=args.tokens, buffer=args.buffer, window=args.window, history=args.history,
+                       seed=args.seed, state_samples=args.state_samples, local_every=args.local_every)
+
+
+def _devices(text: str) -> list[str]:
+    import torch
+    if text == "auto":
+        from replayssm.validators.drift import default_devices
+        return default_devices()
+    if text == "cpu":
+        return ["cpu"]
+    if text == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("--device: cuda asked for but no CUDA device is visible")
+        return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if text.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device: {text} asked for but no CUDA device is visible")
+        return [text]
+    raise ValueError(f"--device: expected auto, cpu, cuda or cuda:N, got {text!r}")
+
+
+def environment(devices: list[str]) -> dict:
+    import torch
+    import triton
+
+    from replayssm import __version__
+    dev = devices[0]
+    name = torch.cuda.get_device_name(torch.device(dev)) if dev.startswith("cuda") else "cpu"
+    return {"replayssm": __version__, "torch": torch.__version__, "triton": triton.__version__, "device": name}
+
+
+def git_commit() -> str:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + ("+uncommitted" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+
+
+def derive_budgets(report: dict, factor: float, kernel: str = "literal-replay", env: dict | None = None):
+    """Budgets from a report: ``factor`` x the largest peak of ``kernel`` per family x mode over
+    the report's scenarios and schedules; allowed laws = bounded + every law chosen there."""
+    from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget
+    if not factor >= 1:
+        raise ValueError(f"--budget-factor: expected >= 1, got {factor!r}")
+    sw = report["sweep"]
+    groups: dict = {}
+    for c in report["cells"]:
+        if c["kernel"] == kernel:
+            groups.setdefault((c["family"], c["mode"]), []).append(c)
+    if not groups:
+        raise ValueError(f"--write-budgets: the run has no {kernel} cells to derive budgets from")
+    env = env or report.get("environment", {})
+    hardware = f"{env.get('device', '?')}, torch {env.get('torch', '?')}, triton {env.get('triton', '?')}"
+    date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    commit = git_commit()
+    out, skipped = [], []
+    for (fam, mode), cs in sorted(groups.items()):
+        peaks_o = [c["output"]["peak"] for c in cs]
+        peaks_s = [c["state"]["peak"] for c in cs]
+        laws = {"bounded"}
+        for c in cs:
+            for blk in (c["output"], c["state"]):
+                law = (blk.get("fit") or {}).get("law")
+                if law in BUDGET_LAWS:
+                    laws.add(law)
+                elif law in ("exponential", "nonfinite"):
+                    skipped.append(f"{fam}.{mode}: {c['id']} grows as {law}; not budgeted")
+        if any(p is None or p <= 0 for p in peaks_o + peaks_s) or any(s.startswith(f"{fam}.{mode}:") for s in skipped):
+            skipped.append(f"{fam}.{mode}: a non-finite or zero peak; not budgeted")
+            continue
+        geo = sw["geometry"][fam]
+        derived = (f"{factor:g} x the largest peak binned RMS error of {kernel} over scenarios "
+                   f"{'/'.join(sw['distributions'])} x schedules {'/'.join(sw['schedules'])} "
+                   f"({geo} geometry, {sw['rows']} rows x {sw['tokens']} tokens, seed {sw['seed']}; "
+                   f"replayssm drift --write-budgets)")
+        out.append(Budget(fam, mode, factor * max(peaks_o), factor * max(peaks_s),
+                          tuple(x for x in BUDGET_LAWS if x in laws), int(sw["tokens"]),
+                          {"derived": derived, "hardware": hardware, "date": date, "commit": commit}))
+    return out, skipped
+
+
+def run(args) -> int:
+    from replayssm.validators import drift as D
+    from replayssm.validators.drift_budgets import format_budgets, load_budgets
+    from replayssm.validators.drift_report import analyse, write_reports
+
+    shard = D.parse_shard(args.shard)
+    if args.merge and shard != (0, 1):
+        raise ValueError("--merge: merging takes no --shard")
+    if not args.budget > 0:
+        raise ValueError(f"--budget: expected a positive error level, got {args.budget!r}")
+    if args.horizon is not None and not args.horizon >= 1:
+        raise ValueError(f"--horizon: expected >= 1 token, got {args.horizon!r}")
+    if not 0 < args.alpha < 1:
+        raise ValueError(f"--alpha: expected a level in (0, 1), got {args.alpha!r}")
+    results = None
+    if args.merge:
+        cfg, results = D.load_cells(args.merge)
+    else:
+        cfg = config_from_args(args)
+    cells, skipped = cfg.cells()
+    if not cells:
+        raise ValueError("the sweep has no runnable cell: " + "; ".join(s["reason"] for s in skipped[:3]))
+    budgets = None
+    if args.check or args.budgets:
+        budgets = load_budgets(args.budgets)
+        for f, m in sorted({(c.family, c.mode) for c in cells}):
+            budgets.get_budget(f, m)  # a missing entry fails here, before any work
+    devices = _devices(args.device)
+    out = Path(args.out)
+    env = environment(devices)
+    outcome = None
+    if args.merge:
+        D.prepare_out(cfg, out)
+    else:
+        workers = args.workers
+        if workers is None:
+            workers = len(devices) if devices[0] != "cpu" else max(1, min(4, len(os.sched_getaffinity(0))))
+        outcome = D.run_sweep(cfg, out, shard=shard, workers=workers, devices=devices,
+                              progress=not args.no_progress, checkpoint_every_s=args.checkpoint_every)
+        mine = {c.id for c in D.shard_cells(cells, shard)}
+        results = [json.loads(D.cell_path(out, c.id).read_text()) for c in cells if c.id in mine]
+    report = analyse(cfg, results, skipped=skipped, budget=args.budget, horizon=args.horizon, budgets=budgets,
+                     criterion=args.criterion, alpha=args.alpha, environment=env)
+    stem = "drift_report" if shard == (0, 1) else f"drift_report.shard-{shard[0]}-of-{shard[1]}"
+    paths = write_reports(report, out, stem)
+    if outcome is not None:
+        timing = {"cells": len(outcome.cells), "cells_run": len(outcome.ran), "wall_s": round(outcome.wall_s, 3),
+                  "tokens": outcome.tokens, "tokens_per_s": round(outcome.tokens_per_s, 1), "devices": devices,
+                  "workers": workers, **env}
+        D.atomic_write(out / f"timing.shard-{shard[0]}-of-{shard[1]}.json", json.dumps(timing, indent=1) + "\n")
+        print(f"drift: {len(outcome.ran)} of {len(outcome.cells)} cell(s) run, {outcome.tokens:,} tokens in "
+              f"{outcome.wall_s:.1f} s ({outcome.tokens_per_s:,.0f} validated tokens/s)", file=sys.stderr)
+    print(f"drift: reports {paths['html']} {paths['json']} {paths['md']}", file=sys.stderr)
+    if args.write_budgets:
+        bs, notes = derive_budgets(report, args.budget_factor, env=env)
+        header = ("Drift budgets per family x precision mode (replayssm drift --check).\n"
+                  "Fields: docs/drift_report_schema.md (Budgets); written by replayssm drift --write-budgets.")
+        D.atomic_write(Path(args.write_budgets), format_budgets(bs, header))
+        load_budgets(args.write_budgets)
+        for n in notes:
+            print(f"drift: {n}", file=sys.stderr)
+        print(f"drift: wrote {len(bs)} budget(s) to {args.write_budgets}", file=sys.stderr)
+    chk = report["check"]
+    if chk["enabled"]:
+        if chk["pass"]:
+            print(f"drift: budget check PASS ({chk['cells']} cells)", file=sys.stderr)
+            return 0
+        for c in report["cells"]:
+            for f in (c["check"] or {}).get("failures", []):
+                print(f"drift: FAIL {c['id']}: {f}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["add_parser", "config_from_args", "derive_budgets", "run"]

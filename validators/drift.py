@@ -1,0 +1,688 @@
+"""Drift runs: long lock-step runs of kernels x precision modes x scenarios against fp64.
+
+Oracle: :class:`replayssm.validators.runner.Lockstep` (the fp64, non-speculative, token-by-token
+reference of spec 6 on the accepted stream).  On top of it a drift cell records, per row:
+
+* ``output``: ``||out - ref||_2 / ||ref||_2`` of every accepted token, at its position in the
+  row's accepted stream (speculative runs: window positions ``s < k``);
+* ``draft``: the same for rejected draft positions (speculative runs);
+* ``state``: the relative error of the checkpoint at every flush (against the reference at the
+  folded token count) and of the committed state at log-spaced positions;
+* ``flush``: the checkpoint error against the flush count, and ``flush_local``: the error one
+  flush injects -- the checkpoint against the fp64 fold of the kernel's *own* previous checkpoint
+  over the same tokens (a "shadow" fp64 state re-seeded at every ``local_every``-th flush);
+* per-row geometric-mean output error over ``blocks`` equal blocks of positions (for the
+  speculative vs standard test).
+
+Curves are streamed into log-binned accumulators (:class:`BinnedCurve`), so a cell of 10^6
+tokens keeps kilobytes.  A cell is a pure function of its definition: the same cell gives the
+same bits in any process, shard or order (one intra-op thread per process on CPU).
+
+Interruption: each cell checkpoints (kernel snapshot, reference state, shadow, accumulators) at
+chunk boundaries, atomically; a killed run resumes to bit-identical cell results.  Sharding:
+``shard = (i, n)`` takes every n-th cell of the sorted cell list; ``workers`` processes (one per
+visible GPU by default on CUDA) share the shard's cells.  Reports are built from the union of
+cell files (:mod:`replayssm.validators.drift_report`), so a merged sharded run equals an
+unsharded one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import queue
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from replayssm.scenarios.inputs import DISTRIBUTIONS
+from replayssm.scenarios.scenario import Scenario
+from replayssm.scenarios.schedules import plan
+from replayssm.validators.drift_analysis import BinnedCurve
+from replayssm.validators.runner import Lockstep, reference_step
+
+from replayssm.geometry import FAMILIES, preset
+from replayssm.interface import DecodeConfig
+from replayssm.precision import parse_mode
+from replayssm.registry import get, kernels
+
+CONFIG_SCHEMA = 1
+CELL_SCHEMA = 1
+# Drift schedule -> (decode, scenario schedule).
+SCHEDULES = {
+    "standard": ("standard", "always-1"),
+    "spec-random": ("speculative", "per-row"),
+    "spec-always-1": ("speculative", "always-1"),
+    "spec-always-T": ("speculative", "always-T"),
+}
+DEFAULT_MODES = ("s32a32", "s32a16", "s16a16", "sfp16a16", "sfp16a16-sr", "sfp8a16")
+_TINY = 1e-300
+
+
+# ---- the sweep ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What a drift sweep runs.  ``geometry`` maps family -> preset name.  ``tokens`` is the
+    accepted tokens per row (sequence); ``buffer`` is L of standard decode, ``history`` the block B
+    of speculative decode (B >= ``window`` = T')."""
+
+    families: tuple[str, ...] = FAMILIES
+    kernels: tuple[str, ...] = ("literal-replay",)
+    modes: tuple[str, ...] = DEFAULT_MODES
+    distributions: tuple[str, ...] = ("long-memory",)
+    schedules: tuple[str, ...] = tuple(SCHEDULES)
+    geometry: tuple[tuple[str, str], ...] = (("mamba2", "tiny"), ("gdn", "tiny"))
+    rows: int = 2
+    tokens: int = 4096
+    buffer: int = 16
+    window: int = 4
+    history: int = 12
+    seed: int = 0
+    state_samples: int = 48
+    local_every: int = 1
+    nbins: int = 48
+    blocks: int = 128
+
+    def __post_init__(self) -> None:
+        for name in ("families", "kernels", "modes", "distributions", "schedules", "geometry"):
+            v = getattr(self, name)
+            if isinstance(v, list):
+                object.__setattr__(self, name, tuple(tuple(x) if isinstance(x, list) else x for x in v))
+        if isinstance(self.geometry, dict):
+            object.__setattr__(self, "geometry", tuple(sorted(self.geometry.items())))
+        self.validate()
+
+    def validate(self) -> None:
+        def bad(name, msg):
+            return ValueError(f"{name}: {msg}")
+
+        for name in ("families", "kernels", "modes", "distributions", "schedules"):
+            v = getattr(self, name)
+            if not v or not all(isinstance(x, str) for x in v):
+                raise bad(name, f"expected a non-empty list of names, got {v!r}")
+            if len(set(v)) != len(v):
+                raise bad(name, f"expected distinct names, got {list(v)}")
+        for f in self.families:
+            if f not in FAMILIES:
+                raise bad("families", f"unknown family {f!r}; expected a subset of {FAMILIES}")
+        for m in self.modes:
+            try:
+                parse_mode(m)
+            except ValueError as e:
+                raise bad("modes", str(e)) from None
+        ids = [parse_mode(m).id for m in self.modes]
+        if len(set(ids)) != len(ids):
+            raise bad("modes", f"two ids name the same mode: {list(self.modes)}")
+        for d in self.distributions:
+            if d not in DISTRIBUTIONS:
+                raise bad("scenarios", f"unknown scenario {d!r}; expected a subset of {sorted(DISTRIBUTIONS)}")
+        for s in self.schedules:
+            if s not in SCHEDULES:
+                raise bad("schedules", f"unknown schedule {s!r}; expected a subset of {sorted(SCHEDULES)}")
+        geo = dict(self.geometry)
+        for f in self.families:
+            if f not in geo:
+                raise bad("geometry", f"no geometry for family {f!r}; give e.g. {f}=tiny")
+            try:
+                preset(geo[f], f)
+            except ValueError as e:
+                raise bad("geometry", str(e).split(": ", 1)[-1]) from None
+        for k in self.kernels:
+            found = [f for f in self.families if (f, k) in kernels()]
+            if not found:
+                have = sorted({n for (f, n) in kernels() if f in self.families})
+                raise bad("kernels", f"no kernel {k!r} is registered for {list(self.families)}; expected one of {have}")
+        for name, lo in (("rows", 1), ("tokens", 64), ("buffer", 1), ("window", 2), ("history", 2),
+                         ("state_samples", 2), ("local_every", 1), ("nbins", 8), ("blocks", 2)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise bad(name, f"expected an integer >= {lo}, got {v!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise bad("seed", f"expected an integer >= 0, got {self.seed!r}")
+        if self.history < self.window:
+            raise bad("history", f"the speculative history block B must be >= T' = {self.window}, got {self.history}")
+        if self.blocks > self.tokens:
+            raise bad("blocks", f"expected at most tokens={self.tokens} blocks, got {self.blocks}")
+
+    # ---- cells ----------------------------------------------------------------------------------------
+    def cells(self) -> tuple[list[CellSpec], list[dict]]:
+        """The sorted cells of the sweep, and the combinations skipped with the reason."""
+        cells, skipped = [], []
+        for f in self.families:
+            for k in self.kernels:
+                if (f, k) not in kernels():
+                    skipped.append({"family": f, "kernel": k, "reason": f"kernel {k!r} is not registered for {f}"})
+                    continue
+                cls = get(k, f)
+                for m in self.modes:
+                    mode = parse_mode(m)
+                    for d in self.distributions:
+                        for s in self.schedules:
+                            spec = CellSpec(f, k, mode.id, d, s)
+                            why = cls.unsupported_reason(mode, spec.decode_config(self), {})
+                            if why:
+                                skipped.append({"id": spec.id, "family": f, "kernel": k, "mode": mode.id,
+                                                "schedule": s, "reason": why})
+                            else:
+                                cells.append(spec)
+        return sorted(cells, key=lambda c: c.id), skipped
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["geometry"] = dict(self.geometry)
+        for k, v in d.items():
+            if isinstance(v, tuple):
+                d[k] = list(v)
+        return {"schema": CONFIG_SCHEMA, **d}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> SweepConfig:
+        d = dict(d)
+        if d.pop("schema", None) != CONFIG_SCHEMA:
+            raise ValueError(f"config: expected schema {CONFIG_SCHEMA}")
+        names = set(cls.__dataclass_fields__)
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"config: unknown field(s) {sorted(unknown)}")
+        return cls(**d)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    family: str
+    kernel: str
+    mode: str
+    distribution: str
+    schedule: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.family}.{self.kernel}.{self.mode}.{self.distribution}.{self.schedule}"
+
+    @property
+    def speculative(self) -> bool:
+        return SCHEDULES[self.schedule][0] == "speculative"
+
+    def decode_config(self, cfg: SweepConfig) -> DecodeConfig:
+        if self.speculative:
+            return DecodeConfig("speculative", cfg.window, cfg.history)
+        return DecodeConfig("standard", 1, cfg.buffer)
+
+    def scenario(self, cfg: SweepConfig, steps: int) -> Scenario:
+        decode, sched = SCHEDULES[self.schedule]
+        dc = self.decode_config(cfg)
+        origins = None
+        if self.speculative:
+            origins = tuple((5 * r + 3) % dc.ring_rows for r in range(cfg.rows))
+        return Scenario(family=self.family, geometry=dict(cfg.geometry)[self.family], mode=self.mode, decode=decode,
+                        window=dc.window, buffer=dc.buffer, rows=cfg.rows, num_slots=cfg.rows, slot_ids=None,
+                        origins=origins, distribution=self.distribution, schedule=sched, steps=steps,
+                        seed=cfg.seed, initial_state="random")
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, **asdict(self)}
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` with 0 <= i < n."""
+    try:
+        i, n = (int(x) for x in str(text).split("/"))
+    except ValueError:
+        raise ValueError(f"shard: expected i/n (e.g. 0/4), got {text!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"shard: expected 0 <= i < n, got {text!r}")
+    return i, n
+
+
+def shard_cells(cells: list[CellSpec], shard: tuple[int, int]) -> list[CellSpec]:
+    i, n = shard
+    return [c for j, c in enumerate(cells) if j % n == i]
+
+
+# ---- atomic files ----------------------------------------------------------------------------------------
+
+def atomic_write(path: str | Path, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``:
+    after a kill, ``path`` is either the old file or the complete new one."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with open(tmp, mode) as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, p)
+
+
+def atomic_torch_save(obj, path: str | Path) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        torch.save(obj, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, p)
+
+
+# ---- one cell ----------------------------------------------------------------------------------------------
+
+def _row_rel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-row ||a - b|| / ||b|| in fp64 (non-finite stays non-finite)."""
+    a, b = a.to(torch.float64).flatten(1), b.to(torch.float64).flatten(1)
+    return torch.linalg.vector_norm(a - b, dim=1) / torch.linalg.vector_norm(b, dim=1).clamp_min(_TINY)
+
+
+def _plan_for(spec: CellSpec, cfg: SweepConfig):
+    """The step plan reaching ``cfg.tokens`` accepted tokens on every row, and its length."""
+    T = cfg.window if spec.speculative else 1
+    if not spec.speculative or spec.schedule == "spec-always-1":
+        n = cfg.tokens
+    elif spec.schedule == "spec-always-T":
+        n = math.ceil(cfg.tokens / T)
+    else:
+        n = math.ceil(cfg.tokens / ((T + 1) / 2) * 1.15) + 64
+    while True:
+        plans = plan(spec.scenario(cfg, n))
+        acc = np.cumsum(np.array([p.accepted for p in plans], dtype=np.int64), axis=0)
+        done = np.nonzero(acc.min(axis=1) >= cfg.tokens)[0]
+        if done.size:
+            m = int(done[0]) + 1
+            return plans[:m], m
+        n *= 2
+
+
+class CellRun:
+    """One drift cell: a :class:`Lockstep` plus the drift accumulators (see the module docstring)."""
+
+    def __init__(self, spec: CellSpec, cfg: SweepConfig, device="cpu", chunk: int = 64) -> None:
+        self.spec, self.cfg = spec, cfg
+        self.device = torch.device(device)
+        self.chunk = chunk
+        self.plans, self.n_steps = _plan_for(spec, cfg)
+        self.sc = spec.scenario(cfg, self.n_steps)
+        self.ls = Lockstep(self.sc, spec.kernel, device=self.device, literal_every=0, invariants_every=0,
+                           state_every=0, record_metrics=False, digest=False, steps=self.plans)
+        self.ls.start()
+        N, R, nb = cfg.tokens, cfg.rows, cfg.nbins
+        self.curves = {"output": BinnedCurve.new(N, nb), "state": BinnedCurve.new(N, nb),
+                       "flush": BinnedCurve.new(N, nb), "flush_local": BinnedCurve.new(N, nb)}
+        if spec.speculative:
+            self.curves["draft"] = BinnedCurve.new(N, nb)
+        self.block_sum = np.zeros((R, cfg.blocks))
+        self.block_cnt = np.zeros((R, cfg.blocks), dtype=np.int64)
+        self.pos = np.zeros(R, dtype=np.int64)
+        self.flushes = np.zeros(R, dtype=np.int64)
+        self.targets = np.unique(np.round(np.geomspace(1, N, cfg.state_samples)).astype(np.int64))
+        self.next_sample = np.zeros(R, dtype=np.int64)
+        self.shadow = self.ls.kernel.checkpoint_state(self.ls.ids).to(torch.float64)
+        self.armed = np.ones(R, dtype=bool)
+        self.pending: list[tuple] = []
+        self.step = 0
+        self.exception: str | None = None
+
+    # ---- checkpoint ------------------------------------------------------------------------------------------
+    @property
+    def can_checkpoint(self) -> bool:
+        return bool(getattr(self.ls.kernel, "supports_restore", False))
+
+    def state_dict(self) -> dict:
+        self._drain()
+        return {"cell": self.spec.id, "config": self.cfg.digest, "step": self.step, "lockstep": self.ls.state_dict(),
+                "curves": {k: v.to_dict() for k, v in self.curves.items()},
+                "block_sum": self.block_sum.copy(), "block_cnt": self.block_cnt.copy(), "pos": self.pos.copy(),
+                "flushes": self.flushes.copy(), "next_sample": self.next_sample.copy(),
+                "shadow": self.shadow.detach().cpu(), "armed": self.armed.copy()}
+
+    def load_state_dict(self, d: dict) -> None:
+        if d["cell"] != self.spec.id or d["config"] != self.cfg.digest:
+            raise ValueError(f"checkpoint: taken from cell {d['cell']} of sweep {d['config']}, "
+                             f"not {self.spec.id} of {self.cfg.digest}")
+        self.ls.load_state_dict(d["lockstep"])
+        self.step = int(d["step"])
+        self.curves = {k: BinnedCurve.from_dict(v) for k, v in d["curves"].items()}
+        self.block_sum, self.block_cnt = d["block_sum"].copy(), d["block_cnt"].copy()
+        self.pos, self.flushes = d["pos"].copy(), d["flushes"].copy()
+        self.next_sample, self.armed = d["next_sample"].copy(), d["armed"].copy()
+        self.shadow = d["shadow"].to(self.device)
+
+    # ---- stepping --------------------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.step >= self.n_steps or self.exception is not None
+
+    def _advance_shadow(self, inputs: dict, accepted: np.ndarray) -> None:
+        """Step the fp64 shadow over each row's accepted tokens of this step."""
+        st, new = self.shadow, self.shadow
+        kt = torch.as_tensor(accepted, device=self.device)
+        for t in range(int(accepted.max())):
+            tok = {n: v[:, t].to(torch.float64) for n, v in inputs.items()}
+            _, st = reference_step(self.sc.family, st, tok, self.ls.ref_params)
+            sel = (kt == t + 1).view(-1, *([1] * (st.dim() - 1)))
+            new = torch.where(sel, st, new)
+        self.shadow = new
+
+    def run_steps(self, n: int) -> int:
+        """Run up to ``n`` steps (stopping at chunk boundaries); returns accepted tokens counted."""
+        before = int(np.minimum(self.pos, self.cfg.tokens).sum())
+        ls, dec, spec = self.ls, self.ls.dec, self.spec.speculative
+        end = min(self.n_steps, self.step + n)
+        while self.step < end and self.exception is None:
+            pos_before = self.pos.copy()
+            flush_rows = [r for r in ls.active if dec.is_flush(ls.wp[r])]
+            ref_before = ls.ref
+            try:
+                ls.step()
+            except Exception as e:  # noqa: BLE001 - a kernel error ends the cell and is reported
+                self.exception = f"step {self.step}: {type(e).__name__}: {e}"
+                self.pending.append(("exception", traceback.format_exc()[-2000:]))
+                break
+            last = ls.last_step
+            k = np.array(last["plan"].accepted, dtype=np.int64)
+            self.pending.append(("out", last["rel_l2"], pos_before, k))
+            if flush_rows:
+                ck = ls.kernel.checkpoint_state(ls.ids)
+                folded = ref_before if spec else ls.ref
+                idx = torch.tensor(flush_rows, device=self.device)
+                fidx = self.flushes[flush_rows] + 1
+                at = pos_before[flush_rows] + (0 if spec else 1)
+                self.pending.append(("flush", _row_rel(ck.index_select(0, idx), folded.index_select(0, idx)),
+                                     fidx.copy(), at.copy()))
+                if not spec:
+                    self._advance_shadow(last["inputs"], k)
+                armed = [r for r in flush_rows if self.armed[r]]
+                if armed:
+                    ai = torch.tensor(armed, device=self.device)
+                    self.pending.append(("local", _row_rel(ck.index_select(0, ai), self.shadow.index_select(0, ai)),
+                                         self.flushes[armed] + 1))
+                self.flushes[flush_rows] += 1
+                rows_t = torch.tensor(flush_rows, device=self.device)
+                self.shadow = self.shadow.index_copy(0, rows_t, ck.index_select(0, rows_t).to(torch.float64))
+                for r in flush_rows:
+                    self.armed[r] = self.flushes[r] % self.cfg.local_every == 0
+                if spec and self.armed.any():
+                    self._advance_shadow(last["inputs"], k)
+            elif self.armed.any():
+                self._advance_shadow(last["inputs"], k)
+            self.pos += k
+            due = [r for r in ls.active if self.next_sample[r] < len(self.targets)
+                   and self.pos[r] >= self.targets[self.next_sample[r]]]
+            if due:
+                cs = ls.kernel.committed_state(ls.ids)
+                di = torch.tensor(due, device=self.device)
+                self.pending.append(("state", _row_rel(cs.index_select(0, di), ls.ref.index_select(0, di)),
+                                     self.pos[due].copy()))
+                for r in due:
+                    while self.next_sample[r] < len(self.targets) and self.pos[r] >= self.targets[self.next_sample[r]]:
+                        self.next_sample[r] += 1
+            self.step += 1
+            if self.step % self.chunk == 0:
+                self._drain()
+        if self.done:
+            self._drain()
+        return int(np.minimum(self.pos, self.cfg.tokens).sum()) - before
+
+    def _drain(self) -> None:
+        """Move pending device values to the host accumulators, in step order."""
+        N, nb = self.cfg.tokens, self.cfg.blocks
+        for item in self.pending:
+            kind = item[0]
+            if kind == "out":
+                rel = item[1].detach().to("cpu", torch.float64).numpy()  # [R, T]
+                pos_before, k = item[2], item[3]
+                T = rel.shape[1]
+                p = pos_before[:, None] + np.arange(1, T + 1)[None, :]
+                acc = np.arange(T)[None, :] < k[:, None]
+                sel = acc & (p <= N)
+                self.curves["output"].add(p[sel], rel[sel])
+                rows = np.nonzero(sel)[0]
+                blk = (p[sel] - 1) * nb // N
+                np.add.at(self.block_sum, (rows, blk), np.log(np.maximum(rel[sel], _TINY)))
+                np.add.at(self.block_cnt, (rows, blk), 1)
+                if "draft" in self.curves:
+                    d = ~acc & (p <= N)
+                    self.curves["draft"].add(p[d], rel[d])
+            elif kind == "flush":
+                err = item[1].detach().to("cpu", torch.float64).numpy()
+                self.curves["flush"].add(item[2], err)
+                self.curves["state"].add(np.maximum(item[3], 1), err)
+            elif kind == "local":
+                self.curves["flush_local"].add(item[2], item[1].detach().to("cpu", torch.float64).numpy())
+            elif kind == "state":
+                self.curves["state"].add(item[2], item[1].detach().to("cpu", torch.float64).numpy())
+            elif kind == "exception":
+                self.exception = (self.exception or "") + "\n" + item[1]
+        self.pending = []
+
+    # ---- result ----------------------------------------------------------------------------------------------
+    def result(self) -> dict:
+        self._drain()
+        ls = self.ls
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gm = np.exp(self.block_sum / self.block_cnt)
+        blocks = [[float(x) if c and math.isfinite(x) else None for x, c in zip(row, cnt)]
+                  for row, cnt in zip(gm, self.block_cnt)]
+        g = self.sc.geometry_obj
+        return {
+            "schema": CELL_SCHEMA, "id": self.spec.id, "config": self.cfg.digest, **self.spec.to_dict(),
+            "scenario": self.sc.to_dict(), "geometry_name": dict(self.cfg.geometry)[self.spec.family],
+            "geometry": g.to_dict(), "state_elements": int(np.prod(g.state_shape)),
+            "kernel_kind": get(self.spec.kernel, self.spec.family).kind,
+            "decode": self.spec.decode_config(self.cfg).to_dict(),
+            "rows": self.cfg.rows, "tokens": self.cfg.tokens, "steps": self.step, "steps_planned": self.n_steps,
+            "tokens_accepted": int(ls.tokens_accepted), "tokens_verified": int(ls.tokens_verified),
+            "flushes": self.flushes.tolist(), "curves": {k: v.to_dict() for k, v in self.curves.items()},
+            "blocks": blocks, "failure_counts": dict(ls.failure_counts),
+            "failures": [vars(f) for f in ls.failures[:5]], "exception": self.exception,
+        }
+
+
+# ---- running cells ------------------------------------------------------------------------------------------
+
+def cell_path(out: Path, cell_id: str) -> Path:
+    return out / "cells" / f"{cell_id}.json"
+
+
+def ckpt_path(out: Path, cell_id: str) -> Path:
+    return out / "checkpoints" / f"{cell_id}.pt"
+
+
+def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoint_every_s: float = 30.0,
+             chunk: int = 64, on_progress=None) -> dict:
+    """Run (or resume) one cell; writes its result file and returns it."""
+    out = Path(out)
+    cp = ckpt_path(out, spec.id)
+    run = CellRun(spec, cfg, device, chunk)
+    if cp.exists() and run.can_checkpoint:
+        run.load_state_dict(torch.load(cp, map_location="cpu", weights_only=False))
+        if on_progress:
+            on_progress(int(np.minimum(run.pos, cfg.tokens).sum()))
+    last = time.monotonic()
+    while not run.done:
+        got = run.run_steps(chunk)
+        if on_progress:
+            on_progress(got)
+        if run.can_checkpoint and not run.done and time.monotonic() - last >= checkpoint_every_s:
+            atomic_torch_save(run.state_dict(), cp)
+            last = time.monotonic()
+    res = run.result()
+    atomic_write(cell_path(out, spec.id), json.dumps(res, sort_keys=True, allow_nan=False) + "\n")
+    if cp.exists():
+        cp.unlink()
+    return res
+
+
+def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt_s: float, chunk: int) -> None:
+    torch.set_num_threads(1)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    cfg = SweepConfig.from_dict(cfg_dict)
+    by_id = {c.id: c for c in cfg.cells()[0]}
+    while True:
+        cid = tasks.get()
+        if cid is None:
+            break
+        try:
+            run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, lambda n: events.put(("tok", n)))
+            events.put(("done", cid))
+        except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
+            events.put(("error", cid, traceback.format_exc()))
+    events.put(("exit", wid))
+
+
+def default_devices() -> list[str]:
+    if torch.cuda.is_available():
+        return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return ["cpu"]
+
+
+@dataclass
+class SweepOutcome:
+    cells: list[str]
+    ran: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    tokens: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def prepare_out(cfg: SweepConfig, out: Path) -> None:
+    """Create ``out`` with its ``config.json``, or check an existing one holds the same sweep."""
+    out.mkdir(parents=True, exist_ok=True)
+    cp = out / "config.json"
+    text = json.dumps(cfg.to_dict(), sort_keys=True, indent=1) + "\n"
+    if cp.exists():
+        try:
+            old = SweepConfig.from_dict(json.loads(cp.read_text()))
+        except (ValueError, json.JSONDecodeError) as e:
+            raise ValueError(f"out: {cp} is not a drift sweep config ({e}); use another --out") from None
+        if old.digest != cfg.digest:
+            raise ValueError(f"out: {out} holds a different sweep (config {old.digest}, this one {cfg.digest}); "
+                             f"use another --out or delete it")
+        return
+    atomic_write(cp, text)
+
+
+def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0, 1), workers: int = 1,
+              devices: list[str] | None = None, progress: bool = True, checkpoint_every_s: float = 30.0,
+              chunk: int = 64) -> SweepOutcome:
+    """Run this shard's cells of the sweep that have no result file yet (resuming checkpoints).
+
+    ``workers`` processes share the cells (1: in this process); worker ``w`` uses
+    ``devices[w % len(devices)]`` (default: every visible GPU, else the CPU)."""
+    out = Path(out)
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected a positive integer, got {workers!r}")
+    devices = devices or default_devices()
+    prepare_out(cfg, out)
+    cells = shard_cells(cfg.cells()[0], shard)
+    todo = [c for c in cells if not cell_path(out, c.id).exists()]
+    per_cell = cfg.rows * cfg.tokens
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=per_cell * len(cells), initial=per_cell * (len(cells) - len(todo)), unit="tok",
+                   unit_scale=True, desc=f"drift {shard[0]}/{shard[1]}", dynamic_ncols=True, smoothing=0.05)
+    t0 = time.perf_counter()
+    counted = 0
+
+    def tick(n: int) -> None:
+        nonlocal counted
+        counted += n
+        if bar is not None:
+            bar.update(n)
+
+    errors = []
+    threads = torch.get_num_threads()
+    try:
+        if workers == 1 or len(todo) <= 1:
+            torch.set_num_threads(1)
+            for c in todo:
+                run_cell(c, cfg, out, devices[0], checkpoint_every_s, chunk, tick)
+        else:
+            import multiprocessing as mp
+            ctx = mp.get_context("spawn")
+            tasks, events = ctx.Queue(), ctx.Queue()
+            for c in todo:
+                tasks.put(c.id)
+            nw = min(workers, len(todo))
+            for _ in range(nw):
+                tasks.put(None)
+            procs = [ctx.Process(target=_worker, args=(w, devices[w % len(devices)], cfg.to_dict(), str(out), tasks,
+                                                       events, checkpoint_every_s, chunk), daemon=True)
+                     for w in range(nw)]
+            for p in procs:
+                p.start()
+            alive = nw
+            while alive:
+                try:
+                    ev = events.get(timeout=1.0)
+                except queue.Empty:
+                    dead = [p for p in procs if p.exitcode not in (None, 0)]
+                    if dead:
+                        errors.append(f"a worker process died (exit code {dead[0].exitcode})")
+                        break
+                    continue
+                if ev[0] == "tok":
+                    tick(ev[1])
+                elif ev[0] == "error":
+                    errors.append(f"cell {ev[1]}:\n{ev[2]}")
+                elif ev[0] == "exit":
+                    alive -= 1
+            for p in procs:
+                p.join(timeout=5)
+                if p.is_alive():
+                    p.terminate()
+    finally:
+        torch.set_num_threads(threads)
+        if bar is not None:
+            bar.close()
+    if errors:
+        raise RuntimeError("drift: " + "\n".join(errors))
+    wall = time.perf_counter() - t0
+    return SweepOutcome([c.id for c in cells], [c.id for c in todo], wall, counted)
+
+
+def load_cells(dirs: list[str | Path], cfg: SweepConfig | None = None) -> tuple[SweepConfig, list[dict]]:
+    """The sweep config and every cell result of ``dirs`` (shard outputs of one sweep).  Raises
+    ValueError when the configs differ, a cell is missing, or two shards disagree on a cell."""
+    cfgs, cells = [], {}
+    for d in dirs:
+        d = Path(d)
+        cp = d / "config.json"
+        if not cp.exists():
+            raise ValueError(f"merge: {d} has no config.json (not a drift output folder)")
+        cfgs.append(SweepConfig.from_dict(json.loads(cp.read_text())))
+        for f in sorted((d / "cells").glob("*.json")):
+            text = f.read_text()
+            res = json.loads(text)
+            if res["id"] in cells and cells[res["id"]][0] != text:
+                raise ValueError(f"merge: cell {res['id']} differs between shards")
+            cells[res["id"]] = (text, res)
+    cfg = cfg or cfgs[0]
+    for c in cfgs:
+        if c.digest != cfg.digest:
+            raise ValueError(f"merge: the folders hold different sweeps ({c.digest} vs {cfg.digest})")
+    want = [c.id for c in cfg.cells()[0]]
+    missing = [w for w in want if w not in cells]
+    if missing:
+        raise ValueError(f"merge: {len(missing)} cell(s) have no result yet, e.g. {missing[:3]} "
+                         f"(run the missing shards, or resume them)")
+    return cfg, [cells[w][1] for w in want]
+
+
+__all__ = ["CellRun", "CellSpec", "DEFAULT_MODES", "SCHEDULES", "SweepConfig", "SweepOutcome", "atomic_write",
+           "default_devices", "load_cells", "parse_shard", "prepare_out", "run_cell", "run_sweep", "shard_cells"]

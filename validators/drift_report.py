@@ -1,0 +1,633 @@
+"""Drift reports: analyse the cells of a sweep and write JSON, Markdown and a self-contained HTML page.
+
+Oracle: the report is a pure function of (sweep config, cell results, settings, budgets): no
+clock, no host name, no path outside what the caller passes, so a resumed run and a merged
+sharded run write byte-identical files.  The JSON schema is documented (and versioned) in
+docs/drift_report_schema.md; every analysis number comes from
+:mod:`replayssm.validators.drift_analysis` (fits, crossings, tests, effective precision) and
+:mod:`replayssm.validators.drift_budgets` (the --check verdicts).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+
+import numpy as np
+from replayssm.validators.drift_analysis import (
+    BinnedCurve,
+    compare_speculative,
+    effective_precision,
+    fit_growth,
+    injected_per_flush,
+    predict_at,
+    tokens_to_budget,
+)
+from replayssm.validators.drift_budgets import Budgets, check_cell
+from replayssm.validators.svg_plot import PALETTE, Plot, Series, render
+
+from replayssm.precision import parse_mode
+
+SCHEMA = "replayssm-drift-report"
+SCHEMA_VERSION = 1
+SCHEDULE_ORDER = ("standard", "spec-random", "spec-always-1", "spec-always-T")
+SCHEDULE_LABEL = {"standard": "standard (L={L})", "spec-random": "spec, random k (T'={T})",
+                  "spec-always-1": "spec, k = 1", "spec-always-T": "spec, k = T'"}
+
+
+def _num(x):
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _fmt(x, digits: int = 3) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float) and math.isinf(x):
+        return "never" if x > 0 else "-inf"
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return f"{int(x):,}"
+    return f"{x:.{digits}g}"
+
+
+def _tokens(x) -> str:
+    if x is None:
+        return "–"
+    if math.isinf(x):
+        return "never"
+    if x >= 1e4:
+        return f"{x:.3g}"
+    return f"{int(round(x)):,}"
+
+
+# ---- analysis ------------------------------------------------------------------------------------------
+
+def _curve_block(curve: BinnedCurve, criterion: str, budget: float, horizon: float, u: float,
+                 literal_rms: float | None, factor: float) -> dict:
+    tb, rms, cnt = curve.binned()
+    block = {"curve": {"t": [float(x) for x in tb], "rms": [float(x) for x in rms], "count": [int(c) for c in cnt]},
+             "samples": curve.samples, "peak": _num(curve.peak_rms()), "rms": _num(curve.rms()),
+             "nonfinite": curve.nonfinite, "first_nonfinite": curve.first_nonfinite}
+    try:
+        fit = fit_growth(curve, criterion=criterion)
+    except ValueError as e:
+        block.update(fit={"law": "insufficient", "reason": str(e)}, fit_curve=None, budget_crossing=None,
+                     at_horizon=None)
+        fit = None
+    if fit is not None:
+        fd = fit.to_dict()
+        block["fit"] = fd
+        ts = np.unique(np.geomspace(1.0, max(horizon, curve.t_seen, 2.0), 64))
+        pred = fit.predict(ts) if fit.law not in ("nonfinite",) else np.full_like(ts, np.nan)
+        block["fit_curve"] = {"t": [float(x) for x in ts], "e": [_num(x) for x in pred]}
+        cross = tokens_to_budget(fit, budget, curve)
+        block["budget_crossing"] = {k: (None if isinstance(v, float) and math.isinf(v) and k != "predicted" else v)
+                                    for k, v in cross.items()}
+        if isinstance(cross["predicted"], float) and math.isinf(cross["predicted"]):
+            block["budget_crossing"]["predicted"] = "never"
+        observed_to_h = [float(r) for t, r in zip(tb, rms) if t <= horizon]
+        at_h = predict_at(fit, horizon)
+        worst = max([at_h] + observed_to_h) if math.isfinite(at_h) else math.inf
+        block["at_horizon"] = {"horizon": horizon, "fitted": _num(at_h), "worst": _num(worst),
+                               "extrapolated": horizon > curve.t_seen}
+    ep = effective_precision(curve.rms() if curve.nonfinite == 0 and curve.samples else math.inf, u,
+                             literal_rms, factor)
+    block["effective_precision"] = ep
+    return block
+
+
+def _traffic(cell: dict, mode) -> dict:
+    """State memory traffic per token per sequence and layer (standard-decode bytes model, spec 3)."""
+    S = cell["state_elements"]
+    row = cell["geometry"].get("dstate") or cell["geometry"].get("head_k_dim")
+    b = mode.state_bytes_per_element(row)
+    if cell["kernel_kind"] == "baseline":
+        per_tok, model = 2 * S * b, "baseline: state read + written every token"
+        fp32 = 2 * S * 4.0
+    else:
+        L = cell["decode"]["buffer"] if cell["decode"]["decode"] == "standard" else 16
+        per_tok, model = S * b * (1 + 1 / L), f"replay: checkpoint read every token + written every L = {L}"
+        fp32 = S * 4.0 * (1 + 1 / L)
+    return {"state_bytes_per_token": per_tok, "fp32_state_bytes_per_token": fp32,
+            "saved_bytes_per_token": fp32 - per_tok, "saved_fraction": (fp32 - per_tok) / fp32, "model": model}
+
+
+def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget: float = 1e-2,
+            horizon: float | None = None, budgets: Budgets | None = None, criterion: str = "aic",
+            alpha: float = 0.01, precision_factor: float = 2.0, environment: dict | None = None) -> dict:
+    """The report dictionary (schema in docs/drift_report_schema.md) of ``cells`` (cell results of
+    sweep ``cfg``, in the sweep's order)."""
+    if not budget > 0:
+        raise ValueError(f"budget: expected a positive error level, got {budget!r}")
+    H = float(horizon) if horizon is not None else float(cfg.tokens)
+    if not H >= 1:
+        raise ValueError(f"horizon: expected >= 1 token, got {horizon!r}")
+    literal = {}
+    for c in cells:
+        if c["kernel"] == "literal-replay":
+            key = (c["family"], c["mode"], c["distribution"], c["schedule"])
+            literal[key] = c
+    out_cells = []
+    for c in cells:
+        mode = parse_mode(c["mode"])
+        curves = {k: BinnedCurve.from_dict(v) for k, v in c["curves"].items()}
+        lit = literal.get((c["family"], c["mode"], c["distribution"], c["schedule"]))
+        calibrate = lit is not None and lit is not c
+        lcur = {k: BinnedCurve.from_dict(v) for k, v in lit["curves"].items()} if calibrate else {}
+        out_block = _curve_block(curves["output"], criterion, budget, H, mode.unit_roundoff,
+                                 lcur["output"].rms() if calibrate else None, precision_factor)
+        state_block = _curve_block(curves["state"], criterion, budget, H, mode.state_unit_roundoff,
+                                   lcur["state"].rms() if calibrate else None, precision_factor)
+        ftb, frms, _ = curves["flush"].binned()
+        loc = curves["flush_local"]
+        inj = injected_per_flush(ftb, frms, local_rms=loc.rms() if loc.samples and not loc.nonfinite else None)
+        lit_loc = lcur["flush_local"].rms() if calibrate and lcur["flush_local"].samples else None
+        inj["effective_precision"] = (effective_precision(inj["estimate"], mode.state_unit_roundoff, lit_loc,
+                                                          precision_factor)
+                                      if inj["estimate"] is not None else None)
+        ltb, lrms, lcnt = loc.binned()
+        flush = {"curve": {"t": [float(x) for x in ftb], "rms": [float(x) for x in frms]},
+                 "local_curve": {"t": [float(x) for x in ltb], "rms": [float(x) for x in lrms],
+                                 "count": [int(x) for x in lcnt]},
+                 "flushes_per_row": c["flushes"],
+                 "tokens_per_flush": (c["tokens"] * len(c["flushes"]) / max(sum(c["flushes"]), 1)),
+                 "injected": inj}
+        draft = None
+        if "draft" in curves:
+            dtb, drms, _ = curves["draft"].binned()
+            draft = {"curve": {"t": [float(x) for x in dtb], "rms": [float(x) for x in drms]},
+                     "peak": _num(curves["draft"].peak_rms()), "rms": _num(curves["draft"].rms()),
+                     "nonfinite": curves["draft"].nonfinite}
+        cell = {
+            "id": c["id"], "family": c["family"], "kernel": c["kernel"], "kernel_kind": c["kernel_kind"],
+            "mode": c["mode"], "distribution": c["distribution"], "schedule": c["schedule"], "decode": c["decode"],
+            "geometry_name": c["geometry_name"], "geometry": c["geometry"], "rows": c["rows"], "tokens": c["tokens"],
+            "steps": c["steps"], "tokens_accepted": c["tokens_accepted"], "tokens_verified": c["tokens_verified"],
+            "declared_u": {"mode": mode.unit_roundoff, "state": mode.state_unit_roundoff},
+            "calibrated_by": lit["id"] if calibrate else None,
+            "output": out_block, "state": state_block, "draft": draft, "flush": flush,
+            "traffic": _traffic(c, mode), "exact_failures": c["failure_counts"], "exception": c["exception"],
+            "check": None,
+        }
+        if budgets is not None:
+            b = budgets.get_budget(c["family"], c["mode"])
+            w_out = out_block["fit"].get("weights") if isinstance(out_block.get("fit"), dict) else None
+            w_st = state_block["fit"].get("weights") if isinstance(state_block.get("fit"), dict) else None
+            chk = check_cell(b, c["tokens"], curves["output"].peak_rms(), curves["state"].peak_rms(), w_out, w_st)
+            if c["exception"]:
+                chk["failures"].append("the kernel raised: " + c["exception"].strip().splitlines()[0])
+            for name, n in sorted(c["failure_counts"].items()):
+                chk["failures"].append(f"exact check {name!r} failed {n} time(s)")
+            chk["pass"] = not chk["failures"]
+            chk["budget"] = b.to_dict()
+            cell["check"] = chk
+        out_cells.append(cell)
+    report = {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+        "sweep": {**cfg.to_dict(), "digest": cfg.digest},
+        "settings": {"budget": budget, "horizon": H, "criterion": criterion, "alpha": alpha,
+                     "precision_factor": precision_factor,
+                     "budgets_file": None if budgets is None else budgets.path.name},
+        "environment": environment or {},
+        "cells": out_cells,
+        "skipped": skipped or [],
+        "speculation": _speculation(cells, out_cells, alpha),
+        "recommendations": _recommendations(out_cells, budget, H),
+    }
+    checked = [c for c in out_cells if c["check"] is not None]
+    report["check"] = {
+        "enabled": budgets is not None, "cells": len(checked),
+        "failed": [c["id"] for c in checked if not c["check"]["pass"]],
+        "pass": all(c["check"]["pass"] for c in checked) if checked else None,
+    }
+    return report
+
+
+def _speculation(raw: list[dict], cells: list[dict], alpha: float) -> list[dict]:
+    by = {c["id"]: c for c in cells}
+    groups: dict[tuple, dict[str, dict]] = {}
+    for c in raw:
+        groups.setdefault((c["family"], c["kernel"], c["mode"], c["distribution"]), {})[c["schedule"]] = c
+    out = []
+    for (fam, ker, mode, dist), g in groups.items():
+        std = g.get("standard")
+        if std is None:
+            continue
+        a = [x for row in std["blocks"] for x in row if x is not None]
+        for sched in SCHEDULE_ORDER[1:]:
+            sp = g.get(sched)
+            if sp is None:
+                continue
+            b = [x for row in sp["blocks"] for x in row if x is not None]
+            entry = {"family": fam, "kernel": ker, "mode": mode, "distribution": dist, "schedule": sched,
+                     "standard": std["id"], "speculative": sp["id"],
+                     "tokens_per_flush": {"standard": by[std["id"]]["flush"]["tokens_per_flush"],
+                                          "speculative": by[sp["id"]]["flush"]["tokens_per_flush"]}}
+            if len(a) < 4 or len(b) < 4 or std["exception"] or sp["exception"]:
+                entry.update(test=None, statement="not tested: too few finite blocks or a run failed")
+            else:
+                entry.update(compare_speculative(np.array(a), np.array(b), block=1, alpha=alpha, paired=False))
+            out.append(entry)
+    return out
+
+
+def _cost_key(mode_id: str):
+    m = parse_mode(mode_id)
+    return (m.state_bytes_per_element(128), m.act_bytes_per_element, m.rounding == "stochastic", mode_id)
+
+
+def _recommendations(cells: list[dict], budget: float, horizon: float) -> list[dict]:
+    groups: dict[tuple, list[dict]] = {}
+    for c in cells:
+        groups.setdefault((c["family"], c["kernel"], c["distribution"], c["schedule"]), []).append(c)
+    out = []
+    for (fam, ker, dist, sched), cs in groups.items():
+        cs = sorted(cs, key=lambda c: _cost_key(c["mode"]))
+        considered, pick = [], None
+        for c in cs:
+            ah = c["output"].get("at_horizon")
+            worst = ah["worst"] if ah else None
+            ok = worst is not None and worst <= budget and not c["exception"] and not c["exact_failures"]
+            considered.append({"mode": c["mode"], "worst_output_error": worst, "inside": ok})
+            if ok and pick is None:
+                pick = c
+        entry = {"family": fam, "kernel": ker, "distribution": dist, "schedule": sched, "budget": budget,
+                 "horizon": horizon, "considered": considered, "mode": None}
+        if pick is not None:
+            ah = pick["output"]["at_horizon"]
+            sh = pick["state"].get("at_horizon")
+            entry.update(mode=pick["mode"], output_error=ah["worst"], state_error=sh["worst"] if sh else None,
+                         extrapolated=ah["extrapolated"], traffic=pick["traffic"])
+        out.append(entry)
+    return out
+
+
+# ---- JSON ------------------------------------------------------------------------------------------------
+
+def to_json(report: dict) -> str:
+    return json.dumps(report, indent=1, sort_keys=False, allow_nan=False) + "\n"
+
+
+# ---- Markdown ------------------------------------------------------------------------------------------
+
+def _law_text(block: dict) -> str:
+    fit = block.get("fit") or {}
+    law = fit.get("law", "–")
+    if law in ("exact", "nonfinite", "insufficient"):
+        return law
+    p, se = fit.get("params") or {}, fit.get("stderr") or {}
+    main = {"sqrt": "a", "linear": "b", "exponential": "lam"}.get(law)
+    if law == "bounded":
+        sat = fit.get("saturation")
+        return f"bounded (plateau {_fmt(sat)})"
+    if main and main in p:
+        return f"{law} ({main} = {_fmt(p[main])} ± {_fmt(se.get(main), 2)})"
+    return law
+
+
+def _cells_table_md(cells: list[dict]) -> list[str]:
+    rows = ["| cell | output law | output peak | state law | state peak | injected / flush | tokens to budget |"
+            " eff. bits out / state | check |", "|" + "---|" * 9]
+    for c in cells:
+        inj = c["flush"]["injected"]
+        cross = (c["output"].get("budget_crossing") or {}).get("predicted")
+        ep_o = c["output"]["effective_precision"]
+        ep_s = (inj.get("effective_precision") or {})
+        bits = f"{_fmt(ep_o.get('bits_eff'), 3)}{' ⚠' if ep_o.get('worse') else ''} / " \
+               f"{_fmt(ep_s.get('bits_eff'), 3)}{' ⚠' if ep_s.get('worse') else ''}"
+        chk = "–" if c["check"] is None else ("pass" if c["check"]["pass"] else "**FAIL**")
+        rows.append(f"| {c['id']} | {_law_text(c['output'])} | {_fmt(c['output']['peak'])} | "
+                    f"{_law_text(c['state'])} | {_fmt(c['state']['peak'])} | {_fmt(inj.get('estimate'))} | "
+                    f"{cross if isinstance(cross, str) else _tokens(cross)} | {bits} | {chk} |")
+    return rows
+
+
+def to_markdown(report: dict, html_name: str | None = "drift_report.html") -> str:
+    sw, st = report["sweep"], report["settings"]
+    geo = ", ".join(f"{k}={v}" for k, v in sw["geometry"].items())
+    lines = [f"# Drift report ({SCHEMA} v{report['schema_version']})", ""]
+    if html_name:
+        lines += [f"Plots: [{html_name}]({html_name}).", ""]
+    lines += [f"- sweep {sw['digest']}: families {', '.join(sw['families'])}; kernels {', '.join(sw['kernels'])}; "
+              f"modes {', '.join(sw['modes'])}; scenarios {', '.join(sw['distributions'])}; "
+              f"schedules {', '.join(sw['schedules'])}",
+              f"- geometry {geo}; {sw['rows']} rows x {sw['tokens']:,} tokens per cell; standard L = {sw['buffer']}, "
+              f"speculative T' = {sw['window']}, B = {sw['history']}; seed {sw['seed']}",
+              f"- budget {st['budget']:g} at horizon {st['horizon']:,.0f} tokens; growth laws chosen by "
+              f"{st['criterion'].upper()}; speculation test at alpha = {st['alpha']:g}",
+              ]
+    env = report.get("environment") or {}
+    if env:
+        lines.append("- environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
+    chk = report["check"]
+    if chk["enabled"]:
+        verdict = "PASS" if chk["pass"] else f"FAIL ({len(chk['failed'])} cell(s))"
+        lines.append(f"- budget check against {st['budgets_file']}: **{verdict}**")
+    lines += ["", "## Cells", "", *_cells_table_md(report["cells"]), ""]
+    lines += ["Peak = the largest log-binned RMS of ||out - ref|| / ||ref||; injected / flush = RMS error one flush "
+              "adds to the checkpoint; eff. bits: -log2 of the effective unit roundoff (⚠ worse than declared by "
+              f"more than x{st['precision_factor']:g}).", ""]
+    lines += ["## Does speculation add error?", "", "| family | kernel | mode | scenario | schedule | "
+              "tokens/flush std / spec | ratio (95% CI) | p | verdict |", "|" + "---|" * 9]
+    for s in report["speculation"]:
+        ci = s.get("ratio_ci95")
+        tpf = s["tokens_per_flush"]
+        lines.append(f"| {s['family']} | {s['kernel']} | {s['mode']} | {s['distribution']} | {s['schedule']} | "
+                     f"{tpf['standard']:.3g} / {tpf['speculative']:.3g} | "
+                     f"{_fmt(s.get('ratio'))} ({_fmt(ci[0]) if ci else '–'}–{_fmt(ci[1]) if ci else '–'}) | "
+                     f"{_fmt(s.get('p_value'), 2)} | {s['statement']} |")
+    lines += ["", f"## Recommendations (budget {st['budget']:g}, horizon {st['horizon']:,.0f} tokens)", "",
+              "| family | kernel | scenario | schedule | cheapest mode inside | output error at horizon | "
+              "state bytes/token | saved vs fp32 state |", "|" + "---|" * 8]
+    for r in report["recommendations"]:
+        if r["mode"] is None:
+            lines.append(f"| {r['family']} | {r['kernel']} | {r['distribution']} | {r['schedule']} | none stays inside "
+                         f"| – | – | – |")
+            continue
+        t = r["traffic"]
+        lines.append(f"| {r['family']} | {r['kernel']} | {r['distribution']} | {r['schedule']} | {r['mode']} | "
+                     f"{_fmt(r['output_error'])}{' (extrapolated)' if r['extrapolated'] else ''} | "
+                     f"{t['state_bytes_per_token']:,.0f} | {t['saved_bytes_per_token']:,.0f} B "
+                     f"({100 * t['saved_fraction']:.0f} %) |")
+    if chk["enabled"]:
+        lines += ["", "## Budget check", ""]
+        for c in report["cells"]:
+            if c["check"] and (c["check"]["failures"] or c["check"]["warnings"]):
+                for f in c["check"]["failures"]:
+                    lines.append(f"- FAIL {c['id']}: {f}")
+                for w in c["check"]["warnings"]:
+                    lines.append(f"- warning {c['id']}: {w}")
+        if chk["pass"]:
+            lines.append(f"All {chk['cells']} cells inside their budgets.")
+    if report["skipped"]:
+        lines += ["", "## Not run", ""]
+        lines += [f"- {s.get('id', s.get('kernel'))}: {s['reason']}" for s in report["skipped"]]
+    return "\n".join(lines) + "\n"
+
+
+# ---- HTML ----------------------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:Helvetica,Arial,sans-serif;margin:24px auto;max-width:1480px;color:#222;padding:0 16px}
+h1{font-size:22px;margin-bottom:4px} h2{font-size:18px;margin-top:34px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:20px 0 6px} .meta{color:#555;font-size:13px;line-height:1.5}
+table{border-collapse:collapse;font-size:12px;margin:8px 0} th,td{border:1px solid #ddd;padding:3px 7px;text-align:left}
+th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.pass{color:#1a7f37;font-weight:bold} .fail{color:#c62828;font-weight:bold} .warn{color:#b26a00}
+.grid{display:flex;flex-wrap:wrap;gap:10px}
+.card{border:1px solid #e2e2e2;border-radius:6px;padding:6px;background:#fff}
+.card h4{margin:2px 4px 4px;font-size:13px} .note{color:#666;font-size:12px;max-width:1100px}
+.verdict{display:inline-block;padding:3px 10px;border-radius:4px;color:#fff;font-weight:bold}
+.vpass{background:#1a7f37} .vfail{background:#c62828}
+"""
+
+
+class _Ids:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> str:
+        self.n += 1
+        return f"p{self.n}"
+
+
+def _budget_series(report: dict, fam: str, mode: str, cells: list[dict], tmax: float) -> list[Series]:
+    out = [Series(f"your budget {report['settings']['budget']:g}", [1.0, tmax], [report["settings"]["budget"]] * 2,
+                  color="#999999", style="hline", width=1.2)]
+    chk = next((c["check"] for c in cells if c["check"]), None)
+    if chk:
+        b = chk["budget"]
+        ts = list(np.geomspace(1, max(tmax, 2), 40))
+        scale = [_scale(b, t) for t in ts]
+        out.append(Series(f"tolerances.toml ({fam}.{mode})", ts, [b["output_error"] * s for s in scale],
+                          color="#c62828", style="dashed", width=1.4))
+    return out
+
+
+def _scale(b: dict, t: float) -> float:
+    r = max(t / b["horizon"], 1.0)
+    if "linear" in b["growth"]:
+        return r
+    if "sqrt" in b["growth"]:
+        return math.sqrt(r)
+    return 1.0
+
+
+def _mode_plot(report, fam, dist, mode, cells, what: str, uid) -> str:
+    sw = report["sweep"]
+    series, tmax = [], float(report["settings"]["horizon"])
+    for c in sorted(cells, key=lambda c: SCHEDULE_ORDER.index(c["schedule"])):
+        blk = c[what]
+        col = PALETTE[SCHEDULE_ORDER.index(c["schedule"]) % len(PALETTE)]
+        lab = SCHEDULE_LABEL[c["schedule"]].format(L=sw["buffer"], T=sw["window"])
+        law = (blk.get("fit") or {}).get("law", "?")
+        series.append(Series(f"{lab}: {law}", blk["curve"]["t"], blk["curve"]["rms"], color=col, style="markers"))
+        fc = blk.get("fit_curve")
+        if fc:
+            series.append(Series("", fc["t"], [v if v is not None else float("nan") for v in fc["e"]], color=col,
+                                 style="dashed", legend=False, width=1.2))
+        tmax = max(tmax, c["tokens"])
+    if what == "output":
+        series += _budget_series(report, fam, mode, cells, tmax)
+    title = f"{fam} {mode} · {dist} · {'output' if what == 'output' else 'state'} error"
+    return render(Plot(title, "tokens (position in the accepted stream)", "RMS ||err|| / ||ref||", series,
+                       width=470, height=320), uid())
+
+
+def _flush_plots(report, fam, dist, cells, uid) -> str:
+    modes = [m for m in report["sweep"]["modes"]]
+    acc, loc = [], []
+    for i, m in enumerate(modes):
+        mid = parse_mode(m).id
+        c = next((c for c in cells if c["mode"] == mid and c["schedule"] == "standard"), None) or \
+            next((c for c in cells if c["mode"] == mid), None)
+        if c is None:
+            continue
+        col = PALETTE[i % len(PALETTE)]
+        acc.append(Series(f"{mid} ({c['schedule']})", c["flush"]["curve"]["t"], c["flush"]["curve"]["rms"], color=col,
+                          style="line+markers"))
+        loc.append(Series(f"{mid}: {_fmt(c['flush']['injected']['estimate'])}/flush", c["flush"]["local_curve"]["t"],
+                          c["flush"]["local_curve"]["rms"], color=col, style="line+markers"))
+    a = render(Plot(f"{fam} · {dist} · checkpoint error at each flush", "flush number", "RMS ||ckpt - ref|| / ||ref||",
+                    acc, width=560, height=340), uid())
+    b = render(Plot(f"{fam} · {dist} · error injected by one flush", "flush number",
+                    "RMS ||ckpt - fold64(prev ckpt)|| / ||.||", loc, width=560, height=340), uid())
+    return f'<div class="grid"><div class="card">{a}</div><div class="card">{b}</div></div>'
+
+
+def _td(x, num=True) -> str:
+    return f'<td class="num">{escape(str(x))}</td>' if num else f"<td>{escape(str(x))}</td>"
+
+
+def _row(cells: list[str]) -> str:
+    return "<tr>" + "".join(cells) + "</tr>"
+
+
+def to_html(report: dict) -> str:
+    """A self-contained HTML page (inline CSS and SVG; no scripts, no external files)."""
+    uid = _Ids()
+    sw, st = report["sweep"], report["settings"]
+    chk = report["check"]
+    h = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+         "<title>replayssm drift report</title>", f"<style>{_CSS}</style></head><body>",
+         "<h1>replayssm drift report</h1>"]
+    geo = ", ".join(f"{k} = {v}" for k, v in sw["geometry"].items())
+    env = report.get("environment") or {}
+    env_txt = ("<br>" + escape(", ".join(f"{k}: {v}" for k, v in env.items()))) if env else ""
+    h.append('<div class="meta">'
+             f"Kernels {escape(', '.join(sw['kernels']))} · families {escape(', '.join(sw['families']))} · "
+             f"geometry {escape(geo)} · {sw['rows']} rows × {sw['tokens']:,} tokens per cell · "
+             f"standard L = {sw['buffer']}, speculative T' = {sw['window']}, B = {sw['history']} · "
+             f"seed {sw['seed']}<br>"
+             "Every error is relative to the fp64, token-by-token reference on the accepted stream "
+             "(‖out − ref‖₂ / ‖ref‖₂ per row and token; states likewise at every flush and at log-spaced steps), "
+             f"RMS over log-spaced token bins. Growth law chosen by {escape(st['criterion'].upper())} among bounded, "
+             f"√t, linear and exponential. Your budget: {st['budget']:g} at {st['horizon']:,.0f} tokens."
+             f"{env_txt}<br>Report schema {SCHEMA} v{report['schema_version']} (docs/drift_report_schema.md) · "
+             f"sweep {sw['digest']}</div>")
+    if chk["enabled"]:
+        cls = "vpass" if chk["pass"] else "vfail"
+        txt = (f"budget check PASS ({chk['cells']} cells)" if chk["pass"]
+               else f"budget check FAIL: {len(chk['failed'])} of {chk['cells']} cells")
+        h.append(f'<p><span class="verdict {cls}">{escape(txt)}</span> against '
+                 f'{escape(st["budgets_file"] or "")}</p>')
+
+    # The answer people come for first.
+    h.append(f"<h2>Which precision can I afford? (budget {st['budget']:g}, horizon {st['horizon']:,.0f} tokens)</h2>")
+    h.append('<p class="note">Cheapest mode first (state bytes, then activation bytes, nearest before stochastic '
+             "rounding) whose worst output error up to the horizon (observed, or the fitted law beyond the run) stays "
+             "inside the budget. State traffic: bytes of checkpoint moved per token, per sequence and layer.</p>")
+    h.append("<table><tr><th>family</th><th>kernel</th><th>scenario</th><th>schedule</th><th>cheapest mode inside</th>"
+             "<th>worst output error to horizon</th><th>state bytes / token</th><th>saved vs fp32 state</th>"
+             "<th>modes considered: worst error (✗ outside)</th></tr>")
+    for r in report["recommendations"]:
+        cons = ", ".join(f"{x['mode']} {_fmt(x['worst_output_error'], 2)}{'' if x['inside'] else ' ✗'}"
+                         for x in r["considered"])
+        head = [_td(r["family"], False), _td(r["kernel"], False), _td(r["distribution"], False),
+                _td(r["schedule"], False)]
+        if r["mode"] is None:
+            h.append(_row(head + ['<td class="fail">none stays inside</td>', "<td></td>", "<td></td>", "<td></td>",
+                                  _td(cons, False)]))
+            continue
+        t = r["traffic"]
+        err = _fmt(r["output_error"]) + (" (extrapolated)" if r["extrapolated"] else "")
+        saved = f"{t['saved_bytes_per_token']:,.0f} B ({100 * t['saved_fraction']:.0f} %)"
+        h.append(_row(head + [f"<td><b>{escape(r['mode'])}</b></td>", _td(err),
+                              _td(f"{t['state_bytes_per_token']:,.0f}"), _td(saved), _td(cons, False)]))
+    h.append("</table>")
+
+    # Summary table.
+    h.append("<h2>Cells</h2>")
+    h.append('<p class="note">Law: the growth law of the error curve with its rate ± standard error. Peak: the largest '
+             "binned RMS error (the budget metric). Injected/flush: RMS error one flush adds to the checkpoint, "
+             "measured against an fp64 fold of the kernel's own previous checkpoint. Effective bits: −log2 of the "
+             "unit roundoff the error corresponds to (output over the run; state per flush), ⚠ when worse than "
+             f"declared by more than ×{st['precision_factor']:g}.</p>")
+    h.append("<table><tr><th>cell</th><th>output law</th><th>output peak</th><th>state law</th><th>state peak</th>"
+             "<th>injected / flush</th><th>tokens / flush</th><th>tokens to budget</th><th>eff. bits out</th>"
+             "<th>eff. bits state</th><th>check</th></tr>")
+    for c in report["cells"]:
+        inj = c["flush"]["injected"]
+        cross = (c["output"].get("budget_crossing") or {}).get("predicted")
+        ep_o = c["output"]["effective_precision"]
+        ep_s = inj.get("effective_precision") or {}
+
+        def bits(ep):
+            if not ep:
+                return _td("–")
+            txt = f"{_fmt(ep.get('bits_eff'), 3)} / {ep['bits_declared']:.3g}"
+            cls = ' class="num warn"' if ep.get("worse") else ' class="num"'
+            return f"<td{cls}>{escape(txt)}{' ⚠' if ep.get('worse') else ''}</td>"
+
+        if c["check"] is None:
+            ck = "<td>–</td>"
+        elif c["check"]["pass"]:
+            ck = '<td class="pass">pass</td>'
+        else:
+            ck = f'<td class="fail" title="{escape("; ".join(c["check"]["failures"]))}">FAIL</td>'
+        h.append(_row([_td(c["id"], False), _td(_law_text(c["output"]), False), _td(_fmt(c["output"]["peak"])),
+                       _td(_law_text(c["state"]), False), _td(_fmt(c["state"]["peak"])), _td(_fmt(inj.get("estimate"))),
+                       _td(_fmt(c["flush"]["tokens_per_flush"])),
+                       _td(cross if isinstance(cross, str) else _tokens(cross)), bits(ep_o), bits(ep_s), ck]))
+    h.append("</table>")
+
+    # Plots per family x scenario x mode.
+    groups: dict[tuple, list[dict]] = {}
+    for c in report["cells"]:
+        groups.setdefault((c["family"], c["kernel"], c["distribution"]), []).append(c)
+    h.append("<h2>Error against tokens (log-log)</h2>")
+    h.append('<p class="note">Dots: binned RMS error per schedule; dashed: the fitted law (extended to the '
+             "horizon); grey dashed: your budget; red dashed: the budget of golden/tolerances.toml (scaled "
+             "beyond its horizon by the fastest allowed law).</p>")
+    for (fam, ker, dist), cs in groups.items():
+        h.append(f"<h3>{escape(fam)} · {escape(ker)} · scenario {escape(dist)}</h3>")
+        for m in sw["modes"]:
+            mid = parse_mode(m).id
+            mc = [c for c in cs if c["mode"] == mid]
+            if not mc:
+                continue
+            h.append('<div class="grid">'
+                     f'<div class="card">{_mode_plot(report, fam, dist, mid, mc, "output", uid)}</div>'
+                     f'<div class="card">{_mode_plot(report, fam, dist, mid, mc, "state", uid)}</div></div>')
+    h.append("<h2>Error per flush</h2>")
+    for (fam, ker, dist), cs in groups.items():
+        h.append(f"<h3>{escape(fam)} · {escape(ker)} · scenario {escape(dist)}</h3>")
+        h.append(_flush_plots(report, fam, dist, cs, uid))
+
+    # Speculation.
+    h.append("<h2>Does speculation add error?</h2>")
+    h.append('<p class="note">Per row, geometric-mean output error over equal blocks of the accepted stream; '
+             "speculative blocks against standard-decode blocks of the same kernel, mode and scenario, one-sided "
+             f"Mann-Whitney U at alpha = {st['alpha']:g}. The flush cadence differs between the two decodes "
+             "(tokens/flush column), so an effect can come from the extra flushes rather than from the window.</p>")
+    h.append("<table><tr><th>family</th><th>kernel</th><th>mode</th><th>scenario</th><th>schedule</th>"
+             "<th>tokens/flush std / spec</th><th>error ratio spec/std (95% CI)</th><th>p</th><th>verdict</th></tr>")
+    for s in report["speculation"]:
+        ci = s.get("ratio_ci95")
+        tpf = s["tokens_per_flush"]
+        ratio = f"{_fmt(s.get('ratio'))} ({_fmt(ci[0]) if ci else '–'}–{_fmt(ci[1]) if ci else '–'})"
+        cls = "fail" if s.get("adds_error") else ""
+        h.append(_row([_td(s["family"], False), _td(s["kernel"], False), _td(s["mode"], False),
+                       _td(s["distribution"], False), _td(s["schedule"], False),
+                       _td(f"{tpf['standard']:.3g} / {tpf['speculative']:.3g}"), _td(ratio),
+                       _td(_fmt(s.get("p_value"), 2)), f'<td class="{cls}">{escape(s["statement"])}</td>']))
+    h.append("</table>")
+
+    if chk["enabled"]:
+        h.append("<h2>Budget check</h2><ul>")
+        any_line = False
+        for c in report["cells"]:
+            for f in (c["check"] or {}).get("failures", []):
+                h.append(f'<li><span class="fail">FAIL</span> {escape(c["id"])}: {escape(f)}</li>')
+                any_line = True
+            for w in (c["check"] or {}).get("warnings", []):
+                h.append(f'<li><span class="warn">warning</span> {escape(c["id"])}: {escape(w)}</li>')
+                any_line = True
+        if not any_line:
+            h.append(f"<li>All {chk['cells']} cells inside their budgets.</li>")
+        h.append("</ul>")
+    if report["skipped"]:
+        h.append("<h2>Not run</h2><ul>" + "".join(
+            f"<li>{escape(str(s.get('id', s.get('kernel'))))}: {escape(s['reason'])}</li>" for s in report["skipped"])
+            + "</ul>")
+    h.append("</body></html>")
+    return "\n".join(h) + "\n"
+
+
+def write_reports(report: dict, out_dir, stem: str = "drift_report") -> dict:
+    """Write ``<stem>.json``, ``.md`` and ``.html`` atomically; returns their paths."""
+    from pathlib import Path
+
+    from replayssm.validators.drift import atomic_write
+    out = Path(out_dir)
+    paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md", "html": out / f"{stem}.html"}
+    atomic_write(paths["json"], to_json(report))
+    atomic_write(paths["md"], to_markdown(report, paths["html"].name))
+    atomic_write(paths["html"], to_html(report))
+    return paths
+
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "analyse", "to_html", "to_json", "to_markdown", "write_reports"]
