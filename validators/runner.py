@@ -120,7 +120,8 @@ class Lockstep:
         self.active_mask = torch.tensor([s != PAD_SLOT for s in self.ids_list], device=self.device)
         self.ref_params = {k: v.to(self.device, torch.float64) for k, v in self.params.items()}
         self.dec = sc.decode_config
-        self.replay_kind = self.kernel.kind not in ("baseline",)
+        # A mutant built on a baseline says so in ``base_kind`` (its kind is "mutant").
+        self.replay_kind = getattr(self.kernel, "base_kind", self.kernel.kind) != "baseline"
         self.tol = tolerance_for(sc.precision)
         self.u_out = output_unit(sc.precision)
         self.u_state = state_unit(sc.precision)
