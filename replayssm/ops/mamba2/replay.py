@@ -1,0 +1,478 @@
+"""ReplaySSM Mamba-2 decode in Triton: standard decode (L = 1..32) and speculative verify/commit.
+
+Oracle: the literal models of ``naive.py`` ("literal-replay", "literal-replay-state") and,
+through them, the fp64 recurrence ``mamba2_sequence`` (spec sections 2.1, 3, 4).  Expected error
+against fp64: the literal model's error at the same precision mode, within a small factor (fp32
+summation order, tree cumsum, the GPU's exp/log); tests/test_mamba2_triton.py measures the factor.
+
+One kernel serves both decodes and both routes.  One program owns one (batch row, head) and
+``NCH`` tiles of ``BP`` state rows (``split`` programs per head cover headdim).  It
+
+1. reads the slot's cursors (``write_pos``, ``origin``) on the device;
+2. gathers Δ (fp32 records, the window's softplus), B (records, window inputs) for logical
+   positions ``j < write_pos + T'`` from the ring (``row = (origin + j) mod ring``) and the
+   inputs, and forms ``c = cumsum(Δ)``, the window decays ``exp(A c_s)`` and the causal weights
+   ``W[j, s] = Δ_j exp(A (c_s - c_j))`` once per program;
+3. per tile: loads the checkpoint rows and the x records and writes, for every window
+   position s,
+   * output_only: ``y = exp(A c_s) (S0 C_s) + Σ_j W[j, s] (B_j · C_s) x_j + D x_s``
+   * state_and_output: ``S_s = exp(A c_s) S0 + Σ_j W[j, s] x_j B_jᵀ`` (a dot), ``y = S_s C_s + D x_s``
+   the readout dots ``S0 · C``, ``B · C``, ``S · C`` in the mode's dot precision (ieee: fp32
+   FMAs; tf32 / tf32x3: ``tl.dot`` with that ``input_precision``);
+4. appends the window's records (x, B, Δ) at ring rows ``write_pos + s`` (not on a standard
+   flush), and on a flush folds the buffer into the checkpoint in fp32 (standard: the L-1
+   records and the current token; speculative: the committed history, the state before the
+   window) and stores it in the state dtype (nearest or Philox stochastic rounding, fp8 rows
+   with fp32 scales).
+
+A non-flush verify only reads the checkpoint.  Cursors move in :func:`_commit_kernel` (one tiny
+launch, no host synchronisation), or, for standard decode, inside the step itself
+(``launch_step``: the last program of a slot to finish, counted with an atomic, advances the
+slot's cursor; verify + commit in one launch, CUDA-graph safe).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from replayssm.interface import PAD_SLOT, KernelSnapshot
+from replayssm.ops.mamba2.naive import ROUTES, Mamba2Math
+from replayssm.ops.mamba2.triton_common import TritonMamba2Base, mask_and, next_pow2, softplus
+from replayssm.ops.triton_rounding import INTERPRET, cast_nearest, load_state_rows, store_state_rows
+from replayssm.registry import register
+from replayssm.rounding import dequantize_state
+
+STREAM_FLUSH = tl.constexpr(0)
+STREAM_RESET = tl.constexpr(1)
+
+
+@triton.jit
+def _read_column(M, Cmat, s: tl.constexpr, sidx, DOT: tl.constexpr):
+    """``M [rows, BN] · C_s``: column s of the readout against the window's C matrix ``[BN, TP]``."""
+    sel = sidx == s
+    if DOT == "ieee":
+        cs = tl.sum(tl.where(sel[None, :], Cmat, 0.0), axis=1)
+        col = tl.sum(M * cs[None, :], axis=1)
+    else:
+        col = tl.sum(tl.where(sel[None, :], tl.dot(M, Cmat, input_precision=DOT), 0.0), axis=1)
+    return col
+
+
+@triton.jit
+def _read_all(M, Cmat, sidx, T: tl.constexpr, DOT: tl.constexpr):
+    """``M [rows, BN] · C_s`` for every window position s: ``[rows, TP]`` (zero beyond T)."""
+    if DOT == "ieee":
+        acc = tl.zeros((M.shape[0], Cmat.shape[1]), tl.float32)
+        for s in tl.static_range(T):
+            cs = tl.sum(tl.where((sidx == s)[None, :], Cmat, 0.0), axis=1)
+            col = tl.sum(M * cs[None, :], axis=1)
+            acc = tl.where((sidx == s)[None, :], col[:, None], acc)
+    else:
+        acc = tl.dot(M, Cmat, input_precision=DOT)
+    return acc
+
+
+@triton.jit
+def _replay_kernel(
+        slot_ptr, x_ptr, dt_ptr, B_ptr, C_ptr, z_ptr, A_ptr, bias_ptr, D_ptr, out_ptr,
+        ck_ptr, cks_ptr, rx_ptr, rB_ptr, rdt_ptr, wp_ptr, org_ptr, cnt_ptr, arr_ptr, seed,
+        H: tl.constexpr, P: tl.constexpr, N: tl.constexpr, G: tl.constexpr,
+        T: tl.constexpr, RING: tl.constexpr, LSPEC: tl.constexpr, SPEC: tl.constexpr,
+        STATE_ROUTE: tl.constexpr, ADVANCE: tl.constexpr, HAS_Z: tl.constexpr,
+        STATE: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr, SR: tl.constexpr, INTERP: tl.constexpr,
+        BP: tl.constexpr, BN: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr,
+        NSPLIT: tl.constexpr, NCH: tl.constexpr):
+    pid = tl.program_id(0)
+    r = tl.program_id(1).to(tl.int64)
+    h = pid // NSPLIT
+    split = pid % NSPLIT
+    slot = tl.load(slot_ptr + r).to(tl.int64)
+    if slot < 0:
+        return
+    g = h // (H // G)
+    SCALED: tl.constexpr = STATE == "fp8"
+    wp = tl.load(wp_ptr + slot)
+    if SPEC:
+        org = tl.load(org_ptr + slot)
+        flush = wp + 2 * T > LSPEC
+    else:
+        org = wp * 0
+        flush = wp == LSPEC - 1
+    if SR:
+        ctr = tl.load(cnt_ptr + slot)
+    else:
+        ctr = 0
+    A = tl.load(A_ptr + h)
+    bias = tl.load(bias_ptr + h)
+    Dh = tl.load(D_ptr + h)
+
+    # ---- the window's per-(row, head) quantities, once per program ----------------------------
+    j = tl.arange(0, JB)
+    n = tl.arange(0, BN)
+    nm = n < N
+    hist = j < wp
+    win = (j >= wp) & (j < wp + T)
+    tj = j - wp
+    row = (org + j) % RING
+    d_hist = tl.load(rdt_ptr + (slot * RING + row) * H + h, mask=hist, other=0.0)
+    dt_win = tl.load(dt_ptr + (r * T + tj) * H + h, mask=win, other=0.0).to(tl.float32)
+    delta = tl.where(hist, d_hist, tl.where(win, softplus(dt_win + bias), 0.0))
+    c = tl.cumsum(delta, axis=0)
+    B_hist = tl.load(rB_ptr + ((slot * RING + row) * G + g)[:, None] * N + n[None, :],
+                     mask=hist[:, None] & nm[None, :], other=0.0)
+    B_win = tl.load(B_ptr + ((r * T + tj) * G + g)[:, None] * N + n[None, :],
+                    mask=win[:, None] & nm[None, :], other=0.0)
+    Bj = tl.where(hist[:, None], B_hist.to(tl.float32), B_win.to(tl.float32))  # [JB, BN]
+    sidx = tl.arange(0, TP)
+    pos = wp + sidx
+    c_at = tl.sum(tl.where(j[:, None] == pos[None, :], c[:, None], 0.0), axis=0)  # [TP]
+    dec = tl.exp(A * c_at)
+    causal = (j[:, None] <= pos[None, :]) & (sidx[None, :] < T)
+    W = tl.where(causal, delta[:, None] * tl.exp(A * (c_at[None, :] - c[:, None])), 0.0)  # [JB, TP]
+    Cmat = tl.load(C_ptr + ((r * T + sidx) * G + g)[None, :] * N + n[:, None],
+                   mask=nm[:, None] & (sidx[None, :] < T), other=0.0).to(tl.float32)  # [BN, TP]
+    if not STATE_ROUTE:
+        M = W * _read_all(Bj, Cmat, sidx, T, DOT)  # Δ-weighted B_j·C_s
+    if SPEC:
+        c_hist = tl.sum(tl.where(j == wp - 1, c, 0.0), axis=0)
+        w_fold = tl.where(hist, delta * tl.exp(A * (c_hist - c)), 0.0)
+        dec_fold = tl.exp(A * c_hist)
+    else:
+        w_fold = tl.sum(tl.where((sidx == 0)[None, :], W, 0.0), axis=1)
+        dec_fold = tl.sum(tl.where(sidx == 0, dec, 0.0), axis=0)
+    if SPEC:
+        rec_ok = wp >= 0
+    else:
+        rec_ok = wp < LSPEC - 1
+
+    # ---- records of the window (x is written per tile below) --------------------------------------
+    lead_g = ((h % (H // G)) == 0) & (split == 0)
+    one = tl.arange(0, 1)
+    for s in tl.static_range(T):
+        row_s = (org + wp + s) % RING
+        Bs = tl.load(B_ptr + ((r * T + s) * G + g) * N + n, mask=nm, other=0.0)
+        tl.store(rB_ptr + ((slot * RING + row_s) * G + g) * N + n, Bs, mask=mask_and(nm, lead_g & rec_ok))
+        d_s = tl.sum(tl.where(j == wp + s, delta, 0.0), axis=0)
+        tl.store(rdt_ptr + (slot * RING + row_s) * H + h + one, tl.zeros([1], tl.float32) + d_s,
+                 mask=mask_and(one == 0, (split == 0) & rec_ok))
+
+    # ---- the tiles of headdim ------------------------------------------------------------------------
+    for ch in range(NCH):
+        p = (split * NCH + ch) * BP + tl.arange(0, BP)
+        pm = p < P
+        m2 = pm[:, None] & nm[None, :]
+        hp = (slot * H + h) * P + p
+        S0 = load_state_rows(ck_ptr + hp[:, None] * N + n[None, :], cks_ptr + hp, m2, pm, SCALED)
+        X_hist = tl.load(rx_ptr + ((slot * RING + row) * H + h)[:, None] * P + p[None, :],
+                         mask=hist[:, None] & pm[None, :], other=0.0)
+        X_win = tl.load(x_ptr + ((r * T + tj) * H + h)[:, None] * P + p[None, :],
+                        mask=win[:, None] & pm[None, :], other=0.0)
+        X = tl.where(hist[:, None], X_hist.to(tl.float32), X_win.to(tl.float32))  # [JB, BP]
+        if not STATE_ROUTE:
+            s0c = _read_all(S0, Cmat, sidx, T, DOT)  # [BP, TP]
+        S_first = S0
+        for s in tl.static_range(T):
+            sel = sidx == s
+            dec_s = tl.sum(tl.where(sel, dec, 0.0), axis=0)
+            if STATE_ROUTE:
+                w_s = tl.sum(tl.where(sel[None, :], W, 0.0), axis=1)
+                S_s = dec_s * S0 + tl.dot(tl.trans(X * w_s[:, None]), Bj, input_precision="ieee")
+                y = _read_column(S_s, Cmat, s, sidx, DOT)
+                if s == 0:
+                    S_first = S_s
+            else:
+                m_s = tl.sum(tl.where(sel[None, :], M, 0.0), axis=1)
+                y = dec_s * tl.sum(tl.where(sel[None, :], s0c, 0.0), axis=1) + tl.sum(m_s[:, None] * X, axis=0)
+            x_raw = tl.load(x_ptr + ((r * T + s) * H + h) * P + p, mask=pm, other=0.0)
+            y = y + Dh * x_raw.to(tl.float32)
+            if HAS_Z:
+                zz = tl.load(z_ptr + ((r * T + s) * H + h) * P + p, mask=pm, other=0.0).to(tl.float32)
+                y = y * zz / (1.0 + tl.exp(-zz))
+            tl.store(out_ptr + ((r * T + s) * H + h) * P + p, cast_nearest(y, ACT, INTERP), mask=pm)
+            row_s = (org + wp + s) % RING
+            tl.store(rx_ptr + ((slot * RING + row_s) * H + h) * P + p, x_raw, mask=mask_and(pm, rec_ok))
+        if flush:
+            if STATE_ROUTE and not SPEC:
+                S_new = S_first
+            else:
+                S_new = dec_fold * S0 + tl.dot(tl.trans(X * w_fold[:, None]), Bj, input_precision="ieee")
+            elem = (h * P + p)[:, None] * N + n[None, :]
+            store_state_rows(ck_ptr + hp[:, None] * N + n[None, :], cks_ptr + hp, S_new, m2, pm, elem,
+                             seed, slot, ctr, STREAM_FLUSH, STATE, SCALED, SR, INTERP)
+
+    # ---- fused commit(1) of standard decode: the slot's last program advances its cursor ----------
+    if ADVANCE:
+        done = tl.atomic_add(arr_ptr + slot, 1)
+        if done == H * NSPLIT - 1:
+            tl.store(arr_ptr + slot, 0)
+            tl.store(wp_ptr + slot, tl.where(flush, 0, wp + 1))
+            if SR:
+                tl.store(cnt_ptr + slot, ctr + flush.to(tl.int32))
+
+
+@triton.jit
+def _commit_kernel(slot_ptr, acc_ptr, wp_ptr, org_ptr, cnt_ptr, R,
+                   T: tl.constexpr, RING: tl.constexpr, LSPEC: tl.constexpr, SPEC: tl.constexpr,
+                   SR: tl.constexpr, BLOCK: tl.constexpr):
+    """commit(k) on the device (spec 3-4): non-flush ``write_pos += k``; flush (standard) ``0``,
+    (speculative) ``origin += write_pos mod ring, write_pos = k``; flushes count a state write."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    slot = tl.load(slot_ptr + i, mask=i < R, other=-1).to(tl.int64)
+    act = (i < R) & (slot >= 0)
+    wp = tl.load(wp_ptr + slot, mask=act, other=0)
+    k = tl.load(acc_ptr + i, mask=act, other=1).to(tl.int32)
+    if SPEC:
+        flush = wp + 2 * T > LSPEC
+        org = tl.load(org_ptr + slot, mask=act, other=0)
+        tl.store(org_ptr + slot, tl.where(flush, (org + wp) % RING, org), mask=act)
+        tl.store(wp_ptr + slot, tl.where(flush, k, wp + k), mask=act)
+    else:
+        flush = wp == LSPEC - 1
+        tl.store(wp_ptr + slot, tl.where(flush, 0, wp + 1), mask=act)
+    if SR:
+        ctr = tl.load(cnt_ptr + slot, mask=act, other=0)
+        tl.store(cnt_ptr + slot, ctr + flush.to(tl.int32), mask=act)
+
+
+@triton.jit
+def write_state_kernel(slot_ptr, src_ptr, dst_ptr, dsts_ptr, cnt_ptr, seed, NBUF,
+                       H: tl.constexpr, P: tl.constexpr, N: tl.constexpr, HAS_SRC: tl.constexpr,
+                       STATE: tl.constexpr, SR: tl.constexpr, INTERP: tl.constexpr, STREAM: tl.constexpr,
+                       BP: tl.constexpr, BN: tl.constexpr, NCH: tl.constexpr):
+    """Store ``src[r]`` (fp32 ``[R, H, P, N]``; zeros without a source) as the state of slot
+    ``slot_ids[r]`` (buffer 0 of ``NBUF``), in the state dtype: the reset of every kernel."""
+    h = tl.program_id(0)
+    r = tl.program_id(1).to(tl.int64)
+    slot = tl.load(slot_ptr + r).to(tl.int64)
+    if slot < 0:
+        return
+    SCALED: tl.constexpr = STATE == "fp8"
+    if SR:
+        ctr = tl.load(cnt_ptr + slot)
+    else:
+        ctr = 0
+    n = tl.arange(0, BN)
+    nm = n < N
+    for ch in range(NCH):
+        p = ch * BP + tl.arange(0, BP)
+        pm = p < P
+        m2 = pm[:, None] & nm[None, :]
+        if HAS_SRC:
+            S = tl.load(src_ptr + ((r * H + h) * P + p)[:, None] * N + n[None, :], mask=m2, other=0.0)
+        else:
+            S = tl.zeros((BP, BN), tl.float32)
+        hp = (slot * NBUF * H + h) * P + p
+        elem = (h * P + p)[:, None] * N + n[None, :]
+        store_state_rows(dst_ptr + hp[:, None] * N + n[None, :], dsts_ptr + hp, S, m2, pm, elem, seed, slot, ctr,
+                         STREAM, STATE, SCALED, SR, INTERP)
+
+
+class _TritonReplay(TritonMamba2Base):
+    """ReplaySSM Mamba-2 in Triton (standard and speculative decode)."""
+
+    kind = "replay"
+    route = "output_only"
+    dots = ("ieee", "tf32", "tf32x3")
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        reason = super().unsupported_reason(mode, decode, options)
+        if reason:
+            return reason
+        if options.get("route", cls.route) != cls.route:
+            return f"kernel {cls.name!r} implements the {cls.route} route, options['route'] asks {options['route']!r}"
+        if decode.lspec > 64:
+            return f"the buffer holds at most 64 positions (L or B + T'), got {decode.lspec}"
+        return None
+
+    def __init__(self, config):
+        super().__init__(config)
+        g, d, m = self.geometry, self.decode, self.mode
+        S, dev, rows = self.num_slots, self.device, d.ring_rows
+        self.ckpt = torch.zeros((S, *self.state_shape), dtype=m.state_dtype, device=dev)
+        self.ckpt_scale = (torch.ones((S, g.nheads, g.headdim), dtype=torch.float32, device=dev)
+                           if m.scaled_state else torch.ones(1, dtype=torch.float32, device=dev))
+        self.records = {
+            "x": torch.zeros((S, rows, g.nheads, g.headdim), dtype=m.act_dtype, device=dev),
+            "B": torch.zeros((S, rows, g.ngroups, g.dstate), dtype=m.act_dtype, device=dev),
+            "dt": torch.zeros((S, rows, g.nheads), dtype=torch.float32, device=dev),
+        }
+        self.arrivals = torch.zeros(S, dtype=torch.int32, device=dev)
+        self.jb = max(16, next_pow2(d.lspec))
+        self.tp = max(16, next_pow2(d.window))
+
+    # ---- raw launches (no host synchronisation) ------------------------------------------------------
+    def _launch(self, slot_ids, inputs, out, advance: bool) -> None:
+        g, d = self.geometry, self.decode
+        R = slot_ids.shape[0]
+        split = self.split_for(R)
+        nch = triton.cdiv(self.nchunks, split)
+        with self._device_ctx():
+            _replay_kernel[(g.nheads * split, R)](
+                slot_ids, inputs["x"], inputs["dt"], inputs["B"], inputs["C"], self._z(inputs),
+                self.A, self.dt_bias, self.D, out, self.ckpt, self.ckpt_scale,
+                self.records["x"], self.records["B"], self.records["dt"],
+                self.write_pos, self.origin, self.counter, self.arrivals, self.seed,
+                H=g.nheads, P=g.headdim, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec,
+                SPEC=d.speculative, STATE_ROUTE=self.route == "state_and_output", ADVANCE=advance,
+                HAS_Z=g.has_z, STATE=self.state_kind, ACT=self.act_kind, DOT=self.mode.dot, SR=self.sr,
+                INTERP=INTERPRET, BP=self.block_p, BN=self.block_n, JB=self.jb, TP=self.tp, NSPLIT=split, NCH=nch,
+                num_warps=self.num_warps)
+
+    def launch_verify(self, slot_ids, inputs, out) -> None:
+        """Raw verify: outputs for every window position, records appended, checkpoint folded on
+        a flush; cursors untouched (``launch_commit`` moves them)."""
+        self._launch(slot_ids, inputs, out, advance=False)
+
+    def launch_commit(self, slot_ids, accepted) -> None:
+        """Raw commit(k) on the device."""
+        d = self.decode
+        R = slot_ids.shape[0]
+        BLOCK = 128
+        with self._device_ctx():
+            _commit_kernel[(triton.cdiv(R, BLOCK),)](
+                slot_ids, accepted, self.write_pos, self.origin, self.counter, R, T=d.window, RING=d.ring_rows,
+                LSPEC=d.lspec, SPEC=d.speculative, SR=self.sr, BLOCK=BLOCK)
+
+    def launch_step(self, slot_ids, inputs, out) -> None:
+        """Raw standard-decode step: verify and commit(1) in one launch (the slot's last program
+        advances the cursor).  Bit-identical to launch_verify + launch_commit(1)."""
+        if self.decode.speculative:
+            raise ValueError("launch_step: the fused step is standard decode; speculative decode commits k "
+                             "with launch_commit")
+        self._launch(slot_ids, inputs, out, advance=True)
+
+    # ---- the interface -----------------------------------------------------------------------------------
+    def reset(self, slot_ids, initial_state=None, origin=None) -> None:
+        ids = self.check_reset_args(slot_ids, initial_state, origin) if self.checks else slot_ids.tolist()
+        g = self.geometry
+        src = None if initial_state is None else initial_state.to(torch.float32).contiguous()
+        with self._device_ctx():
+            write_state_kernel[(g.nheads, slot_ids.shape[0])](
+                slot_ids, src if src is not None else self._dummy, self.ckpt, self.ckpt_scale, self.counter,
+                self.seed, 1, H=g.nheads, P=g.headdim, N=g.dstate, HAS_SRC=src is not None, STATE=self.state_kind,
+                SR=self.sr, INTERP=INTERPRET, STREAM=STREAM_RESET, BP=self.block_p, BN=self.block_n,
+                NCH=self.nchunks, num_warps=self.num_warps)
+        self._reset_cursors(slot_ids, origin)
+        self._host_reset(ids)
+
+    def verify(self, slot_ids, inputs, out=None):
+        if self.checks:
+            ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos.tolist(), self.ready)
+        out = self._new_out(slot_ids.shape[0]) if out is None else out
+        self.launch_verify(slot_ids, inputs, out)
+        if self.checks:
+            for s in ids:
+                if s != PAD_SLOT:
+                    self.pending[s] = True
+        return out
+
+    def commit(self, slot_ids, accepted) -> None:
+        if self.checks:
+            ids, ks = self.check_commit_args(slot_ids, accepted, self.pending)
+            if not self.decode.speculative and any(k != 1 for s, k in zip(ids, ks) if s != PAD_SLOT):
+                raise ValueError("accepted: standard decode commits exactly 1 token per row")
+            if accepted.device != self.device:
+                raise ValueError(f"accepted: expected device {self.device}, got {accepted.device}")
+        self.launch_commit(slot_ids, accepted)
+        if self.checks:
+            for s in ids:
+                if s != PAD_SLOT:
+                    self.pending[s] = False
+
+    def step(self, slot_ids, inputs, out=None):
+        """Standard decode verify + commit(1) in one launch (validated like verify + commit)."""
+        if self.checks:
+            ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos.tolist(), self.ready)
+            for r, s in enumerate(ids):
+                if s != PAD_SLOT and self.pending[s]:
+                    raise ValueError(f"slot_ids[{r}]: slot {s} has an uncommitted verify; commit it before a step")
+        out = self._new_out(slot_ids.shape[0]) if out is None else out
+        self.launch_step(slot_ids, inputs, out)
+        return out
+
+    # ---- inspection -----------------------------------------------------------------------------------------
+    def _checkpoint64(self, s: int) -> torch.Tensor:
+        scale = self.ckpt_scale[s] if self.mode.scaled_state else None
+        return dequantize_state(self.ckpt[s], scale, torch.float64)
+
+    def checkpoint_state(self, slot_ids):
+        ids = self._check_slot_ids(slot_ids)
+        out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
+        for r, s in enumerate(ids):
+            if s != PAD_SLOT:
+                out[r] = self._checkpoint64(s)
+        return out
+
+    def committed_state(self, slot_ids):
+        """Checkpoint + committed records folded in fp64 (the exact value the stored data represent)."""
+        ids = self._check_slot_ids(slot_ids)
+        wps, orgs = self.write_pos.tolist(), self.origin.tolist()
+        params = {"A": self.A.double(), "dt_bias": self.dt_bias.double(), "D": self.D.double()}
+        out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
+        rows = self.decode.ring_rows
+        for r, s in enumerate(ids):
+            if s == PAD_SLOT:
+                continue
+            idx = torch.tensor([(orgs[s] + p) % rows for p in range(wps[s])], dtype=torch.long, device=self.device)
+            hist = {k: v[s].index_select(0, idx).double() for k, v in self.records.items()}
+            out[r] = Mamba2Math().fold(self._checkpoint64(s), hist, params, self.mode)
+        return out
+
+    supports_restore = True
+
+    def snapshot(self) -> KernelSnapshot:
+        wp = self.write_pos.detach().cpu().to(torch.int64)
+        return KernelSnapshot(
+            checkpoint=self.ckpt.detach().cpu().clone(),
+            checkpoint_scale=self.ckpt_scale.detach().cpu().clone() if self.mode.scaled_state else None,
+            records={k: v.detach().cpu().clone() for k, v in self.records.items()},
+            write_pos=wp,
+            origin=self.origin.detach().cpu().to(torch.int64),
+            is_flush=torch.tensor([self.decode.is_flush(int(w)) for w in wp.tolist()], dtype=torch.bool),
+            extra=self._host_flags(),
+        )
+
+    def restore(self, snapshot: KernelSnapshot) -> None:
+        S = self.num_slots
+        self._check_tensor("snapshot.checkpoint", snapshot.checkpoint, self.ckpt.shape, self.ckpt.dtype)
+        if set(snapshot.records) != set(self.records):
+            raise ValueError(f"snapshot.records: expected keys {sorted(self.records)}, got {sorted(snapshot.records)}")
+        for k, v in self.records.items():
+            self._check_tensor(f"snapshot.records[{k!r}]", snapshot.records[k], v.shape, v.dtype)
+        if self.mode.scaled_state:
+            self._check_tensor("snapshot.checkpoint_scale", snapshot.checkpoint_scale, self.ckpt_scale.shape,
+                               torch.float32)
+        for name in ("write_pos", "origin"):
+            t = getattr(snapshot, name)
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != (S,):
+                raise ValueError(f"snapshot.{name}: expected shape ({S},), got {tuple(getattr(t, 'shape', ()))}")
+        self._restore_flags(snapshot)
+        self.ckpt.copy_(snapshot.checkpoint.to(self.device))
+        if self.mode.scaled_state:
+            self.ckpt_scale.copy_(snapshot.checkpoint_scale.to(self.device))
+        for k, v in self.records.items():
+            v.copy_(snapshot.records[k].to(self.device))
+        self.write_pos.copy_(snapshot.write_pos.to(self.device, torch.int32))
+        self.origin.copy_(snapshot.origin.to(self.device, torch.int32))
+        self.arrivals.zero_()
+
+
+@register
+class TritonReplay(_TritonReplay):
+    name = "triton-replay"
+    description = ("ReplaySSM Triton kernel, output_only route: y from S0·C and the buffered B·C, x "
+                   "(standard L = 1..32 and speculative verify/commit; fused step for standard decode)")
+    route = "output_only"
+
+
+@register
+class TritonReplayState(_TritonReplay):
+    name = "triton-replay-state"
+    description = "ReplaySSM Triton kernel, state_and_output route: rebuilds S = decay S0 + Σ x Bᵀ, reads y = S C"
+    route = "state_and_output"
+
+
+__all__ = ["ROUTES", "TritonReplay", "TritonReplayState", "write_state_kernel"]
