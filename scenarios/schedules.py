@@ -13,7 +13,7 @@ Schedules (``plan(sc)`` returns a list of :class:`StepPlan`):
   then a reset half way through the third, then one more flush.
 * ``random``: one k in 1..T' per step for all rows (``k_weights`` optional, one weight per k);
 * ``per-row``: an independent k per row and step (``k_weights`` optional);
-* ``always-1``, ``always-T``: k = 1, k = T';
+* ``always-1``, ``always-T``: k = 1, k = T'; ``fixed``: k = ``schedule_params["k"]`` (1..T');
 * ``slot-reuse``: per-row random k, and each row is reset (re-admitted with a new ring origin and
   a new initial state, as after preemption) with probability ``reset_prob`` (default 0.1) per step;
 * ``long``: per-row random k over a long run (default 4,096 steps; set ``steps`` for >= 1e5
@@ -43,13 +43,15 @@ class StepPlan:
     reset_origins: list[int] = field(default_factory=list)
 
 
-_DEFAULT_STEPS = {"random": 64, "per-row": 64, "always-1": 32, "always-T": 32, "slot-reuse": 96, "long": 4096}
+_DEFAULT_STEPS = {"random": 64, "per-row": 64, "always-1": 32, "always-T": 32, "fixed": 32, "slot-reuse": 96,
+                  "long": 4096}
 _PARAMS = {
     "exhaustive": set(),
     "random": {"k_weights"},
     "per-row": {"k_weights"},
     "always-1": set(),
     "always-T": set(),
+    "fixed": {"k"},
     "slot-reuse": {"k_weights", "reset_prob"},
     "long": {"k_weights"},
 }
@@ -59,6 +61,7 @@ SCHEDULES = {
     "per-row": "an independent random k per row",
     "always-1": "k = 1 (every draft rejected)",
     "always-T": "k = T' (every draft accepted)",
+    "fixed": "k = schedule_params['k'] at every step",
     "slot-reuse": "per-row random k; rows reset mid-run with new origins (preemption)",
     "long": "per-row random k over a long run",
 }
@@ -82,6 +85,11 @@ def check_schedule_params(sc) -> None:
                 or sum(w) <= 0):
             raise _fail(f"k_weights: expected {sc.window} non-negative numbers (one per k = 1..T') with a "
                         f"positive sum, got {w!r}")
+    if sc.schedule == "fixed":
+        k = p.get("k")
+        T = sc.window
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= T:
+            raise _fail(f"k: expected an accepted count 1 <= k <= T' = {T}, got {k!r}")
     if "reset_prob" in p:
         q = p["reset_prob"]
         if not isinstance(q, (int, float)) or isinstance(q, bool) or not 0.0 < q <= 1.0:
@@ -149,6 +157,23 @@ def _cover_walk(sc, order: list[int]) -> tuple[list[int], list[int]]:
     return ks, resets
 
 
+def _until_wrap(sc, ks: list[int], resets: list[int], origin: int, reset_origin: int) -> list[int]:
+    """``ks`` extended with k = T' until some flush wraps the ring (origin + write_pos >= ring)."""
+    dec = sc.decode_config
+    ks = list(ks)
+    w, o, s = 0, origin, 0
+    while True:
+        if s in resets:
+            w, o = 0, reset_origin
+        if s == len(ks):
+            ks.append(sc.window)
+        f = dec.is_flush(w)
+        if f and w and o + w >= dec.ring_rows:
+            return ks
+        w, o = dec.commit_cursor(w, o, f, ks[s])
+        s += 1
+
+
 def _exhaustive(sc) -> list[StepPlan]:
     ids = sc.resolved_slot_ids
     rows = len(ids)
@@ -170,7 +195,8 @@ def _exhaustive(sc) -> list[StepPlan]:
             continue
         shift = r % T
         order = [((j + shift) % T) + 1 for j in range(T)]
-        walks[r] = _cover_walk(sc, order)
+        ks, resets = _cover_walk(sc, order)
+        walks[r] = (_until_wrap(sc, ks, resets, sc.resolved_origins[r], (ring - 1 - r) % ring), resets)
     n = max(len(ks) for ks, _ in walks.values())
     rng = _rng(sc, 1)
     fill = _draw_k(rng, sc, n * rows).reshape(n, rows) if rows else None
@@ -185,7 +211,7 @@ def _exhaustive(sc) -> list[StepPlan]:
             acc.append(int(ks[s]) if s < len(ks) else int(fill[s, r]))
             if s in resets:
                 rr.append(r)
-                ro.append((ring - 1 - r - s) % ring)
+                ro.append((ring - 1 - r) % ring)
         plans.append(StepPlan(s, acc, rr, ro))
     return plans
 
@@ -217,6 +243,8 @@ def plan(sc) -> list[StepPlan]:
         ks = np.ones((n, rows), dtype=np.int64)
     elif name == "always-T":
         ks = np.full((n, rows), T, dtype=np.int64)
+    elif name == "fixed":
+        ks = np.full((n, rows), sc.schedule_params["k"], dtype=np.int64)
     elif name == "random":
         ks = np.repeat(_draw_k(rng, sc, n)[:, None], rows, axis=1)
     else:

@@ -160,20 +160,31 @@ class StaleRingRowAfterShortWindow:
 
 
 _LOWER = {torch.float64: torch.float32, torch.float32: torch.bfloat16, torch.bfloat16: torch.float8_e4m3fn,
-          torch.float16: torch.float8_e4m3fn, torch.float8_e4m3fn: torch.float8_e5m2, torch.int8: torch.float8_e5m2}
-_LOWER_MAX = {torch.float8_e4m3fn: FP8_MAX, torch.float8_e5m2: 57344.0}
+          torch.float16: torch.float8_e4m3fn, torch.int8: torch.float8_e4m3fn, torch.float8_e4m3fn: "fp4e2m1"}
+_LOWER_MAX = {torch.float8_e4m3fn: FP8_MAX, "fp4e2m1": 6.0}
+_FP4_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def _round_fp4(q: torch.Tensor) -> torch.Tensor:
+    """Nearest fp4 e2m1 value (ties to the lower magnitude) of ``q`` (|q| <= 6)."""
+    grid = _FP4_GRID.to(q.device)
+    idx = (q.abs().unsqueeze(-1) - grid).abs().argmin(-1)
+    return grid[idx] * torch.sign(q)
 
 
 class LowPrecisionState:
     """The state is rounded through the next lower format before it is stored (fp32 -> bf16,
-    bf16/fp16 -> fp8 e4m3, fp8/int8 -> fp8 e5m2) while the declared mode is unchanged."""
+    bf16/fp16/int8 -> fp8 e4m3, fp8 e4m3 -> fp4 e2m1; 8- and 4-bit formats with a per-row scale)
+    while the declared mode is unchanged."""
 
     def _store_state(self, slot, s, target, target_scale):
         low = _LOWER[self.mode.state_dtype]
         x = s.to(torch.float32)
         if low in _LOWER_MAX:
             scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-30) / _LOWER_MAX[low]
-            x = (x / scale).clamp(-_LOWER_MAX[low], _LOWER_MAX[low]).to(low).to(torch.float32) * scale
+            q = (x / scale).clamp(-_LOWER_MAX[low], _LOWER_MAX[low])
+            q = _round_fp4(q) if low == "fp4e2m1" else q.to(low).to(torch.float32)
+            x = q * scale
         else:
             x = x.to(low).to(torch.float32)
         super()._store_state(slot, x.to(s.dtype), target, target_scale)
@@ -258,9 +269,10 @@ register_mutant(StaleRingRowAfterShortWindow, "mutant-stale-ring-row",
                 decodes=("speculative",),
                 first_bad=lambda sc, st: _first(sc, st, lambda sc, w, f, k: k < sc.window and not f, offset=1))
 register_mutant(LowPrecisionState, "mutant-low-precision-state",
-                "state rounded through the next lower format than the declared mode before storing",
-                first_bad=lambda sc, st: st[0].step if sc.initial_state == "random" else
-                _first(sc, st, lambda sc, w, f, k: f))
+                "state rounded through the next lower format than declared (fp32->bf16, 16/8-bit->fp8, fp8->fp4)",
+                # A random initial state is fp32-representable: only an fp64 state stores it exactly.
+                first_bad=lambda sc, st: st[0].step if sc.initial_state == "random" and not sc.precision.is_reference
+                else _first(sc, st, lambda sc, w, f, k: f))
 register_mutant(LateFlush, "mutant-late-flush", "flush one verify later than the spec's rule",
                 first_bad=lambda sc, st: _first(sc, st, lambda sc, w, f, k: f))
 register_mutant(PaddingSlotWriter, "mutant-padding-writer",

@@ -11,11 +11,12 @@ mode's unit roundoff (outputs) or its state/compute unit roundoff (states), ``sc
 |reference| of that row.  A kernel that breaks the rule computes or stores something at a lower
 effective precision than its declared mode (or is wrong): the report says so.
 
-Factor and floor were measured (tests/test_runner.py::test_tolerance_table_separates_legit_variants):
-legitimate alternative implementations (the Mamba-2 state_and_output route against the
-output_only literal; the literal replay with an independent stochastic-rounding stream) stay
-below the bound in every mode over the exhaustive and random tiny scenarios, while storing the
-state one precision step lower breaks it.
+Factor and floor were measured on tiny, 40-60 steps, every standard mode, both families
+(tests/test_runner.py::test_tolerance_table_separates_legit_variants): legitimate alternative
+implementations (the Mamba-2 state_and_output route against the output_only literal; the literal
+replay with an independent stochastic-rounding stream) reach at most 0.67 of the bound, while a
+state stored one format lower (fp32->bf16, 16-bit->fp8, fp8->fp4) reaches 1.1 to 10^6 of it --
+except GDN at s32a16, whose bf16 d records already carry bf16-level state error (0.78).
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ TABLE: dict[tuple[str, str], Tolerance] = {
     ("bf16", "bf16"): _DEFAULT,
     ("fp16", "bf16"): _DEFAULT,
     ("fp16", "fp16"): _DEFAULT,
-    ("fp8e4m3", "bf16"): _DEFAULT,
+    # fp8's u (2^-4) is 16x bf16's: a 4 u floor (25 % of the row maximum) let a state stored in
+    # fp4 e2m1 pass (worst ratio 0.6); at 1 u the legit variants stay below 0.25 of the bound.
+    ("fp8e4m3", "bf16"): Tolerance(2.0, 1.0, "factor 2; floor one fp8 rounding (u = 2^-4 is already coarse)"),
     ("int8", "bf16"): _DEFAULT,
 }
 
