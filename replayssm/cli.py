@@ -5,6 +5,9 @@ Subcommands are modules listed in :data:`COMMANDS`; each exposes ``add_parser(su
 write ``replayssm/cli_<name>.py`` and add one line to :data:`COMMANDS`.  A subcommand module
 that fails to import does not break the others: calling it reports the import error (exit 2).
 
+``--import MODULE|FILE.py`` (any subcommand, repeatable) imports outside code first, so the kernels
+it registers can be named with ``--kernel``.
+
 Exit codes: 0 pass, 1 mismatch (validation failed), 2 usage error (one-line message).
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 
@@ -71,6 +75,45 @@ def _device_from_argv(argv: list[str]) -> str | None:
     return None
 
 
+def _take_imports(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Split ``--import X`` (any position, repeatable) from the rest of the command line."""
+    rest, imports, i = [], [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--import":
+            if i + 1 >= len(argv):
+                raise UsageError("replayssm: --import expects a module name or a .py file")
+            imports.append(argv[i + 1])
+            i += 2
+            continue
+        if a.startswith("--import="):
+            imports.append(a.split("=", 1)[1])
+        else:
+            rest.append(a)
+        i += 1
+    return rest, imports
+
+
+def import_kernels(target: str) -> None:
+    """Import a module (dotted name) or a Python file so the kernels it registers become usable."""
+    if target.endswith(".py"):
+        path = os.path.abspath(target)
+        if not os.path.isfile(path):
+            raise UsageError(f"replayssm: --import {target}: no such file")
+        name = "replayssm_user_" + os.path.splitext(os.path.basename(path))[0]
+        if getattr(sys.modules.get(name), "__file__", None) == path:
+            return
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    else:
+        try:
+            importlib.import_module(target)
+        except ImportError as e:
+            raise UsageError(f"replayssm: --import {target}: {e}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `--device cpu` runs Triton kernels through the interpreter: set the switch before any kernel
@@ -78,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     if _device_from_argv(argv) == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     try:
+        argv, imports = _take_imports(argv)
+        for target in imports:
+            import_kernels(target)
         parser = build_parser()
         args = parser.parse_args(argv)
         if not getattr(args, "_run", None):
