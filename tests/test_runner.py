@@ -12,17 +12,17 @@ import json
 
 import pytest
 import torch
-from replayssm.scenarios import Scenario
-from replayssm.validators import Lockstep, ValidationResult, run_scenario
-from replayssm.validators.invariants import int_view, poison_bits
-from replayssm.validators.mutants import MUTANTS, first_bad_step
-from replayssm.validators.tolerances import TABLE, tolerance_for
 
 from replayssm.interface import PAD_SLOT
 from replayssm.ops.gdn.naive import GDNLiteralReplay
 from replayssm.ops.literal import LiteralReplayKernel
 from replayssm.ops.mamba2.naive import Mamba2LiteralReplay, Mamba2LiteralReplayState
 from replayssm.precision import STANDARD_MODES
+from replayssm.scenarios import Scenario
+from replayssm.validators import Lockstep, ValidationResult, run_scenario
+from replayssm.validators.invariants import int_view, poison_bits
+from replayssm.validators.mutants import MUTANTS, first_bad_step
+from replayssm.validators.tolerances import TABLE, tolerance_for
 
 FAMILIES = ("mamba2", "gdn")
 DECODES = ("speculative", "standard")

@@ -14,12 +14,12 @@ import random
 import numpy as np
 import pytest
 import torch
-from replayssm.scenarios import DISTRIBUTIONS, SCHEDULES, Scenario, make_initial_state, make_inputs, make_params, plan
-from replayssm.scenarios.inputs import inputs_digest, sample, table_digest
-from replayssm.scenarios.schedules import default_steps
 
 from replayssm.interface import PAD_SLOT
 from replayssm.precision import STANDARD_MODES
+from replayssm.scenarios import DISTRIBUTIONS, SCHEDULES, Scenario, make_initial_state, make_inputs, make_params, plan
+from replayssm.scenarios.inputs import inputs_digest, sample, table_digest
+from replayssm.scenarios.schedules import default_steps
 
 # Pinned on 2026-11-29 (x86-64 CPU, torch 2.13): any change of generator, table or key layout
 # changes every input, and every stored scenario would silently mean something else.

@@ -52,10 +52,9 @@ def assert_kernel_valid(kernel, scenario=None, *, device="cpu", out_dir=None, **
     exhaustive tiny speculative scenario of the kernel's family) and raise ``AssertionError``
     with an assert_close-style message when any check fails.  Returns the ValidationResult.
     ``options`` go to ``run_scenario`` (``literal_every``, ``repeat_check`` ...)."""
+    from replayssm.registry import get
     from replayssm.scenarios.scenario import Scenario
     from replayssm.validators.runner import run_scenario
-
-    from replayssm.registry import get
 
     if scenario is None:
         family = getattr(kernel, "family", None)

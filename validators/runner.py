@@ -25,6 +25,11 @@ import traceback
 from collections import Counter
 
 import torch
+
+from replayssm.interface import PAD_SLOT, KernelConfig, KernelSnapshot, KernelUnderTest
+from replayssm.ops.gdn.naive import gdn_step
+from replayssm.ops.mamba2.naive import mamba2_step
+from replayssm.registry import get
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import StepPlan, plan
@@ -32,11 +37,6 @@ from replayssm.validators import invariants as inv
 from replayssm.validators.metrics import error_metrics
 from replayssm.validators.result import Failure, ValidationResult
 from replayssm.validators.tolerances import bound, output_unit, state_unit, tolerance_for
-
-from replayssm.interface import PAD_SLOT, KernelConfig, KernelSnapshot, KernelUnderTest
-from replayssm.ops.gdn.naive import gdn_step
-from replayssm.ops.mamba2.naive import mamba2_step
-from replayssm.registry import get
 
 CANARY_GENERATION = 1 << 40
 
@@ -117,7 +117,9 @@ class Lockstep:
         self.ids = torch.tensor(self.ids_list, dtype=torch.int64, device=self.device)
         self.active = [r for r, s in enumerate(self.ids_list) if s != PAD_SLOT]
         self.pad_rows = [r for r, s in enumerate(self.ids_list) if s == PAD_SLOT]
-        self.active_mask = torch.tensor([s != PAD_SLOT for s in self.ids_list], device=self.device)
+        self.active_idx = torch.tensor(self.active, dtype=torch.long, device=self.device)
+        self.pad_idx = torch.tensor(self.pad_rows, dtype=torch.long, device=self.device)
+        self.last_step: dict = {}
         self.ref_params = {k: v.to(self.device, torch.float64) for k, v in self.params.items()}
         self.dec = sc.decode_config
         # A mutant built on a baseline says so in ``base_kind`` (its kind is "mutant").
@@ -199,7 +201,7 @@ class Lockstep:
         """fp64 outputs [R, T', ...] and the state after each row's accepted prefix."""
         T = self.sc.window
         st = self.ref
-        new = self.ref.clone()
+        new = self.ref
         outs = []
         kt = torch.tensor(accepted, device=self.device)
         after_first = None
@@ -214,19 +216,20 @@ class Lockstep:
         return torch.stack(outs, dim=1), new, after_first
 
     def _check_state(self, step: int, check: str, got: torch.Tensor, want: torch.Tensor,
-                     lit: torch.Tensor | None, rows: list[int]) -> tuple[float, float]:
-        """Tolerance rule on states of ``rows``; returns (max error, max error/bound)."""
+                     lit: torch.Tensor | None, rows: list[int]) -> tuple[float, float | None]:
+        """Tolerance rule on states of ``rows`` (non-finite values always fail); returns (max error,
+        max error / bound, None without the literal model)."""
         if not rows:
             return 0.0, 0.0
         idx = torch.tensor(rows, device=self.device)
         g, w = got.index_select(0, idx), want.index_select(0, idx)
         m = error_metrics(g, w, self.u_state, lead=1)
-        if lit is not None:
-            ml = error_metrics(lit.index_select(0, idx), w, self.u_state, lead=1)
-            b = bound(self.sc.precision, ml["max_abs"], m["ref_max"], state=True)
-        else:
-            b = bound(self.sc.precision, torch.zeros_like(m["max_abs"]), m["ref_max"], state=True)
-            b = b * 0 + float("inf") if not self.sc.precision.is_reference else b
+        lit_err = (error_metrics(lit.index_select(0, idx), w, self.u_state, lead=1)["max_abs"] if lit is not None
+                   else None)
+        if lit_err is not None:
+            b = bound(self.sc.precision, lit_err, m["ref_max"], state=True)
+        else:  # without the literal model only non-finite states fail
+            b = torch.full_like(m["max_abs"], float("inf"))
         ratio = m["max_abs"] / b.clamp_min(1e-300)
         nonfinite = ~torch.isfinite(g.reshape(len(rows), -1)).all(-1)
         bad = (ratio > 1) | nonfinite
@@ -238,13 +241,16 @@ class Lockstep:
                     self.fail(step, "non-finite", f"{check}: first non-finite state element at index {pos}",
                               row=r, slot=self.ids_list[r])
                     continue
-                e, bb = float(m["max_abs"][i]), float(b[i])
+                e, bb, sc_r = float(m["max_abs"][i]), float(b[i]), float(m["ref_max"][i])
                 self.fail(step, check, f"max abs error {e:.3e} > bound {bb:.3e} (= {self.tol.factor} x literal "
-                                       f"+ {self.tol.floor_u} u x scale {float(m['ref_max'][i]):.3e}); "
-                                       f"{self._precision_hint(e, float(m['ref_max'][i]), self.u_state)}",
+                                       f"{float(lit_err[i]):.3e} + {self.tol.floor_u} u x scale {sc_r:.3e}); "
+                                       f"{self._precision_hint(e, sc_r, self.u_state)}",
                           row=r, slot=self.ids_list[r], value=e, bound=bb)
+        max_err = float(m["max_abs"].max())
+        if lit_err is None:
+            return max_err, None
         finite_ratio = ratio[torch.isfinite(ratio)]
-        return float(m["max_abs"].max()), float(finite_ratio.max()) if finite_ratio.numel() else float("inf")
+        return max_err, float(finite_ratio.max()) if finite_ratio.numel() else float("inf")
 
     def _precision_hint(self, err: float, scale: float, u: float) -> str:
         rel = err / scale if scale > 0 else float("inf")
@@ -254,7 +260,11 @@ class Lockstep:
                 f"at a lower effective precision than declared")
 
     def step(self) -> dict:
-        """Run the next planned step; returns its record (per-step metrics, failures added)."""
+        """Run the next planned step; returns its record (per-step metrics as floats when
+        ``record_metrics``; failures are added to the run).  ``self.last_step`` keeps the step's
+        device tensors for callers that accumulate without host syncs (drift): ``plan``,
+        ``inputs``, ``out``, ``ref_out``, ``max_abs`` / ``rel_l2`` ``[rows, T']`` (NaN for padding
+        rows), ``flush_rows``."""
         if not self.started:
             self.start()
         if self.step_idx >= len(self.plans):
@@ -263,15 +273,14 @@ class Lockstep:
         s, sc, k, dev = p.step, self.sc, self.kernel, self.device
         self._reset_rows(p)
         inputs = make_inputs(sc, s, dev)
-        check_inv = self.invariants_every and s % self.invariants_every == 0
-        use_lit = self.literal_every and s % self.literal_every == 0
-        check_state = self.state_every and s % self.state_every == 0
+        check_inv = bool(self.invariants_every) and s % self.invariants_every == 0
+        use_lit = bool(self.literal_every) and s % self.literal_every == 0
+        check_state = bool(self.state_every) and s % self.state_every == 0
         flush_rows = [r for r in self.active if self.dec.is_flush(self.wp[r])]
         for r in self.active:
             self.phases.add((self.wp[r], p.accepted[r]))
             self.coverage["flush verifies" if r in flush_rows else "non-flush verifies"] += 1
-            if self.dec.speculative and r in flush_rows and (self.origin[r] + self.wp[r]) % sc.ring_rows < \
-                    self.origin[r]:
+            if self.dec.speculative and r in flush_rows and self.origin[r] + self.wp[r] >= sc.ring_rows:
                 self.coverage["ring wraps"] += 1
         snap0 = k.snapshot() if check_inv else None
 
@@ -288,24 +297,27 @@ class Lockstep:
         lit_ckpt = (self.literal.checkpoint_state(self.ids) if use_lit and ckpt_after_verify is not None else None)
         ref_out, ref_new, ref_first = self._reference_window(inputs, p.accepted)
 
-        # -- exact output checks: padding rows, poison, non-finite
-        for r in self.pad_rows:
-            if not bool((out[r] == inv.PAD_CANARY).all()):
-                pos = inv.first_index(out[r] != inv.PAD_CANARY)
-                self.fail(s, "padding-output", f"padding row output changed (first at {pos})", row=r,
-                          position=pos[0])
-        act = torch.tensor(self.active, device=dev)
+        # -- exact output checks (one host sync): padding rows, poison, non-finite
+        act = self.active_idx
         o_act = out.index_select(0, act)
         unwritten = inv.unwritten_mask(o_act)
         nonfinite = ~torch.isfinite(o_act) & ~unwritten
         lit_nonfinite = (~torch.isfinite(lit_out.index_select(0, act)) if lit_out is not None else None)
-        if bool(unwritten.any()):
+        pad_bad = ((out.index_select(0, self.pad_idx) != inv.PAD_CANARY).flatten(1).any(-1) if self.pad_rows
+                   else torch.zeros(0, dtype=torch.bool, device=dev))
+        flags = torch.cat([pad_bad, unwritten.any().view(1), nonfinite.any().view(1)]).tolist()
+        for j, r in enumerate(self.pad_rows):
+            if flags[j]:
+                pos = inv.first_index(out[r] != inv.PAD_CANARY)
+                self.fail(s, "padding-output", f"padding row output changed (first at {pos})", row=r,
+                          position=pos[0])
+        if flags[-2]:
             for i, r in enumerate(self.active):
                 if bool(unwritten[i].any()):
                     pos = inv.first_index(unwritten[i])
                     self.fail(s, "unwritten-output", f"output element {pos[1:]} still holds the NaN poison",
                               row=r, slot=self.ids_list[r], position=pos[0])
-        if bool(nonfinite.any()):
+        if flags[-1]:
             for i, r in enumerate(self.active):
                 bad = nonfinite[i]
                 if lit_nonfinite is not None:
@@ -321,11 +333,11 @@ class Lockstep:
                                                f"{float(ref_out[r][pos]):.4g})",
                               row=r, slot=self.ids_list[r], position=pos[0])
 
-        # -- tolerance rule on outputs
+        # -- metrics and the tolerance rule on outputs
         ref_a = ref_out.index_select(0, act)
         m = error_metrics(o_act, ref_a, self.u_out, lead=2)
-        rec = {"step": s, "max_abs": float(m["max_abs"].max()), "rel_l2": float(m["rel_l2"].max()),
-               "rms_ratio": float(m["rms_ratio"]), "in_u": float(m["in_u"].max())}
+        dev_rec = {"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(), "rms_ratio": m["rms_ratio"],
+                   "in_u": m["in_u"].amax()}
         if lit_out is not None:
             ml = error_metrics(lit_out.index_select(0, act), ref_a, self.u_out, lead=2)
             lit_row = ml["max_abs"].amax(-1, keepdim=True)  # the literal's envelope over the window
@@ -335,9 +347,8 @@ class Lockstep:
             if lit_nonfinite is not None:
                 excess &= ~lit_nonfinite.flatten(2).any(-1)
             ratio = m["max_abs"] / b.clamp_min(1e-300)
-            fin = ratio[torch.isfinite(ratio)]
-            rec["literal_max_abs"] = float(ml["max_abs"].max())
-            rec["bound_ratio"] = float(fin.max()) if fin.numel() else float("inf")
+            dev_rec["literal_max_abs"] = ml["max_abs"].amax()
+            dev_rec["bound_ratio"] = torch.where(torch.isfinite(ratio), ratio, torch.zeros_like(ratio)).amax()
             if bool(excess.any()):
                 for i, t in torch.nonzero(excess).tolist():
                     r = self.active[i]
@@ -392,20 +403,25 @@ class Lockstep:
                                                f"{got}, spec rule gives {want}", row=r, slot=slot)
             self._check_canaries(s, snap2, "commit")
 
+        rec = {"step": s}
         if check_state:
             got = k.committed_state(self.ids)
             lit = self.literal.committed_state(self.ids) if use_lit else None
-            e, ratio = self._check_state(s, "state", got, self.ref, lit, self.active)
-            rec["state_err"], rec["state_bound_ratio"] = e, ratio
+            rec["state_err"], rec["state_bound_ratio"] = self._check_state(s, "state", got, self.ref, lit,
+                                                                           self.active)
 
         if self.digest is not None:
             self.digest.update(out)
+        full_max = torch.full((sc.rows, sc.window), float("nan"), dtype=torch.float64, device=dev)
+        full_rel = full_max.clone()
+        full_max[act], full_rel[act] = m["max_abs"], m["rel_l2"]
+        self.last_step = {"plan": p, "inputs": inputs, "out": out, "ref_out": ref_out, "max_abs": full_max,
+                          "rel_l2": full_rel, "flush_rows": flush_rows}
         if self.record_metrics:
+            names = list(dev_rec)
+            rec.update(zip(names, torch.stack([dev_rec[n].to(torch.float64) for n in names]).tolist()))
             for key in self.metrics:
                 self.metrics[key].append(rec.get(key))
-        # Drift hook (validators/drift.py): this step's inputs and the per (active row, window
-        # position) relative L2 output error, left on the device.
-        self.last_step = {"plan": p, "inputs": inputs, "rel_l2": m["rel_l2"]}
         self.step_idx += 1
         return rec
 
