@@ -16,6 +16,9 @@ Schedules (``plan(sc)`` returns a list of :class:`StepPlan`):
 * ``always-1``, ``always-T``: k = 1, k = T'; ``fixed``: k = ``schedule_params["k"]`` (1..T');
 * ``slot-reuse``: per-row random k, and each row is reset (re-admitted with a new ring origin and
   a new initial state, as after preemption) with probability ``reset_prob`` (default 0.1) per step;
+* ``explicit``: the plan written out (what the fuzzer draws and shrinks): ``accepted`` one list per
+  step of one k per row (0 for padding rows, 1 in standard decode), optional ``resets`` a list of
+  ``[step, row, origin]`` (row re-admitted before that step's verify, at that ring origin);
 * ``long``: per-row random k over a long run (default 4,096 steps; set ``steps`` for >= 1e5
   tokens on a GPU).
 
@@ -52,6 +55,7 @@ _PARAMS = {
     "always-1": set(),
     "always-T": set(),
     "fixed": {"k"},
+    "explicit": {"accepted", "resets"},
     "slot-reuse": {"k_weights", "reset_prob"},
     "long": {"k_weights"},
 }
@@ -62,6 +66,7 @@ SCHEDULES = {
     "always-1": "k = 1 (every draft rejected)",
     "always-T": "k = T' (every draft accepted)",
     "fixed": "k = schedule_params['k'] at every step",
+    "explicit": "the plan written out: schedule_params accepted[step][row], resets [[step, row, origin]]",
     "slot-reuse": "per-row random k; rows reset mid-run with new origins (preemption)",
     "long": "per-row random k over a long run",
 }
@@ -90,16 +95,63 @@ def check_schedule_params(sc) -> None:
         T = sc.window
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= T:
             raise _fail(f"k: expected an accepted count 1 <= k <= T' = {T}, got {k!r}")
+    if sc.schedule == "explicit":
+        _check_explicit(sc, p)
     if "reset_prob" in p:
         q = p["reset_prob"]
         if not isinstance(q, (int, float)) or isinstance(q, bool) or not 0.0 < q <= 1.0:
             raise _fail(f"reset_prob: expected a probability in (0, 1], got {q!r}")
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_explicit(sc, p: dict) -> None:
+    """Every entry of an explicit plan, named by its path (``accepted[3][1]``, ``resets[0]``)."""
+    acc = p.get("accepted")
+    if not isinstance(acc, list) or not acc:
+        raise _fail(f"accepted: expected a non-empty list (one entry per step) of lists of {sc.rows} accepted "
+                    f"counts, got {type(acc).__name__} {acc!r}"[:300])
+    ids = sc.resolved_slot_ids
+    T = sc.window if sc.decode == "speculative" else 1
+    for s, row in enumerate(acc):
+        if not isinstance(row, list) or len(row) != sc.rows:
+            raise _fail(f"accepted[{s}]: expected a list of {sc.rows} accepted counts (one per row), got {row!r}")
+        for r, k in enumerate(row):
+            if ids[r] == PAD_SLOT:
+                if k != 0 or not _is_int(k):
+                    raise _fail(f"accepted[{s}][{r}]: row {r} is a padding row, expected 0, got {k!r}")
+            elif not _is_int(k) or not 1 <= k <= T:
+                raise _fail(f"accepted[{s}][{r}]: expected an accepted count 1 <= k <= T' = {T}, got {k!r}")
+    if sc.steps is not None and sc.steps > len(acc):
+        raise ValueError(f"scenario.steps: the explicit plan has {len(acc)} steps, got steps = {sc.steps}")
+    resets = p.get("resets", [])
+    if not isinstance(resets, list):
+        raise _fail(f"resets: expected a list of [step, row, origin] entries, got {type(resets).__name__}")
+    ring = sc.ring_rows if sc.decode == "speculative" else 1
+    seen = set()
+    for i, e in enumerate(resets):
+        if not isinstance(e, list) or len(e) != 3 or not all(_is_int(x) for x in e):
+            raise _fail(f"resets[{i}]: expected [step, row, origin] (three integers), got {e!r}")
+        step, r, o = e
+        if not 1 <= step < len(acc):
+            raise _fail(f"resets[{i}]: step expected in [1, {len(acc)}) (a reset before a later verify), got {step}")
+        if not 0 <= r < sc.rows or ids[r] == PAD_SLOT:
+            raise _fail(f"resets[{i}]: row expected an active row of {list(ids)}, got {r}")
+        if not 0 <= o < ring:
+            raise _fail(f"resets[{i}]: origin expected in [0, {ring}) (0 in standard decode), got {o}")
+        if (step, r) in seen:
+            raise _fail(f"resets[{i}]: row {r} is reset twice before step {step}")
+        seen.add((step, r))
+
+
 def default_steps(sc) -> int:
     """The plan length when ``sc.steps`` is None."""
     if sc.schedule == "exhaustive":
         return len(_exhaustive(sc))
+    if sc.schedule == "explicit":
+        return len(sc.schedule_params["accepted"])
     return _DEFAULT_STEPS[sc.schedule]
 
 
@@ -216,6 +268,19 @@ def _exhaustive(sc) -> list[StepPlan]:
     return plans
 
 
+def _explicit(sc) -> list[StepPlan]:
+    acc = sc.schedule_params["accepted"]
+    n = len(acc) if sc.steps is None else sc.steps
+    resets: dict[int, list[tuple[int, int]]] = {}
+    for step, r, o in sc.schedule_params.get("resets", []):
+        resets.setdefault(step, []).append((r, o))
+    plans = []
+    for s in range(n):
+        rr = sorted(resets.get(s, []))
+        plans.append(StepPlan(s, [int(k) for k in acc[s]], [r for r, _ in rr], [o for _, o in rr]))
+    return plans
+
+
 def plan(sc) -> list[StepPlan]:
     """The step plan of scenario ``sc`` (``sc.steps`` steps, or the schedule's own length)."""
     ids = sc.resolved_slot_ids
@@ -236,6 +301,8 @@ def plan(sc) -> list[StepPlan]:
                 ro += [sc.resolved_origins[r] for r in extra]
             out.append(StepPlan(s, list(b.accepted), rr, ro))
         return out
+    if name == "explicit":
+        return _explicit(sc)
     n = sc.steps if sc.steps is not None else _DEFAULT_STEPS[name]
     T = sc.window if sc.decode == "speculative" else 1
     rng = _rng(sc, 2)
