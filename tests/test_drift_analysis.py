@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+
 from replayssm.validators.drift_analysis import (
     compare_speculative,
     effective_precision,
@@ -167,3 +168,23 @@ def test_binned_curve_streams_bit_for_bit_and_round_trips():
     bad = BinnedCurve.new(100)
     bad.add([5, 7], [1e-3, np.inf])
     assert bad.peak_rms() == math.inf and bad.first_nonfinite == 7 and fit_growth(bad).law == "nonfinite"
+
+
+def _ar1_errors(seed: int, rows: int = 2, n: int = 4096, rho: float = 0.998) -> np.ndarray:
+    from scipy.signal import lfilter
+    rng = np.random.default_rng(seed)
+    x = lfilter([math.sqrt(1 - rho**2)], [1, -rho], rng.normal(0, 1, (rows, n)), axis=1)
+    return 1e-3 * np.exp(0.5 * x)
+
+
+def test_speculation_test_merges_autocorrelated_blocks():
+    # Same law for both runs, strong autocorrelation (memory ~500 tokens): per-block tests on
+    # 64-token blocks reject far too often; merging until lag-1 autocorrelation <= 0.2 does not.
+    fp_merged = fp_raw = 0
+    for s in range(20):
+        a, b = _ar1_errors(2 * s), _ar1_errors(2 * s + 1)
+        r = compare_speculative(a, b, paired=False)
+        fp_merged += r["adds_error"]
+        fp_raw += compare_speculative(a, b, paired=False, max_autocorr=0.99)["adds_error"]
+        assert r["block_level"] > 1 and r["lag1_autocorr"] <= 0.2 + 0.1
+    assert fp_merged <= 2 < 4 <= fp_raw

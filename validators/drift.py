@@ -40,16 +40,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from replayssm.scenarios.inputs import DISTRIBUTIONS
-from replayssm.scenarios.scenario import Scenario
-from replayssm.scenarios.schedules import plan
-from replayssm.validators.drift_analysis import BinnedCurve
-from replayssm.validators.runner import Lockstep, reference_step
 
 from replayssm.geometry import FAMILIES, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
 from replayssm.registry import get, kernels
+from replayssm.scenarios.inputs import DISTRIBUTIONS
+from replayssm.scenarios.scenario import Scenario
+from replayssm.scenarios.schedules import plan
+from replayssm.validators.drift_analysis import BinnedCurve
+from replayssm.validators.runner import Lockstep, reference_step
 
 CONFIG_SCHEMA = 1
 CELL_SCHEMA = 1
@@ -62,6 +62,49 @@ SCHEDULES = {
 }
 DEFAULT_MODES = ("s32a32", "s32a16", "s16a16", "sfp16a16", "sfp16a16-sr", "sfp8a16")
 _TINY = 1e-300
+
+
+# ---- kernels ------------------------------------------------------------------------------------------
+
+def registered() -> dict:
+    """Every registered kernel: the built-ins, the engine's mutants, and whatever was imported."""
+    import importlib
+    try:
+        importlib.import_module("replayssm.validators.mutants")
+    except ImportError:
+        pass
+    return kernels()
+
+
+def kernel_modules(cfg: SweepConfig) -> list[tuple[str, str | None]]:
+    """(module name, file) of every kernel class the sweep uses: worker processes import them
+    first, so kernels registered by ``--import`` or by a test module exist there too."""
+    import sys
+    out = []
+    for c in cfg.cells()[0]:
+        mod = get(c.kernel, c.family).__module__
+        entry = (mod, getattr(sys.modules.get(mod), "__file__", None))
+        if entry not in out:
+            out.append(entry)
+    return out
+
+
+def import_kernel_modules(mods: list[tuple[str, str | None]]) -> None:
+    import importlib
+    import importlib.util
+    import sys
+    for name, path in mods:
+        if name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            if not path:
+                raise
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
 
 
 # ---- the sweep ----------------------------------------------------------------------------------------
@@ -133,10 +176,11 @@ class SweepConfig:
                 preset(geo[f], f)
             except ValueError as e:
                 raise bad("geometry", str(e).split(": ", 1)[-1]) from None
+        reg = registered()
         for k in self.kernels:
-            found = [f for f in self.families if (f, k) in kernels()]
+            found = [f for f in self.families if (f, k) in reg]
             if not found:
-                have = sorted({n for (f, n) in kernels() if f in self.families})
+                have = sorted({n for (f, n) in reg if f in self.families})
                 raise bad("kernels", f"no kernel {k!r} is registered for {list(self.families)}; expected one of {have}")
         for name, lo in (("rows", 1), ("tokens", 64), ("buffer", 1), ("window", 2), ("history", 2),
                          ("state_samples", 2), ("local_every", 1), ("nbins", 8), ("blocks", 2)):
@@ -154,9 +198,10 @@ class SweepConfig:
     def cells(self) -> tuple[list[CellSpec], list[dict]]:
         """The sorted cells of the sweep, and the combinations skipped with the reason."""
         cells, skipped = [], []
+        reg = registered()
         for f in self.families:
             for k in self.kernels:
-                if (f, k) not in kernels():
+                if (f, k) not in reg:
                     skipped.append({"family": f, "kernel": k, "reason": f"kernel {k!r} is not registered for {f}"})
                     continue
                 cls = get(k, f)
@@ -523,18 +568,26 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
     return res
 
 
-def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt_s: float, chunk: int) -> None:
+def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt_s: float, chunk: int,
+            mods: list, parent: int) -> None:
     torch.set_num_threads(1)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
+    import_kernel_modules(mods)
     cfg = SweepConfig.from_dict(cfg_dict)
     by_id = {c.id: c for c in cfg.cells()[0]}
+
+    def progress(n: int) -> None:
+        if os.getppid() != parent:  # the parent was killed: stop at this chunk boundary
+            raise SystemExit(3)
+        events.put(("tok", n))
+
     while True:
         cid = tasks.get()
         if cid is None:
             break
         try:
-            run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, lambda n: events.put(("tok", n)))
+            run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, progress)
             events.put(("done", cid))
         except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
             events.put(("error", cid, traceback.format_exc()))
@@ -621,8 +674,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
             nw = min(workers, len(todo))
             for _ in range(nw):
                 tasks.put(None)
+            mods = kernel_modules(cfg)
             procs = [ctx.Process(target=_worker, args=(w, devices[w % len(devices)], cfg.to_dict(), str(out), tasks,
-                                                       events, checkpoint_every_s, chunk), daemon=True)
+                                                       events, checkpoint_every_s, chunk, mods, os.getpid()),
+                                 daemon=True)
                      for w in range(nw)]
             for p in procs:
                 p.start()
@@ -685,4 +740,5 @@ def load_cells(dirs: list[str | Path], cfg: SweepConfig | None = None) -> tuple[
 
 
 __all__ = ["CellRun", "CellSpec", "DEFAULT_MODES", "SCHEDULES", "SweepConfig", "SweepOutcome", "atomic_write",
-           "default_devices", "load_cells", "parse_shard", "prepare_out", "run_cell", "run_sweep", "shard_cells"]
+           "default_devices", "import_kernel_modules", "kernel_modules", "load_cells", "parse_shard", "prepare_out",
+           "registered", "run_cell", "run_sweep", "shard_cells"]

@@ -23,6 +23,7 @@ Special outcomes: ``exact`` (every error is 0) and ``nonfinite`` (NaN or inf som
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -456,11 +457,11 @@ def injected_per_flush(flush_index, state_err, local_err=None, *, local_rms: flo
 
     ``local_err`` (optional): the measured one-flush errors -- the checkpoint a flush writes,
     against the fp64 fold of the *kernel's own* previous checkpoint over the same tokens.  Their
-    RMS is the direct estimate (or pass that RMS as ``local_rms``).  Without it, the estimate comes from the accumulated state error
-    ``E_f`` at flush ``f``: while the state has not forgotten, independent per-flush errors add in
-    quadrature, ``E_f^2 ~ f delta^2``, so ``delta`` is the square root of the least-squares slope of
-    ``E_f^2`` on ``f`` over the first eighth of the flushes (at least 8) -- an underestimate when
-    the state forgets quickly.
+    RMS is the direct estimate (or pass that RMS as ``local_rms``).  Without it, the estimate
+    comes from the accumulated state error ``E_f`` at flush ``f``: while the state has not
+    forgotten, independent per-flush errors add in quadrature, ``E_f^2 ~ f delta^2``, so ``delta``
+    is the square root of the least-squares slope of ``E_f^2`` on ``f`` over the first eighth of
+    the flushes (at least 8) -- an underestimate when the state forgets quickly.
     """
     f = np.asarray(flush_index, dtype=np.float64).ravel()
     e = np.asarray(state_err, dtype=np.float64).ravel()
@@ -496,24 +497,50 @@ def injected_per_flush(flush_index, state_err, local_err=None, *, local_rms: flo
 
 # ---- speculation ---------------------------------------------------------------------------------------
 
-def _block_means(x: np.ndarray, block: int) -> np.ndarray:
-    x = np.log(np.maximum(np.asarray(x, dtype=np.float64), _TINY))
-    n = (x.shape[-1] // block) * block
-    if n == 0:
-        return x.reshape(-1)
-    return x[..., :n].reshape(*x.shape[:-1], n // block, block).mean(-1).reshape(-1)
+def _row_blocks(x: np.ndarray, block: int) -> np.ndarray:
+    """``[rows, n_blocks]`` means of log-error over ``block`` consecutive samples of each row
+    (NaN samples are missing values; a block of only missing values is NaN)."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x.reshape(1, -1) if x.ndim < 2 else x.reshape(-1, x.shape[-1])
+    lx = np.where(np.isnan(x), np.nan, np.log(np.maximum(x, _TINY)))
+    return _coarsen(lx, block)
+
+
+def _coarsen(x: np.ndarray, k: int) -> np.ndarray:
+    n = (x.shape[1] // k) * k
+    if k == 1 or n == 0:
+        return x if k == 1 else x.reshape(x.shape[0], -1)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(x[:, :n].reshape(x.shape[0], n // k, k), axis=2)
+
+
+def _lag1(x: np.ndarray) -> float:
+    """Pooled lag-1 autocorrelation of the rows of ``x`` (row means removed; NaN pairs skipped)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        c = x - np.nanmean(x, axis=1, keepdims=True)
+    a, b = c[:, :-1].ravel(), c[:, 1:].ravel()
+    ok = np.isfinite(a) & np.isfinite(b)
+    den = float(np.sum(c[np.isfinite(c)] ** 2))
+    if ok.sum() < 3 or den == 0:
+        return 0.0
+    return float(np.sum(a[ok] * b[ok]) / den)
 
 
 def compare_speculative(err_standard, err_speculative, *, block: int = 64, alpha: float = 0.01,
-                        paired: bool | None = None) -> dict:
+                        paired: bool | None = None, max_autocorr: float = 0.2) -> dict:
     """Does speculation add error?  One-sided test that speculative errors exceed standard ones.
 
-    Inputs are per-token errors ``[rows, tokens]`` (or flat).  Per-token errors are autocorrelated
-    (they share a state), so the test runs on means of log-error over blocks of ``block`` tokens.
-    When both runs cover the same accepted positions (``paired``; default: when the shapes are
-    equal) the blocks are paired and the test is Wilcoxon's signed-rank on block differences;
-    otherwise Mann-Whitney U on block means.  Inputs may also be per-block geometric-mean errors
-    already (pass ``block=1``).
+    Inputs are per-token errors ``[rows, tokens]`` (or flat, one row); NaN marks a missing value.
+    Per-token errors are autocorrelated (they share a state), so the test runs on means of
+    log-error over blocks of ``block`` tokens of a row, and consecutive blocks are merged
+    pairwise until the pooled lag-1 autocorrelation of each run's block series is at most
+    ``max_autocorr`` (or fewer than 4 blocks per row would remain): ``block_level`` says how
+    many input blocks one tested block holds.  Inputs may also be per-block geometric-mean
+    errors already (pass ``block=1``).  When both runs cover the same accepted positions
+    (``paired``; default: when the shapes are equal) the blocks are paired and the test is
+    Wilcoxon's signed-rank on block differences; otherwise Mann-Whitney U on block means.
     ``ratio`` is the geometric-mean error ratio speculative / standard with a 95 % interval.
     """
     a = np.asarray(err_standard, dtype=np.float64)
@@ -522,9 +549,11 @@ def compare_speculative(err_standard, err_speculative, *, block: int = 64, alpha
         raise ValueError(f"block: expected a positive integer, got {block!r}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha: expected a level in (0, 1), got {alpha!r}")
+    if not 0 <= max_autocorr < 1:
+        raise ValueError(f"max_autocorr: expected a value in [0, 1), got {max_autocorr!r}")
     if a.size == 0 or b.size == 0:
         raise ValueError("err_standard/err_speculative: expected non-empty error arrays")
-    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+    if np.any(np.isinf(a)) or np.any(np.isinf(b)):
         return {"test": None, "paired": None, "n_blocks": 0, "p_value": None, "p_two_sided": None,
                 "ratio": None, "ratio_ci95": None, "adds_error": None, "alpha": alpha,
                 "statement": "not tested: a run produced non-finite errors"}
@@ -532,25 +561,40 @@ def compare_speculative(err_standard, err_speculative, *, block: int = 64, alpha
         paired = a.shape == b.shape
     elif paired and a.shape != b.shape:
         raise ValueError(f"paired: matched positions need equal shapes, got {a.shape} and {b.shape}")
-    ma, mb = _block_means(a, block), _block_means(b, block)
+    a2, b2 = _row_blocks(a, block), _row_blocks(b, block)
+    level = 1
+    while max(_lag1(_coarsen(a2, level)), _lag1(_coarsen(b2, level))) > max_autocorr:
+        if min(a2.shape[1], b2.shape[1]) // (2 * level) < 4:
+            break
+        level *= 2
+    ca, cb = _coarsen(a2, level), _coarsen(b2, level)
+    rho = max(_lag1(ca), _lag1(cb))
     if paired:
-        d = mb - ma
+        d = (cb - ca).ravel()
+        d = d[np.isfinite(d)]
+        ma = mb = d
+    else:
+        ma, mb = ca.ravel()[np.isfinite(ca.ravel())], cb.ravel()[np.isfinite(cb.ravel())]
+    if min(ma.size, mb.size) < 4:
+        return {"test": None, "paired": paired, "n_blocks": int(ma.size + mb.size), "p_value": None,
+                "p_two_sided": None, "ratio": None, "ratio_ci95": None, "adds_error": None, "alpha": alpha,
+                "statement": "not tested: fewer than 4 blocks with finite errors"}
+    if paired:
         if np.all(d == 0):
             p1 = p2 = 1.0
         else:
             p1 = float(stats.wilcoxon(d, alternative="greater").pvalue)
             p2 = float(stats.wilcoxon(d, alternative="two-sided").pvalue)
         test = "wilcoxon-signed-rank"
-        mean, sd, n = d.mean(), d.std(ddof=1) if d.size > 1 else 0.0, d.size
+        mean, se, dof = d.mean(), (d.std(ddof=1) / math.sqrt(d.size) if d.size > 1 else 0.0), d.size - 1
     else:
         p1 = float(stats.mannwhitneyu(mb, ma, alternative="greater").pvalue)
         p2 = float(stats.mannwhitneyu(mb, ma, alternative="two-sided").pvalue)
         test = "mann-whitney-u"
         mean = mb.mean() - ma.mean()
-        va = ma.var(ddof=1) / ma.size if ma.size > 1 else 0.0
-        vb = mb.var(ddof=1) / mb.size if mb.size > 1 else 0.0
-        sd, n = math.sqrt(va + vb), 1
-    half = float(stats.t.ppf(0.975, max(d.size - 1 if paired else ma.size + mb.size - 2, 1)) * sd / math.sqrt(n))
+        se = math.sqrt(ma.var(ddof=1) / ma.size + mb.var(ddof=1) / mb.size)
+        dof = ma.size + mb.size - 2
+    half = float(stats.t.ppf(0.975, max(dof, 1)) * se)
     ratio = float(math.exp(mean))
     ci = [float(math.exp(mean - half)), float(math.exp(mean + half))]
     adds = p1 < alpha
@@ -560,9 +604,9 @@ def compare_speculative(err_standard, err_speculative, *, block: int = 64, alpha
     else:
         statement = (f"no evidence that speculation adds error: ratio {ratio:.3g} "
                      f"(95% CI {ci[0]:.3g}-{ci[1]:.3g}), one-sided {test} p = {p1:.2g} >= {alpha:g}")
-    return {"test": test, "paired": paired, "n_blocks": int(ma.size if paired else ma.size + mb.size),
-            "block": block, "p_value": p1, "p_two_sided": p2, "ratio": ratio, "ratio_ci95": ci,
-            "adds_error": bool(adds), "alpha": alpha, "statement": statement}
+    return {"test": test, "paired": paired, "n_blocks": int(d.size if paired else ma.size + mb.size),
+            "block": block, "block_level": level, "lag1_autocorr": rho, "p_value": p1, "p_two_sided": p2,
+            "ratio": ratio, "ratio_ci95": ci, "adds_error": bool(adds), "alpha": alpha, "statement": statement}
 
 
 # ---- effective precision -------------------------------------------------------------------------------

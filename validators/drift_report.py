@@ -15,6 +15,8 @@ import math
 from html import escape
 
 import numpy as np
+
+from replayssm.precision import parse_mode
 from replayssm.validators.drift_analysis import (
     BinnedCurve,
     compare_speculative,
@@ -26,8 +28,6 @@ from replayssm.validators.drift_analysis import (
 )
 from replayssm.validators.drift_budgets import Budgets, check_cell
 from replayssm.validators.svg_plot import PALETTE, Plot, Series, render
-
-from replayssm.precision import parse_mode
 
 SCHEMA = "replayssm-drift-report"
 SCHEMA_VERSION = 1
@@ -56,8 +56,12 @@ def _fmt(x, digits: int = 3) -> str:
 def _tokens(x) -> str:
     if x is None:
         return "–"
+    if isinstance(x, str):
+        return x
     if math.isinf(x):
         return "never"
+    if x == 0:
+        return "from the start"
     if x >= 1e4:
         return f"{x:.3g}"
     return f"{int(round(x)):,}"
@@ -139,13 +143,13 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
         lcur = {k: BinnedCurve.from_dict(v) for k, v in lit["curves"].items()} if calibrate else {}
         out_block = _curve_block(curves["output"], criterion, budget, H, mode.unit_roundoff,
                                  lcur["output"].rms() if calibrate else None, precision_factor)
-        state_block = _curve_block(curves["state"], criterion, budget, H, mode.state_unit_roundoff,
+        state_block = _curve_block(curves["state"], criterion, budget, H, mode.unit_roundoff,
                                    lcur["state"].rms() if calibrate else None, precision_factor)
         ftb, frms, _ = curves["flush"].binned()
         loc = curves["flush_local"]
         inj = injected_per_flush(ftb, frms, local_rms=loc.rms() if loc.samples and not loc.nonfinite else None)
         lit_loc = lcur["flush_local"].rms() if calibrate and lcur["flush_local"].samples else None
-        inj["effective_precision"] = (effective_precision(inj["estimate"], mode.state_unit_roundoff, lit_loc,
+        inj["effective_precision"] = (effective_precision(inj["estimate"], mode.unit_roundoff, lit_loc,
                                                           precision_factor)
                                       if inj["estimate"] is not None else None)
         ltb, lrms, lcnt = loc.binned()
@@ -166,7 +170,7 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
             "mode": c["mode"], "distribution": c["distribution"], "schedule": c["schedule"], "decode": c["decode"],
             "geometry_name": c["geometry_name"], "geometry": c["geometry"], "rows": c["rows"], "tokens": c["tokens"],
             "steps": c["steps"], "tokens_accepted": c["tokens_accepted"], "tokens_verified": c["tokens_verified"],
-            "declared_u": {"mode": mode.unit_roundoff, "state": mode.state_unit_roundoff},
+            "declared_u": mode.unit_roundoff,
             "calibrated_by": lit["id"] if calibrate else None,
             "output": out_block, "state": state_block, "draft": draft, "flush": flush,
             "traffic": _traffic(c, mode), "exact_failures": c["failure_counts"], "exception": c["exception"],
@@ -206,6 +210,12 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
     return report
 
 
+def _verdict(s: dict) -> str:
+    if s.get("adds_error") is None:
+        return s["statement"]
+    return "adds error" if s["adds_error"] else "no evidence"
+
+
 def _speculation(raw: list[dict], cells: list[dict], alpha: float) -> list[dict]:
     by = {c["id"]: c for c in cells}
     groups: dict[tuple, dict[str, dict]] = {}
@@ -216,22 +226,31 @@ def _speculation(raw: list[dict], cells: list[dict], alpha: float) -> list[dict]
         std = g.get("standard")
         if std is None:
             continue
-        a = [x for row in std["blocks"] for x in row if x is not None]
+        a = _blocks(std)
         for sched in SCHEDULE_ORDER[1:]:
             sp = g.get(sched)
             if sp is None:
                 continue
-            b = [x for row in sp["blocks"] for x in row if x is not None]
+            b = _blocks(sp)
             entry = {"family": fam, "kernel": ker, "mode": mode, "distribution": dist, "schedule": sched,
                      "standard": std["id"], "speculative": sp["id"],
                      "tokens_per_flush": {"standard": by[std["id"]]["flush"]["tokens_per_flush"],
                                           "speculative": by[sp["id"]]["flush"]["tokens_per_flush"]}}
-            if len(a) < 4 or len(b) < 4 or std["exception"] or sp["exception"]:
-                entry.update(test=None, statement="not tested: too few finite blocks or a run failed")
+            if std["exception"] or sp["exception"]:
+                entry.update(test=None, statement="not tested: a run raised")
             else:
-                entry.update(compare_speculative(np.array(a), np.array(b), block=1, alpha=alpha, paired=False))
+                entry.update(compare_speculative(a, b, block=1, alpha=alpha, paired=False))
             out.append(entry)
     return out
+
+
+def _blocks(cell: dict) -> np.ndarray:
+    """Per-row block geometric means; NaN where a block is empty, inf when the run had
+    non-finite output errors (the test then declines)."""
+    x = np.array([[np.nan if v is None else v for v in row] for row in cell["blocks"]], dtype=np.float64)
+    if cell["curves"]["output"]["nonfinite"]:
+        x[:] = np.inf
+    return x
 
 
 def _cost_key(mode_id: str):
@@ -301,7 +320,7 @@ def _cells_table_md(cells: list[dict]) -> list[str]:
         chk = "–" if c["check"] is None else ("pass" if c["check"]["pass"] else "**FAIL**")
         rows.append(f"| {c['id']} | {_law_text(c['output'])} | {_fmt(c['output']['peak'])} | "
                     f"{_law_text(c['state'])} | {_fmt(c['state']['peak'])} | {_fmt(inj.get('estimate'))} | "
-                    f"{cross if isinstance(cross, str) else _tokens(cross)} | {bits} | {chk} |")
+                    f"{_tokens(cross)} | {bits} | {chk} |")
     return rows
 
 
@@ -338,7 +357,7 @@ def to_markdown(report: dict, html_name: str | None = "drift_report.html") -> st
         lines.append(f"| {s['family']} | {s['kernel']} | {s['mode']} | {s['distribution']} | {s['schedule']} | "
                      f"{tpf['standard']:.3g} / {tpf['speculative']:.3g} | "
                      f"{_fmt(s.get('ratio'))} ({_fmt(ci[0]) if ci else '–'}–{_fmt(ci[1]) if ci else '–'}) | "
-                     f"{_fmt(s.get('p_value'), 2)} | {s['statement']} |")
+                     f"{_fmt(s.get('p_value'), 2)} | {_verdict(s)} |")
     lines += ["", f"## Recommendations (budget {st['budget']:g}, horizon {st['horizon']:,.0f} tokens)", "",
               "| family | kernel | scenario | schedule | cheapest mode inside | output error at horizon | "
               "state bytes/token | saved vs fp32 state |", "|" + "---|" * 8]
@@ -432,9 +451,9 @@ def _mode_plot(report, fam, dist, mode, cells, what: str, uid) -> str:
         tmax = max(tmax, c["tokens"])
     if what == "output":
         series += _budget_series(report, fam, mode, cells, tmax)
-    title = f"{fam} {mode} · {dist} · {'output' if what == 'output' else 'state'} error"
+    title = f"{fam} {mode} · {'output' if what == 'output' else 'state'} error"
     return render(Plot(title, "tokens (position in the accepted stream)", "RMS ||err|| / ||ref||", series,
-                       width=470, height=320), uid())
+                       width=350, height=310), uid())
 
 
 def _flush_plots(report, fam, dist, cells, uid) -> str:
@@ -551,7 +570,7 @@ def to_html(report: dict) -> str:
         h.append(_row([_td(c["id"], False), _td(_law_text(c["output"]), False), _td(_fmt(c["output"]["peak"])),
                        _td(_law_text(c["state"]), False), _td(_fmt(c["state"]["peak"])), _td(_fmt(inj.get("estimate"))),
                        _td(_fmt(c["flush"]["tokens_per_flush"])),
-                       _td(cross if isinstance(cross, str) else _tokens(cross)), bits(ep_o), bits(ep_s), ck]))
+                       _td(_tokens(cross)), bits(ep_o), bits(ep_s), ck]))
     h.append("</table>")
 
     # Plots per family x scenario x mode.
@@ -564,14 +583,14 @@ def to_html(report: dict) -> str:
              "beyond its horizon by the fastest allowed law).</p>")
     for (fam, ker, dist), cs in groups.items():
         h.append(f"<h3>{escape(fam)} · {escape(ker)} · scenario {escape(dist)}</h3>")
+        h.append('<div class="grid">')
         for m in sw["modes"]:
             mid = parse_mode(m).id
             mc = [c for c in cs if c["mode"] == mid]
-            if not mc:
-                continue
-            h.append('<div class="grid">'
-                     f'<div class="card">{_mode_plot(report, fam, dist, mid, mc, "output", uid)}</div>'
-                     f'<div class="card">{_mode_plot(report, fam, dist, mid, mc, "state", uid)}</div></div>')
+            if mc:
+                h.append(f'<div class="card">{_mode_plot(report, fam, dist, mid, mc, "output", uid)}'
+                         f'{_mode_plot(report, fam, dist, mid, mc, "state", uid)}</div>')
+        h.append("</div>")
     h.append("<h2>Error per flush</h2>")
     for (fam, ker, dist), cs in groups.items():
         h.append(f"<h3>{escape(fam)} · {escape(ker)} · scenario {escape(dist)}</h3>")
@@ -593,7 +612,8 @@ def to_html(report: dict) -> str:
         h.append(_row([_td(s["family"], False), _td(s["kernel"], False), _td(s["mode"], False),
                        _td(s["distribution"], False), _td(s["schedule"], False),
                        _td(f"{tpf['standard']:.3g} / {tpf['speculative']:.3g}"), _td(ratio),
-                       _td(_fmt(s.get("p_value"), 2)), f'<td class="{cls}">{escape(s["statement"])}</td>']))
+                       _td(_fmt(s.get("p_value"), 2)),
+                       f'<td class="{cls}" title="{escape(s["statement"])}">{escape(_verdict(s))}</td>']))
     h.append("</table>")
 
     if chk["enabled"]:

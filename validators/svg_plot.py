@@ -71,8 +71,9 @@ def render(plot: Plot, uid: str = "p") -> str:
     W, H = plot.width, plot.height
     legend_items = [s for s in plot.series if s.legend]
     L, R, T = 62, 12, 26
-    rows = math.ceil(len(legend_items) / 2)
-    B = 40 + 15 * rows
+    ncol = 2 if W >= 440 else 1
+    rows = math.ceil(len(legend_items) / ncol)
+    B = 44 + 14 * rows
     pw, ph = W - L - R, H - T - B
     xs = [x for s in plot.series if s.style != "hline" for x, y in zip(s.x, s.y)
           if _finite_pos(x, plot.logx) and _finite_pos(y, plot.logy)]
@@ -139,9 +140,9 @@ def render(plot: Plot, uid: str = "p") -> str:
                 out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.2" fill="{s.color}"/>')
     out.append("</g>")
     for i, s in enumerate(legend_items):
-        col, row = i % 2, i // 2
-        x = L + col * (pw / 2)
-        y = T + ph + 42 + row * 15
+        col, row = i % ncol, i // ncol
+        x = L + col * (pw / ncol)
+        y = T + ph + 46 + row * 14
         dash = ' stroke-dasharray="5 3"' if s.style in ("dashed", "hline") else ""
         if "markers" in s.style and "line" not in s.style:
             out.append(f'<circle cx="{x + 9:.1f}" cy="{y - 3:.1f}" r="2.5" fill="{s.color}"/>')
