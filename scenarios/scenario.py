@@ -229,6 +229,11 @@ class Scenario:
         version = d.pop("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
             raise _fail("schema_version", f"expected {SCHEMA_VERSION}, got {version!r}")
+        # A failure artifact (validators/fuzz_artifacts.py) carries the record of the failure it
+        # reproduces under "failure"; it is not part of the scenario and is checked there.
+        failure = d.pop("failure", None)
+        if failure is not None and not isinstance(failure, dict):
+            raise _fail("failure", f"expected an object (kernel, check, first_bad_step), got {type(failure).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
