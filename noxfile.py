@@ -45,3 +45,12 @@ def lint(session):
     """ruff over the whole tree."""
     session.install("ruff>=0.5")
     session.run("ruff", "check", ".")
+
+
+@nox.session(venv_params=VENV)
+def drift(session):
+    """The drift CPU default with --check: fails when a kernel exceeds its budget in
+    golden/tolerances.toml (reports in out/drift-check/; extra arguments go to replayssm drift)."""
+    _install(session)
+    session.run("python", "-m", "replayssm", "drift", "--check", "--no-progress", "--out", "out/drift-check",
+                *session.posargs, env={"TRITON_INTERPRET": "1"})
