@@ -132,12 +132,16 @@ def environment(devices: list[str]) -> dict:
 
 
 def git_commit() -> str:
+    """HEAD, with ``+uncommitted`` when a source file this process imported from the checkout
+    differs from HEAD (other files of the working tree do not matter to the numbers)."""
     try:
         root = Path(__file__).resolve().parent.parent
         head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        used = sorted({str(Path(m.__file__).resolve()) for m in list(sys.modules.values())
+                       if getattr(m, "__file__", None) and str(Path(m.__file__).resolve()).startswith(str(root))})
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *used], cwd=root, capture_output=True,
+                               text=True, check=True).stdout.strip()
         return head + ("+uncommitted" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
