@@ -39,39 +39,13 @@ import triton.language as tl
 
 from replayssm.interface import PAD_SLOT, KernelSnapshot
 from replayssm.ops.mamba2.naive import ROUTES, Mamba2Math
-from replayssm.ops.mamba2.triton_common import TritonMamba2Base, mask_and, next_pow2, softplus
-from replayssm.ops.triton_rounding import INTERPRET, cast_nearest, load_state_rows, store_state_rows
+from replayssm.ops.mamba2.triton_common import TritonMamba2Base, next_pow2
+from replayssm.ops.triton_rounding import INTERPRET, cast_nearest, store_state_rows
 from replayssm.registry import register
 from replayssm.rounding import dequantize_state
 
 STREAM_FLUSH = tl.constexpr(0)
 STREAM_RESET = tl.constexpr(1)
-
-
-@triton.jit
-def _read_column(M, Cmat, s: tl.constexpr, sidx, DOT: tl.constexpr):
-    """``M [rows, BN] · C_s``: column s of the readout against the window's C matrix ``[BN, TP]``."""
-    sel = sidx == s
-    if DOT == "ieee":
-        cs = tl.sum(tl.where(sel[None, :], Cmat, 0.0), axis=1)
-        col = tl.sum(M * cs[None, :], axis=1)
-    else:
-        col = tl.sum(tl.where(sel[None, :], tl.dot(M, Cmat, input_precision=DOT), 0.0), axis=1)
-    return col
-
-
-@triton.jit
-def _read_all(M, Cmat, sidx, T: tl.constexpr, DOT: tl.constexpr):
-    """``M [rows, BN] · C_s`` for every window position s: ``[rows, TP]`` (zero beyond T)."""
-    if DOT == "ieee":
-        acc = tl.zeros((M.shape[0], Cmat.shape[1]), tl.float32)
-        for s in tl.static_range(T):
-            cs = tl.sum(tl.where((sidx == s)[None, :], Cmat, 0.0), axis=1)
-            col = tl.sum(M * cs[None, :], axis=1)
-            acc = tl.where((sidx == s)[None, :], col[:, None], acc)
-    else:
-        acc = tl.dot(M, Cmat, input_precision=DOT)
-    return acc
 
 
 @triton.jit
@@ -82,8 +56,10 @@ def _replay_kernel(
         T: tl.constexpr, RING: tl.constexpr, LSPEC: tl.constexpr, SPEC: tl.constexpr,
         STATE_ROUTE: tl.constexpr, ADVANCE: tl.constexpr, HAS_Z: tl.constexpr,
         STATE: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr, SR: tl.constexpr, INTERP: tl.constexpr,
-        BP: tl.constexpr, BN: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr,
+        VEC: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr,
         NSPLIT: tl.constexpr, NCH: tl.constexpr):
+    # Helpers are inlined on the per-tile path: under the interpreter every nested @triton.jit
+    # call re-patches triton.language (~5 ms), more than the arithmetic itself.
     pid = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
     h = pid // NSPLIT
@@ -93,6 +69,8 @@ def _replay_kernel(
         return
     g = h // (H // G)
     SCALED: tl.constexpr = STATE == "fp8"
+    LOOP: tl.constexpr = DOT == "ieee" and not VEC  # ieee sums as loops of fp32 multiply-reduce, not tl.dot
+    NCB: tl.constexpr = 32 if BN > 32 else BN
     wp = tl.load(wp_ptr + slot)
     if SPEC:
         org = tl.load(org_ptr + slot)
@@ -108,8 +86,8 @@ def _replay_kernel(
     bias = tl.load(bias_ptr + h)
     Dh = tl.load(D_ptr + h)
 
-    # ---- the window's per-(row, head) quantities, once per program ----------------------------
-    j = tl.arange(0, JB)
+    # ---- the window's per-(row, head) quantities, once per program ---------------------------------
+    j = tl.arange(0, JB)  # logical buffer position
     n = tl.arange(0, BN)
     nm = n < N
     hist = j < wp
@@ -117,24 +95,48 @@ def _replay_kernel(
     tj = j - wp
     row = (org + j) % RING
     d_hist = tl.load(rdt_ptr + (slot * RING + row) * H + h, mask=hist, other=0.0)
-    dt_win = tl.load(dt_ptr + (r * T + tj) * H + h, mask=win, other=0.0).to(tl.float32)
-    delta = tl.where(hist, d_hist, tl.where(win, softplus(dt_win + bias), 0.0))
+    u = tl.load(dt_ptr + (r * T + tj) * H + h, mask=win, other=0.0).to(tl.float32) + bias
+    ev = tl.exp(tl.minimum(u, 20.0))  # softplus = log1p(exp(u)), log1p(v) = log(w) v / (w - 1), w = 1 + v
+    ew = 1.0 + ev
+    d_win = tl.where(u > 20.0, u, tl.where(ew == 1.0, ev, tl.log(ew) * (ev / (ew - 1.0))))
+    delta = tl.where(hist, d_hist, tl.where(win, d_win, 0.0))
     c = tl.cumsum(delta, axis=0)
-    B_hist = tl.load(rB_ptr + ((slot * RING + row) * G + g)[:, None] * N + n[None, :],
-                     mask=hist[:, None] & nm[None, :], other=0.0)
-    B_win = tl.load(B_ptr + ((r * T + tj) * G + g)[:, None] * N + n[None, :],
-                    mask=win[:, None] & nm[None, :], other=0.0)
-    Bj = tl.where(hist[:, None], B_hist.to(tl.float32), B_win.to(tl.float32))  # [JB, BN]
-    sidx = tl.arange(0, TP)
+    if STATE_ROUTE or not LOOP:
+        B_hist = tl.load(rB_ptr + ((slot * RING + row) * G + g)[:, None] * N + n[None, :],
+                         mask=hist[:, None] & nm[None, :], other=0.0)
+        B_win = tl.load(B_ptr + ((r * T + tj) * G + g)[:, None] * N + n[None, :],
+                        mask=win[:, None] & nm[None, :], other=0.0)
+        Bj = tl.where(hist[:, None], B_hist.to(tl.float32), B_win.to(tl.float32))  # [JB, BN]
+    sidx = tl.arange(0, TP)  # window position
+    sm = sidx < T
     pos = wp + sidx
     c_at = tl.sum(tl.where(j[:, None] == pos[None, :], c[:, None], 0.0), axis=0)  # [TP]
     dec = tl.exp(A * c_at)
-    causal = (j[:, None] <= pos[None, :]) & (sidx[None, :] < T)
+    causal = (j[:, None] <= pos[None, :]) & sm[None, :]
     W = tl.where(causal, delta[:, None] * tl.exp(A * (c_at[None, :] - c[:, None])), 0.0)  # [JB, TP]
     Cmat = tl.load(C_ptr + ((r * T + sidx) * G + g)[None, :] * N + n[:, None],
-                   mask=nm[:, None] & (sidx[None, :] < T), other=0.0).to(tl.float32)  # [BN, TP]
+                   mask=nm[:, None] & sm[None, :], other=0.0).to(tl.float32)  # [BN, TP]
     if not STATE_ROUTE:
-        M = W * _read_all(Bj, Cmat, sidx, T, DOT)  # Δ-weighted B_j·C_s
+        if LOOP:
+            # B_j · C_s over slices of dstate: a [JB, NCB] tile at a time keeps registers low
+            bc = tl.zeros((JB, TP), tl.float32)
+            for nc in range(BN // NCB):
+                nn = nc * NCB + tl.arange(0, NCB)
+                nnm = nn < N
+                Bh = tl.load(rB_ptr + ((slot * RING + row) * G + g)[:, None] * N + nn[None, :],
+                             mask=hist[:, None] & nnm[None, :], other=0.0)
+                Bw = tl.load(B_ptr + ((r * T + tj) * G + g)[:, None] * N + nn[None, :],
+                             mask=win[:, None] & nnm[None, :], other=0.0)
+                Bc = tl.where(hist[:, None], Bh.to(tl.float32), Bw.to(tl.float32))
+                Cc = tl.load(C_ptr + ((r * T + sidx) * G + g)[None, :] * N + nn[:, None],
+                             mask=nnm[:, None] & sm[None, :], other=0.0).to(tl.float32)
+                for s in tl.static_range(T):
+                    sel = sidx == s
+                    cs = tl.sum(tl.where(sel[None, :], Cc, 0.0), axis=1)
+                    bc = tl.where(sel[None, :], bc + tl.sum(Bc * cs[None, :], axis=1)[:, None], bc)
+        else:
+            bc = tl.dot(Bj, Cmat, input_precision=DOT)
+        M = W * bc  # [JB, TP]: Δ_j exp(A (c_s - c_j)) (B_j · C_s)
     if SPEC:
         c_hist = tl.sum(tl.where(j == wp - 1, c, 0.0), axis=0)
         w_fold = tl.where(hist, delta * tl.exp(A * (c_hist - c)), 0.0)
@@ -142,62 +144,104 @@ def _replay_kernel(
     else:
         w_fold = tl.sum(tl.where((sidx == 0)[None, :], W, 0.0), axis=1)
         dec_fold = tl.sum(tl.where(sidx == 0, dec, 0.0), axis=0)
+
+    # ---- records of the window (B, Δ here; x per tile) ----------------------------------------------------
+    # Masks are built from vector comparisons (the interpreter rejects scalar booleans in a mask).
     if SPEC:
-        rec_ok = wp >= 0
+        rec_v = sm
     else:
-        rec_ok = wp < LSPEC - 1
+        rec_v = sm & ((sidx * 0 + wp) < LSPEC - 1)  # no record on a standard flush
+    first_v = (sidx * 0 + split) == 0
+    lead_v = first_v & (((sidx * 0 + h) % (H // G)) == 0)
+    row_w = (org + pos) % RING
+    wmask = sm[:, None] & nm[None, :]
+    B_w = tl.load(B_ptr + ((r * T + sidx) * G + g)[:, None] * N + n[None, :], mask=wmask, other=0.0)
+    tl.store(rB_ptr + ((slot * RING + row_w) * G + g)[:, None] * N + n[None, :], B_w,
+             mask=wmask & (rec_v & lead_v)[:, None])
+    dw = tl.sum(tl.where(j[:, None] == pos[None, :], delta[:, None], 0.0), axis=0)
+    tl.store(rdt_ptr + (slot * RING + row_w) * H + h, dw, mask=rec_v & first_v)
 
-    # ---- records of the window (x is written per tile below) --------------------------------------
-    lead_g = ((h % (H // G)) == 0) & (split == 0)
-    one = tl.arange(0, 1)
-    for s in tl.static_range(T):
-        row_s = (org + wp + s) % RING
-        Bs = tl.load(B_ptr + ((r * T + s) * G + g) * N + n, mask=nm, other=0.0)
-        tl.store(rB_ptr + ((slot * RING + row_s) * G + g) * N + n, Bs, mask=mask_and(nm, lead_g & rec_ok))
-        d_s = tl.sum(tl.where(j == wp + s, delta, 0.0), axis=0)
-        tl.store(rdt_ptr + (slot * RING + row_s) * H + h + one, tl.zeros([1], tl.float32) + d_s,
-                 mask=mask_and(one == 0, (split == 0) & rec_ok))
-
-    # ---- the tiles of headdim ------------------------------------------------------------------------
+    # ---- the tiles of headdim ------------------------------------------------------------------------------
     for ch in range(NCH):
         p = (split * NCH + ch) * BP + tl.arange(0, BP)
         pm = p < P
         m2 = pm[:, None] & nm[None, :]
         hp = (slot * H + h) * P + p
-        S0 = load_state_rows(ck_ptr + hp[:, None] * N + n[None, :], cks_ptr + hp, m2, pm, SCALED)
+        S0 = tl.load(ck_ptr + hp[:, None] * N + n[None, :], mask=m2, other=0.0).to(tl.float32)
+        if SCALED:
+            S0 = S0 * tl.load(cks_ptr + hp, mask=pm, other=1.0)[:, None]
         X_hist = tl.load(rx_ptr + ((slot * RING + row) * H + h)[:, None] * P + p[None, :],
                          mask=hist[:, None] & pm[None, :], other=0.0)
         X_win = tl.load(x_ptr + ((r * T + tj) * H + h)[:, None] * P + p[None, :],
                         mask=win[:, None] & pm[None, :], other=0.0)
         X = tl.where(hist[:, None], X_hist.to(tl.float32), X_win.to(tl.float32))  # [JB, BP]
-        if not STATE_ROUTE:
-            s0c = _read_all(S0, Cmat, sidx, T, DOT)  # [BP, TP]
+        pmask = sm[:, None] & pm[None, :]
+        wo = ((r * T + sidx) * H + h)[:, None] * P + p[None, :]  # [TP, BP] offsets of the window's x, z, y
+        x_w = tl.load(x_ptr + wo, mask=pmask, other=0.0)
+        tl.store(rx_ptr + ((slot * RING + row_w) * H + h)[:, None] * P + p[None, :], x_w,
+                 mask=pmask & rec_v[:, None])
         S_first = S0
-        for s in tl.static_range(T):
-            sel = sidx == s
-            dec_s = tl.sum(tl.where(sel, dec, 0.0), axis=0)
-            if STATE_ROUTE:
+        if STATE_ROUTE:
+            Y = tl.zeros((TP, BP), tl.float32)
+            for s in tl.static_range(T):
+                sel = sidx == s
+                dec_s = tl.sum(tl.where(sel, dec, 0.0), axis=0)
                 w_s = tl.sum(tl.where(sel[None, :], W, 0.0), axis=1)
                 S_s = dec_s * S0 + tl.dot(tl.trans(X * w_s[:, None]), Bj, input_precision="ieee")
-                y = _read_column(S_s, Cmat, s, sidx, DOT)
+                if DOT == "ieee":
+                    cs = tl.sum(tl.where(sel[None, :], Cmat, 0.0), axis=1)
+                    y_s = tl.sum(S_s * cs[None, :], axis=1)
+                else:
+                    y_s = tl.sum(tl.where(sel[None, :], tl.dot(S_s, Cmat, input_precision=DOT), 0.0), axis=1)
+                Y = tl.where(sel[:, None], y_s[None, :], Y)
                 if s == 0:
                     S_first = S_s
+        else:
+            if LOOP:
+                Y = tl.zeros((TP, BP), tl.float32)
+                for s in tl.static_range(T):
+                    sel = sidx == s
+                    cs = tl.sum(tl.where(sel[None, :], Cmat, 0.0), axis=1)
+                    m_s = tl.sum(tl.where(sel[None, :], M, 0.0), axis=1)
+                    y_s = tl.sum(S0 * cs[None, :], axis=1) * tl.sum(tl.where(sel, dec, 0.0), axis=0) \
+                        + tl.sum(m_s[:, None] * X, axis=0)
+                    Y = tl.where(sel[:, None], y_s[None, :], Y)
             else:
-                m_s = tl.sum(tl.where(sel[None, :], M, 0.0), axis=1)
-                y = dec_s * tl.sum(tl.where(sel[None, :], s0c, 0.0), axis=1) + tl.sum(m_s[:, None] * X, axis=0)
-            x_raw = tl.load(x_ptr + ((r * T + s) * H + h) * P + p, mask=pm, other=0.0)
-            y = y + Dh * x_raw.to(tl.float32)
-            if HAS_Z:
-                zz = tl.load(z_ptr + ((r * T + s) * H + h) * P + p, mask=pm, other=0.0).to(tl.float32)
-                y = y * zz / (1.0 + tl.exp(-zz))
-            tl.store(out_ptr + ((r * T + s) * H + h) * P + p, cast_nearest(y, ACT, INTERP), mask=pm)
-            row_s = (org + wp + s) % RING
-            tl.store(rx_ptr + ((slot * RING + row_s) * H + h) * P + p, x_raw, mask=mask_and(pm, rec_ok))
+                Y = dec[:, None] * tl.trans(tl.dot(S0, Cmat, input_precision=DOT)) \
+                    + tl.dot(tl.trans(M), X, input_precision="ieee")
+        Y = Y + Dh * x_w.to(tl.float32)
+        if HAS_Z:
+            zz = tl.load(z_ptr + wo, mask=pmask, other=0.0).to(tl.float32)
+            Y = Y * zz / (1.0 + tl.exp(-zz))
+        tl.store(out_ptr + wo, cast_nearest(Y, ACT, INTERP), mask=pmask)
         if flush:
             if STATE_ROUTE and not SPEC:
                 S_new = S_first
-            else:
+            elif STATE_ROUTE:
                 S_new = dec_fold * S0 + tl.dot(tl.trans(X * w_fold[:, None]), Bj, input_precision="ieee")
+            elif LOOP:
+                # S0 <- decay S0 + Σ_j w_j x_j B_jᵀ, one rank-1 update per folded position (x_j, B_j
+                # reloaded from L1/L2: a [JB, BN] B tile in registers would halve the occupancy)
+                S_new = dec_fold * S0
+                for jj in range(0, wp + (1 - SPEC)):
+                    w_j = tl.sum(tl.where(j == jj, w_fold, 0.0), axis=0)
+                    row_j = (org + jj) % RING
+                    hp_j = (p * 0 + jj) < wp
+                    hn_j = (n * 0 + jj) < wp
+                    xh = tl.load(rx_ptr + ((slot * RING + row_j) * H + h) * P + p, mask=pm & hp_j, other=0.0)
+                    xc = tl.load(x_ptr + ((r * T + jj - wp) * H + h) * P + p, mask=pm & (~hp_j), other=0.0)
+                    bh = tl.load(rB_ptr + ((slot * RING + row_j) * G + g) * N + n, mask=nm & hn_j, other=0.0)
+                    bcur = tl.load(B_ptr + ((r * T + jj - wp) * G + g) * N + n, mask=nm & (~hn_j), other=0.0)
+                    x_j = tl.where(hp_j, xh.to(tl.float32), xc.to(tl.float32))
+                    b_j = tl.where(hn_j, bh.to(tl.float32), bcur.to(tl.float32))
+                    S_new = S_new + (w_j * x_j)[:, None] * b_j[None, :]
+            else:
+                Bf_hist = tl.load(rB_ptr + ((slot * RING + row) * G + g)[:, None] * N + n[None, :],
+                                  mask=hist[:, None] & nm[None, :], other=0.0)
+                Bf_win = tl.load(B_ptr + ((r * T + tj) * G + g)[:, None] * N + n[None, :],
+                                 mask=win[:, None] & nm[None, :], other=0.0)
+                Bf = tl.where(hist[:, None], Bf_hist.to(tl.float32), Bf_win.to(tl.float32))
+                S_new = dec_fold * S0 + tl.dot(tl.trans(X * w_fold[:, None]), Bf, input_precision="ieee")
             elem = (h * P + p)[:, None] * N + n[None, :]
             store_state_rows(ck_ptr + hp[:, None] * N + n[None, :], cks_ptr + hp, S_new, m2, pm, elem,
                              seed, slot, ctr, STREAM_FLUSH, STATE, SCALED, SR, INTERP)
@@ -301,7 +345,9 @@ class _TritonReplay(TritonMamba2Base):
         }
         self.arrivals = torch.zeros(S, dtype=torch.int32, device=dev)
         self.jb = max(16, next_pow2(d.lspec))
-        self.tp = max(16, next_pow2(d.window))
+        # window axis: 16 wide where a tl.dot runs over it (tf32 readouts, vector readouts), else T'
+        dotted = m.dot != "ieee" or self.vector_readout
+        self.tp = max(16, next_pow2(d.window)) if dotted else next_pow2(d.window)
 
     # ---- raw launches (no host synchronisation) ------------------------------------------------------
     def _launch(self, slot_ids, inputs, out, advance: bool) -> None:
@@ -318,7 +364,8 @@ class _TritonReplay(TritonMamba2Base):
                 H=g.nheads, P=g.headdim, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec,
                 SPEC=d.speculative, STATE_ROUTE=self.route == "state_and_output", ADVANCE=advance,
                 HAS_Z=g.has_z, STATE=self.state_kind, ACT=self.act_kind, DOT=self.mode.dot, SR=self.sr,
-                INTERP=INTERPRET, BP=self.block_p, BN=self.block_n, JB=self.jb, TP=self.tp, NSPLIT=split, NCH=nch,
+                INTERP=INTERPRET, VEC=self.vector_readout, BP=self.block_p, BN=self.block_n, JB=self.jb, TP=self.tp,
+                NSPLIT=split, NCH=nch,
                 num_warps=self.num_warps)
 
     def launch_verify(self, slot_ids, inputs, out) -> None:

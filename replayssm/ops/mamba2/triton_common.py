@@ -35,6 +35,9 @@ OPTIONS = {
     "block_p": "int: state rows (headdim) per tile, a power of two >= 16 (default 16)",
     "split": "int: programs per (row, head) along headdim (default: chosen from the batch size)",
     "num_warps": "int: warps per program (default 4)",
+    "vector_readout": ("bool: ieee readouts of all window positions as one fp32 tl.dot instead of a loop of "
+                       "multiply-reduce per position (default: on under the interpreter, whose cost is per "
+                       "operation; off on the GPU)"),
     "route": "str: output_only or state_and_output (replay kernels; fixed by the registered name)",
 }
 
@@ -131,6 +134,7 @@ class TritonMamba2Base(KernelUnderTest):
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"options['num_warps']: expected 1, 2, 4, 8 or 16, got {self.num_warps}")
         self.split_opt = opts.get("split")
+        self.vector_readout = bool(opts.get("vector_readout", INTERPRET))
         self.nchunks = triton.cdiv(g.headdim, self.block_p)
         if self.split_opt is not None and not 1 <= int(self.split_opt) <= self.nchunks:
             raise ValueError(f"options['split']: expected 1..{self.nchunks} (headdim {g.headdim} in tiles of "
