@@ -31,6 +31,7 @@ Distributions (spec 6-7; ``A`` means Mamba-2's A and GDN's ``-exp(A_log)``):
 from __future__ import annotations
 
 import hashlib
+import math
 import statistics
 import zlib
 from dataclasses import dataclass
@@ -156,20 +157,44 @@ def table_digest() -> str:
     return h.hexdigest()
 
 
+def _apply_law(law: str, bits: torch.Tensor) -> torch.Tensor:
+    """fp64 values of ``law`` from 32-bit words (see the module docstring)."""
+    if law == "uniform":
+        return torch.mul(bits.to(torch.float64), 2.0**-32)
+    table, diff = _table(law, bits.device)
+    j = bits >> TABLE_BITS
+    f = torch.mul((bits & 0xFFFF).to(torch.float64), 2.0**-TABLE_BITS)
+    return torch.add(table[j], torch.mul(f, diff[j]))
+
+
 def sample(law: str, key: int, shape: tuple[int, ...], device="cpu") -> torch.Tensor:
     """fp64 samples of ``law`` (``normal``, ``t2`` or ``uniform`` on [0, 1)) under ``key``."""
     device = torch.device(device)
     n = 1
     for s in shape:
         n *= int(s)
-    bits = random_bits(key, n, device)
-    if law == "uniform":
-        return torch.mul(bits.to(torch.float64), 2.0**-32).reshape(shape)
-    table, diff = _table(law, device)
-    j = bits >> TABLE_BITS
-    f = torch.mul((bits & 0xFFFF).to(torch.float64), 2.0**-TABLE_BITS)
-    x = torch.add(table[j], torch.mul(f, diff[j]))
-    return x.reshape(shape)
+    return _apply_law(law, random_bits(key, n, device)).reshape(shape)
+
+
+_SEGMENTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def random_bits_batched(keys: list[int], counts: list[int], device) -> list[torch.Tensor]:
+    """``random_bits(keys[i], counts[i])`` for every i, bit-identical, in one pass (few kernel
+    launches: what makes per-step generation on a GPU cheap)."""
+    device = torch.device(device)
+    ck = (tuple(counts), str(device))
+    if ck not in _SEGMENTS:
+        i = torch.cat([torch.arange(c, dtype=torch.int64) for c in counts])
+        seg = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts))
+        _SEGMENTS[ck] = (i.to(device), seg.to(device))
+    i, seg = _SEGMENTS[ck]
+    kt = torch.tensor([[k & _M32, (k >> 32) & _M32, _splitmix64(k) & _M32] for k in keys], dtype=torch.int64)
+    k = kt.to(device)[seg]
+    h = _lowbias32((i & _M32) ^ k[:, 0])
+    h = _lowbias32(h ^ k[:, 1] ^ (i >> 32))
+    h = _lowbias32(h ^ k[:, 2])
+    return list(h.split(counts))
 
 
 # ---- scenario-level generators --------------------------------------------------------------------------
@@ -214,19 +239,20 @@ def make_inputs(sc, step: int, device="cpu", *, stream: str = "inputs") -> dict[
     rows, T = sc.rows, sc.window
     gate = "dt" if sc.family == "mamba2" else "a"
     value = "x" if sc.family == "mamba2" else "v"
+    shapes = {name: (rows, T, *shape) for name, shape in g.input_shapes().items()}
+    counts = [math.prod(s) for s in shapes.values()]
+    keys = [key_of(sc.seed, _stream(f"{stream}:{name}"), step) for name in shapes]
     out = {}
-    for name, shape in g.input_shapes().items():
-        full = (rows, T, *shape)
-        key = key_of(sc.seed, _stream(f"{stream}:{name}"), step)
+    for (name, full), bits in zip(shapes.items(), random_bits_batched(keys, counts, device)):
         if name == gate:
-            x = torch.mul(sample("normal", key, full, device), d.dt_scale)
+            x = torch.mul(_apply_law("normal", bits), d.dt_scale)
         elif name == "b":  # GDN beta = sigmoid(b)
-            x = sample("normal", key, full, device)
+            x = _apply_law("normal", bits)
         else:
-            x = sample(d.act_law, key, full, device)
+            x = _apply_law(d.act_law, bits)
             if name == value and d.value_scale != 1.0:
                 x = torch.mul(x, d.value_scale)
-        out[name] = x.to(act)
+        out[name] = x.to(act).reshape(full)
     return out
 
 
@@ -244,4 +270,4 @@ def inputs_digest(sc, steps: int = 4) -> str:
 
 
 __all__ = ["DISTRIBUTIONS", "Distribution", "inputs_digest", "key_of", "make_initial_state", "make_inputs",
-           "make_params", "random_bits", "sample", "table_digest"]
+           "make_params", "random_bits", "random_bits_batched", "sample", "table_digest"]
