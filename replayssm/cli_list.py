@@ -19,6 +19,7 @@ def load_kernels() -> None:
     """Import everything that registers kernels: built-ins (replayssm.ops) and the mutants."""
     from replayssm.registry import kernels
     kernels()
+    import replayssm.validators.mutant_gallery  # noqa: F401
     import replayssm.validators.mutants  # noqa: F401
 
 

@@ -26,7 +26,8 @@ SMALL_STATE = 1 << 16
 def add_parser(subparsers):
     p = subparsers.add_parser("validate", help="validate a kernel against the fp64 reference on a scenario",
                               description="Validate one kernel on one scenario. Exit 0 pass, 1 mismatch, 2 usage.")
-    p.add_argument("--kernel", required=True, help="registered kernel name (see `replayssm list kernels`)")
+    p.add_argument("--kernel", help="registered kernel name (see `replayssm list kernels`); optional with a "
+                                    "--scenario failure artifact saved by the fuzzer, which names its kernel")
     p.add_argument("--scenario", metavar="FILE", help="scenario JSON; flags given explicitly override its fields")
     p.add_argument("--family", choices=["mamba2", "gdn"], help="op family (default mamba2)")
     p.add_argument("--precision", metavar="MODE", help="precision mode id, e.g. s32a16 (default)")
@@ -108,6 +109,11 @@ def run(args) -> int:
 
     sc = scenario_from_args(args)
     load_kernels()
+    if args.kernel is None:
+        from replayssm.validators.fuzz_artifacts import kernel_of_file
+        args.kernel = kernel_of_file(args.scenario) if args.scenario else None
+        if args.kernel is None:
+            raise ValueError("--kernel: required (or a --scenario failure artifact that names its kernel)")
     get(args.kernel, sc.family)  # ValueError naming the choices -> exit 2
     dev = args.device
     if dev.startswith("cuda"):
