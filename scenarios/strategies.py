@@ -1,0 +1,229 @@
+"""Hypothesis strategies over validation scenarios: public and composable.
+
+Oracle: none here; these only *draw* :class:`~replayssm.scenarios.scenario.Scenario` values.
+Every drawn scenario is valid (the Scenario constructor checks it) and fully replayable: the
+acceptance plan is written out in the ``explicit`` schedule, so shrinking a failure shrinks the
+steps, rows and accepted counts themselves, and the shrunk scenario's JSON replays it exactly.
+
+Building blocks (each a strategy, usable alone in a kernel author's own ``@given``):
+
+* :func:`geometries` small custom geometries (powers of two, several heads per group) or ``tiny``;
+* :func:`decode_configs` ``(decode, T', buffer)``: speculative T' in 1..4 with B in T'..T'+8, or
+  standard L in 1..8 (small buffers first: frequent flushes are where bugs show);
+* :func:`precision_modes` mode ids, filtered to what a kernel supports;
+* :func:`batch_layouts` rows, padding rows, slot ids (unused slots stay canaries), ring origins;
+* :func:`accepted_plans` accepted counts per step and row, plus mid-run slot reuse (resets);
+* :func:`distributions` input regimes, from mild to extreme-but-finite (``near-fp16-limit``,
+  ``heavy-tailed``, ``large-delta``);
+* :func:`scenarios` all of the above into one Scenario, optionally for one registered kernel.
+
+Example::
+
+    from hypothesis import given
+    from replayssm.scenarios.strategies import scenarios
+    from replayssm.validators.fuzz import check_scenario
+
+    @given(scenarios(kernel=MyKernel))
+    def test_my_kernel(sc):
+        check_scenario(sc, MyKernel)
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from replayssm.geometry import FAMILIES
+from replayssm.interface import PAD_SLOT, DecodeConfig, KernelUnderTest
+from replayssm.precision import STANDARD_MODES, parse_mode
+from replayssm.scenarios.inputs import DISTRIBUTIONS
+from replayssm.scenarios.scenario import Scenario
+
+# Modes drawn by default: the standard sweep (reference first) plus readout and seed variants.
+FUZZ_MODES: tuple[str, ...] = ("s32a32", *[m for m in STANDARD_MODES if m != "s32a32"],
+                               "s32a16-tf32", "s16a16-sr3", "sfp8a16-sr5", "si8a16-sr")
+# Input regimes, the public tests' mild one first (what shrinking falls back to).
+FUZZ_DISTRIBUTIONS: tuple[str, ...] = ("mild", *[d for d in DISTRIBUTIONS if d != "mild"])
+
+
+def _kernel_class(kernel, family: str | None) -> type[KernelUnderTest] | None:
+    if kernel is None:
+        return None
+    if isinstance(kernel, str):
+        from replayssm.registry import get
+        if family is None:
+            raise ValueError("family: a kernel given by name needs its family")
+        return get(kernel, family)
+    if isinstance(kernel, type) and issubclass(kernel, KernelUnderTest):
+        return kernel
+    raise ValueError(f"kernel: expected a registered name or a KernelUnderTest subclass, got {kernel!r}")
+
+
+def families() -> st.SearchStrategy[str]:
+    return st.sampled_from(FAMILIES)
+
+
+def geometries(family: str, *, presets: tuple[str, ...] = ("tiny",), max_dim: int = 8
+               ) -> st.SearchStrategy[str | dict]:
+    """Small geometries of ``family``: custom dicts (powers of two up to ``max_dim``, 1-2 groups /
+    key heads with 1-2 heads each, so a wrong head-to-group mapping shows) or a preset name."""
+    if family not in FAMILIES:
+        raise ValueError(f"family: expected one of {FAMILIES}, got {family!r}")
+    dims = [d for d in (1, 2, 4, 8, 16) if d <= max_dim]
+    wide = [d for d in dims if d >= 2]
+    if family == "mamba2":
+        custom = st.builds(
+            lambda g, r, p, n, z: {"family": "mamba2", "nheads": g * r, "headdim": p, "dstate": n, "ngroups": g,
+                                   "has_z": z},
+            st.sampled_from((1, 2)), st.sampled_from((1, 2)), st.sampled_from(dims), st.sampled_from(wide),
+            st.booleans())
+    else:
+        custom = st.builds(
+            lambda h, r, k, v: {"family": "gdn", "num_k_heads": h, "num_v_heads": h * r, "head_k_dim": k,
+                                "head_v_dim": v},
+            st.sampled_from((1, 2)), st.sampled_from((1, 2)), st.sampled_from(wide), st.sampled_from(dims))
+    return st.one_of(custom, st.sampled_from(presets)) if presets else custom
+
+
+def decode_configs(*, decodes: tuple[str, ...] = ("speculative", "standard"), max_window: int = 4,
+                   max_extra_buffer: int = 8, max_standard_buffer: int = 8) -> st.SearchStrategy[DecodeConfig]:
+    """Decode settings: speculative T' in 1..max_window with B in T'..T'+max_extra_buffer, or
+    standard L in 1..max_standard_buffer."""
+    bad = set(decodes) - {"speculative", "standard"}
+    if bad or not decodes:
+        raise ValueError(f"decodes: expected a non-empty subset of ('speculative', 'standard'), got {decodes!r}")
+
+    @st.composite
+    def draw_config(draw):
+        decode = draw(st.sampled_from(decodes))
+        if decode == "standard":
+            return DecodeConfig("standard", 1, draw(st.integers(1, max_standard_buffer)))
+        T = draw(st.integers(1, max_window))
+        return DecodeConfig("speculative", T, T + draw(st.integers(0, max_extra_buffer)))
+
+    return draw_config()
+
+
+def precision_modes(kernel: type[KernelUnderTest] | None = None, decode: DecodeConfig | None = None, *,
+                    modes: tuple[str, ...] = FUZZ_MODES, options: dict | None = None) -> st.SearchStrategy[str]:
+    """Precision-mode ids from ``modes`` that ``kernel`` supports under ``decode`` (all when no kernel)."""
+    keep = []
+    for m in modes:
+        mode = parse_mode(m)
+        if kernel is not None and decode is not None and kernel.unsupported_reason(mode, decode, options or {}):
+            continue
+        keep.append(m)
+    if not keep:
+        raise ValueError(f"modes: kernel {getattr(kernel, 'name', kernel)!r} supports none of {list(modes)}"
+                         + (f" under {decode.decode} decode" if decode is not None else ""))
+    return st.sampled_from(keep)
+
+
+def distributions(names: tuple[str, ...] = FUZZ_DISTRIBUTIONS) -> st.SearchStrategy[str]:
+    unknown = [n for n in names if n not in DISTRIBUTIONS]
+    if unknown or not names:
+        raise ValueError(f"names: expected input distributions from {sorted(DISTRIBUTIONS)}, got {list(names)}")
+    return st.sampled_from(names)
+
+
+def batch_layouts(decode: DecodeConfig, *, max_rows: int = 3, max_extra_slots: int = 2,
+                  padding: bool = True) -> st.SearchStrategy[dict]:
+    """``rows``, ``num_slots``, ``slot_ids`` (-1 for padding rows, at least one active row; slots
+    not named stay unused canaries) and ring ``origins`` (speculative; 0 for padding rows)."""
+    if max_rows < 1:
+        raise ValueError(f"max_rows: expected >= 1, got {max_rows}")
+    ring = decode.ring_rows if decode.speculative else 1
+
+    @st.composite
+    def draw_layout(draw):
+        rows = draw(st.integers(1, max_rows))
+        pads = [False] * rows
+        if padding and rows > 1:
+            pads = draw(st.lists(st.booleans(), min_size=rows, max_size=rows).filter(lambda p: not all(p)))
+        active = [r for r in range(rows) if not pads[r]]
+        num_slots = len(active) + draw(st.integers(0, max_extra_slots))
+        perm = draw(st.permutations(range(num_slots)))
+        slot_of = dict(zip(active, perm))
+        slot_ids = tuple(slot_of.get(r, PAD_SLOT) for r in range(rows))
+        origins = tuple(0 if pads[r] else draw(st.integers(0, ring - 1)) for r in range(rows))
+        return {"rows": rows, "num_slots": num_slots, "slot_ids": slot_ids, "origins": origins}
+
+    return draw_layout()
+
+
+def accepted_plans(decode: DecodeConfig, slot_ids: tuple[int, ...], *, max_steps: int = 48, min_steps: int = 1,
+                   max_resets: int = 2) -> st.SearchStrategy[dict]:
+    """``schedule_params`` of the ``explicit`` schedule: ``accepted[step][row]`` (k in 1..T' per
+    active row, independent per row; 0 for padding rows) and ``resets`` ``[step, row, origin]``
+    (slot reuse mid-run, at a new ring origin)."""
+    if not 1 <= min_steps <= max_steps:
+        raise ValueError(f"max_steps: expected 1 <= min_steps <= max_steps, got {min_steps}, {max_steps}")
+    T = decode.window
+    rows = len(slot_ids)
+    active = [r for r, s in enumerate(slot_ids) if s != PAD_SLOT]
+    ring = decode.ring_rows if decode.speculative else 1
+    k_of = st.integers(1, T)
+
+    @st.composite
+    def draw_plan(draw):
+        n = draw(st.integers(min_steps, max_steps))
+        acc = [[draw(k_of) if r in active else 0 for r in range(rows)] for _ in range(n)]
+        params = {"accepted": acc}
+        if n >= 2 and max_resets:
+            resets = draw(st.lists(st.tuples(st.integers(1, n - 1), st.sampled_from(active),
+                                             st.integers(0, ring - 1)),
+                                   max_size=max_resets, unique_by=lambda e: (e[0], e[1])))
+            if resets:
+                params["resets"] = sorted([list(e) for e in resets])
+        return params
+
+    return draw_plan()
+
+
+@st.composite
+def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, max_steps: int = 48,
+              min_steps: int = 1, max_rows: int = 3, max_window: int = 4, max_extra_buffer: int = 8,
+              max_standard_buffer: int = 8, decodes: tuple[str, ...] | None = None,
+              modes: tuple[str, ...] = FUZZ_MODES, dists: tuple[str, ...] = FUZZ_DISTRIBUTIONS,
+              max_resets: int = 2, max_dim: int = 8, kernel_options: dict | None = None) -> Scenario:
+    """A complete Scenario (explicit schedule).  ``kernel`` (registered name or class) restricts
+    the family, the decodes it is registered for and the modes it supports; ``geometry`` fixes
+    the geometry (a preset name, a dict, or a strategy)."""
+    cls = _kernel_class(kernel, family)
+    if cls is not None:
+        if family is not None and family != cls.family:
+            raise ValueError(f"family: kernel {cls.name!r} is a {cls.family!r} kernel, got family {family!r}")
+        family = cls.family
+    if family is None:
+        family = draw(families())
+    if decodes is None:
+        decodes = _registered_decodes(cls)
+    dec = draw(decode_configs(decodes=decodes, max_window=max_window, max_extra_buffer=max_extra_buffer,
+                              max_standard_buffer=max_standard_buffer))
+    mode = draw(precision_modes(cls, dec, modes=modes, options=kernel_options))
+    if geometry is None:
+        geo = draw(geometries(family, max_dim=max_dim))
+    elif isinstance(geometry, st.SearchStrategy):
+        geo = draw(geometry)
+    else:
+        geo = geometry
+    layout = draw(batch_layouts(dec, max_rows=max_rows))
+    params = draw(accepted_plans(dec, layout["slot_ids"], max_steps=max_steps, min_steps=min_steps,
+                                 max_resets=max_resets))
+    return Scenario(family=family, geometry=geo, mode=mode, decode=dec.decode, window=dec.window,
+                    buffer=dec.buffer, distribution=draw(distributions(dists)), schedule="explicit",
+                    schedule_params=params, steps=None, seed=draw(st.integers(0, 2**32 - 1)),
+                    initial_state=draw(st.sampled_from(("random", "zeros"))),
+                    kernel_options=dict(kernel_options or {}), **layout)
+
+
+def _registered_decodes(cls) -> tuple[str, ...]:
+    """The decodes a mutant is registered for (all for other kernels)."""
+    if cls is None or getattr(cls, "kind", "") != "mutant":
+        return ("speculative", "standard")
+    from replayssm.validators.mutant_gallery import all_mutants
+    spec = all_mutants().get(cls.name)
+    return tuple(spec.decodes) if spec is not None else ("speculative", "standard")
+
+
+__all__ = ["FUZZ_DISTRIBUTIONS", "FUZZ_MODES", "accepted_plans", "batch_layouts", "decode_configs", "distributions",
+           "families", "geometries", "precision_modes", "scenarios"]

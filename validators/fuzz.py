@@ -1,0 +1,219 @@
+"""Property-based fuzzing of kernels: Hypothesis draws scenarios, the validation engine judges them.
+
+Oracle: :func:`replayssm.validators.runner.run_scenario`, the same path as ``replayssm validate``
+(fp64 reference, literal-model tolerance rule, exact invariants, repeat check).  Nothing is
+re-implemented here: a drawn scenario fails exactly when the engine's result does not pass, and
+the property reports the engine's first failure (step, row, window position, check).
+
+* Profiles (Hypothesis settings profiles, selected by ``REPLAYSSM_FUZZ_PROFILE``, default ``ci``):
+  ``ci`` derandomized and bounded (part of the default pytest run), ``dev`` (more examples, the
+  local example database), ``nightly`` (thousands of examples).
+* :func:`check_scenario` the property itself; on failure it saves the scenario as a failure
+  artifact (``validators/fuzz_artifacts.py``) that ``replayssm validate --scenario FILE`` replays.
+* :func:`fuzz_kernel` runs the property for one kernel and reports what happened: examples run,
+  time to the first failure, the shrunk reproducer and its size.  ``shrink_budget_s`` bounds
+  shrinking: past it, candidates not already seen failing are treated as passing, so Hypothesis
+  stops improving and reports the best failing scenario found so far (a real failure, replayed).
+* ``replayssm fuzz`` (``replayssm/cli_fuzz.py``) and the nox ``fuzz`` session run it over every
+  registered kernel for a time budget.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+
+from replayssm.interface import KernelUnderTest
+from replayssm.registry import get, kernels
+from replayssm.scenarios.scenario import Scenario
+from replayssm.scenarios.strategies import scenarios
+from replayssm.validators.fuzz_artifacts import FailureRecord, record_of, save_failure
+from replayssm.validators.runner import run_scenario
+
+PROFILE_ENV = "REPLAYSSM_FUZZ_PROFILE"
+_COMMON = dict(deadline=None, print_blob=False, report_multiple_bugs=False,
+               phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink),
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                      HealthCheck.filter_too_much])
+PROFILES = {
+    # Derandomized (same examples every run), no example database: CI results never depend on
+    # what ran before.  25 examples per kernel keep the default pytest run bounded.
+    "ci": dict(max_examples=25, derandomize=True, database=None),
+    "dev": dict(max_examples=200),
+    "nightly": dict(max_examples=2000),
+}
+for _name, _kw in PROFILES.items():
+    settings.register_profile(_name, **_COMMON, **_kw)
+
+# Strategy sizes.  Interpreted Triton kernels on CPU cost ~0.1-0.4 s per step: tiny shapes.
+STRATEGY = {"max_steps": 48, "max_rows": 3, "max_dim": 8}
+INTERPRETED_STRATEGY = {"max_steps": 6, "max_rows": 2, "max_dim": 4, "max_window": 3, "max_extra_buffer": 3,
+                        "max_standard_buffer": 4, "max_resets": 1}
+
+
+def profile_name(name: str | None = None) -> str:
+    """``name``, else ``$REPLAYSSM_FUZZ_PROFILE``, else ``ci``; ValueError for unknown names."""
+    name = name or os.environ.get(PROFILE_ENV) or "ci"
+    if name not in PROFILES:
+        raise ValueError(f"profile: expected one of {sorted(PROFILES)} (or unset {PROFILE_ENV}), got {name!r}")
+    return name
+
+
+def fuzz_settings(name: str | None = None, **overrides) -> settings:
+    """The Hypothesis settings of profile ``name`` (see :func:`profile_name`), with overrides."""
+    return settings(settings.get_profile(profile_name(name)), **overrides)
+
+
+def is_interpreted(cls: type[KernelUnderTest], device: str = "cpu") -> bool:
+    """True for Triton kernels on CPU (run through the Triton interpreter: slow)."""
+    return str(device).startswith("cpu") and ("triton" in cls.name or "triton" in cls.__module__)
+
+
+def fuzzable_kernels(family: str | None = None, include_mutants: bool = False) -> list[type[KernelUnderTest]]:
+    """Registered kernels (mutants excluded unless asked), family then name order."""
+    return [cls for (_f, _n), cls in kernels(family).items() if include_mutants or cls.kind != "mutant"]
+
+
+def _resolve(kernel, family: str | None) -> type[KernelUnderTest]:
+    if isinstance(kernel, str):
+        if family is None:
+            raise ValueError("family: a kernel given by name needs its family")
+        return get(kernel, family)
+    if isinstance(kernel, type) and issubclass(kernel, KernelUnderTest):
+        return kernel
+    raise ValueError(f"kernel: expected a registered name or a KernelUnderTest subclass, got {kernel!r}")
+
+
+def _kernel_arg(cls: type[KernelUnderTest]):
+    """What run_scenario gets: the registered name when the class is the registered one (as the
+    CLI does), else the class itself."""
+    try:
+        if get(cls.name, cls.family) is cls:
+            return cls.name
+    except ValueError:
+        pass
+    return cls
+
+
+def check_scenario(sc: Scenario, kernel, *, device: str = "cpu", failures_dir=None, repeat_check: bool = True,
+                   stop_on_failure: bool = True):
+    """The fuzz property: ``kernel`` passes the engine's validation on ``sc``.
+
+    Runs ``run_scenario`` (stopping at the first failing step, as ``replayssm validate
+    --stop-on-failure`` does) and returns its result; on failure saves a failure artifact into
+    ``failures_dir`` (when given) and raises ``AssertionError`` with the engine's first failure."""
+    cls = _resolve(kernel, sc.family)
+    res = run_scenario(sc, _kernel_arg(cls), device=device, repeat_check=repeat_check,
+                       stop_on_failure=stop_on_failure)
+    if not res.passed:
+        path = None
+        if failures_dir is not None:
+            path = save_failure(failures_dir, sc, record_of(res, cls.name))
+        raise AssertionError(res.headline() + (f"\nreproducer: {path} (replay: replayssm validate --scenario "
+                                               f"{path})" if path else ""))
+    return res
+
+
+@dataclass
+class FuzzReport:
+    """What one fuzzing run of one kernel found."""
+
+    kernel: str
+    family: str
+    profile: str
+    examples: int = 0
+    caught: bool = False
+    time_to_first_failure_s: float | None = None
+    wall_s: float = 0.0
+    shrink_stopped_by_budget: bool = False
+    scenario: Scenario | None = None
+    record: FailureRecord | None = None
+    artifact: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def reproducer_rows(self) -> int | None:
+        return None if self.scenario is None else len(self.scenario.active_rows)
+
+    @property
+    def reproducer_steps(self) -> int | None:
+        if self.scenario is None:
+            return None
+        from replayssm.scenarios.schedules import default_steps
+        return self.scenario.steps if self.scenario.steps is not None else default_steps(self.scenario)
+
+    def summary(self) -> str:
+        if not self.caught:
+            return (f"PASS {self.kernel} [{self.family}]: {self.examples} scenarios, {self.wall_s:.1f} s "
+                    f"({self.profile})")
+        r = self.record
+        return (f"FAIL {self.kernel} [{self.family}]: first failure after {self.time_to_first_failure_s:.1f} s, "
+                f"shrunk to {self.reproducer_rows} active row(s) x {self.reproducer_steps} step(s), "
+                f"{self.scenario.mode} {self.scenario.decode} T'={self.scenario.window} B={self.scenario.buffer}; "
+                f"[{r.check}] at step {r.first_bad_step}" + (f" -> {self.artifact}" if self.artifact else ""))
+
+
+def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None, device: str = "cpu",
+                failures_dir=None, max_examples: int | None = None, seed: int | None = None,
+                shrink_budget_s: float | None = 20.0, strategy: dict | None = None) -> FuzzReport:
+    """Fuzz one kernel with Hypothesis under ``profile``; never raises for a kernel failure.
+
+    ``strategy`` overrides :data:`STRATEGY` (keyword arguments of :func:`scenarios`); ``seed``
+    fixes Hypothesis's random seed (non-derandomized profiles); ``failures_dir`` receives the
+    shrunk reproducer as ``<family>-<kernel>.json``."""
+    cls = _resolve(kernel, family)
+    name = profile_name(profile)
+    skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, device) else STRATEGY)
+    skw.update(strategy or {})
+    report = FuzzReport(kernel=cls.name, family=cls.family, profile=name)
+    failing: dict[str, object] = {}
+    state: dict = {"last": None}
+    kernel_arg = _kernel_arg(cls)
+    t0 = time.perf_counter()
+
+    def prop(sc: Scenario) -> None:
+        key = sc.to_json(indent=None)
+        res = failing.get(key)
+        if res is None:
+            t_first = report.time_to_first_failure_s
+            if (shrink_budget_s is not None and t_first is not None
+                    and time.perf_counter() - t0 - t_first > shrink_budget_s):
+                report.shrink_stopped_by_budget = True
+                return
+            report.examples += 1
+            res = run_scenario(sc, kernel_arg, device=device, stop_on_failure=True)
+            if res.passed:
+                return
+            if report.time_to_first_failure_s is None:
+                report.time_to_first_failure_s = time.perf_counter() - t0
+            failing[key] = res
+        state["last"] = (sc, res)
+        # One raise site: Hypothesis identifies a failure by where it was raised.
+        raise AssertionError(res.headline())
+
+    overrides = {} if max_examples is None else {"max_examples": max_examples}
+    test = given(scenarios(kernel=cls, **skw))(prop)
+    test = fuzz_settings(name, **overrides)(test)
+    if seed is not None:
+        test = hypothesis_seed(seed)(test)
+    try:
+        test()
+    except AssertionError:
+        report.caught = True
+    report.wall_s = time.perf_counter() - t0
+    if report.caught and state["last"] is not None:
+        sc, res = state["last"]
+        report.scenario = sc
+        report.record = record_of(res, cls.name)
+        if failures_dir is not None:
+            report.artifact = save_failure(failures_dir, sc, report.record)
+    return report
+
+
+__all__ = ["INTERPRETED_STRATEGY", "PROFILES", "PROFILE_ENV", "STRATEGY", "FuzzReport", "check_scenario",
+           "fuzz_kernel", "fuzz_settings", "fuzzable_kernels", "is_interpreted", "profile_name"]
