@@ -68,6 +68,8 @@ def build_kernel(kernel, sc: Scenario, device, params=None) -> KernelUnderTest:
     """A kernel for ``sc``: a registered name, a KernelUnderTest subclass, or an instance."""
     if isinstance(kernel, KernelUnderTest):
         return kernel
+    if isinstance(kernel, str):
+        import replayssm.validators.mutants  # noqa: F401 - registers the mutants by name
     cls = get(kernel, sc.family) if isinstance(kernel, str) else kernel
     if not (isinstance(cls, type) and issubclass(cls, KernelUnderTest)):
         raise ValueError(f"kernel: expected a registered name, a KernelUnderTest subclass or instance, got {kernel!r}")
