@@ -22,6 +22,7 @@ import sys
 COMMANDS = [
     "replayssm.cli_list",
     "replayssm.cli_validate",
+    "replayssm.cli_fuzz",
     "replayssm.drift_cli",
 ]
 
