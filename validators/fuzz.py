@@ -160,12 +160,14 @@ class FuzzReport:
 
 def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None, device: str = "cpu",
                 failures_dir=None, max_examples: int | None = None, seed: int | None = None,
-                shrink_budget_s: float | None = 20.0, strategy: dict | None = None) -> FuzzReport:
+                shrink_budget_s: float | None = 20.0, strategy: dict | None = None,
+                overrides: dict | None = None) -> FuzzReport:
     """Fuzz one kernel with Hypothesis under ``profile``; never raises for a kernel failure.
 
     ``strategy`` overrides :data:`STRATEGY` (keyword arguments of :func:`scenarios`); ``seed``
-    fixes Hypothesis's random seed (non-derandomized profiles); ``failures_dir`` receives the
-    shrunk reproducer as ``<family>-<kernel>.json``."""
+    fixes Hypothesis's random seed (non-derandomized profiles); ``overrides`` are Hypothesis
+    settings on top of the profile; ``failures_dir`` receives the shrunk reproducer as
+    ``<family>-<kernel>.json``."""
     cls = _resolve(kernel, family)
     name = profile_name(profile)
     skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, device) else STRATEGY)
@@ -196,9 +198,11 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
         # One raise site: Hypothesis identifies a failure by where it was raised.
         raise AssertionError(res.headline())
 
-    overrides = {} if max_examples is None else {"max_examples": max_examples}
+    hyp = dict(overrides or {})
+    if max_examples is not None:
+        hyp["max_examples"] = max_examples
     test = given(scenarios(kernel=cls, **skw))(prop)
-    test = fuzz_settings(name, **overrides)(test)
+    test = fuzz_settings(name, **hyp)(test)
     if seed is not None:
         test = hypothesis_seed(seed)(test)
     try:

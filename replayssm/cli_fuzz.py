@@ -1,0 +1,116 @@
+"""``replayssm fuzz``: search for failing scenarios with Hypothesis, kernel by kernel.
+
+Every drawn scenario is judged by ``run_scenario`` (the path of ``replayssm validate``); a
+failure is shrunk and saved as ``<failures>/<family>-<kernel>.json``, which ``replayssm
+validate --scenario FILE`` replays.  ``--budget-s`` spreads a time budget over the kernels and
+runs each in chunks of examples with fresh seeds until its share is spent (Hypothesis itself has
+no time limit).  Exit 0 when nothing failed, 1 when some kernel failed, 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("fuzz", help="property-based search for failing scenarios (Hypothesis)",
+                              description="Fuzz registered kernels: Hypothesis draws scenarios, the validation "
+                                          "engine judges them; failures are shrunk and saved as replayable JSON.")
+    p.add_argument("--kernel", action="append", default=[], help="kernel name (repeatable; default: every "
+                                                                 "registered kernel that is not a mutant)")
+    p.add_argument("--family", choices=["mamba2", "gdn"], help="only this family")
+    p.add_argument("--include-mutants", action="store_true", help="also fuzz the mutants (they must fail)")
+    p.add_argument("--profile", choices=["ci", "dev", "nightly"],
+                   help="Hypothesis profile (default: $REPLAYSSM_FUZZ_PROFILE or ci)")
+    p.add_argument("--max-examples", type=int, help="examples per kernel (per chunk with --budget-s)")
+    p.add_argument("--budget-s", type=float, help="total time budget in seconds, shared by the kernels")
+    p.add_argument("--seed", type=int, help="Hypothesis seed (default: random; ci is derandomized)")
+    p.add_argument("--device", default="cpu", help="cpu (Triton kernels through the interpreter) or cuda[:N]")
+    p.add_argument("--failures", default="failures", help="folder for shrunk failure artifacts (default failures/)")
+    p.add_argument("--json", metavar="FILE", help="write the per-kernel reports as JSON")
+    return p
+
+
+def _report_dict(r) -> dict:
+    return {"kernel": r.kernel, "family": r.family, "profile": r.profile, "examples": r.examples,
+            "caught": r.caught, "time_to_first_failure_s": r.time_to_first_failure_s, "wall_s": round(r.wall_s, 3),
+            "reproducer_rows": r.reproducer_rows, "reproducer_steps": r.reproducer_steps,
+            "failure": None if r.record is None else r.record.to_dict(),
+            "artifact": None if r.artifact is None else str(r.artifact), "seeds": getattr(r, "seeds", [])}
+
+
+def run(args) -> int:
+    from replayssm.cli_list import load_kernels
+    from replayssm.registry import get
+    from replayssm.validators.fuzz import fuzz_kernel, fuzzable_kernels, profile_name
+
+    load_kernels()
+    profile = profile_name(args.profile)
+    if args.max_examples is not None and args.max_examples < 1:
+        raise ValueError(f"--max-examples: expected a positive integer, got {args.max_examples}")
+    if args.budget_s is not None and args.budget_s <= 0:
+        raise ValueError(f"--budget-s: expected a positive number of seconds, got {args.budget_s}")
+    dev = args.device
+    if dev.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device: {dev} requested but no CUDA device is available (use --device cpu)")
+    elif dev != "cpu":
+        raise ValueError(f"--device: expected cpu or cuda[:N], got {dev!r}")
+    if args.kernel:
+        fams = [args.family] if args.family else ["mamba2", "gdn"]
+        targets = []
+        for name in args.kernel:
+            found = []
+            for f in fams:
+                try:
+                    found.append(get(name, f))
+                except ValueError:
+                    continue
+            if not found:
+                raise ValueError(f"--kernel: no kernel {name!r} registered for {fams}")
+            targets += found
+    else:
+        targets = fuzzable_kernels(args.family, include_mutants=args.include_mutants)
+    if dev == "cpu":
+        import torch
+        torch.set_num_threads(1)
+    reports = []
+    t_start = time.perf_counter()
+    for i, cls in enumerate(targets):
+        share = None
+        if args.budget_s is not None:
+            left = args.budget_s - (time.perf_counter() - t_start)
+            share = left / (len(targets) - i)
+        seeds, merged = [], None
+        t_k = time.perf_counter()
+        while True:
+            # One run (the profile's own seeding), or with a budget chunks of fresh random seeds.
+            seed = args.seed if not seeds and args.seed is not None else (
+                random.randrange(2**32) if share is not None else None)
+            r = fuzz_kernel(cls, profile=profile, device=dev, failures_dir=args.failures, seed=seed,
+                            max_examples=args.max_examples if share is None else (args.max_examples or 50),
+                            overrides={"derandomize": False} if share is not None else None)
+            seeds.append(seed)
+            if merged is not None:
+                r.examples += merged.examples
+                r.wall_s += merged.wall_s
+                if r.time_to_first_failure_s is not None:
+                    r.time_to_first_failure_s += merged.wall_s
+            merged = r
+            if merged.caught or share is None or time.perf_counter() - t_k >= share:
+                break
+        merged.seeds = seeds
+        reports.append(merged)
+        print(merged.summary(), flush=True)
+    n_fail = sum(r.caught for r in reports)
+    total = sum(r.examples for r in reports)
+    print(f"fuzz ({profile}, {dev}): {len(reports)} kernel(s), {total} scenarios, {n_fail} failing, "
+          f"{time.perf_counter() - t_start:.0f} s" + (f"; reproducers in {args.failures}/" if n_fail else ""))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps([_report_dict(r) for r in reports], indent=2) + "\n")
+    return 1 if n_fail else 0
