@@ -512,6 +512,10 @@ class Lockstep:
         if self.state_every:
             res.checks.append(f"state every {self.state_every} step(s)")
         res.notes = list(self.notes)
+        if not sc.unused_slots:
+            res.notes.append("no unused slots: the canary (unused-slot) check had nothing to watch")
+        if not self.pad_rows:
+            res.notes.append("no padding rows: padding-row handling was not exercised")
         if self.literal is None:
             res.notes.append("no literal model at this mode: the tolerance rule was not applied to outputs")
         res.passed = not self.failure_counts and exception is None
