@@ -376,6 +376,7 @@ class CellRun:
         self.pending: list[tuple] = []
         self.step = 0
         self.exception: str | None = None
+        self.truncated = False
 
     # ---- checkpoint ------------------------------------------------------------------------------------------
     @property
@@ -481,10 +482,12 @@ class CellRun:
     def _drain(self) -> None:
         """Move pending device values to the host accumulators, in step order."""
         N, nb = self.cfg.tokens, self.cfg.blocks
+        outs = [item[1] for item in self.pending if item[0] == "out"]
+        host = iter(torch.stack(outs).to("cpu", torch.float64).numpy()) if outs else iter(())  # one transfer
         for item in self.pending:
             kind = item[0]
             if kind == "out":
-                rel = item[1].detach().to("cpu", torch.float64).numpy()  # [R, T]
+                rel = next(host)  # [R, T]
                 pos_before, k = item[2], item[3]
                 T = rel.shape[1]
                 p = pos_before[:, None] + np.arange(1, T + 1)[None, :]
@@ -525,7 +528,9 @@ class CellRun:
             "geometry": g.to_dict(), "state_elements": int(np.prod(g.state_shape)),
             "kernel_kind": get(self.spec.kernel, self.spec.family).kind,
             "decode": self.spec.decode_config(self.cfg).to_dict(),
-            "rows": self.cfg.rows, "tokens": self.cfg.tokens, "steps": self.step, "steps_planned": self.n_steps,
+            "rows": self.cfg.rows, "tokens": self.cfg.tokens,
+            "tokens_run": int(np.minimum(self.pos, self.cfg.tokens).min()),
+            "truncated": self.truncated, "steps": self.step, "steps_planned": self.n_steps,
             "tokens_accepted": int(ls.tokens_accepted), "tokens_verified": int(ls.tokens_verified),
             "flushes": self.flushes.tolist(), "curves": {k: v.to_dict() for k, v in self.curves.items()},
             "blocks": blocks, "failure_counts": dict(ls.failure_counts),
@@ -544,8 +549,10 @@ def ckpt_path(out: Path, cell_id: str) -> Path:
 
 
 def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoint_every_s: float = 30.0,
-             chunk: int = 64, on_progress=None) -> dict:
-    """Run (or resume) one cell; writes its result file and returns it."""
+             chunk: int = 64, on_progress=None, deadline: float | None = None) -> dict:
+    """Run (or resume) one cell; writes its result file and returns it.  ``deadline`` (a
+    ``time.time()`` value): stop at the first chunk boundary after it; the result says
+    ``truncated`` and how many tokens every row reached (``tokens_run``)."""
     out = Path(out)
     cp = ckpt_path(out, spec.id)
     run = CellRun(spec, cfg, device, chunk)
@@ -555,6 +562,9 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
             on_progress(int(np.minimum(run.pos, cfg.tokens).sum()))
     last = time.monotonic()
     while not run.done:
+        if deadline is not None and time.time() >= deadline:
+            run.truncated = True
+            break
         got = run.run_steps(chunk)
         if on_progress:
             on_progress(got)
@@ -569,7 +579,7 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
 
 
 def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt_s: float, chunk: int,
-            mods: list, parent: int) -> None:
+            mods: list, parent: int, deadline: float | None) -> None:
     torch.set_num_threads(1)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
@@ -587,7 +597,8 @@ def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt
         if cid is None:
             break
         try:
-            run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, progress)
+            if deadline is None or time.time() < deadline:
+                run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, progress, deadline)
             events.put(("done", cid))
         except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
             events.put(("error", cid, traceback.format_exc()))
@@ -631,11 +642,13 @@ def prepare_out(cfg: SweepConfig, out: Path) -> None:
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0, 1), workers: int = 1,
               devices: list[str] | None = None, progress: bool = True, checkpoint_every_s: float = 30.0,
-              chunk: int = 64) -> SweepOutcome:
+              chunk: int = 64, deadline_s: float | None = None) -> SweepOutcome:
     """Run this shard's cells of the sweep that have no result file yet (resuming checkpoints).
 
     ``workers`` processes share the cells (1: in this process); worker ``w`` uses
-    ``devices[w % len(devices)]`` (default: every visible GPU, else the CPU)."""
+    ``devices[w % len(devices)]`` (default: every visible GPU, else the CPU).  ``deadline_s``:
+    a wall-clock budget; running cells stop at it (``truncated``), cells not started by then
+    are not run (a time-boxed GPU run; such a report is not comparable bit for bit)."""
     out = Path(out)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive integer, got {workers!r}")
@@ -659,12 +672,14 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
             bar.update(n)
 
     errors = []
+    deadline = None if deadline_s is None else time.time() + deadline_s
     threads = torch.get_num_threads()
     try:
         if workers == 1 or len(todo) <= 1:
             torch.set_num_threads(1)
             for c in todo:
-                run_cell(c, cfg, out, devices[0], checkpoint_every_s, chunk, tick)
+                if deadline is None or time.time() < deadline:
+                    run_cell(c, cfg, out, devices[0], checkpoint_every_s, chunk, tick, deadline)
         else:
             import multiprocessing as mp
             ctx = mp.get_context("spawn")
@@ -676,7 +691,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
                 tasks.put(None)
             mods = kernel_modules(cfg)
             procs = [ctx.Process(target=_worker, args=(w, devices[w % len(devices)], cfg.to_dict(), str(out), tasks,
-                                                       events, checkpoint_every_s, chunk, mods, os.getpid()),
+                                                       events, checkpoint_every_s, chunk, mods, os.getpid(),
+                                                       deadline),
                                  daemon=True)
                      for w in range(nw)]
             for p in procs:

@@ -169,6 +169,7 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
             "id": c["id"], "family": c["family"], "kernel": c["kernel"], "kernel_kind": c["kernel_kind"],
             "mode": c["mode"], "distribution": c["distribution"], "schedule": c["schedule"], "decode": c["decode"],
             "geometry_name": c["geometry_name"], "geometry": c["geometry"], "rows": c["rows"], "tokens": c["tokens"],
+            "tokens_run": c.get("tokens_run", c["tokens"]), "truncated": bool(c.get("truncated", False)),
             "steps": c["steps"], "tokens_accepted": c["tokens_accepted"], "tokens_verified": c["tokens_verified"],
             "declared_u": mode.unit_roundoff,
             "calibrated_by": lit["id"] if calibrate else None,
@@ -180,7 +181,8 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
             b = budgets.get_budget(c["family"], c["mode"])
             w_out = out_block["fit"].get("weights") if isinstance(out_block.get("fit"), dict) else None
             w_st = state_block["fit"].get("weights") if isinstance(state_block.get("fit"), dict) else None
-            chk = check_cell(b, c["tokens"], curves["output"].peak_rms(), curves["state"].peak_rms(), w_out, w_st)
+            chk = check_cell(b, c.get("tokens_run", c["tokens"]), curves["output"].peak_rms(),
+                             curves["state"].peak_rms(), w_out, w_st)
             if c["exception"]:
                 chk["failures"].append("the kernel raised: " + c["exception"].strip().splitlines()[0])
             for name, n in sorted(c["failure_counts"].items()):
@@ -307,6 +309,10 @@ def _law_text(block: dict) -> str:
     return law
 
 
+def _cell_name(c: dict) -> str:
+    return c["id"] + (f" (stopped at {c['tokens_run']:,} tokens)" if c.get("truncated") else "")
+
+
 def _cells_table_md(cells: list[dict]) -> list[str]:
     rows = ["| cell | output law | output peak | state law | state peak | injected / flush | tokens to budget |"
             " eff. bits out / state | check |", "|" + "---|" * 9]
@@ -318,7 +324,7 @@ def _cells_table_md(cells: list[dict]) -> list[str]:
         bits = f"{_fmt(ep_o.get('bits_eff'), 3)}{' ⚠' if ep_o.get('worse') else ''} / " \
                f"{_fmt(ep_s.get('bits_eff'), 3)}{' ⚠' if ep_s.get('worse') else ''}"
         chk = "–" if c["check"] is None else ("pass" if c["check"]["pass"] else "**FAIL**")
-        rows.append(f"| {c['id']} | {_law_text(c['output'])} | {_fmt(c['output']['peak'])} | "
+        rows.append(f"| {_cell_name(c)} | {_law_text(c['output'])} | {_fmt(c['output']['peak'])} | "
                     f"{_law_text(c['state'])} | {_fmt(c['state']['peak'])} | {_fmt(inj.get('estimate'))} | "
                     f"{_tokens(cross)} | {bits} | {chk} |")
     return rows
@@ -567,7 +573,7 @@ def to_html(report: dict) -> str:
             ck = '<td class="pass">pass</td>'
         else:
             ck = f'<td class="fail" title="{escape("; ".join(c["check"]["failures"]))}">FAIL</td>'
-        h.append(_row([_td(c["id"], False), _td(_law_text(c["output"]), False), _td(_fmt(c["output"]["peak"])),
+        h.append(_row([_td(_cell_name(c), False), _td(_law_text(c["output"]), False), _td(_fmt(c["output"]["peak"])),
                        _td(_law_text(c["state"]), False), _td(_fmt(c["state"]["peak"])), _td(_fmt(inj.get("estimate"))),
                        _td(_fmt(c["flush"]["tokens_per_flush"])),
                        _td(_tokens(cross)), bits(ep_o), bits(ep_s), ck]))
