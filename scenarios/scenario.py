@@ -111,12 +111,12 @@ class Scenario:
             raise _fail("window", f"standard decode has T' = 1, got {self.window}")
         if self.decode == "speculative" and self.buffer < self.window:
             raise _fail("buffer", f"the history block B must be >= T' = {self.window}, got {self.buffer}")
-        ids = self.resolved_slot_ids
         if self.slot_ids is not None:
             if not isinstance(self.slot_ids, tuple) or not all(_is_int(s) for s in self.slot_ids):
                 raise _fail("slot_ids", f"expected a list of integers, got {self.slot_ids!r}")
             if len(self.slot_ids) != self.rows:
                 raise _fail("slot_ids", f"expected {self.rows} entries (one per row), got {len(self.slot_ids)}")
+        ids = self.resolved_slot_ids
         for r, s in enumerate(ids):
             if s != PAD_SLOT and not 0 <= s < self.num_slots:
                 raise _fail("slot_ids", f"entry {r}: expected a slot in [0, {self.num_slots}) or -1 (padding), "
