@@ -28,7 +28,7 @@ from replayssm.ops.gdn.triton_math import cast_rne, gates, l2_normalise, load_st
 from replayssm.registry import register
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed", "num_slots"])
 def _baseline_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log_ptr, dt_bias_ptr,
                      st_ptr, sc_ptr, cur_ptr, pending_ptr, ticket_ptr, sr_ptr, seed, num_slots,
                      H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, T: tl.constexpr,
@@ -74,8 +74,8 @@ def _baseline_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log
         else:
             pos = cur
         obase = (slot * NPOS + pos) * HV * V + h * V
-        rand = ((cnt * num_slots + slot) * T + t) * (HV * V * K) + h * V * K + tile
-        store_state_tile(st_ptr, sc_ptr, s, obase * K + tile, obase + offs_v, ms, mv, seed, rand,
+        key = seed + (((cnt * num_slots + slot) * T + t) * HV + h)
+        store_state_tile(st_ptr, sc_ptr, s, obase * K + tile, obase + offs_v, ms, mv, key, tile,
                          SCALED, SR, INTERPRET)
     tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
     if NPOS == 1 and SR:
@@ -84,7 +84,7 @@ def _baseline_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log
         tl.store(sr_ptr + slot, cnt + 1, mask=last)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["R"])
 def _baseline_commit_kernel(slot_ptr, acc_ptr, cur_ptr, pending_ptr, sr_ptr, R, NPOS: tl.constexpr,
                             BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -66,7 +66,7 @@ def fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, origin, h, h
     return s
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seed", "num_slots"])
 def _replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log_ptr, dt_bias_ptr,
                           ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, wpos_ptr, pending_ptr, ticket_ptr,
                           sr_ptr, seed, num_slots,
@@ -113,8 +113,8 @@ def _replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, 
         s = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, 0, h, hk, offs_v, mv, offs_k, mk,
                          H, HV, K, V, L)
         s = alpha * s + d[:, None] * kn[None, :]
-        rand = (cnt * num_slots + slot) * (HV * V * K) + h * V * K + tile
-        store_state_tile(ckpt_ptr, sc_ptr, s, base * K + tile, base + offs_v, ms, mv, seed, rand,
+        key = seed + (cnt * num_slots + slot) * HV + h
+        store_state_tile(ckpt_ptr, sc_ptr, s, base * K + tile, base + offs_v, ms, mv, key, tile,
                          SCALED, SR, INTERPRET)
     else:
         srow = slot * L + w

@@ -18,6 +18,9 @@ host synchronisation, and can be captured in a CUDA graph.
   undefined behaviour.
 * ``block_v``: value rows per program (a power of two; default chosen from the batch size),
   ``num_warps``: warps per program (default from the tile size).
+* ``readout`` (speculative replay): ``reduce`` (default) reads the state out against each window
+  k and q with row reductions; ``dot`` with fp32 ``tl.dot(..., input_precision="ieee")`` (FMA,
+  no tensor-core rounding; needs value blocks of >= 16 rows).
 
 Standard decode (T' = 1): ``verify`` applies the token and advances the cursor on the device (the
 last of a slot's programs to finish, through an atomic ticket); ``commit(1)`` only closes the
@@ -33,14 +36,31 @@ import triton.language as tl
 
 from replayssm.interface import PAD_SLOT, KernelSnapshot, KernelUnderTest, next_pow2
 from replayssm.ops.gdn.naive import GDNMath
-from replayssm.ops.gdn.triton_math import INTERPRET, load_state_tile, store_state_tile, ticket
+from replayssm.ops.gdn.triton_math import INTERPRET, store_state_tile, ticket
 
 STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
 ACTS = ("fp32", "bf16", "fp16")
-OPTIONS = ("checks", "block_v", "num_warps")
+OPTIONS = ("checks", "block_v", "num_warps", "readout")
+READOUTS = ("reduce", "dot")
 
 
-@triton.jit
+def launch_shape(geometry, R: int, sm_count: int, interpret: bool, block_v: int | None = None,
+                 num_warps: int | None = None, min_block_v: int = 1) -> tuple[int, int, int]:
+    """(block_v, value blocks, num_warps) for R rows: whole value heads when there are enough
+    programs (>= 4 per SM), else blocks halved down to 16 rows; about 32 state elements per thread.
+    Under the interpreter, whole heads (fewer, larger programs run faster there)."""
+    V, BK = geometry.head_v_dim, next_pow2(geometry.head_k_dim)
+    Vp = next_pow2(V)
+    bv = block_v or Vp
+    if block_v is None and not interpret:
+        while bv > 16 and R * geometry.num_v_heads * triton.cdiv(V, bv) < 4 * sm_count:
+            bv //= 2
+    bv = max(min(bv, Vp), min_block_v)
+    nw = num_warps or max(1, min(8, bv * BK // 1024))
+    return bv, triton.cdiv(V, bv), nw
+
+
+@triton.jit(do_not_specialize=["seed", "num_slots"])
 def _reset_kernel(slot_ptr, init_ptr, origin_in_ptr, st_ptr, sc_ptr, wpos_ptr, origin_ptr, isflush_ptr,
                   cur_ptr, ready_ptr, pending_ptr, ticket_ptr, sr_ptr, seed, num_slots,
                   HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
@@ -64,8 +84,8 @@ def _reset_kernel(slot_ptr, init_ptr, origin_in_ptr, st_ptr, sc_ptr, wpos_ptr, o
         s = tl.zeros([BV, BK], dtype=tl.float32)
     base = (slot * NPOS * HV + h) * V
     cnt = tl.load(sr_ptr + slot)
-    rand = (cnt * num_slots + slot) * (HV * V * K) + h * V * K + tile
-    store_state_tile(st_ptr, sc_ptr, s, base * K + tile, base + offs_v, ms, mv, seed, rand,
+    key = seed + (cnt * num_slots + slot) * HV + h
+    store_state_tile(st_ptr, sc_ptr, s, base * K + tile, base + offs_v, ms, mv, key, tile,
                      SCALED, SR, INTERPRET)
     first = (h + vb) == 0
     if HAS_ORIGIN:
@@ -82,7 +102,7 @@ def _reset_kernel(slot_ptr, init_ptr, origin_in_ptr, st_ptr, sc_ptr, wpos_ptr, o
     tl.store(sr_ptr + slot, cnt + 1, mask=last)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["R"])
 def _close_step_kernel(slot_ptr, pending_ptr, R, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     slot = tl.load(slot_ptr + offs, mask=offs < R, other=-1)
@@ -114,6 +134,9 @@ class TritonGDNBase(KernelUnderTest):
         nw = options.get("num_warps")
         if nw is not None and nw not in (1, 2, 4, 8, 16):
             return f"option num_warps={nw!r}: expected 1, 2, 4, 8 or 16"
+        ro = options.get("readout", "reduce")
+        if ro not in READOUTS:
+            return f"option readout={ro!r}: expected one of {READOUTS}"
         return None
 
     def __init__(self, config) -> None:
@@ -124,11 +147,14 @@ class TritonGDNBase(KernelUnderTest):
         self.checks = bool(config.options.get("checks", True))
         self.block_v = config.options.get("block_v")
         self.num_warps = config.options.get("num_warps")
+        self.readout = config.options.get("readout", "reduce")
         self.interpret = INTERPRET or dev.type != "cuda"
         self.sm_count = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
         self.A_log = config.params["A_log"].to(device=dev, dtype=torch.float32).contiguous()
         self.dt_bias = config.params["dt_bias"].to(device=dev, dtype=torch.float32).contiguous()
-        self.seed = self.mode.seed
+        # Philox key of a state write: (mode seed << 40) + ((write count * slots + slot) * T' + t) * HV + head;
+        # the counter is the element's index in the head's [V, K] state.
+        self.seed = self.mode.seed << 40
         self.sr = self.mode.rounding == "stochastic"
         self.scaled = self.mode.scaled_state
         self.npos = 1 + self.NPOS_EXTRA
@@ -147,15 +173,9 @@ class TritonGDNBase(KernelUnderTest):
 
     # ---- launch geometry ---------------------------------------------------------------------------
     def launch_shape(self, R: int) -> tuple[int, int, int]:
-        """(block_v, value blocks, num_warps) for a batch of R rows."""
-        Vp = next_pow2(self.V)
-        bv = self.block_v or Vp
-        if self.block_v is None and not self.interpret:
-            while bv > 16 and R * self.HV * triton.cdiv(self.V, bv) < 4 * self.sm_count:
-                bv //= 2
-        bv = min(bv, Vp)
-        nw = self.num_warps or max(1, min(8, bv * self.BK // 2048))
-        return bv, triton.cdiv(self.V, bv), nw
+        """(block_v, value blocks, num_warps) for a batch of R rows (see :func:`launch_shape`)."""
+        return launch_shape(self.geometry, R, self.sm_count, self.interpret, self.block_v, self.num_warps,
+                            16 if self.readout == "dot" else 1)
 
     # ---- cursors on the host (checks and inspection only) ----------------------------------------
     def _host(self, t: torch.Tensor) -> list[int]:
@@ -242,4 +262,4 @@ def fold_fp64(s0: torch.Tensor, hist: dict[str, torch.Tensor]) -> torch.Tensor:
     return GDNMath().fold(s0, {k: v.to(torch.float64) for k, v in hist.items()}, None, None)
 
 
-__all__ = ["TritonGDNBase", "fold_fp64", "load_state_tile", "store_state_tile", "ticket"]
+__all__ = ["TritonGDNBase", "fold_fp64", "launch_shape"]

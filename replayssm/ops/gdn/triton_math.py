@@ -27,8 +27,7 @@ import triton
 import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-L2_EPS = 1e-6
-FP8_MAX = 448.0
+FP8_MAX = tl.constexpr(448.0)
 
 
 @triton.jit
@@ -126,11 +125,12 @@ def load_state_tile(ptr, scale_ptr, offs, row_offs, mask, row_mask, SCALED: tl.c
 
 
 @triton.jit
-def store_state_tile(ptr, scale_ptr, s, offs, row_offs, mask, row_mask, rand_seed, rand_offs,
+def store_state_tile(ptr, scale_ptr, s, offs, row_offs, mask, row_mask, rand_key, rand_offs,
                      SCALED: tl.constexpr, SR: tl.constexpr, INTERPRET: tl.constexpr):
     """Store fp32 tile ``s`` [rows, K] in the dtype of ``ptr``: nearest or stochastic rounding; fp8
     with one fp32 scale per row (amax / 448, 1 for an all-zero row) as ``rounding.quantize_state``.
-    ``rand_offs`` [rows, K] int64 are the Philox counters (unique per slot, write and element)."""
+    Stochastic rounding draws ``tl.rand(rand_key, rand_offs)``: the int64 key is unique per slot, state
+    write and head, the int32 offsets [rows, K] per element (Philox4x32-10)."""
     dtype: tl.constexpr = ptr.dtype.element_ty
     if SCALED:
         amax = tl.max(tl.where(mask, tl.abs(s), 0.0), 1)
@@ -142,7 +142,7 @@ def store_state_tile(ptr, scale_ptr, s, offs, row_offs, mask, row_mask, rand_see
     else:
         q = s
     if SR:
-        u = tl.rand(rand_seed, rand_offs)
+        u = tl.rand(rand_key, rand_offs)
         val = cast_stochastic(q, dtype, u, INTERPRET)
     else:
         val = cast_rne(q, dtype, INTERPRET)
