@@ -13,21 +13,29 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/h200}
 W=${DRIFT_WORK:-/tmp/drift-h200}
 DEADLINE=${DRIFT_DEADLINE:-150}
+KERNEL=${DRIFT_KERNEL:-triton-replay}
+GEO=${DRIFT_GEO:-mamba2=nano4b,gdn=qwen35-4b}
+TOKENS=${DRIFT_TOKENS:-125000}
+SHARD_TOKENS=${DRIFT_SHARD_TOKENS:-768}
+TPUT_TOKENS=${DRIFT_TPUT_TOKENS:-12000}
+WORKERS=${DRIFT_WORKERS:-12}
 mkdir -p "$OUT" "$W"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
-if ! pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1; then
-  ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios; export PYTHONPATH=$PWD
-fi
-python -c "import replayssm.validators.drift" || { echo "replayssm does not import"; exit 1; }
-git rev-parse HEAD 2>/dev/null || true
+# No install: the two top-level folders installed as replayssm.validators / replayssm.scenarios are
+# linked into the package and the tree goes on PYTHONPATH (works offline, touches nothing else).
+ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+python -c "import replayssm.validators.drift, replayssm; print('replayssm from', replayssm.__file__)" \
+  || { echo "replayssm does not import"; exit 1; }
+cat COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || true
 stamp "setup done"
 
-S="--families mamba2,gdn --kernels triton-replay --modes s32a16 --schedules standard,spec-random
-   --geometry mamba2=nano4b,gdn=qwen35-4b --rows 8 --tokens 768 --local-every 4 --no-progress --workers 1"
+S="--families mamba2,gdn --kernels $KERNEL --modes s32a16 --schedules standard,spec-random
+   --geometry $GEO --rows 8 --tokens $SHARD_TOKENS --local-every 4 --no-progress --workers 1"
 python -m replayssm drift $S --out "$W/unsharded"
 stamp "unsharded done"
 python -m replayssm drift $S --out "$W/s0" --shard 0/2 & p0=$!
@@ -39,11 +47,13 @@ for f in drift_report.json drift_report.md drift_report.html; do
 done
 stamp "sharding check done"
 
-python -m replayssm drift --families mamba2 --kernels triton-replay --modes s32a16 --schedules standard \
-  --geometry mamba2=nano4b --rows 8 --tokens 12000 --local-every 8 --no-progress --workers 1 --out "$W/tput"
+python -m replayssm drift --families mamba2 --kernels "$KERNEL" --modes s32a16 --schedules standard \
+  --geometry "$GEO" --rows 8 --tokens "$TPUT_TOKENS" --local-every 8 --no-progress --workers 1 --out "$W/tput"
 cp "$W"/tput/timing.shard-0-of-1.json "$OUT/timing_throughput.json"
 python - "$OUT/bandwidth.json" <<'PY'
 import json, sys, torch
+if not torch.cuda.is_available():
+    sys.exit(print("no CUDA device: copy bandwidth not measured"))
 from triton.testing import do_bench
 n = 1 << 29  # 4 GiB of fp64, destination allocated outside the timed region
 src = torch.randn(n, dtype=torch.float64, device="cuda"); dst = torch.empty_like(src)
@@ -57,10 +67,10 @@ print(f"copy {bw / 1e12:.2f} TB/s; fp64 floor at nano4b: {floor:,.0f} tokens/s")
 PY
 stamp "throughput done"
 
-python -m replayssm drift --families mamba2,gdn --kernels triton-replay \
+python -m replayssm drift --families mamba2,gdn --kernels "$KERNEL" \
   --modes s32a32,s32a16,s16a16,sfp16a16,sfp16a16-sr,sfp8a16 --scenarios long-memory --schedules standard \
-  --geometry mamba2=nano4b,gdn=qwen35-4b --rows 8 --tokens 125000 --local-every 8 --budget 1e-2 \
-  --workers 12 --deadline "$DEADLINE" --checkpoint-every 1000000 --no-progress --check --out "$W/report"
+  --geometry "$GEO" --rows 8 --tokens "$TOKENS" --local-every 8 --budget 1e-2 \
+  --workers "$WORKERS" --deadline "$DEADLINE" --checkpoint-every 1000000 --no-progress --check --out "$W/report"
 echo "drift --check exit code $?"
 cp "$W"/report/drift_report.json "$W"/report/drift_report.html "$W"/report/drift_report.md "$OUT/"
 cp "$W"/report/timing.shard-0-of-1.json "$OUT/timing_report.json"

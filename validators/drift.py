@@ -724,7 +724,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
     if errors:
         raise RuntimeError("drift: " + "\n".join(errors))
     wall = time.perf_counter() - t0
-    return SweepOutcome([c.id for c in cells], [c.id for c in todo], wall, counted)
+    ran = [c.id for c in todo if cell_path(out, c.id).exists()]
+    return SweepOutcome([c.id for c in cells], ran, wall, counted)
 
 
 def load_cells(dirs: list[str | Path], cfg: SweepConfig | None = None) -> tuple[SweepConfig, list[dict]]:
