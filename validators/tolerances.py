@@ -17,6 +17,10 @@ implementations (the Mamba-2 state_and_output route against the output_only lite
 replay with an independent stochastic-rounding stream) reach at most 0.67 of the bound, while a
 state stored one format lower (fp32->bf16, 16-bit->fp8, fp8->fp4) reaches 1.1 to 10^6 of it --
 except GDN at s32a16, whose bf16 d records already carry bf16-level state error (0.78).
+The Triton kernels (mamba2 triton-replay, -state, -baseline; gdn triton-baseline and
+triton-replay), run through the Triton interpreter on CPU on 2026-11-29, reached at most 0.70 of
+the bound (s32a32, per-row schedule, 20 steps); tf32 readouts and the GPU's approximate exp are
+not covered by that measurement: a GPU run must confirm the fp32 rows.
 """
 
 from __future__ import annotations
