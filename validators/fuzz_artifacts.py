@@ -137,7 +137,7 @@ def kernel_of_file(path) -> str | None:
         return None  # Scenario.load reports these with the right message
     if not isinstance(d, dict) or "failure" not in d:
         return None
-    return FailureRecord.from_dict(d["failure"]).kernel
+    return parse_failure(json.dumps(d), str(p))[1].kernel
 
 
 __all__ = ["ARTIFACT_KIND", "STATUSES", "FailureRecord", "artifact_json", "kernel_of_file", "load_failure",

@@ -1,0 +1,56 @@
+"""Property tests: the validation contract holds for any drawn scenario, for every registered kernel.
+
+Oracle: the validation engine (``run_scenario``, the path of ``replayssm validate``) on
+scenarios drawn by ``replayssm.scenarios.strategies``: fp64 reference, the literal-model
+tolerance rule, the exact invariants and the repeat check.  Mutants are skipped (they must fail:
+tests/test_mutation_gallery.py).  Profile from ``REPLAYSSM_FUZZ_PROFILE`` (default ``ci``:
+derandomized, 25 scenarios per kernel; Triton kernels, run through the interpreter on CPU, get
+3 tiny scenarios).  A failure is shrunk and saved under failures/ for
+``replayssm validate --scenario failures/<family>-<kernel>.json``.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given
+
+from replayssm.scenarios.strategies import scenarios
+from replayssm.validators.fuzz import check_scenario, fuzz_kernel, fuzz_settings, fuzzable_kernels, is_interpreted
+
+FAILURES = Path(__file__).resolve().parents[1] / "failures"
+KERNELS = fuzzable_kernels()
+INTERPRETED_EXAMPLES = 3
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_registry_has_kernels_of_both_families():
+    fams = {cls.family for cls in KERNELS}
+    assert fams == {"mamba2", "gdn"}
+    assert all(cls.kind != "mutant" for cls in KERNELS)
+
+
+@pytest.mark.parametrize("cls", KERNELS, ids=[f"{c.family}-{c.name}" for c in KERNELS])
+def test_validation_contract_holds_for_drawn_scenarios(cls):
+    n = INTERPRETED_EXAMPLES if is_interpreted(cls) else None
+    report = fuzz_kernel(cls, max_examples=n, failures_dir=FAILURES)
+    msg = report.summary()
+    if report.record is not None:
+        msg += f"\n{report.record.message}\nreplay: replayssm validate --scenario {report.artifact}"
+    assert not report.caught, msg
+    assert report.examples >= (n or 1)
+
+
+# The strategies compose in a kernel author's own @given test: the pattern docs/fuzzing.md shows.
+@fuzz_settings(max_examples=10)
+@given(scenarios(kernel="literal-replay", family="gdn", max_steps=12, max_rows=2))
+def test_strategies_compose_with_given(sc):
+    res = check_scenario(sc, "literal-replay")
+    assert res.passed and res.steps_run == len(sc.schedule_params["accepted"])

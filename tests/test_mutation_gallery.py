@@ -1,0 +1,54 @@
+"""The fuzzer catches every broken kernel under the ``ci`` profile, fast, with a small reproducer.
+
+Oracle: the mutants (validators/mutants.py, validators/mutant_gallery.py) each carry one known
+bug, so the validation engine must fail each one; the fuzzer must find a failing scenario
+within 60 s (CPU) and shrink bookkeeping bugs to <= 2 active rows and <= 8 verify steps.  The
+shrunk reproducer is saved as a failure artifact, and ``replayssm validate --scenario FILE``
+(no --kernel) must replay it: exit 1 with the same first failing check at the same step.
+"""
+
+import json
+
+import pytest
+import torch
+
+from replayssm.cli import main
+from replayssm.validators.fuzz_artifacts import load_failure
+from replayssm.validators.gallery_run import failure_class, gallery_cases, problems, run_case
+from replayssm.validators.mutant_gallery import all_mutants
+
+CASES = gallery_cases()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_gallery_has_at_least_fifteen_mutants_covering_the_classes():
+    names = set(all_mutants())
+    assert len(names) >= 15
+    classes = {failure_class(n) for n in names}
+    assert {"bookkeeping", "arithmetic", "precision"} <= classes
+    for want in ("mutant-ring-wrap-off-by-one", "mutant-early-flush", "mutant-exclusive-cumsum",
+                 "mutant-tiled-head-groups", "mutant-dt-bias-twice", "mutant-sr-biased", "mutant-fp8-scale-stale",
+                 "mutant-sr-stale-seed", "mutant-boundary-backward-copy"):
+        assert want in names
+
+
+@pytest.mark.parametrize("name,family", CASES, ids=[f"{f}-{n}" for n, f in CASES])
+def test_fuzzer_catches_mutant(name, family, tmp_path, capsys):
+    report = run_case(name, family, tmp_path / "failures")
+    assert not problems(report), f"{report.summary()}: {problems(report)}"
+    # The saved reproducer replays exactly through the CLI, which reads the kernel from the file.
+    sc, record = load_failure(report.artifact)
+    assert sc == report.scenario and record.kernel == name
+    out = tmp_path / "replay"
+    assert main(["validate", "--scenario", str(report.artifact), "--out", str(out), "--quiet"]) == 1
+    (res_file,) = out.glob("*.json")
+    first = json.loads(res_file.read_text())["first_failure"]
+    assert (first["check"], first["step"]) == (record.check, record.first_bad_step)
+    assert "FAIL" in capsys.readouterr().out

@@ -1,0 +1,141 @@
+"""Run the fuzzer against every broken kernel and tabulate how fast it catches each one.
+
+Oracle: :func:`replayssm.validators.fuzz.fuzz_kernel` under the ``ci`` profile (derandomized):
+a mutant counts as caught when Hypothesis finds a scenario the validation engine fails; the
+table records the time to the first failing scenario, the whole run (shrinking included), the
+examples run, and the shrunk reproducer (active rows x verify steps, check, first bad step).
+
+Targets (issue 6, CPU): every mutant caught in <= 60 s; reproducers of bookkeeping mutants of
+<= 2 rows and <= 8 verify steps.  tests/test_mutation_gallery.py asserts them;
+``python -m replayssm.validators.gallery_run --write docs/mutation_gallery.md`` regenerates the
+table (run it from committed code: the page records the commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from replayssm.validators.fuzz import FuzzReport, fuzz_kernel
+from replayssm.validators.mutant_gallery import GALLERY_CLASSES, all_mutants
+
+CATCH_LIMIT_S = 60.0
+BOOKKEEPING_MAX_ROWS = 2
+BOOKKEEPING_MAX_STEPS = 8
+# The failure class of the engine's own seven mutants (validators/mutants.py).
+ENGINE_CLASSES = {
+    "mutant-stale-read": "bookkeeping", "mutant-no-commit": "bookkeeping", "mutant-clamped-accept": "bookkeeping",
+    "mutant-stale-ring-row": "bookkeeping", "mutant-late-flush": "bookkeeping",
+    "mutant-padding-writer": "bookkeeping", "mutant-low-precision-state": "precision",
+}
+
+
+def failure_class(name: str) -> str:
+    return GALLERY_CLASSES.get(name) or ENGINE_CLASSES.get(name, "other")
+
+
+def gallery_cases() -> list[tuple[str, str]]:
+    """(mutant name, family) for every registered broken kernel."""
+    return [(name, fam) for name, spec in all_mutants().items() for fam in spec.classes]
+
+
+def run_case(name: str, family: str, failures_dir=None) -> FuzzReport:
+    return fuzz_kernel(name, family, profile="ci", failures_dir=failures_dir)
+
+
+def problems(report: FuzzReport) -> list[str]:
+    """Which targets a gallery run misses (empty: all met)."""
+    out = []
+    if not report.caught:
+        out.append(f"not caught in {report.examples} scenarios")
+        return out
+    if report.wall_s > CATCH_LIMIT_S:
+        out.append(f"took {report.wall_s:.1f} s > {CATCH_LIMIT_S:.0f} s")
+    if failure_class(report.kernel) == "bookkeeping":
+        if report.reproducer_rows > BOOKKEEPING_MAX_ROWS:
+            out.append(f"reproducer has {report.reproducer_rows} active rows > {BOOKKEEPING_MAX_ROWS}")
+        if report.reproducer_steps > BOOKKEEPING_MAX_STEPS:
+            out.append(f"reproducer has {report.reproducer_steps} verify steps > {BOOKKEEPING_MAX_STEPS}")
+    return out
+
+
+def _commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "validators", "scenarios", "replayssm"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return sha + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def table(reports: list[FuzzReport], total_s: float) -> str:
+    lines = [
+        "# Mutation gallery: does the fuzzer catch real bugs?",
+        "",
+        "Every broken kernel (`replayssm list kernels`, kind `mutant`: the engine's seven in",
+        "`validators/mutants.py`, the gallery's in `validators/mutant_gallery.py`) fuzzed with the `ci`",
+        "profile (derandomized, 25 examples, shrinking bounded to 20 s) by",
+        "`python -m replayssm.validators.gallery_run --write docs/mutation_gallery.md`;",
+        "`tests/test_mutation_gallery.py` asserts the same targets in the default pytest run.",
+        "",
+        f"Run: {time.strftime('%Y-%m-%d', time.gmtime())}, commit {_commit()}, {platform.processor() or 'cpu'}, "
+        f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}, "
+        f"total {total_s:.0f} s for {len(reports)} kernels.",
+        "",
+        "Columns: time to the first failing scenario; whole run including shrinking; scenarios run;",
+        "the shrunk reproducer (active rows x verify steps, mode, decode) and the engine's first failing",
+        "check and step.  Targets: caught in <= 60 s each; bookkeeping reproducers <= 2 rows and <= 8 steps.",
+        "",
+        "| mutant | family | class | first failure (s) | total (s) | scenarios | reproducer | mode, decode "
+        "| check @ step |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        if not r.caught:
+            lines.append(f"| {r.kernel} | {r.family} | {failure_class(r.kernel)} | **not caught** | {r.wall_s:.1f} | "
+                         f"{r.examples} | | | |")
+            continue
+        sc, rec = r.scenario, r.record
+        dec = f"spec T'={sc.window} B={sc.buffer}" if sc.decode == "speculative" else f"standard L={sc.buffer}"
+        lines.append(f"| {r.kernel} | {r.family} | {failure_class(r.kernel)} | {r.time_to_first_failure_s:.1f} | "
+                     f"{r.wall_s:.1f} | {r.examples} | {r.reproducer_rows} x {r.reproducer_steps} | {sc.mode}, {dec} | "
+                     f"{rec.check} @ {rec.first_bad_step} |")
+    missed = [(r, p) for r in reports for p in problems(r)]
+    lines += ["", f"Targets missed: {len(missed)}." if missed else "All targets met."]
+    for r, p in missed:
+        lines.append(f"- {r.kernel} [{r.family}]: {p}")
+    descr = {n: s.description for n, s in all_mutants().items()}
+    lines += ["", "## The mutants", "", "| mutant | class | bug |", "|---|---|---|"]
+    for n in sorted(descr):
+        lines.append(f"| {n} | {failure_class(n)} | {descr[n]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="fuzz every mutant under the ci profile and tabulate")
+    p.add_argument("--write", metavar="FILE", help="write the Markdown table here")
+    p.add_argument("--failures", metavar="DIR", help="also save each shrunk reproducer here")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    reports = []
+    for name, fam in gallery_cases():
+        r = run_case(name, fam, args.failures)
+        reports.append(r)
+        print(r.summary(), flush=True)
+    md = table(reports, time.perf_counter() - t0)
+    if args.write:
+        Path(args.write).write_text(md)
+    print(md.rsplit("\n\n## The mutants", 1)[0].splitlines()[-1])
+    return 0 if not any(problems(r) for r in reports) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
