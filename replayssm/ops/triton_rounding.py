@@ -13,8 +13,11 @@ receive from :data:`INTERPRET`):
 
 * fp32 -> bf16 casts truncate under the interpreter: round with integer bit arithmetic instead.
 * fp32 -> fp8 e4m3 casts under the interpreter (triton 3.9) do not carry a mantissa round-up into
-  the exponent (1.99 -> 1.0, 0.49 -> 0.25; 25 of 1,024 normal samples wrong): round on the e4m3
-  grid in fp32 arithmetic first, so the final cast only sees representable values.
+  the exponent (1.99 -> 1.0, 0.49 -> 0.25; 25 of 1,024 normal samples wrong) and turn NaN into
+  384: round on the e4m3 grid in fp32 arithmetic first, so the final cast only sees
+  representable values, and write NaN's bit pattern directly.
+* fp8 rows: the clamp to +-448 propagates NaN (``tl.minimum`` alone would turn NaN into 448 and
+  hide a non-finite state).
 * fp16 casts are correct in both.
 
 Random bits come from Philox (``tl.philox``) keyed by ``seed`` with the counter
@@ -71,8 +74,10 @@ def round_fp8_rne(x):
     k = _grid_exponent(mag, -6, 3)
     q = mag * _pow2(-k)
     r = ((q + 8388608.0) - 8388608.0) * _pow2(k)
-    r = tl.where(x < 0, -r, r)
-    return r.to(tl.float8e4nv)
+    sign = x.to(tl.uint32, bitcast=True) & 0x80000000
+    rs = (r.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+    nan8 = ((sign >> 24) | 0x7F).to(tl.uint8).to(tl.float8e4nv, bitcast=True)  # the cast gives 384 for NaN
+    return tl.where(x != x, nan8, rs.to(tl.float8e4nv))
 
 
 @triton.jit
@@ -97,7 +102,10 @@ def cast_nearest(x, KIND: tl.constexpr, INTERP: tl.constexpr):
             k = tl.maximum(((mag.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6) - 3
             q = mag * ((127 - k) << 23).to(tl.float32, bitcast=True)
             rq = ((q + 8388608.0) - 8388608.0) * ((k + 127) << 23).to(tl.float32, bitcast=True)
-            y = tl.where(x < 0, -rq, rq).to(tl.float8e4nv)
+            sign = x.to(tl.uint32, bitcast=True) & 0x80000000
+            rs = (rq.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+            nan8 = ((sign >> 24) | 0x7F).to(tl.uint8).to(tl.float8e4nv, bitcast=True)  # the cast gives 384 for NaN
+            y = tl.where(x != x, nan8, rs.to(tl.float8e4nv))
         else:
             y = x.to(tl.float8e4nv)
     return y
@@ -156,7 +164,8 @@ def store_state_rows(ptrs, scale_ptrs, S, mask, row_mask, elem, seed, slot, coun
         amax = tl.max(tl.where(mask, tl.abs(S), 0.0), axis=1)
         scale = tl.where(amax > 0, tl.math.div_rn(amax, tl.full(amax.shape, _FP8_MAX, tl.float32)), 1.0)
         q = tl.math.div_rn(S, tl.broadcast_to(scale[:, None], S.shape))
-        q = tl.minimum(tl.maximum(q, -_FP8_MAX), _FP8_MAX)
+        q = tl.minimum(tl.maximum(q, -_FP8_MAX, propagate_nan=tl.PropagateNan.ALL), _FP8_MAX,
+                       propagate_nan=tl.PropagateNan.ALL)
         tl.store(scale_ptrs, scale, mask=row_mask)
     else:
         q = S
@@ -167,7 +176,9 @@ def store_state_rows(ptrs, scale_ptrs, S, mask, row_mask, elem, seed, slot, coun
         elif KIND == "fp16":
             stored = v.to(tl.float16)
         else:
-            stored = v.to(tl.float8e4nv)
+            sign = v.to(tl.uint32, bitcast=True) & 0x80000000
+            nan8 = ((sign >> 24) | 0x7F).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+            stored = tl.where(v != v, nan8, v.to(tl.float8e4nv))
     else:
         stored = cast_nearest(q, KIND, INTERP)
     tl.store(ptrs, stored, mask=mask)

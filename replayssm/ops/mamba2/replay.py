@@ -520,6 +520,7 @@ class TritonReplayState(_TritonReplay):
     name = "triton-replay-state"
     description = "ReplaySSM Triton kernel, state_and_output route: rebuilds S = decay S0 + Σ x Bᵀ, reads y = S C"
     route = "state_and_output"
+    literal_twin = "literal-replay-state"
 
 
 __all__ = ["ROUTES", "TritonReplay", "TritonReplayState", "write_state_kernel"]
