@@ -1,0 +1,285 @@
+"""GDN Triton kernels on the CPU (Triton interpreter): rounding helpers bit for bit, the kernels
+through the validation engine, snapshot/restore, the raw launch path and bad input.
+
+Oracles: torch's casts and ``replayssm.rounding`` (bitwise); ``run_scenario`` (fp64 reference,
+literal model at the same mode with the tolerance rule, exact invariants, repeat bit-identity).
+Geometry: 1 key head, 2 value heads, K = 16, V = 8 (V = 16 for the dot readout), so the
+interpreter (one numpy program per grid cell) stays fast.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from replayssm.interface import DecodeConfig, KernelConfig
+from replayssm.ops.gdn.triton_math import INTERPRET, cast_rne, cast_stochastic, store_state_tile
+from replayssm.precision import parse_mode
+from replayssm.registry import get
+from replayssm.rounding import quantize_state
+from replayssm.scenarios.scenario import Scenario
+from replayssm.validators.runner import run_scenario
+
+GEO = {"family": "gdn", "num_k_heads": 1, "num_v_heads": 2, "head_k_dim": 16, "head_v_dim": 8}
+GEO16 = {**GEO, "head_v_dim": 16}
+SUPPORTED = ("s32a32", "s32a16", "s32afp16", "s16a16", "s16a16-sr", "sfp16a16", "sfp16a16-sr", "sfp16afp16",
+             "sfp8a16", "sfp8a16-sr")
+KERNELS = ("triton-replay", "triton-baseline")
+
+
+def _sc(mode, decode, T, B, schedule, steps=None, geometry=GEO, **kw) -> Scenario:
+    return Scenario(family="gdn", geometry=geometry, mode=mode, decode=decode, window=T, buffer=B, rows=3,
+                    num_slots=4, slot_ids=(2, -1, 0), schedule=schedule, steps=steps, **kw)
+
+
+def _check(res):
+    assert res.exception is None, res.exception
+    assert res.passed, [str(f) for f in res.failures[:5]]
+
+
+# ---- rounding helpers, bit for bit ---------------------------------------------------------------------
+
+
+@triton.jit
+def _cast_probe(x_ptr, y_ptr, N: tl.constexpr, INTERPRET: tl.constexpr):
+    o = tl.arange(0, N)
+    tl.store(y_ptr + o, cast_rne(tl.load(x_ptr + o), y_ptr.dtype.element_ty, INTERPRET))
+
+
+@triton.jit
+def _sr_probe(x_ptr, y_ptr, key, N: tl.constexpr, INTERPRET: tl.constexpr):
+    o = tl.arange(0, N)
+    u = tl.rand(key, o)
+    tl.store(y_ptr + o, cast_stochastic(tl.load(x_ptr + o), y_ptr.dtype.element_ty, u, INTERPRET))
+
+
+@triton.jit
+def _quant_probe(x_ptr, y_ptr, sc_ptr, ROWS: tl.constexpr, K: tl.constexpr, INTERPRET: tl.constexpr):
+    r = tl.arange(0, ROWS)
+    c = tl.arange(0, K)
+    offs = r[:, None] * K + c[None, :]
+    m = (r[:, None] < ROWS) & (c[None, :] < K)
+    store_state_tile(y_ptr, sc_ptr, tl.load(x_ptr + offs), offs, r, m, r < ROWS, 0, offs, True, False, INTERPRET)
+
+
+def _awkward_values(n: int, gen) -> torch.Tensor:
+    x = torch.randn(n, generator=gen) * torch.exp(torch.randn(n, generator=gen) * 4)
+    x[:8] = torch.tensor([0.0, -0.0, 448.0, -448.0, 1e-12, 2.0**-10 * 1.5, 2.0**-10 * 2.5, 1.9999])
+    return x
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # fp16 casts of |x| > 65504 give inf, as torch
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float8_e4m3fn], ids=str)
+def test_cast_matches_torch_bitwise(dtype):
+    """The kernels' casts equal torch's round-to-nearest-even (under the interpreter the native
+    bf16 cast truncates and the fp8 cast is wrong: this test fails if the workaround goes)."""
+    x = _awkward_values(4096, torch.Generator().manual_seed(0))
+    if dtype == torch.float8_e4m3fn:
+        x = x.clamp(-448, 448)
+    y = torch.empty(4096, dtype=dtype)
+    _cast_probe[(1,)](x, y, 4096, INTERPRET)
+    want = x.to(dtype)
+    bits = {1: torch.uint8, 2: torch.int16}[dtype.itemsize]
+    assert torch.equal(y.view(bits), want.view(bits))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float8_e4m3fn], ids=str)
+def test_stochastic_rounding_unbiased_and_reproducible(dtype):
+    """Each draw is one of the two neighbours of x; the mean over ~5,000 draws per value is within 5
+    sigma of x; the same key repeats the draws, another key does not."""
+    x = torch.tensor([1.0 + 2.0**-10, -3.3e-3, 0.7], dtype=torch.float32)
+    n = 1 << 14
+    xs = x.repeat_interleave(n // 3 + 1)[:n].contiguous()
+    ys = [torch.empty(n, dtype=dtype) for _ in range(3)]
+    for y, key in zip(ys, (11, 11, 12)):
+        _sr_probe[(1,)](xs, y, key, n, INTERPRET)
+    assert torch.equal(ys[0].float(), ys[1].float()) and not torch.equal(ys[0].float(), ys[2].float())
+    got = ys[0].double()
+    lo = torch.minimum(xs.to(dtype).double(), got)
+    for v in x.tolist():
+        sel = xs == v
+        vals = set(got[sel].tolist())
+        assert len(vals) <= 2, vals
+        gap = max(vals) - min(vals) if len(vals) == 2 else 0.0
+        mean = got[sel].mean().item()
+        sigma = gap / 2 / sel.sum().item() ** 0.5
+        assert abs(mean - v) <= 5 * sigma + 1e-12, (v, mean, sigma)
+    assert lo.numel() == n
+
+
+def test_fp8_row_quantisation_matches_reference():
+    """Per-row fp8 scales and values equal ``rounding.quantize_state`` bit for bit."""
+    gen = torch.Generator().manual_seed(1)
+    s = torch.randn(8, 16, generator=gen) * torch.exp(torch.randn(8, 1, generator=gen) * 3)
+    s[3] = 0.0
+    q = torch.empty(8, 16, dtype=torch.float8_e4m3fn)
+    sc = torch.empty(8)
+    _quant_probe[(1,)](s, q, sc, 8, 16, INTERPRET)
+    want_q, want_sc = quantize_state(s, parse_mode("sfp8a16"))
+    assert torch.equal(sc, want_sc)
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+
+
+# ---- through the engine --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_exhaustive_standard(name):
+    _check(run_scenario(_sc("s32a16", "standard", 1, 4, "exhaustive"), name))
+
+
+@pytest.mark.parametrize("name,options", [("triton-replay", {}), ("triton-baseline", {}),
+                                          ("triton-replay", {"block_v": 4})], ids=["replay", "baseline", "replay-bv4"])
+def test_exhaustive_speculative(name, options):
+    """Every k at every ring phase (empty, mid, last non-flush, flush, wrap), origins != 0;
+    block_v=4 splits each value head over two programs (ticket, shared record writers)."""
+    _check(run_scenario(_sc("s32a16", "speculative", 3, 4, "exhaustive", kernel_options=options), name))
+
+
+def test_dot_readout_exhaustive():
+    _check(run_scenario(_sc("s32a32", "speculative", 3, 4, "exhaustive", geometry=GEO16,
+                            kernel_options={"readout": "dot"}), "triton-replay", repeat_check=False))
+
+
+@pytest.mark.parametrize("L", [1, 2, 8])
+def test_standard_buffer_lengths(L):
+    _check(run_scenario(_sc("s32a16", "standard", 1, L, "random", steps=L + 2), "triton-replay",
+                        repeat_check=False))
+
+
+@pytest.mark.parametrize("mode", SUPPORTED)
+@pytest.mark.parametrize("name", KERNELS)
+def test_every_supported_mode(name, mode):
+    """Speculative with a flush and slot reuse (every store path: checkpoint, records, drafts)."""
+    sr = mode.endswith("-sr")
+    sc = _sc(mode, "speculative", 2, 2, "slot-reuse", steps=4, schedule_params={"reset_prob": 0.3})
+    _check(run_scenario(sc, name, repeat_check=sr))  # repeat: stochastic rounding is reproducible
+
+
+def test_standard_decode_every_state_dtype():
+    for mode in ("s16a16-sr", "sfp16afp16", "sfp8a16-sr"):
+        _check(run_scenario(_sc(mode, "standard", 1, 2, "random", steps=3), "triton-replay", repeat_check=False))
+
+
+# ---- snapshot / restore, raw path ----------------------------------------------------------------------
+
+
+def _kernel(name, mode="s16a16-sr", decode=None, checks=True, slots=3):
+    from replayssm.geometry import geometry_from_dict
+    decode = decode or DecodeConfig("speculative", 2, 3)
+    g = geometry_from_dict(GEO)
+    gen = torch.Generator().manual_seed(5)
+    params = {"A_log": torch.rand(2, generator=gen).log(), "dt_bias": torch.rand(2, generator=gen) - 0.5}
+    return get(name, "gdn")(KernelConfig(g, params, mode, decode, num_slots=slots, options={"checks": checks})), g
+
+
+def _steps(kern, g, n, seed):
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.tensor([2, -1, 0])
+    T = kern.decode.window
+    outs = []
+    for i in range(n):
+        inp = {k: torch.randn((3, T, *s), generator=gen).to(kern.mode.act_dtype) for k, s in g.input_shapes().items()}
+        out = torch.zeros((3, T, *g.out_shape), dtype=kern.mode.act_dtype)
+        kern.verify(ids, inp, out)
+        kern.commit(ids, torch.tensor([1 + i % T, 1, T]))
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_snapshot_restore_resumes_bit_for_bit(name):
+    a, g = _kernel(name)
+    ids = torch.tensor([2, -1, 0])
+    a.reset(ids, torch.randn((3, *g.state_shape), generator=torch.Generator().manual_seed(0)),
+            torch.tensor([1, 0, 3]))
+    _steps(a, g, 3, seed=1)
+    snap = a.snapshot()
+    assert set(snap.records) == ({"d", "k", "g"} if name == "triton-replay" else set())
+    want = _steps(a, g, 3, seed=2)
+    b, _ = _kernel(name)
+    b.restore(snap)
+    got = _steps(b, g, 3, seed=2)
+    for x, y in zip(want, got):
+        assert torch.equal(x.view(torch.int16), y.view(torch.int16))
+    sa, sb = a.snapshot(), b.snapshot()
+    assert torch.equal(sa.checkpoint.view(torch.int16), sb.checkpoint.view(torch.int16))
+    assert torch.equal(sa.write_pos, sb.write_pos) and torch.equal(sa.origin, sb.origin)
+
+
+@pytest.mark.parametrize("decode", [DecodeConfig("standard", 1, 3), DecodeConfig("speculative", 2, 3)],
+                         ids=["standard", "speculative"])
+@pytest.mark.parametrize("name", KERNELS)
+def test_raw_path_equals_checked_path(name, decode):
+    """checks=False (benchmarks, CUDA graphs) launches the same kernels: bit-identical results."""
+    outs, snaps = [], []
+    for checks in (True, False):
+        k, g = _kernel(name, "sfp8a16-sr", decode, checks=checks)
+        k.reset(torch.tensor([2, -1, 0]), torch.randn((3, *g.state_shape), generator=torch.Generator().manual_seed(0)))
+        outs.append(_steps(k, g, 4, seed=3))
+        snaps.append(k.snapshot())
+    for x, y in zip(*outs):
+        assert torch.equal(x.view(torch.int16), y.view(torch.int16))
+    assert torch.equal(snaps[0].checkpoint.view(torch.uint8), snaps[1].checkpoint.view(torch.uint8))
+    assert torch.equal(snaps[0].write_pos, snaps[1].write_pos)
+
+
+# ---- bad input -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode,why", [("si8a16", "state dtype int8"), ("s64a64", "fp64"), ("s32a16-tf32", "ieee")])
+@pytest.mark.parametrize("name", KERNELS)
+def test_unsupported_modes_refused(name, mode, why):
+    with pytest.raises(ValueError, match=why):
+        _kernel(name, mode)
+
+
+@pytest.mark.parametrize("options,why", [({"block_v": 3}, "power of two"), ({"readout": "mma"}, "readout"),
+                                         ({"colour": 1}, "unknown option")])
+def test_bad_options_refused(options, why):
+    g = _kernel("triton-replay")[1]
+    cfg = KernelConfig(g, {"A_log": torch.zeros(2), "dt_bias": torch.zeros(2)}, "s32a16",
+                       DecodeConfig("standard", 1, 4), num_slots=2, options=options)
+    with pytest.raises(ValueError, match=why):
+        get("triton-replay", "gdn")(cfg)
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_bad_input_raises_before_any_change(name):
+    k, g = _kernel(name)
+    ids = torch.tensor([2, -1, 0])
+    k.reset(ids)
+    gen = torch.Generator().manual_seed(0)
+    good = {n: torch.randn((3, 2, *s), generator=gen).to(torch.bfloat16) for n, s in g.input_shapes().items()}
+    before = k.snapshot()
+    bad_calls = {
+        "inputs\\['q'\\]: expected dtype": lambda: k.verify(ids, {**good, "q": good["q"].float()}),
+        "inputs\\['v'\\]: expected shape": lambda: k.verify(ids, {**good, "v": good["v"][:, :1]}),
+        "inputs\\['k'\\]: expected a contiguous": lambda: k.verify(
+            ids, {**good, "k": good["k"].transpose(0, 1).contiguous().transpose(0, 1)}),
+        "slot_ids\\[0\\]: expected a slot": lambda: k.verify(torch.tensor([7, -1, 0]), good),
+        "an active slot appears twice": lambda: k.verify(torch.tensor([0, -1, 0]), good),
+        "slot 1 was never reset": lambda: k.verify(torch.tensor([2, -1, 1]), good),
+        "has no verify to commit": lambda: k.commit(ids, torch.tensor([1, 1, 1])),
+        "out: expected shape": lambda: k.verify(ids, good, torch.empty(3, 1, *g.out_shape, dtype=torch.bfloat16)),
+    }
+    for msg, call in bad_calls.items():
+        with pytest.raises(ValueError, match=msg):
+            call()
+    _assert_same(before, k.snapshot())
+    k.verify(ids, good)
+    before = k.snapshot()
+    with pytest.raises(ValueError, match="accepted\\[0\\]: expected 1 <= k"):
+        k.commit(ids, torch.tensor([3, 1, 1]))
+    _assert_same(before, k.snapshot())
+
+
+def _assert_same(a, b):
+    from replayssm.validators.invariants import bits_equal
+    assert bits_equal(a.checkpoint, b.checkpoint)
+    assert all(bits_equal(a.records[n], b.records[n]) for n in a.records)
+    for f in ("write_pos", "origin", "is_flush"):
+        assert torch.equal(getattr(a, f), getattr(b, f)), f
+    assert all(bits_equal(a.extra[n], b.extra[n]) for n in a.extra)
