@@ -114,6 +114,9 @@ class KernelConfig:
     def __post_init__(self) -> None:
         self.mode = parse_mode(self.mode)
         self.device = torch.device(self.device)
+        if self.device.type == "cuda" and self.device.index is None and torch.cuda.is_available():
+            # tensors made on "cuda" report "cuda:<n>"; without an index every device check would fail
+            self.device = torch.device("cuda", torch.cuda.current_device())
         if not isinstance(self.num_slots, int) or self.num_slots < 1:
             raise ValueError(f"num_slots: expected a positive integer, got {self.num_slots!r}")
         shapes = self.geometry.param_shapes()
