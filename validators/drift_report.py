@@ -157,7 +157,7 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
                  "local_curve": {"t": [float(x) for x in ltb], "rms": [float(x) for x in lrms],
                                  "count": [int(x) for x in lcnt]},
                  "flushes_per_row": c["flushes"],
-                 "tokens_per_flush": (c["tokens"] * len(c["flushes"]) / max(sum(c["flushes"]), 1)),
+                 "tokens_per_flush": c["tokens_accepted"] / max(sum(c["flushes"]), 1),
                  "injected": inj}
         draft = None
         if "draft" in curves:
@@ -419,15 +419,17 @@ class _Ids:
         return f"p{self.n}"
 
 
-def _budget_series(report: dict, fam: str, mode: str, cells: list[dict], tmax: float) -> list[Series]:
-    out = [Series(f"your budget {report['settings']['budget']:g}", [1.0, tmax], [report["settings"]["budget"]] * 2,
-                  color="#999999", style="hline", width=1.2)]
+def _budget_series(report: dict, fam: str, mode: str, cells: list[dict], tmax: float, what: str) -> list[Series]:
+    out = []
+    if what == "output":
+        out.append(Series(f"your budget {report['settings']['budget']:g}", [1.0, tmax],
+                          [report["settings"]["budget"]] * 2, color="#999999", style="hline", width=1.2))
     chk = next((c["check"] for c in cells if c["check"]), None)
     if chk:
         b = chk["budget"]
         ts = list(np.geomspace(1, max(tmax, 2), 40))
         scale = [_scale(b, t) for t in ts]
-        out.append(Series(f"tolerances.toml ({fam}.{mode})", ts, [b["output_error"] * s for s in scale],
+        out.append(Series(f"tolerances.toml ({fam}.{mode})", ts, [b[f"{what}_error"] * s for s in scale],
                           color="#c62828", style="dashed", width=1.4))
     return out
 
@@ -455,8 +457,7 @@ def _mode_plot(report, fam, dist, mode, cells, what: str, uid) -> str:
             series.append(Series("", fc["t"], [v if v is not None else float("nan") for v in fc["e"]], color=col,
                                  style="dashed", legend=False, width=1.2))
         tmax = max(tmax, c["tokens"])
-    if what == "output":
-        series += _budget_series(report, fam, mode, cells, tmax)
+    series += _budget_series(report, fam, mode, cells, tmax, what)
     title = f"{fam} {mode} · {'output' if what == 'output' else 'state'} error"
     return render(Plot(title, "tokens (position in the accepted stream)", "RMS ||err|| / ||ref||", series,
                        width=350, height=310), uid())
@@ -585,8 +586,8 @@ def to_html(report: dict) -> str:
         groups.setdefault((c["family"], c["kernel"], c["distribution"]), []).append(c)
     h.append("<h2>Error against tokens (log-log)</h2>")
     h.append('<p class="note">Dots: binned RMS error per schedule; dashed: the fitted law (extended to the '
-             "horizon); grey dashed: your budget; red dashed: the budget of golden/tolerances.toml (scaled "
-             "beyond its horizon by the fastest allowed law).</p>")
+             "horizon); grey dashed: your budget (outputs); red dashed: the output or state budget of "
+             "golden/tolerances.toml with --check (scaled beyond its horizon by the fastest allowed law).</p>")
     for (fam, ker, dist), cs in groups.items():
         h.append(f"<h3>{escape(fam)} · {escape(ker)} · scenario {escape(dist)}</h3>")
         h.append('<div class="grid">')
