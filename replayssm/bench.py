@@ -296,10 +296,12 @@ def _best(name, g, params, mode, decode, batch, nsets, prefix, k, candidates, de
     return best
 
 
-REPLAY_CANDIDATES = [{"block_p": 16, "num_warps": 4}, {"block_p": 16, "num_warps": 8},
-                     {"block_p": 16, "num_warps": 4, "split": 1}, {"block_p": 32, "num_warps": 8}]
-BASELINE_CANDIDATES = [{"block_p": 16, "num_warps": 4}, {"block_p": 32, "num_warps": 4},
-                       {"block_p": 16, "num_warps": 8}]
+# Launch configurations swept per batch (the first is the default); each is checked against fp64
+# over a whole cursor cycle before it is timed.
+REPLAY_CANDIDATES = [{"num_warps": 4}, {"num_warps": 4, "prefetch": False}, {"num_warps": 8, "prefetch": False},
+                     {"block_p": 32, "num_warps": 8, "prefetch": False}]
+SPEC_CANDIDATES = [{"num_warps": 4}, {"num_warps": 8}, {"num_warps": 4, "vector_readout": False}]
+BASELINE_CANDIDATES = [{"block_p": 16, "num_warps": 4}, {"block_p": 32, "num_warps": 4}]
 
 
 def bench_mamba2(geometry="nano4b", mode="s32a16", L=16, batches=(1, 8, 32, 128, 256, 512), spec_batches=(128, 512),
@@ -317,6 +319,7 @@ def bench_mamba2(geometry="nano4b", mode="s32a16", L=16, batches=(1, 8, 32, 128,
     traffic = Mamba2Traffic.of(g, mode)
     rc = REPLAY_CANDIDATES if sweep else REPLAY_CANDIDATES[:1]
     bc = BASELINE_CANDIDATES if sweep else BASELINE_CANDIDATES[:1]
+    sc = SPEC_CANDIDATES if sweep else SPEC_CANDIDATES[:1]
     rows: list[BenchRow] = []
     std = DecodeConfig("standard", 1, L)
     base1 = DecodeConfig("standard", 1, 1)
@@ -342,7 +345,7 @@ def bench_mamba2(geometry="nano4b", mode="s32a16", L=16, batches=(1, 8, 32, 128,
             nsets = num_sets(batch * traffic.state, device, max_sets=max_sets)
             b_us, b_opts, b_chk = _best("triton-baseline", g, params, mode, dec, batch, nsets, [], k, bc[:1], device,
                                         gen, rep_ms, False)
-            r_us, r_opts, r_chk = _best("triton-replay", g, params, mode, dec, batch, nsets, prefix, k, rc[:2], device,
+            r_us, r_opts, r_chk = _best("triton-replay", g, params, mode, dec, batch, nsets, prefix, k, sc, device,
                                         gen, rep_ms, False)
             row = _row(f"spec T'={window} B={spec_buffer} {label}", batch, b_us, r_us, bb_s * batch, rb_s * batch,
                        copy, nsets, b_opts, r_opts, f"{b_chk}/{r_chk}")

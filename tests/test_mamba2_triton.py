@@ -85,12 +85,16 @@ def test_replay_state_route_modes(decode, mode):
 
 
 @pytest.mark.parametrize("decode", ["standard", "speculative"])
-def test_loop_readout_path(decode):
-    """The GPU's default ieee path (per-position multiply-reduce, dstate-sliced B·C, rank-1 flush
-    fold), which the interpreter does not take by default."""
-    opts = {"vector_readout": False}
-    sc = _std("s16a16", L=4, steps=6, kernel_options=opts) if decode == "standard" else \
-        _spec("sfp8a16-sr", steps=8, kernel_options=opts)
+def test_gpu_default_paths(decode):
+    """The GPU's default paths, which the interpreter does not take by default: per-position
+    multiply-reduce readouts (standard), rank-1 flush fold (unrolled groups, here 8 > B so some
+    positions are masked), with and without the prefetched checkpoint tile."""
+    if decode == "standard":
+        opts = {"vector_readout": False, "fold": "rank1", "prefetch": False}
+        sc = _std("s16a16", L=4, steps=6, kernel_options=opts)
+    else:
+        opts = {"vector_readout": False, "fold": "rank1", "fold_unroll": 8, "prefetch": True}
+        sc = _spec("sfp8a16-sr", steps=8, kernel_options=opts)
     assert_kernel_valid("triton-replay", sc, repeat_check=False)
 
 

@@ -56,8 +56,9 @@ def _replay_kernel(
         T: tl.constexpr, RING: tl.constexpr, LSPEC: tl.constexpr, SPEC: tl.constexpr,
         STATE_ROUTE: tl.constexpr, ADVANCE: tl.constexpr, HAS_Z: tl.constexpr,
         STATE: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr, SR: tl.constexpr, INTERP: tl.constexpr,
-        VEC: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr,
-        NSPLIT: tl.constexpr, NCH: tl.constexpr):
+        VEC: tl.constexpr, FOLD_DOT: tl.constexpr, FOLD_UNROLL: tl.constexpr, PREFETCH: tl.constexpr,
+        BP: tl.constexpr, BN: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, NSPLIT: tl.constexpr,
+        NCH: tl.constexpr):
     # Helpers are inlined on the per-tile path: under the interpreter every nested @triton.jit
     # call re-patches triton.language (~5 ms), more than the arithmetic itself.
     pid = tl.program_id(0)
@@ -70,7 +71,18 @@ def _replay_kernel(
     g = h // (H // G)
     SCALED: tl.constexpr = STATE == "fp8"
     LOOP: tl.constexpr = DOT == "ieee" and not VEC  # ieee sums as loops of fp32 multiply-reduce, not tl.dot
-    NCB: tl.constexpr = 32 if BN > 32 else BN
+    NCB: tl.constexpr = BN if INTERP or BN <= 32 else 32
+    n = tl.arange(0, BN)
+    nm = n < N
+    if PREFETCH:
+        # The first checkpoint tile's address needs only the slot: issue its load before the
+        # cursor-dependent work, and keep one tile in flight ahead of the one in use.
+        p_nx = split * NCH * BP + tl.arange(0, BP)
+        hp_nx = (slot * H + h) * P + p_nx
+        S0_nx = tl.load(ck_ptr + hp_nx[:, None] * N + n[None, :], mask=(p_nx < P)[:, None] & nm[None, :],
+                        other=0.0)
+        if SCALED:
+            sc_nx = tl.load(cks_ptr + hp_nx, mask=p_nx < P, other=1.0)
     wp = tl.load(wp_ptr + slot)
     if SPEC:
         org = tl.load(org_ptr + slot)
@@ -88,8 +100,6 @@ def _replay_kernel(
 
     # ---- the window's per-(row, head) quantities, once per program ---------------------------------
     j = tl.arange(0, JB)  # logical buffer position
-    n = tl.arange(0, BN)
-    nm = n < N
     hist = j < wp
     win = (j >= wp) & (j < wp + T)
     tj = j - wp
@@ -101,7 +111,7 @@ def _replay_kernel(
     d_win = tl.where(u > 20.0, u, tl.where(ew == 1.0, ev, tl.log(ew) * (ev / (ew - 1.0))))
     delta = tl.where(hist, d_hist, tl.where(win, d_win, 0.0))
     c = tl.cumsum(delta, axis=0)
-    if STATE_ROUTE or not LOOP:
+    if STATE_ROUTE:
         B_hist = tl.load(rB_ptr + ((slot * RING + row) * G + g)[:, None] * N + n[None, :],
                          mask=hist[:, None] & nm[None, :], other=0.0)
         B_win = tl.load(B_ptr + ((r * T + tj) * G + g)[:, None] * N + n[None, :],
@@ -117,25 +127,26 @@ def _replay_kernel(
     Cmat = tl.load(C_ptr + ((r * T + sidx) * G + g)[None, :] * N + n[:, None],
                    mask=nm[:, None] & sm[None, :], other=0.0).to(tl.float32)  # [BN, TP]
     if not STATE_ROUTE:
-        if LOOP:
-            # B_j · C_s over slices of dstate: a [JB, NCB] tile at a time keeps registers low
-            bc = tl.zeros((JB, TP), tl.float32)
-            for nc in range(BN // NCB):
-                nn = nc * NCB + tl.arange(0, NCB)
-                nnm = nn < N
-                Bh = tl.load(rB_ptr + ((slot * RING + row) * G + g)[:, None] * N + nn[None, :],
-                             mask=hist[:, None] & nnm[None, :], other=0.0)
-                Bw = tl.load(B_ptr + ((r * T + tj) * G + g)[:, None] * N + nn[None, :],
-                             mask=win[:, None] & nnm[None, :], other=0.0)
-                Bc = tl.where(hist[:, None], Bh.to(tl.float32), Bw.to(tl.float32))
-                Cc = tl.load(C_ptr + ((r * T + sidx) * G + g)[None, :] * N + nn[:, None],
-                             mask=nnm[:, None] & sm[None, :], other=0.0).to(tl.float32)
+        # B_j · C_s over slices of dstate (unrolled: all slices' loads in flight together; a
+        # [JB, NCB] tile at a time keeps registers low)
+        bc = tl.zeros((JB, TP), tl.float32)
+        for nc in tl.static_range(BN // NCB):
+            nn = nc * NCB + tl.arange(0, NCB)
+            nnm = nn < N
+            Bh = tl.load(rB_ptr + ((slot * RING + row) * G + g)[:, None] * N + nn[None, :],
+                         mask=hist[:, None] & nnm[None, :], other=0.0)
+            Bw = tl.load(B_ptr + ((r * T + tj) * G + g)[:, None] * N + nn[None, :],
+                         mask=win[:, None] & nnm[None, :], other=0.0)
+            Bc = tl.where(hist[:, None], Bh.to(tl.float32), Bw.to(tl.float32))
+            Cc = tl.load(C_ptr + ((r * T + sidx) * G + g)[None, :] * N + nn[:, None],
+                         mask=nnm[:, None] & sm[None, :], other=0.0).to(tl.float32)
+            if LOOP:
                 for s in tl.static_range(T):
                     sel = sidx == s
-                    cs = tl.sum(tl.where(sel[None, :], Cc, 0.0), axis=1)
-                    bc = tl.where(sel[None, :], bc + tl.sum(Bc * cs[None, :], axis=1)[:, None], bc)
-        else:
-            bc = tl.dot(Bj, Cmat, input_precision=DOT)
+                    c_sl = tl.sum(tl.where(sel[None, :], Cc, 0.0), axis=1)
+                    bc = tl.where(sel[None, :], bc + tl.sum(Bc * c_sl[None, :], axis=1)[:, None], bc)
+            else:
+                bc += tl.dot(Bc, Cc, input_precision=DOT)
         M = W * bc  # [JB, TP]: Δ_j exp(A (c_s - c_j)) (B_j · C_s)
     if SPEC:
         c_hist = tl.sum(tl.where(j == wp - 1, c, 0.0), axis=0)
@@ -167,9 +178,21 @@ def _replay_kernel(
         pm = p < P
         m2 = pm[:, None] & nm[None, :]
         hp = (slot * H + h) * P + p
-        S0 = tl.load(ck_ptr + hp[:, None] * N + n[None, :], mask=m2, other=0.0).to(tl.float32)
-        if SCALED:
-            S0 = S0 * tl.load(cks_ptr + hp, mask=pm, other=1.0)[:, None]
+        if PREFETCH:
+            S0 = S0_nx.to(tl.float32)
+            if SCALED:
+                S0 = S0 * sc_nx[:, None]
+            p_nx = p + BP
+            pm_nx = (p_nx < P) & ((p_nx * 0 + ch + 1) < NCH)
+            hp_nx = (slot * H + h) * P + p_nx
+            S0_nx = tl.load(ck_ptr + hp_nx[:, None] * N + n[None, :], mask=pm_nx[:, None] & nm[None, :],
+                            other=0.0)
+            if SCALED:
+                sc_nx = tl.load(cks_ptr + hp_nx, mask=pm_nx, other=1.0)
+        else:
+            S0 = tl.load(ck_ptr + hp[:, None] * N + n[None, :], mask=m2, other=0.0).to(tl.float32)
+            if SCALED:
+                S0 = S0 * tl.load(cks_ptr + hp, mask=pm, other=1.0)[:, None]
         X_hist = tl.load(rx_ptr + ((slot * RING + row) * H + h)[:, None] * P + p[None, :],
                          mask=hist[:, None] & pm[None, :], other=0.0)
         X_win = tl.load(x_ptr + ((r * T + tj) * H + h)[:, None] * P + p[None, :],
@@ -219,22 +242,33 @@ def _replay_kernel(
                 S_new = S_first
             elif STATE_ROUTE:
                 S_new = dec_fold * S0 + tl.dot(tl.trans(X * w_fold[:, None]), Bj, input_precision="ieee")
-            elif LOOP:
-                # S0 <- decay S0 + Σ_j w_j x_j B_jᵀ, one rank-1 update per folded position (x_j, B_j
-                # reloaded from L1/L2: a [JB, BN] B tile in registers would halve the occupancy)
-                S_new = dec_fold * S0
-                for jj in range(0, wp + (1 - SPEC)):
-                    w_j = tl.sum(tl.where(j == jj, w_fold, 0.0), axis=0)
-                    row_j = (org + jj) % RING
-                    hp_j = (p * 0 + jj) < wp
-                    hn_j = (n * 0 + jj) < wp
-                    xh = tl.load(rx_ptr + ((slot * RING + row_j) * H + h) * P + p, mask=pm & hp_j, other=0.0)
-                    xc = tl.load(x_ptr + ((r * T + jj - wp) * H + h) * P + p, mask=pm & (~hp_j), other=0.0)
-                    bh = tl.load(rB_ptr + ((slot * RING + row_j) * G + g) * N + n, mask=nm & hn_j, other=0.0)
-                    bcur = tl.load(B_ptr + ((r * T + jj - wp) * G + g) * N + n, mask=nm & (~hn_j), other=0.0)
-                    x_j = tl.where(hp_j, xh.to(tl.float32), xc.to(tl.float32))
-                    b_j = tl.where(hn_j, bh.to(tl.float32), bcur.to(tl.float32))
+            elif not FOLD_DOT:
+                # S0 <- exp(A c_n) S0 + Σ_j Δ_j exp(A (c_n - c_j)) x_j B_jᵀ as rank-1 updates, newest
+                # position first so the decay is a running suffix sum of Δ (scalar work); unrolled
+                # over the buffer so every x_j, B_j, Δ_j load (L1/L2) is independent and in flight
+                # together.  (A [BP, JB] x [JB, BN] fp32 dot needs ~150 registers: 1/3 the occupancy.)
+                FMAX: tl.constexpr = LSPEC - T if SPEC else LSPEC
+                nfold = wp + (1 - SPEC)  # speculative: the committed history; standard: + the token
+                x_cur = tl.load(x_ptr + ((r * T) * H + h) * P + p, mask=pm, other=0.0).to(tl.float32)
+                b_cur = tl.load(B_ptr + ((r * T) * G + g) * N + n, mask=nm, other=0.0).to(tl.float32)
+                d_cur = tl.sum(tl.where(j == wp, delta, 0.0), axis=0)
+                S_new = S0 * 0.0
+                suf = A * 0.0
+                for jq in range((FMAX + FOLD_UNROLL - 1) // FOLD_UNROLL):
+                  for ju in tl.static_range(FOLD_UNROLL):  # noqa: E111 - an unrolled group of positions
+                    jj = tl.maximum(FMAX - 1 - (jq * FOLD_UNROLL + ju), -1)
+                    row_j = (org + tl.maximum(jj, 0)) % RING
+                    in_hist = wp > jj
+                    d_h = tl.load(rdt_ptr + (slot * RING + row_j) * H + h)
+                    xh = tl.load(rx_ptr + ((slot * RING + row_j) * H + h) * P + p, mask=pm, other=0.0)
+                    bh = tl.load(rB_ptr + ((slot * RING + row_j) * G + g) * N + n, mask=nm, other=0.0)
+                    d_j = tl.where((nfold > jj) & (jj >= 0), tl.where(in_hist, d_h, d_cur), 0.0)
+                    w_j = d_j * tl.exp(A * suf)
+                    suf = suf + d_j
+                    x_j = tl.where(in_hist, xh.to(tl.float32), x_cur)
+                    b_j = tl.where(in_hist, bh.to(tl.float32), b_cur)
                     S_new = S_new + (w_j * x_j)[:, None] * b_j[None, :]
+                S_new = S_new + tl.exp(A * suf) * S0
             else:
                 Bf_hist = tl.load(rB_ptr + ((slot * RING + row) * G + g)[:, None] * N + n[None, :],
                                   mask=hist[:, None] & nm[None, :], other=0.0)
@@ -364,7 +398,9 @@ class _TritonReplay(TritonMamba2Base):
                 H=g.nheads, P=g.headdim, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec,
                 SPEC=d.speculative, STATE_ROUTE=self.route == "state_and_output", ADVANCE=advance,
                 HAS_Z=g.has_z, STATE=self.state_kind, ACT=self.act_kind, DOT=self.mode.dot, SR=self.sr,
-                INTERP=INTERPRET, VEC=self.vector_readout, BP=self.block_p, BN=self.block_n, JB=self.jb, TP=self.tp,
+                INTERP=INTERPRET, VEC=self.vector_readout, FOLD_DOT=self.fold == "dot",
+                FOLD_UNROLL=self.fold_unroll, PREFETCH=self.prefetch, BP=self.block_p, BN=self.block_n, JB=self.jb,
+                TP=self.tp,
                 NSPLIT=split, NCH=nch,
                 num_warps=self.num_warps)
 
