@@ -90,6 +90,11 @@ def test_tolerance_table_separates_legit_variants(mode, family):
     if (family, mode) in INDISTINGUISHABLE:
         return
     low = MUTANTS["mutant-low-precision-state"].classes[family]
+    if sc.precision.rounding == "stochastic":
+        # Against an independent stochastic stream the bound follows the literal's running error
+        # envelope (runner: no false alarm in 2,400 fuzzed scenarios); one format lower then shows
+        # by step 41 at sfp8a16-sr (gdn, seed 3): run the mutant longer.
+        sc = sc.replace(steps=80)
     res = run_scenario(sc, low, repeat_check=False, stop_on_failure=True)
     assert not res.passed
     assert res.first_failure.check in ("state", "output", "flush-checkpoint")
