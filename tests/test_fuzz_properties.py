@@ -4,8 +4,8 @@ Oracle: the validation engine (``run_scenario``, the path of ``replayssm validat
 scenarios drawn by ``replayssm.scenarios.strategies``: fp64 reference, the literal-model
 tolerance rule, the exact invariants and the repeat check.  Mutants are skipped (they must fail:
 tests/test_mutation_gallery.py).  Profile from ``REPLAYSSM_FUZZ_PROFILE`` (default ``ci``:
-derandomized, 25 scenarios per kernel; Triton kernels, run through the interpreter on CPU, get
-3 tiny scenarios).  A failure is shrunk and saved under failures/ for
+derandomized; 20 scenarios per kernel in this run, Triton kernels run through the interpreter
+on CPU 3 tiny ones; ``dev`` 200, ``nightly`` 2,000).  A failure is shrunk and saved under failures/ for
 ``replayssm validate --scenario failures/<family>-<kernel>.json``.
 """
 
@@ -16,11 +16,19 @@ import torch
 from hypothesis import given
 
 from replayssm.scenarios.strategies import scenarios
-from replayssm.validators.fuzz import check_scenario, fuzz_kernel, fuzz_settings, fuzzable_kernels, is_interpreted
+from replayssm.validators.fuzz import (
+    CI_EXAMPLES,
+    CI_EXAMPLES_INTERPRETED,
+    check_scenario,
+    fuzz_kernel,
+    fuzz_settings,
+    fuzzable_kernels,
+    is_interpreted,
+    profile_name,
+)
 
 FAILURES = Path(__file__).resolve().parents[1] / "failures"
 KERNELS = fuzzable_kernels()
-INTERPRETED_EXAMPLES = 3
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +47,9 @@ def test_registry_has_kernels_of_both_families():
 
 @pytest.mark.parametrize("cls", KERNELS, ids=[f"{c.family}-{c.name}" for c in KERNELS])
 def test_validation_contract_holds_for_drawn_scenarios(cls):
-    n = INTERPRETED_EXAMPLES if is_interpreted(cls) else None
+    n = None  # dev / nightly: the profile's own count
+    if profile_name() == "ci":
+        n = CI_EXAMPLES_INTERPRETED if is_interpreted(cls) else CI_EXAMPLES
     report = fuzz_kernel(cls, max_examples=n, failures_dir=FAILURES)
     msg = report.summary()
     if report.record is not None:
