@@ -131,16 +131,24 @@ def test_exhaustive_standard(name):
 
 
 @pytest.mark.parametrize("name,options", [("triton-replay", {}), ("triton-baseline", {}),
-                                          ("triton-replay", {"block_v": 4})], ids=["replay", "baseline", "replay-bv4"])
+                                          ("triton-replay", {"block_v": 4}), ("triton-replay", {"readout": "tile"})],
+                         ids=["replay", "baseline", "replay-bv4", "replay-tile"])
 def test_exhaustive_speculative(name, options):
     """Every k at every ring phase (empty, mid, last non-flush, flush, wrap), origins != 0;
-    block_v=4 splits each value head over two programs (ticket, shared record writers)."""
+    block_v=4 splits each value head over two programs (ticket, shared record writers); ``tile``
+    runs the generic [T', *] kernel that T' > 4 uses (T' <= 4 is written out token by token)."""
     _check(run_scenario(_sc("s32a16", "speculative", 3, 4, "exhaustive", kernel_options=options), name))
 
 
 def test_dot_readout_exhaustive():
     _check(run_scenario(_sc("s32a32", "speculative", 3, 4, "exhaustive", geometry=GEO16,
                             kernel_options={"readout": "dot"}), "triton-replay", repeat_check=False))
+
+
+def test_long_window_generic_kernel():
+    """T' = 5 > 4: the generic tile kernel by default."""
+    _check(run_scenario(_sc("s32a16", "speculative", 5, 5, "per-row", steps=5), "triton-replay",
+                        repeat_check=False))
 
 
 @pytest.mark.parametrize("L", [1, 2, 8])

@@ -36,13 +36,13 @@ from replayssm.precision import parse_mode
 from replayssm.registry import get
 
 # Launch configurations tried at every batch size (the fastest is reported with its config).
-STANDARD_CANDIDATES = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2},
-                       {"block_v": 32, "num_warps": 4}, {"block_v": 64, "num_warps": 8}]
-SPEC_BASELINE_CANDIDATES = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2},
-                            {"block_v": 32, "num_warps": 4}]
-SPEC_REPLAY_CANDIDATES = [{"block_v": 16, "num_warps": 2}, {"block_v": 32, "num_warps": 4},
-                          {"block_v": 16, "num_warps": 2, "readout": "dot"},
-                          {"block_v": 32, "num_warps": 4, "readout": "dot"}]
+# First H200 run (docs/benchmarks.md): baselines 8x1 ~ 32x4 (87 % of copy); replay best at 16x2.
+BASELINE_CANDIDATES = [{"block_v": 8, "num_warps": 1}, {"block_v": 32, "num_warps": 4}]
+STANDARD_REPLAY_CANDIDATES = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2},
+                              {"block_v": 32, "num_warps": 4}]
+SPEC_BASELINE_CANDIDATES = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2}]
+SPEC_REPLAY_CANDIDATES = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 1},
+                          {"block_v": 16, "num_warps": 2}, {"block_v": 32, "num_warps": 4}]
 
 
 @dataclass(frozen=True)
@@ -192,7 +192,8 @@ def bench_gdn(geometry="qwen35-4b", mode="s32a16", L=16, batches=(1, 8, 32, 128,
     copy = copy_bandwidth(device)
     log(f"copy bandwidth: {copy['tbps']:.3f} TB/s ({copy['bytes'] / 2**30:.0f} GiB moved in {copy['ms']:.3f} ms)")
     traffic = GDNTraffic.of(g, mode)
-    sc = STANDARD_CANDIDATES[:1] if quick else STANDARD_CANDIDATES
+    bsc = BASELINE_CANDIDATES[:1] if quick else BASELINE_CANDIDATES
+    rsc = STANDARD_REPLAY_CANDIDATES[:1] if quick else STANDARD_REPLAY_CANDIDATES
     rows: list[BenchRow] = []
     std = DecodeConfig("standard", 1, L)
     base1 = DecodeConfig("standard", 1, 1)
@@ -200,9 +201,9 @@ def bench_gdn(geometry="qwen35-4b", mode="s32a16", L=16, batches=(1, 8, 32, 128,
     bb = traffic.baseline_step(1)
     for batch in batches:
         nsets = num_sets(batch * traffic.state, device)
-        b_us, b_opts, b_chk = _best("triton-baseline", g, params, mode, base1, batch, nsets, 1, sc, device, gen,
+        b_us, b_opts, b_chk = _best("triton-baseline", g, params, mode, base1, batch, nsets, 1, bsc, device, gen,
                                     rep_ms, log)
-        r_us, r_opts, r_chk = _best("triton-replay", g, params, mode, std, batch, nsets, 1, sc, device, gen,
+        r_us, r_opts, r_chk = _best("triton-replay", g, params, mode, std, batch, nsets, 1, rsc, device, gen,
                                     rep_ms, log)
         row = _row(f"standard L={L}", batch, b_us, r_us, bb * batch, rb * batch, copy, nsets, b_opts, r_opts,
                    f"{b_chk}/{r_chk}")
@@ -224,8 +225,78 @@ def bench_gdn(geometry="qwen35-4b", mode="s32a16", L=16, batches=(1, 8, 32, 128,
                        copy, nsets, b_opts, r_opts, f"{b_chk}/{r_chk}")
             rows.append(row)
             log(_line(row))
+    phases = []
+    if 512 in batches and 512 in spec_batches:
+        best = {r.case.split()[0]: r.replay_config for r in rows if r.batch == 512}
+        phases = phase_times(g, params, mode, L, window, spec_buffer, best.get("standard", {}),
+                             best.get("spec", {}), 512, traffic, copy, device, gen, rep_ms, log)
     return {"family": "gdn", "geometry": geometry, "mode": mode, "L": L, "copy": copy, "env": environment(),
-            "rows": [asdict(r) for r in rows]}
+            "rows": [asdict(r) for r in rows], "phases": phases}
+
+
+def phase_times(g, params, mode, L, window, spec_buffer, std_opts, spec_opts, batch, traffic, copy, device, gen,
+                rep_ms, log) -> list[dict]:
+    """Where the replay time goes: each phase timed alone (the graph pins every slot's cursor before
+    each step, so every replay runs that phase), against the phase's modelled bytes."""
+    out = []
+    std = DecodeConfig("standard", 1, L)
+    spec = DecodeConfig("speculative", window, spec_buffer)
+    cases = [("standard non-flush", std, std_opts, L // 2, 0), ("standard flush", std, std_opts, L - 1, 1),
+             ("spec non-flush", spec, spec_opts, spec_buffer // 2, 0), ("spec flush", spec, spec_opts, spec_buffer, 1)]
+    for label, dec, opts, wp, fl in cases:
+        nsets = num_sets(batch * traffic.state, device)
+        us = _time_phase(g, params, mode, dec, opts, batch, nsets, wp, fl, device, gen, rep_ms)
+        torch.cuda.empty_cache()
+        model = batch * traffic.replay_step(dec, wp, bool(fl))
+        tb = model / (us * 1e-6) / 1e12
+        out.append({"phase": label, "write_pos": wp, "config": opts, "us": us, "model_bytes": model, "tbps": tb,
+                    "pct_copy": 100 * tb / copy["tbps"]})
+        log(f"  phase {label:20s} write_pos {wp:2d} {json.dumps(opts):40s} {us:9.2f} us  {tb:.2f} TB/s "
+            f"({100 * tb / copy['tbps']:.0f}% of copy)")
+    return out
+
+
+def _time_phase(g, params, mode, dec, opts, batch, nsets, wp, fl, device, gen, rep_ms) -> float:
+    kern = build("triton-replay", g, params, mode, dec, batch * nsets, device, opts)
+    act = kern.mode.act_dtype
+    acc = torch.full((batch,), dec.window, dtype=torch.int64, device=device)
+    sets = []
+    for s in range(nsets):
+        ids = torch.arange(s * batch, (s + 1) * batch, dtype=torch.int64, device=device)
+        kern.reset(ids, 0.5 * torch.randn((batch, *g.state_shape), generator=gen, device=device))
+        sets.append((ids, make_inputs(g, batch, dec.window, act, gen, device),
+                     torch.empty((batch, dec.window, *g.out_shape), dtype=act, device=device)))
+
+    def one_phase():
+        for ids, inp, o in sets:
+            kern.write_pos.fill_(wp)
+            kern.is_flush.fill_(fl)
+            kern.verify(ids, inp, o)
+            kern.commit(ids, acc)
+
+    return graph_median_ms(one_phase, warmup_calls=1, rep_ms=rep_ms) * 1e3 / nsets
+
+
+def profile(batch: int = 128, device="cuda") -> None:
+    """Launches for ``ncu`` (default launch shapes): one baseline step, a full standard L = 16 cycle
+    (15 non-flush steps and the flush), a speculative cycle with every draft accepted (3 non-flush
+    verifies and the flush)."""
+    g = preset("qwen35-4b", "gdn")
+    params = make_params(g, 0, device)
+    gen = torch.Generator(device=device).manual_seed(0)
+    ids = torch.arange(batch, dtype=torch.int64, device=device)
+    for name, dec, k in (("triton-baseline", DecodeConfig("standard", 1, 1), 1),
+                         ("triton-replay", DecodeConfig("standard", 1, 16), 1),
+                         ("triton-replay", DecodeConfig("speculative", 4, 16), 4)):
+        kern = build(name, g, params, "s32a16", dec, batch, device, {})
+        kern.reset(ids, torch.randn((batch, *g.state_shape), generator=gen, device=device))
+        out = torch.empty((batch, dec.window, *g.out_shape), dtype=torch.bfloat16, device=device)
+        acc = torch.full((batch,), k, dtype=torch.int64, device=device)
+        for _ in range(1 if name == "triton-baseline" else 16 if not dec.speculative else 5):
+            kern.verify(ids, make_inputs(g, batch, dec.window, torch.bfloat16, gen, device), out)
+            kern.commit(ids, acc)
+        torch.cuda.synchronize()
+        del kern
 
 
 def _line(r: BenchRow) -> str:
@@ -242,11 +313,12 @@ def bench_configs(geometry="qwen35-4b", mode="s32a16", L=16, window=4, spec_buff
     """(kernel, geometry, mode, decode, options) of every configuration :func:`bench_gdn` launches."""
     std, base1 = ("standard", 1, L), ("standard", 1, 1)
     spec = ("speculative", window, spec_buffer)
-    sc = STANDARD_CANDIDATES[:1] if quick else STANDARD_CANDIDATES
+    bsc = BASELINE_CANDIDATES[:1] if quick else BASELINE_CANDIDATES
+    rsc = STANDARD_REPLAY_CANDIDATES[:1] if quick else STANDARD_REPLAY_CANDIDATES
     bc = SPEC_BASELINE_CANDIDATES[:1] if quick else SPEC_BASELINE_CANDIDATES
     rc = SPEC_REPLAY_CANDIDATES[:1] if quick else SPEC_REPLAY_CANDIDATES
-    out = [("triton-baseline", geometry, mode, base1, o) for o in sc]
-    out += [("triton-replay", geometry, mode, std, o) for o in sc]
+    out = [("triton-baseline", geometry, mode, base1, o) for o in bsc]
+    out += [("triton-replay", geometry, mode, std, o) for o in rsc]
     out += [("triton-baseline", geometry, mode, spec, o) for o in bc]
     out += [("triton-replay", geometry, mode, spec, o) for o in rc]
     return out
@@ -282,7 +354,7 @@ def warm(configs, workers: int) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m replayssm.ops.gdn.bench_cases")
-    p.add_argument("command", nargs="?", default="bench", choices=["bench", "warm"])
+    p.add_argument("command", nargs="?", default="bench", choices=["bench", "warm", "profile"])
     p.add_argument("--quick", action="store_true", help="one launch configuration per kernel")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--rep-ms", type=float, default=150)
@@ -294,11 +366,17 @@ def main(argv=None) -> int:
     if args.command == "warm":
         warm(bench_configs(quick=args.quick), args.workers)
         return 0
+    if args.command == "profile":
+        profile()
+        return 0
     res = bench_gdn(quick=args.quick, rep_ms=args.rep_ms)
     e = res["env"]
     print(f"\n{e.get('gpu')}  torch {e['torch']}  triton {e['triton']}  commit {e.get('commit')}"
           f"{' (dirty)' if e.get('dirty') else ''}  {e['date']}  copy {res['copy']['tbps']:.3f} TB/s")
     print(table(res))
+    for ph in res["phases"]:
+        print(f"phase {ph['phase']:20s} batch 512: {ph['us']:9.2f} us, {ph['tbps']:.2f} TB/s "
+              f"({ph['pct_copy']:.0f}% of copy)  {ph['config']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -30,39 +30,47 @@ from replayssm.ops.gdn.triton_math import cast_rne, gates, l2_normalise, load_st
 
 
 @triton.jit
-def load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, rows, mj, h, hk, offs_v, mv, offs_k, mk,
+def load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, rows, mrow, mj, h, hk, offs_v, mv, offs_k, mk,
                  H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, RING: tl.constexpr):
-    """Records at ring ``rows`` (masked by ``mj``): d [BH, BV], k [BH, BK] (fp32), the fold weights
-    exp(G_w - G_j) [BH] (0 where masked) and exp(G_w)."""
+    """Records at ring ``rows``: d [BH, BV] (fp32), k [BH, BK] (kept in the record dtype: half the
+    registers for bf16), the fold weights exp(G_w - G_j) [BH] and exp(G_w).  All ``mrow`` rows are
+    loaded (no wait for the cursor: the loads go out beside the checkpoint's); rows past the history
+    (``mj`` false) are zeroed with ``where`` (stale rows may hold anything, even non-finite values)."""
     srow = slot * RING + rows
-    gj = tl.load(g_rec_ptr + srow * HV + h, mask=mj, other=0.0)
+    gj = tl.where(mj, tl.load(g_rec_ptr + srow * HV + h, mask=mrow, other=0.0), 0.0)
     Gt = tl.sum(gj, 0)
     wj = tl.where(mj, tl.exp(Gt - tl.cumsum(gj, 0)), 0.0)
-    Kh = tl.load(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :],
-                 mask=mj[:, None] & mk[None, :], other=0.0).to(tl.float32)
+    Kh = tl.load(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :], mask=mrow[:, None] & mk[None, :],
+                 other=0.0)
     Dh = tl.load(d_rec_ptr + (srow[:, None] * HV + h) * V + offs_v[None, :],
-                 mask=mj[:, None] & mv[None, :], other=0.0).to(tl.float32)
-    return Dh, Kh, wj, tl.exp(Gt)
+                 mask=mrow[:, None] & mv[None, :], other=0.0).to(tl.float32)
+    return tl.where(mj[:, None], Dh, 0.0), tl.where(mj[:, None], Kh, tl.zeros_like(Kh)), wj, tl.exp(Gt)
 
 
 @triton.jit
 def readout(s0, eG, Dh, Kh, wj, x):
     """S_prev x [BV] for S_prev = eG s0 + sum_j wj_j d_j k_j^T, without building S_prev."""
-    c = wj * tl.sum(Kh * x[None, :], 1)
+    c = wj * tl.sum(Kh.to(tl.float32) * x[None, :], 1)
     return eG * tl.sum(s0 * x[None, :], 1) + tl.sum(Dh * c[:, None], 0)
 
 
 @triton.jit
 def fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, origin, h, hk, offs_v, mv, offs_k, mk,
-                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, RING: tl.constexpr):
-    """S_prev = eG s0 + sum_{j < w} wj_j d_j k_j^T, one rank-1 update per record (fp32 FMA)."""
+                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, RING: tl.constexpr,
+                 CH: tl.constexpr):
+    """S_prev = eG s0 + sum_{j < w} wj_j d_j k_j^T in fp32, one rank-1 update per record, CH records
+    per loop trip (their loads are independent: one memory round trip per CH records)."""
     s = eG * s0
-    for j in range(0, w):
-        srow = slot * RING + ((origin + j) % RING)
-        dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
-        kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-        wt = tl.sum(tl.where(offs_j == j, wj, 0.0), 0)
-        s += (wt * dj)[:, None] * kj[None, :]
+    for c in range(0, (w + CH - 1) // CH):
+        for i in tl.static_range(CH):
+            j = c * CH + i
+            srow = slot * RING + ((origin + j) % RING)
+            dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv & ((offs_v * 0 + j) < w),
+                         other=0.0).to(tl.float32)
+            kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk & ((offs_k * 0 + j) < w),
+                         other=0.0).to(tl.float32)
+            wt = tl.sum(tl.where(offs_j == j, wj, 0.0), 0)
+            s += (wt * dj)[:, None] * kj[None, :]
     return s
 
 
@@ -101,9 +109,8 @@ def _replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, 
     s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
     w = tl.load(wpos_ptr + slot)
     offs_j = tl.arange(0, BL)
-    mj = offs_j < w
-    Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, offs_j, mj, h, hk, offs_v, mv,
-                                  offs_k, mk, H, HV, K, V, L)
+    Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, offs_j, offs_j < L - 1, offs_j < w, h,
+                                  hk, offs_v, mv, offs_k, mk, H, HV, K, V, L)
     d = beta * (v - alpha * readout(s0, eG, Dh, Kh, wj, kn))
     o = alpha * readout(s0, eG, Dh, Kh, wj, qn) + tl.sum(kn * qn, 0) * d
     tl.store(out_ptr + (r * HV + h) * V + offs_v, cast_rne(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
@@ -111,7 +118,7 @@ def _replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, 
     cnt = tl.load(sr_ptr + slot)
     if flush:
         s = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, 0, h, hk, offs_v, mv, offs_k, mk,
-                         H, HV, K, V, L)
+                         H, HV, K, V, L, 4)
         s = alpha * s + d[:, None] * kn[None, :]
         key = seed + (cnt * num_slots + slot) * HV + h
         store_state_tile(ckpt_ptr, sc_ptr, s, base * K + tile, base + offs_v, ms, mv, key, tile,

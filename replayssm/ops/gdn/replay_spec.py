@@ -101,8 +101,8 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
     org = tl.load(origin_ptr + slot)
     flush = tl.load(isflush_ptr + slot) != 0
     offs_j = tl.arange(0, BH)
-    Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING, offs_j < w, h,
-                                  hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
+    Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING, offs_j < RING,
+                                  offs_j < w, h, hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
     # S_h k_t, S_h q_t [BT, BV]; KK[i, t] = k_i . k_t; KQ[s, j] = k_j . q_s
     SK = tl.zeros([BT, BV], dtype=tl.float32)
     SQ = tl.zeros([BT, BV], dtype=tl.float32)
@@ -152,7 +152,117 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
              mask=mtk & ((tok[:, None] * 0 + offs_k[None, :] * 0 + vb + h % (HV // H)) == 0))
     if flush:
         s_h = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, org, h, hk, offs_v, mv, offs_k, mk,
-                           H, HV, K, V, RING)
+                           H, HV, K, V, RING, 4)
+        cnt = tl.load(sr_ptr + slot)
+        key = seed + (cnt * num_slots + slot) * HV + h
+        store_state_tile(ckpt_ptr, sc_ptr, s_h, base * K + tile, base + offs_v, ms, mv, key, tile,
+                         SCALED, SR, INTERPRET)
+    tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
+
+
+@triton.jit
+def _token(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, tok, h, hk, offs_k, mk, offs_v, mv, A_log, dt_bias,
+           H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, SCALE: tl.constexpr):
+    """One window token: normalised q (scaled) and k [BK], v [BV], g and beta."""
+    q = tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + (tok * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
+    g, beta = gates(tl.load(a_ptr + tok * HV + h).to(tl.float32), tl.load(b_ptr + tok * HV + h).to(tl.float32),
+                    A_log, dt_bias)
+    return l2_normalise(q, 0) * SCALE, l2_normalise(k, 0), v, g, beta
+
+
+@triton.jit
+def _store_token(out_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, o, d, kn, g, tok, srow, h, hk, vb, offs_v, mv, offs_k,
+                 mk, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, INTERPRET: tl.constexpr):
+    """Output of a window token and its records (d by every program, g by the first value block,
+    k by the first value head of the key head)."""
+    tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_rne(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+    tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_rne(d, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mv)
+    tl.store(g_rec_ptr + srow * HV + h, g, mask=vb == 0)
+    tl.store(k_rec_ptr + (srow * H + hk) * K + offs_k, cast_rne(kn, k_rec_ptr.dtype.element_ty, INTERPRET),
+             mask=mk & ((offs_k * 0 + vb + h % (HV // H)) == 0))
+
+
+@triton.jit(do_not_specialize=["seed", "num_slots"])
+def _replay_spec_small_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log_ptr, dt_bias_ptr,
+                              ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, wpos_ptr, origin_ptr, isflush_ptr,
+                              pending_ptr, sr_ptr, seed, num_slots,
+                              H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, T: tl.constexpr,
+                              RING: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                              BH: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr, INTERPRET: tl.constexpr):
+    """The same verify for T' <= 4, written out token by token: every window quantity is a vector
+    or a scalar (no [T', *] tiles, no row extraction), the solve and outputs in closed form:
+    d_i = R_i - sum_{j<i} beta_i e^(G_i - G_j) (k_i . k_j) d_j,
+    o_s = e^(G_s) S_h q_s + sum_{j<=s} e^(G_s - G_j) (k_j . q_s) d_j."""
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    slot = tl.load(slot_ptr + r).to(tl.int64)
+    if slot < 0:
+        return
+    hk = h // (HV // H)
+    offs_k = tl.arange(0, BK)
+    offs_v = vb * BV + tl.arange(0, BV)
+    mk = offs_k < K
+    mv = offs_v < V
+    ms = mv[:, None] & mk[None, :]
+    tile = offs_v[:, None] * K + offs_k[None, :]
+    base = (slot * HV + h) * V
+    s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+    w = tl.load(wpos_ptr + slot)
+    org = tl.load(origin_ptr + slot)
+    flush = tl.load(isflush_ptr + slot) != 0
+    offs_j = tl.arange(0, BH)
+    Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING, offs_j < RING,
+                                  offs_j < w, h, hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
+    A_log = tl.load(A_log_ptr + h)
+    dt_bias = tl.load(dt_bias_ptr + h)
+    t0 = r * T
+    q0, k0, v0, g0, b0 = _token(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t0, h, hk, offs_k, mk, offs_v, mv, A_log,
+                                dt_bias, H, HV, K, V, SCALE)
+    G0 = g0
+    d0 = b0 * (v0 - tl.exp(G0) * readout(s0, eG, Dh, Kh, wj, k0))
+    o0 = tl.exp(G0) * readout(s0, eG, Dh, Kh, wj, q0) + tl.sum(k0 * q0, 0) * d0
+    _store_token(out_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, o0, d0, k0, g0, t0, slot * RING + (org + w) % RING,
+                 h, hk, vb, offs_v, mv, offs_k, mk, H, HV, K, V, INTERPRET)
+    if T > 1:
+        q1, k1, v1, g1, b1 = _token(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t0 + 1, h, hk, offs_k, mk, offs_v, mv,
+                                    A_log, dt_bias, H, HV, K, V, SCALE)
+        G1 = G0 + g1
+        d1 = (b1 * (v1 - tl.exp(G1) * readout(s0, eG, Dh, Kh, wj, k1))
+              - (b1 * tl.exp(G1 - G0) * tl.sum(k1 * k0, 0)) * d0)
+        o1 = (tl.exp(G1) * readout(s0, eG, Dh, Kh, wj, q1) + (tl.exp(G1 - G0) * tl.sum(k0 * q1, 0)) * d0
+              + tl.sum(k1 * q1, 0) * d1)
+        _store_token(out_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, o1, d1, k1, g1, t0 + 1,
+                     slot * RING + (org + w + 1) % RING, h, hk, vb, offs_v, mv, offs_k, mk, H, HV, K, V, INTERPRET)
+    if T > 2:
+        q2, k2, v2, g2, b2 = _token(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t0 + 2, h, hk, offs_k, mk, offs_v, mv,
+                                    A_log, dt_bias, H, HV, K, V, SCALE)
+        G2 = G1 + g2
+        d2 = (b2 * (v2 - tl.exp(G2) * readout(s0, eG, Dh, Kh, wj, k2))
+              - (b2 * tl.exp(G2 - G0) * tl.sum(k2 * k0, 0)) * d0
+              - (b2 * tl.exp(G2 - G1) * tl.sum(k2 * k1, 0)) * d1)
+        o2 = (tl.exp(G2) * readout(s0, eG, Dh, Kh, wj, q2) + (tl.exp(G2 - G0) * tl.sum(k0 * q2, 0)) * d0
+              + (tl.exp(G2 - G1) * tl.sum(k1 * q2, 0)) * d1 + tl.sum(k2 * q2, 0) * d2)
+        _store_token(out_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, o2, d2, k2, g2, t0 + 2,
+                     slot * RING + (org + w + 2) % RING, h, hk, vb, offs_v, mv, offs_k, mk, H, HV, K, V, INTERPRET)
+    if T > 3:
+        q3, k3, v3, g3, b3 = _token(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, t0 + 3, h, hk, offs_k, mk, offs_v, mv,
+                                    A_log, dt_bias, H, HV, K, V, SCALE)
+        G3 = G2 + g3
+        d3 = (b3 * (v3 - tl.exp(G3) * readout(s0, eG, Dh, Kh, wj, k3))
+              - (b3 * tl.exp(G3 - G0) * tl.sum(k3 * k0, 0)) * d0
+              - (b3 * tl.exp(G3 - G1) * tl.sum(k3 * k1, 0)) * d1
+              - (b3 * tl.exp(G3 - G2) * tl.sum(k3 * k2, 0)) * d2)
+        o3 = (tl.exp(G3) * readout(s0, eG, Dh, Kh, wj, q3) + (tl.exp(G3 - G0) * tl.sum(k0 * q3, 0)) * d0
+              + (tl.exp(G3 - G1) * tl.sum(k1 * q3, 0)) * d1 + (tl.exp(G3 - G2) * tl.sum(k2 * q3, 0)) * d2
+              + tl.sum(k3 * q3, 0) * d3)
+        _store_token(out_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, o3, d3, k3, g3, t0 + 3,
+                     slot * RING + (org + w + 3) % RING, h, hk, vb, offs_v, mv, offs_k, mk, H, HV, K, V, INTERPRET)
+    if flush:
+        s_h = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, org, h, hk, offs_v, mv, offs_k, mk,
+                           H, HV, K, V, RING, 4)
         cnt = tl.load(sr_ptr + slot)
         key = seed + (cnt * num_slots + slot) * HV + h
         store_state_tile(ckpt_ptr, sc_ptr, s_h, base * K + tile, base + offs_v, ms, mv, key, tile,
@@ -189,6 +299,15 @@ def launch_replay_spec(kern, slot_ids, inputs, out) -> None:
     dot = kern.readout == "dot"
     if dot:
         bh = max(bh, 16)  # tl.dot needs every dimension >= 16
+    if kern.readout == "reduce" and dec.window <= 4:
+        _replay_spec_small_kernel[(R, kern.HV, nvb)](
+            slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log,
+            kern.dt_bias, kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"],
+            kern.write_pos, kern.origin, kern.is_flush, kern.pending, kern.sr_count, kern.seed, kern.num_slots,
+            H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, T=dec.window, RING=dec.ring_rows, SCALE=kern.K ** -0.5,
+            BK=kern.BK, BV=bv, BH=bh, SCALED=kern.scaled, SR=kern.sr, INTERPRET=kern.interpret,
+            num_warps=nw)
+        return
     _replay_spec_kernel[(R, kern.HV, nvb)](
         slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log, kern.dt_bias,
         kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,

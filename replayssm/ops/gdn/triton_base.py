@@ -19,8 +19,9 @@ host synchronisation, and can be captured in a CUDA graph.
 * ``block_v``: value rows per program (a power of two; default chosen from the batch size),
   ``num_warps``: warps per program (default from the tile size).
 * ``readout`` (speculative replay): ``reduce`` (default) reads the state out against each window
-  k and q with row reductions; ``dot`` with fp32 ``tl.dot(..., input_precision="ieee")`` (FMA,
-  no tensor-core rounding; needs value blocks of >= 16 rows).
+  k and q with row reductions, token by token for T' <= 4 (``tile`` forces the generic [T', *]
+  tile form used above 4); ``dot`` with fp32 ``tl.dot(..., input_precision="ieee")`` (FMA, no
+  tensor-core rounding; needs value blocks of >= 16 rows).
 
 Standard decode (T' = 1): ``verify`` applies the token and advances the cursor on the device (the
 last of a slot's programs to finish, through an atomic ticket); ``commit(1)`` only closes the
@@ -41,7 +42,7 @@ from replayssm.ops.gdn.triton_math import INTERPRET, store_state_tile, ticket
 STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
 ACTS = ("fp32", "bf16", "fp16")
 OPTIONS = ("checks", "block_v", "num_warps", "readout")
-READOUTS = ("reduce", "dot")
+READOUTS = ("reduce", "tile", "dot")
 
 
 def launch_shape(geometry, R: int, sm_count: int, interpret: bool, block_v: int | None = None,

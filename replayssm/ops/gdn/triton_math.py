@@ -151,9 +151,12 @@ def store_state_tile(ptr, scale_ptr, s, offs, row_offs, mask, row_mask, rand_key
 
 @triton.jit
 def ticket(ticket_ptr, slot, NPROG: tl.constexpr):
-    """True in exactly one program of a slot's ``NPROG`` programs: the last to finish its reads
-    (acq_rel atomic), which then resets the ticket for the next launch."""
-    old = tl.atomic_add(ticket_ptr + slot, 1, sem="acq_rel")
+    """True in exactly one program of a slot's ``NPROG`` programs: the last to take a ticket, which
+    then resets it for the next launch.  Called after every read of the slot's cursor: each program
+    has consumed the cursor (its loads and stores depend on it) before it issues the atomic, so the
+    last program's cursor write cannot reach a read of this launch.  A relaxed atomic suffices (an
+    acq_rel one would fence every program on its outstanding stores)."""
+    old = tl.atomic_add(ticket_ptr + slot, 1, sem="relaxed")
     last = old == NPROG - 1
     tl.store(ticket_ptr + slot, 0, mask=last)
     return last
