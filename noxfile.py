@@ -54,3 +54,22 @@ def drift(session):
     _install(session)
     session.run("python", "-m", "replayssm", "drift", "--check", "--no-progress", "--out", "out/drift-check",
                 *session.posargs, env={"TRITON_INTERPRET": "1"})
+
+
+@nox.session(venv_params=VENV)
+def fuzz(session):
+    """Fuzz every registered kernel for a time budget: ``nox -s fuzz -- [BUDGET_S] [cpu|cuda[:N]]``
+    (default 600 s, the GPU when one is visible, profile $REPLAYSSM_FUZZ_PROFILE or nightly).
+    Shrunk failures land in failures/ (replay: replayssm validate --scenario FILE)."""
+    _install(session)
+    args = list(session.posargs)
+    budget = args.pop(0) if args and args[0].replace(".", "", 1).isdigit() else "600"
+    if args and args[0].startswith(("cpu", "cuda")):
+        device = args.pop(0)
+    else:
+        device = "cuda" if _has_cuda(session) else "cpu"
+    env = ({k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} if device.startswith("cuda")
+           else {"TRITON_INTERPRET": "1"})
+    session.run("python", "-m", "replayssm", "fuzz", "--budget-s", budget, "--device", device,
+                "--profile", os.environ.get("REPLAYSSM_FUZZ_PROFILE", "nightly"), "--json", "out/fuzz/report.json",
+                *args, env=env)
