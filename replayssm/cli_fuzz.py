@@ -91,8 +91,14 @@ def run(args) -> int:
             # One run (the profile's own seeding), or with a budget chunks of fresh random seeds.
             seed = args.seed if not seeds and args.seed is not None else (
                 random.randrange(2**32) if share is not None else None)
-            r = fuzz_kernel(cls, profile=profile, device=dev, failures_dir=args.failures, seed=seed,
-                            max_examples=args.max_examples if share is None else (args.max_examples or 50),
+            n = args.max_examples
+            if share is not None:
+                n = args.max_examples or 50
+                if merged is not None and merged.examples:
+                    # Size the next chunk to the time left of this kernel's share.
+                    per = merged.wall_s / merged.examples
+                    n = max(1, min(n, int((share - (time.perf_counter() - t_k)) / per)))
+            r = fuzz_kernel(cls, profile=profile, device=dev, failures_dir=args.failures, seed=seed, max_examples=n,
                             overrides={"derandomize": False} if share is not None else None)
             seeds.append(seed)
             if merged is not None:
