@@ -298,9 +298,10 @@ def _best(name, g, params, mode, decode, batch, nsets, prefix, k, candidates, de
 
 # Launch configurations swept per batch (the first is the default); each is checked against fp64
 # over a whole cursor cycle before it is timed.
-REPLAY_CANDIDATES = [{"num_warps": 4}, {"num_warps": 4, "prefetch": False}, {"num_warps": 8, "prefetch": False},
-                     {"block_p": 32, "num_warps": 8, "prefetch": False}]
-SPEC_CANDIDATES = [{"num_warps": 4}, {"num_warps": 8}, {"num_warps": 4, "vector_readout": False}]
+REPLAY_CANDIDATES = [{"num_warps": 4}, {"num_warps": 4, "prefetch": True}, {"num_warps": 8},
+                     {"block_p": 32, "num_warps": 8}]
+SPEC_CANDIDATES = [{"num_warps": 4}, {"num_warps": 8, "vector_readout": True},
+                   {"num_warps": 4, "vector_readout": True}]
 BASELINE_CANDIDATES = [{"block_p": 16, "num_warps": 4}, {"block_p": 32, "num_warps": 4}]
 
 
