@@ -1,0 +1,485 @@
+"""The fast path of a drift cell: the numbers of ``Lockstep.step`` + ``CellRun`` with a tenth of the host work.
+
+Oracle: the slow path (:meth:`replayssm.validators.drift.CellRun.run_steps` with ``fast=False``,
+i.e. :meth:`Lockstep.step` every step).  Expected difference: none -- the cell results, the
+checkpoints and the failures are bit for bit the same (tests/test_drift_fast.py compares them),
+except the traceback text when the kernel raises.  How it stays bit-identical while doing less:
+
+* inputs of a whole chunk of steps come from one call (:func:`make_inputs_steps`: the same words,
+  exact integer and elementwise IEEE ops, so the same bits), upcast to fp64 once per chunk;
+* the fp64 reference runs on the same shapes with the same transcendental and reduction ops as
+  ``mamba2_step`` / ``gdn_step`` (only exact ops -- casts, ``repeat_interleave``, the gate's add and
+  clamp, ``D x`` -- are hoisted to the chunk), so every value is rounded as before; the shadow
+  state (one flush's injected error) skips the output it never uses;
+* the output error ``||out - ref|| / ||ref||`` per (row, position) is ``error_metrics``'s formula on
+  the same shapes, written into a per-chunk buffer (the drift drain moves it to the host once per
+  chunk);
+* the exact output checks (NaN poison left, non-finite outputs) are not a host sync per step:
+  an unwritten or non-finite output makes that position's error non-finite, and the chunk's
+  errors are looked at once, at the end of each run call; only a flagged step is checked
+  element by element, on the output and reference it kept, with Lockstep's messages;
+* a kernel with a raw launch path (``launch_verify``/``launch_commit``: the Triton Mamba-2
+  kernels) is called through it (no host checks, no sync); any other kernel through
+  ``verify``/``commit`` (the interface path, as the slow path does);
+* on a CUDA device, standard decode and a raw-path kernel: the steps between two host events (a
+  flush, whose checkpoint error is measured on the host; a committed-state sample; the chunk's
+  end) are captured in a CUDA graph on their second occurrence and replayed after (the step's
+  position in the chunk is static, the chunk's inputs are refilled in place), so a step costs
+  no host launches.  ``graphs=False`` runs the same code eagerly.
+
+A cell qualifies when its Lockstep runs without the literal model, invariants, state checks,
+metrics or digest (the drift configuration), every slot is used, no row is padding, and no step
+resets a row; otherwise ``CellRun`` keeps the slow path.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import Counter
+
+import numpy as np
+import torch
+
+from replayssm.scenarios.inputs import make_inputs_steps
+from replayssm.validators import invariants as inv
+from replayssm.validators.runner import reference_step
+
+TINY = 1e-300
+MAX_GRAPHS = 48
+
+
+def raw_path(kernel) -> bool:
+    """Whether ``kernel`` can be driven through ``launch_verify``/``launch_commit``: they exist and
+    its ``verify``/``commit`` are the ones of the class that defines them (a subclass overriding
+    ``verify`` -- a mutant -- must keep going through it)."""
+    cls = type(kernel)
+    owner = next((c for c in cls.__mro__ if "launch_verify" in vars(c)), None)
+    if owner is None or "launch_commit" not in vars(owner):
+        return False
+    return all(getattr(cls, n) is getattr(owner, n) for n in ("verify", "commit", "launch_verify", "launch_commit"))
+
+
+def qualifies(cell) -> str | None:
+    """Why ``cell`` cannot take the fast path, or None."""
+    ls, sc = cell.ls, cell.sc
+    if ls.literal is not None or ls.invariants_every or ls.state_every or ls.record_metrics or ls.digest is not None:
+        return "the Lockstep runs the literal model, invariants, state checks, metrics or a digest"
+    if ls.pad_rows or sc.unused_slots:
+        return "padding rows or unused slots"
+    if any(p.reset_rows for p in cell.plans):
+        return "a step resets rows"
+    return None
+
+
+class _Mamba2Reference:
+    """``mamba2_step`` in fp64 over a chunk: exact parts hoisted, the rest on the same shapes."""
+
+    def __init__(self, K: int, R: int, g, params: dict[str, torch.Tensor], device) -> None:
+        H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
+        self.rep, self.has_z = H // G, g.has_z
+        self.A = params["A"].view(H, 1, 1)
+        self.dt_bias, self.D = params["dt_bias"], params["D"][:, None]
+        f64 = dict(dtype=torch.float64, device=device)
+        # Shaped for broadcasting without views: gate terms [R, H, 1, 1], x [R, H, P, 1], B/C [R, H, 1, N].
+        self.buf = {"u": torch.empty((K, R, H, 1, 1), **f64),
+                    "gt": torch.empty((K, R, H, 1, 1), dtype=torch.bool, device=device),
+                    "uc": torch.empty((K, R, H, 1, 1), **f64), "x": torch.empty((K, R, H, P, 1), **f64),
+                    "Bh": torch.empty((K, R, H, 1, N), **f64), "Ch": torch.empty((K, R, H, 1, N), **f64),
+                    "Dx": torch.empty((K, R, H, P), **f64)}
+        if self.has_z:
+            self.buf["z"] = torch.empty((K, R, H, P), **f64)
+        self.v = {k: b.unbind(0) for k, b in self.buf.items()}
+
+    def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
+        """Tokens ``[n, R, ...]`` (fp64, token-major) into the buffers."""
+        b = self.buf
+        u = torch.add(tok["dt"], self.dt_bias, out=b["u"][:n, :, :, 0, 0])
+        torch.gt(u, 20, out=b["gt"][:n, :, :, 0, 0])
+        torch.clamp(u, max=20, out=b["uc"][:n, :, :, 0, 0])
+        b["x"][:n, ..., 0].copy_(tok["x"])
+        b["Bh"][:n, :, :, 0].copy_(tok["B"].repeat_interleave(self.rep, dim=-2))
+        b["Ch"][:n, :, :, 0].copy_(tok["C"].repeat_interleave(self.rep, dim=-2))
+        torch.mul(self.D, tok["x"], out=b["Dx"][:n])
+        if self.has_z:
+            b["z"][:n].copy_(tok["z"])
+
+    def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None) -> torch.Tensor:
+        """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given."""
+        v = self.v
+        delta = torch.where(v["gt"][i], v["u"][i], torch.log1p(torch.exp(v["uc"][i])))
+        new = torch.add(torch.exp(self.A * delta) * st, delta * v["x"][i] * v["Bh"][i])
+        if y_out is not None:
+            y = torch.add((new * v["Ch"][i]).sum(-1), v["Dx"][i])
+            if self.has_z:
+                z = v["z"][i]
+                torch.mul(y * z, torch.sigmoid(z), out=y_out)
+            else:
+                y_out.copy_(y)
+        return new
+
+
+class _GenericReference:
+    """:func:`reference_step` over a chunk of fp64 tokens."""
+
+    def __init__(self, K: int, R: int, g, params: dict[str, torch.Tensor], device, family: str) -> None:
+        self.family, self.params = family, params
+        self.buf = {n: torch.empty((K, R, *s), dtype=torch.float64, device=device)
+                    for n, s in g.input_shapes().items()}
+        self.v = {k: b.unbind(0) for k, b in self.buf.items()}
+
+    def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
+        for k, b in self.buf.items():
+            b[:n].copy_(tok[k])
+
+    def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None) -> torch.Tensor:
+        y, new = reference_step(self.family, st, {k: v[i] for k, v in self.v.items()}, self.params)
+        if y_out is not None:
+            y_out.copy_(y)
+        return new
+
+
+class FastCell:
+    """Drives a :class:`CellRun` on the fast path (see the module docstring).  ``graphs``: capture
+    CUDA graphs (None: when the device is CUDA, the decode standard and the kernel has a raw path).
+    ``static``: run the steps between host events on the fixed buffers a graph would capture, but
+    eagerly (what tests check on a CPU; implied by ``graphs``)."""
+
+    def __init__(self, cell, graphs: bool | None = None, static: bool = False) -> None:
+        why = qualifies(cell)
+        if why:
+            raise ValueError(f"cell: {cell.spec.id} cannot take the fast path ({why})")
+        self.cell = cell
+        ls, sc = cell.ls, cell.sc
+        self.ls, self.sc, self.dev = ls, sc, ls.device
+        self.K, self.R, self.T = cell.chunk, sc.rows, sc.window
+        self.spec = cell.spec.speculative
+        self.raw = raw_path(ls.kernel)
+        can_graph = self.dev.type == "cuda" and self.raw and not self.spec
+        if graphs and not can_graph:
+            raise ValueError("graphs: CUDA graphs need a CUDA device, standard decode and a kernel with a raw "
+                             "launch path (launch_verify/launch_commit)")
+        self.capture = can_graph if graphs is None else bool(graphs)
+        self.graphs = self.capture or static  # fixed buffers, several steps per piece
+        if static and self.spec:
+            raise ValueError("static: pieces of several steps are for standard decode")
+        g = sc.geometry_obj
+        K, R, T, dev = self.K, self.R, self.T, self.dev
+        act = sc.precision.act_dtype
+        self.names = list(g.input_shapes())
+        self.inb = {n: torch.empty((K, R, T, *s), dtype=act, device=dev) for n, s in g.input_shapes().items()}
+        self.out = torch.empty((K, R, T, *ls.kernel.out_shape), dtype=act, device=dev)
+        self.ref_out = torch.empty((K, R, T, *ls.kernel.out_shape), dtype=torch.float64, device=dev)
+        self.rel = torch.empty((K, R, T), dtype=torch.float64, device=dev)
+        self.acc = torch.empty((K, R), dtype=torch.int64, device=dev)
+        self.sel = torch.empty((K, T, R), dtype=torch.bool, device=dev)
+        self.inb_v = {n: b.unbind(0) for n, b in self.inb.items()}
+        self.out_v, self.ref_out_v, self.rel_v, self.acc_v = (b.unbind(0) for b in (self.out, self.ref_out, self.rel,
+                                                                                    self.acc))
+        self.y_v = [self.ref_out[j][:, t] for j in range(K) for t in range(T)]
+        state_dims = len(g.state_shape)
+        self.sel_v = [self.sel[j, t].view(R, *([1] * state_dims)) for j in range(K) for t in range(T)]
+        self.arange_T = torch.arange(1, T + 1, device=dev).view(1, T, 1)
+        if sc.family == "mamba2":
+            self.ref = _Mamba2Reference(K * T, R, g, ls.ref_params, dev)
+        else:
+            self.ref = _GenericReference(K * T, R, g, ls.ref_params, dev, sc.family)
+        self.chunk_at = None  # first step of the chunk in the buffers
+        self.checked = cell.step  # steps before this one had their outputs checked
+        self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self.seen: Counter = Counter()
+        self.pool = None
+        self.replays = 0
+        if self.graphs:
+            self.ref_buf = ls.ref.clone()
+            self.shadow_buf = cell.shadow.clone()
+
+    # ---- chunks ----------------------------------------------------------------------------------------------
+    def _load_chunk(self, at: int) -> None:
+        cell, sc = self.cell, self.sc
+        plans = cell.plans[at:min(at + self.K, cell.n_steps)]
+        n, T, R = len(plans), self.T, self.R
+        gen = make_inputs_steps(sc, [p.step for p in plans], self.dev)
+        for name, b in self.inb.items():
+            b[:n].copy_(gen[name])
+        self.acc[:n].copy_(torch.tensor([p.accepted for p in plans], dtype=torch.int64))
+        torch.eq(self.acc[:n, None, :], self.arange_T, out=self.sel[:n])
+        self.out.view(inv._INT_VIEW[self.out.element_size()]).fill_(inv.poison_bits(self.out.dtype))
+        tok = {name: v[:n].transpose(1, 2).reshape(n * T, R, *v.shape[3:]).to(torch.float64)
+               for name, v in self.inb.items()}
+        self.ref.load(tok, n * T)
+        self.chunk_at = at
+
+    # ---- device work ----------------------------------------------------------------------------------------
+    def _advance(self, st: torch.Tensor, j: int, k: np.ndarray) -> torch.Tensor:
+        """``CellRun._advance_shadow``: ``st`` over each row's ``k`` accepted tokens of chunk step ``j``."""
+        new = st
+        for t in range(int(k.max())):
+            st = self.ref.step(st, j * self.T + t, None)
+            hit = k == t + 1
+            if hit.all():
+                new = st
+            elif hit.any():
+                new = torch.where(self.sel_v[j * self.T + t], st, new)
+        return new
+
+    def _rel(self, out: torch.Tensor, ro: torch.Tensor, dst: torch.Tensor, exact: bool) -> None:
+        """``error_metrics``'s ``rel_l2`` per (row, position) into ``dst``.  ``exact=False`` skips
+        its non-finite-to-inf step: the same bits when every difference is finite, a non-finite
+        value otherwise, which :meth:`_check_outputs` recomputes with ``exact=True``."""
+        d = torch.sub(out, ro).abs()  # the bf16/fp16/fp32 output upcast exactly inside the subtraction
+        if exact:
+            d = torch.where(torch.isfinite(d), d, float("inf"))
+        dims = tuple(range(2, d.dim()))
+        torch.div(torch.linalg.vector_norm(d, dim=dims), torch.linalg.vector_norm(ro, dim=dims).clamp_min(TINY),
+                  out=dst)
+
+    def _device_step(self, j: int, ref: torch.Tensor, shadow: torch.Tensor | None, k: np.ndarray, s: int):
+        """Verify + commit chunk step ``j``, the fp64 reference window, the output error; the shadow
+        advanced when given.  Returns (reference state, shadow)."""
+        ls, kern, T = self.ls, self.ls.kernel, self.T
+        inputs = {n: v[j] for n, v in self.inb_v.items()}
+        out = self.out_v[j]
+        if self.raw:
+            kern.launch_verify(ls.ids, inputs, out)
+            kern.launch_commit(ls.ids, self.acc_v[j])
+        else:
+            ret = kern.verify(ls.ids, inputs, out=out)
+            if ret is not out and ret is not None:
+                ls.fail(s, "out-param", "verify returned a new tensor instead of writing into out=")
+                out.copy_(ret)
+            kern.commit(ls.ids, self.acc_v[j])
+        st, new = ref, ref
+        for t in range(T):
+            st = self.ref.step(st, j * T + t, self.y_v[j * T + t])
+            hit = k == t + 1
+            if hit.all():
+                new = st
+            elif hit.any():
+                new = torch.where(self.sel_v[j * T + t], st, new)
+        self._rel(out, self.ref_out_v[j], self.rel_v[j], exact=False)
+        if shadow is not None:
+            shadow = self._advance(shadow, j, k)
+        return new, shadow
+
+    def _piece_static(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int]) -> None:
+        """Chunk steps ``j0..`` on the static reference and shadow buffers (what a graph captures)."""
+        ref, sh = self.ref_buf, self.shadow_buf
+        for i, f in enumerate(flags):
+            ref, new_sh = self._device_step(j0 + i, ref, sh if f else None, ks[i], ss[i])
+            if f:
+                sh = new_sh
+        self.ref_buf.copy_(ref)
+        if any(flags):
+            self.shadow_buf.copy_(sh)
+
+    def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int]) -> None:
+        key = (j0, flags)
+        g = self.cache.get(key)
+        if g is None and self.capture and self.seen[key] and len(self.cache) < MAX_GRAPHS:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=self.pool):
+                self._piece_static(j0, flags, ks, ss)
+            self.pool = self.pool or g.pool()
+            self.cache[key] = g
+        self.seen[key] += 1
+        if g is None:
+            self._piece_static(j0, flags, ks, ss)
+        else:
+            g.replay()
+            self.replays += 1
+
+    # ---- host bookkeeping (Lockstep.step and CellRun.run_steps, without the device work) ----------------------
+    def _flush_rows(self) -> list[int]:
+        return [r for r in self.ls.active if self.ls.dec.is_flush(self.ls.wp[r])]
+
+    def _book(self, j: int, flush_rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Host effects of one step; returns (position before, accepted)."""
+        cell, ls, dec, sc = self.cell, self.ls, self.ls.dec, self.sc
+        p = cell.plans[cell.step]
+        for r in ls.active:
+            ls.phases.add((ls.wp[r], p.accepted[r]))
+            ls.coverage["flush verifies" if r in flush_rows else "non-flush verifies"] += 1
+            if dec.speculative and r in flush_rows and ls.origin[r] + ls.wp[r] >= sc.ring_rows:
+                ls.coverage["ring wraps"] += 1
+        ls.tokens_verified += len(ls.active) * sc.window
+        for r in ls.active:
+            ls.wp[r], ls.origin[r] = dec.commit_cursor(ls.wp[r], ls.origin[r], r in flush_rows, p.accepted[r])
+            ls.tokens_accepted += p.accepted[r]
+        ls.step_idx += 1
+        pos_before = cell.pos.copy()
+        k = np.array(p.accepted, dtype=np.int64)
+        cell.pending.append(("out", self.rel_v[j], pos_before, k))
+        return pos_before, k
+
+    def _events(self, j: int, flush_rows: list[int], pos_before: np.ndarray, k: np.ndarray,
+                ref_before: torch.Tensor) -> None:
+        """The rest of ``CellRun.run_steps`` for a step: flush and state measurements."""
+        cell, ls, dev = self.cell, self.ls, self.dev
+        from replayssm.validators.drift import _row_rel
+        if flush_rows:
+            ck = ls.kernel.checkpoint_state(ls.ids)
+            folded = ref_before if self.spec else ls.ref
+            idx = torch.tensor(flush_rows, device=dev)
+            fidx = cell.flushes[flush_rows] + 1
+            at = pos_before[flush_rows] + (0 if self.spec else 1)
+            cell.pending.append(("flush", _row_rel(ck.index_select(0, idx), folded.index_select(0, idx)),
+                                 fidx.copy(), at.copy()))
+            if not self.spec:
+                self._set_shadow(self._advance(cell.shadow, j, k))
+            armed = [r for r in flush_rows if cell.armed[r]]
+            if armed:
+                ai = torch.tensor(armed, device=dev)
+                cell.pending.append(("local", _row_rel(ck.index_select(0, ai), cell.shadow.index_select(0, ai)),
+                                     cell.flushes[armed] + 1))
+            cell.flushes[flush_rows] += 1
+            src = ck.index_select(0, idx).to(torch.float64)
+            if self.graphs:
+                cell.shadow.index_copy_(0, idx, src)
+            else:
+                cell.shadow = cell.shadow.index_copy(0, idx, src)
+            for r in flush_rows:
+                cell.armed[r] = cell.flushes[r] % cell.cfg.local_every == 0
+            if self.spec and cell.armed.any():
+                self._set_shadow(self._advance(cell.shadow, j, k))
+        cell.pos += k
+        due = [r for r in ls.active if cell.next_sample[r] < len(cell.targets)
+               and cell.pos[r] >= cell.targets[cell.next_sample[r]]]
+        if due:
+            cs = ls.kernel.committed_state(ls.ids)
+            di = torch.tensor(due, device=dev)
+            cell.pending.append(("state", _row_rel(cs.index_select(0, di), ls.ref.index_select(0, di)),
+                                 cell.pos[due].copy()))
+            for r in due:
+                while cell.next_sample[r] < len(cell.targets) and cell.pos[r] >= cell.targets[cell.next_sample[r]]:
+                    cell.next_sample[r] += 1
+
+    def _set_shadow(self, new: torch.Tensor) -> None:
+        if self.graphs:
+            self.cell.shadow.copy_(new)
+        else:
+            self.cell.shadow = new
+
+    def _sample_due(self, pos: np.ndarray) -> bool:
+        cell = self.cell
+        return any(cell.next_sample[r] < len(cell.targets) and pos[r] >= cell.targets[cell.next_sample[r]]
+                   for r in self.ls.active)
+
+    # ---- the exact output checks, deferred ------------------------------------------------------------------
+    def _check_outputs(self) -> None:
+        """Lockstep's exact output checks for the steps run since the last call, element by element
+        only where a step's output error is not finite (an unwritten or non-finite output)."""
+        lo, hi = self.checked, self.cell.step
+        if hi <= lo:
+            return
+        a, b = lo - self.chunk_at, hi - self.chunk_at
+        flagged = torch.nonzero(~torch.isfinite(self.rel[a:b]).flatten(1).all(1)).flatten().tolist()
+        for j in flagged:
+            out, ro = self.out_v[a + j], self.ref_out_v[a + j]
+            self._rel(out, ro, self.rel_v[a + j], exact=True)
+            self._output_failures(self.cell.plans[lo + j].step, out, ro)
+        self.checked = hi
+
+    def _output_failures(self, s: int, out: torch.Tensor, ref_out: torch.Tensor) -> None:
+        """Lockstep.step's unwritten-output and non-finite checks (no literal model, no padding)."""
+        ls = self.ls
+        unwritten = inv.unwritten_mask(out)
+        nonfinite = ~torch.isfinite(out) & ~unwritten
+        if bool(unwritten.any()):
+            for i, r in enumerate(ls.active):
+                if bool(unwritten[i].any()):
+                    pos = inv.first_index(unwritten[i])
+                    ls.fail(s, "unwritten-output", f"output element {pos[1:]} still holds the NaN poison",
+                            row=r, slot=ls.ids_list[r], position=pos[0])
+        if bool(nonfinite.any()):
+            for i, r in enumerate(ls.active):
+                bad = nonfinite[i]
+                if bool(bad.any()):
+                    pos = inv.first_index(bad)
+                    ls.fail(s, "non-finite", f"first non-finite output element {pos[1:]} "
+                                             f"(value {float(out[i][pos]):g}, reference {float(ref_out[r][pos]):.4g})",
+                            row=r, slot=ls.ids_list[r], position=pos[0])
+
+    # ---- the loop ----------------------------------------------------------------------------------------------
+    def _sync_static(self) -> None:
+        """Graph mode: the reference and shadow live in fixed buffers (after a resume they were replaced)."""
+        ls, cell = self.ls, self.cell
+        if ls.ref is not self.ref_buf:
+            self.ref_buf.copy_(ls.ref)
+            ls.ref = self.ref_buf
+        if cell.shadow is not self.shadow_buf:
+            self.shadow_buf.copy_(cell.shadow)
+            cell.shadow = self.shadow_buf
+
+    def _piece(self, end: int) -> tuple[list[int], list[bool]]:
+        """The steps from ``cell.step`` up to the next host event (a flush, a state sample, the chunk's
+        end, ``end``), and whether each advances the shadow."""
+        cell, ls, dec = self.cell, self.ls, self.ls.dec
+        stop = min(end, self.chunk_at + self.K, cell.n_steps)
+        wp, pos = list(ls.wp), cell.pos.copy()
+        steps, flags = [], []
+        s = cell.step
+        while s < stop:
+            p = cell.plans[s]
+            flush = [r for r in ls.active if dec.is_flush(wp[r])]
+            steps.append(s)
+            flags.append(not flush and bool(cell.armed.any()))
+            for r in ls.active:
+                wp[r] = dec.commit_cursor(wp[r], 0, r in flush, p.accepted[r])[0]
+            pos = pos + np.asarray(p.accepted, dtype=np.int64)
+            s += 1
+            if flush or self._sample_due(pos) or not self.graphs:
+                break
+        return steps, flags
+
+    def run(self, n: int) -> int:
+        """``CellRun.run_steps(n)`` on the fast path."""
+        cell = self.cell
+        before = int(np.minimum(cell.pos, cell.cfg.tokens).sum())
+        end = min(cell.n_steps, cell.step + n)
+        if cell.step != self.checked:  # resumed from a checkpoint: reload the chunk
+            self.chunk_at, self.checked = None, cell.step
+        if self.graphs:
+            self._sync_static()
+        while cell.step < end and cell.exception is None:
+            at = cell.step - cell.step % self.K
+            if self.chunk_at != at:
+                self._check_outputs()
+                self._load_chunk(at)
+                self.checked = cell.step
+            steps, flags = self._piece(end)
+            j0 = steps[0] - at
+            ks = [np.asarray(cell.plans[s].accepted, dtype=np.int64) for s in steps]
+            ss = [cell.plans[s].step for s in steps]
+            ref_before = self.ls.ref
+            try:
+                if self.graphs:
+                    self._run_graphed(j0, tuple(flags), ks, ss)
+                else:
+                    new_ref, new_sh = self._device_step(j0, self.ls.ref, cell.shadow if flags[0] else None,
+                                                        ks[0], ss[0])
+                    self.ls.ref = new_ref
+                    if flags[0]:
+                        cell.shadow = new_sh
+            except Exception as e:  # noqa: BLE001 - a kernel error ends the cell and is reported
+                cell.exception = f"step {cell.step}: {type(e).__name__}: {e}"
+                cell.pending.append(("exception", traceback.format_exc()[-2000:]))
+                break
+            for i, s in enumerate(steps):
+                j = s - at
+                flush_rows = self._flush_rows()
+                pos_before, k = self._book(j, flush_rows)
+                if i == len(steps) - 1:
+                    self._events(j, flush_rows, pos_before, k, ref_before)
+                else:
+                    cell.pos += k
+                cell.step += 1
+            if cell.step % cell.chunk == 0:
+                self._check_outputs()
+                cell._drain()
+        self._check_outputs()
+        if cell.done:
+            cell._drain()
+        return int(np.minimum(cell.pos, cell.cfg.tokens).sum()) - before
+
+
+__all__ = ["FastCell", "qualifies", "raw_path"]
