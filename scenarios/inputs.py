@@ -182,6 +182,11 @@ _SEGMENTS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 def random_bits_batched(keys: list[int], counts: list[int], device) -> list[torch.Tensor]:
     """``random_bits(keys[i], counts[i])`` for every i, bit-identical, in one pass (few kernel
     launches: what makes per-step generation on a GPU cheap)."""
+    return list(_random_bits_flat(keys, counts, device).split(counts))
+
+
+def _random_bits_flat(keys: list[int], counts: list[int], device) -> torch.Tensor:
+    """The words of :func:`random_bits_batched`, concatenated in order."""
     device = torch.device(device)
     ck = (tuple(counts), str(device))
     if ck not in _SEGMENTS:
@@ -193,8 +198,7 @@ def random_bits_batched(keys: list[int], counts: list[int], device) -> list[torc
     k = kt.to(device)[seg]
     h = _lowbias32((i & _M32) ^ k[:, 0])
     h = _lowbias32(h ^ k[:, 1] ^ (i >> 32))
-    h = _lowbias32(h ^ k[:, 2])
-    return list(h.split(counts))
+    return _lowbias32(h ^ k[:, 2])
 
 
 # ---- scenario-level generators --------------------------------------------------------------------------
@@ -234,26 +238,40 @@ def make_initial_state(sc, generation: int = 0, device="cpu") -> torch.Tensor:
 
 def make_inputs(sc, step: int, device="cpu", *, stream: str = "inputs") -> dict[str, torch.Tensor]:
     """Window inputs of ``step``: each ``[rows, T', *shape]`` in the mode's activation dtype."""
-    g, d = sc.geometry_obj, _dist(sc)
+    g = sc.geometry_obj
     act = sc.precision.act_dtype
-    rows, T = sc.rows, sc.window
-    gate = "dt" if sc.family == "mamba2" else "a"
-    value = "x" if sc.family == "mamba2" else "v"
-    shapes = {name: (rows, T, *shape) for name, shape in g.input_shapes().items()}
+    shapes = {name: (sc.rows, sc.window, *shape) for name, shape in g.input_shapes().items()}
     counts = [math.prod(s) for s in shapes.values()]
     keys = [key_of(sc.seed, _stream(f"{stream}:{name}"), step) for name in shapes]
-    out = {}
-    for (name, full), bits in zip(shapes.items(), random_bits_batched(keys, counts, device)):
-        if name == gate:
-            x = torch.mul(_apply_law("normal", bits), d.dt_scale)
-        elif name == "b":  # GDN beta = sigmoid(b)
-            x = _apply_law("normal", bits)
-        else:
-            x = _apply_law(d.act_law, bits)
-            if name == value and d.value_scale != 1.0:
-                x = torch.mul(x, d.value_scale)
-        out[name] = x.to(act).reshape(full)
-    return out
+    return {name: _input_values(sc, name, bits).to(act).reshape(full)
+            for (name, full), bits in zip(shapes.items(), random_bits_batched(keys, counts, device))}
+
+
+def _input_values(sc, name: str, bits: torch.Tensor) -> torch.Tensor:
+    """fp64 values of input ``name`` from its words (elementwise: any batching gives the same bits)."""
+    d = _dist(sc)
+    if name == ("dt" if sc.family == "mamba2" else "a"):
+        return torch.mul(_apply_law("normal", bits), d.dt_scale)
+    if name == "b":  # GDN beta = sigmoid(b)
+        return _apply_law("normal", bits)
+    x = _apply_law(d.act_law, bits)
+    if name == ("x" if sc.family == "mamba2" else "v") and d.value_scale != 1.0:
+        x = torch.mul(x, d.value_scale)
+    return x
+
+
+def make_inputs_steps(sc, steps: list[int], device="cpu", *, stream: str = "inputs") -> dict[str, torch.Tensor]:
+    """:func:`make_inputs` of several steps in one pass: each ``[len(steps), rows, T', *shape]``,
+    bit-identical to stacking ``make_inputs(sc, s)`` over ``steps`` (the same words; only exact
+    integer ops, a gather and elementwise IEEE ops touch them)."""
+    g = sc.geometry_obj
+    act = sc.precision.act_dtype
+    shapes = {name: (sc.rows, sc.window, *shape) for name, shape in g.input_shapes().items()}
+    keys = [key_of(sc.seed, _stream(f"{stream}:{name}"), s) for name in shapes for s in steps]
+    counts = [math.prod(full) for full in shapes.values() for _ in steps]
+    words = _random_bits_flat(keys, counts, device).split([c * len(steps) for c in counts[::len(steps)]])
+    return {name: _input_values(sc, name, bits).to(act).reshape(len(steps), *full)
+            for (name, full), bits in zip(shapes.items(), words)}
 
 
 def inputs_digest(sc, steps: int = 4) -> str:
@@ -270,4 +288,4 @@ def inputs_digest(sc, steps: int = 4) -> str:
 
 
 __all__ = ["DISTRIBUTIONS", "Distribution", "inputs_digest", "key_of", "make_initial_state", "make_inputs",
-           "make_params", "random_bits", "random_bits_batched", "sample", "table_digest"]
+           "make_inputs_steps", "make_params", "random_bits", "random_bits_batched", "sample", "table_digest"]

@@ -49,6 +49,7 @@ from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import plan
 from replayssm.validators.drift_analysis import BinnedCurve
+from replayssm.validators.drift_fast import FastCell, qualifies
 from replayssm.validators.runner import Lockstep, reference_step
 
 CONFIG_SCHEMA = 1
@@ -351,7 +352,10 @@ def _plan_for(spec: CellSpec, cfg: SweepConfig):
 class CellRun:
     """One drift cell: a :class:`Lockstep` plus the drift accumulators (see the module docstring)."""
 
-    def __init__(self, spec: CellSpec, cfg: SweepConfig, device="cpu", chunk: int = 64) -> None:
+    def __init__(self, spec: CellSpec, cfg: SweepConfig, device="cpu", chunk: int = 64, fast: bool = True,
+                 graphs: bool | None = None) -> None:
+        """``fast``: step through :class:`replayssm.validators.drift_fast.FastCell` (same results, a
+        tenth of the host work; CUDA graphs per ``graphs``) when the cell qualifies."""
         self.spec, self.cfg = spec, cfg
         self.device = torch.device(device)
         self.chunk = chunk
@@ -377,6 +381,7 @@ class CellRun:
         self.step = 0
         self.exception: str | None = None
         self.truncated = False
+        self.fast = FastCell(self, graphs) if fast and qualifies(self) is None else None
 
     # ---- checkpoint ------------------------------------------------------------------------------------------
     @property
@@ -421,6 +426,8 @@ class CellRun:
 
     def run_steps(self, n: int) -> int:
         """Run up to ``n`` steps (stopping at chunk boundaries); returns accepted tokens counted."""
+        if self.fast is not None:
+            return self.fast.run(n)
         before = int(np.minimum(self.pos, self.cfg.tokens).sum())
         ls, dec, spec = self.ls, self.ls.dec, self.spec.speculative
         end = min(self.n_steps, self.step + n)
