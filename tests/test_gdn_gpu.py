@@ -52,8 +52,6 @@ def _cases():
     out.append(("replay-s32a16-B8-T4-exhaustive-qwen35-4b", "triton-replay",
                 _sc("qwen35-4b", "s32a16", "speculative", 4, 8, "exhaustive", None)))
     for mode in ("s32a16", "sfp8a16-sr"):
-        out.append((f"replay-dot-{mode}-B16-T4-qwen35-4b", "triton-replay",
-                    _sc("qwen35-4b", mode, "speculative", 4, 16, "per-row", 10, kernel_options={"readout": "dot"})))
         out += [
             (f"replay-{mode}-L16-T1-gdn-hv64", "triton-replay", _sc("gdn-hv64", mode, "standard", 1, 16,
                                                                     "random", 18)),

@@ -37,34 +37,14 @@ def _row(x, sel):
     return tl.sum(tl.where(sel[:, None], x, 0.0), 0)
 
 
-@triton.jit
-def _readouts_dot(s0, eG, Dh, Kh, wj, q_ptr, k_ptr, r, hk, offs_k, mk, H: tl.constexpr, K: tl.constexpr,
-                  T: tl.constexpr, SCALE: tl.constexpr, XB: tl.constexpr):
-    """S_h x for the window's k_t (columns t) and q_t (columns T + t) as fp32 FMA dots
-    (``input_precision="ieee"``: no tensor-core rounding): returns [XB, BV]."""
-    offs_x = tl.arange(0, XB)
-    isk = offs_x < T
-    isq = (offs_x >= T) & (offs_x < 2 * T)
-    tokx = r * T + tl.where(isk, offs_x, offs_x - T)
-    off = (tokx[:, None] * H + hk) * K + offs_k[None, :]
-    X = (tl.load(k_ptr + off, mask=isk[:, None] & mk[None, :], other=0.0).to(tl.float32)
-         + tl.load(q_ptr + off, mask=isq[:, None] & mk[None, :], other=0.0).to(tl.float32))
-    X = l2_normalise(X, 1) * tl.where(isq, SCALE, 1.0)[:, None]
-    Xt = tl.trans(X)
-    SX = tl.dot(s0, Xt, input_precision="ieee")
-    HX = tl.dot(Kh, Xt, input_precision="ieee")
-    RX = eG * SX + tl.dot(tl.trans(Dh), wj[:, None] * HX, input_precision="ieee")
-    return tl.trans(RX)
-
-
 @triton.jit(do_not_specialize=["seed", "num_slots"])
 def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log_ptr, dt_bias_ptr,
                         ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, wpos_ptr, origin_ptr, isflush_ptr,
                         pending_ptr, sr_ptr, seed, num_slots,
                         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, T: tl.constexpr,
                         RING: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                        BT: tl.constexpr, BH: tl.constexpr, DOT: tl.constexpr, XB: tl.constexpr,
-                        SCALED: tl.constexpr, SR: tl.constexpr, INTERPRET: tl.constexpr):
+                        BT: tl.constexpr, BH: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr,
+                        INTERPRET: tl.constexpr):
     r = tl.program_id(0)
     h = tl.program_id(1)
     vb = tl.program_id(2)
@@ -108,19 +88,12 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
     SQ = tl.zeros([BT, BV], dtype=tl.float32)
     KK = tl.zeros([BT, BT], dtype=tl.float32)
     KQ = tl.zeros([BT, BT], dtype=tl.float32)
-    if DOT:
-        RX = _readouts_dot(s0, eG, Dh, Kh, wj, q_ptr, k_ptr, r, hk, offs_k, mk, H, K, T, SCALE, XB)
-        offs_x = tl.arange(0, XB)
     for t in tl.static_range(T):
         sel = offs_t == t
         kt = _row(Kw, sel)
         qt = _row(Qw, sel)
-        if DOT:
-            SK = tl.where(sel[:, None], _row(RX, offs_x == t)[None, :], SK)
-            SQ = tl.where(sel[:, None], _row(RX, offs_x == T + t)[None, :], SQ)
-        else:
-            SK = tl.where(sel[:, None], readout(s0, eG, Dh, Kh, wj, kt)[None, :], SK)
-            SQ = tl.where(sel[:, None], readout(s0, eG, Dh, Kh, wj, qt)[None, :], SQ)
+        SK = tl.where(sel[:, None], readout(s0, eG, Dh, Kh, wj, kt)[None, :], SK)
+        SQ = tl.where(sel[:, None], readout(s0, eG, Dh, Kh, wj, qt)[None, :], SQ)
         KK = tl.where(offs_t[None, :] == t, tl.sum(Kw * kt[None, :], 1)[:, None], KK)
         KQ = tl.where(sel[:, None], tl.sum(Kw * qt[None, :], 1)[None, :], KQ)
     # causal solve d = (I + A)^-1 R
@@ -294,11 +267,7 @@ def launch_replay_spec(kern, slot_ids, inputs, out) -> None:
     R = slot_ids.shape[0]
     bv, nvb, nw = kern.launch_shape(R)
     dec = kern.decode
-    bt = triton.next_power_of_2(dec.window)
     bh = triton.next_power_of_2(dec.buffer)
-    dot = kern.readout == "dot"
-    if dot:
-        bh = max(bh, 16)  # tl.dot needs every dimension >= 16
     if kern.readout == "reduce" and dec.window <= 4:
         _replay_spec_small_kernel[(R, kern.HV, nvb)](
             slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log,
@@ -313,7 +282,7 @@ def launch_replay_spec(kern, slot_ids, inputs, out) -> None:
         kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,
         kern.origin, kern.is_flush, kern.pending, kern.sr_count, kern.seed, kern.num_slots,
         H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, T=dec.window, RING=dec.ring_rows, SCALE=kern.K ** -0.5,
-        BK=kern.BK, BV=bv, BT=triton.next_power_of_2(dec.window), BH=bh, DOT=dot, XB=max(16, 2 * bt),
+        BK=kern.BK, BV=bv, BT=triton.next_power_of_2(dec.window), BH=bh,
         SCALED=kern.scaled, SR=kern.sr, INTERPRET=kern.interpret, num_warps=nw)
 
 

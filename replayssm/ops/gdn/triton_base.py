@@ -19,9 +19,9 @@ host synchronisation, and can be captured in a CUDA graph.
 * ``block_v``: value rows per program (a power of two; default chosen from the batch size),
   ``num_warps``: warps per program (default from the tile size).
 * ``readout`` (speculative replay): ``reduce`` (default) reads the state out against each window
-  k and q with row reductions, token by token for T' <= 4 (``tile`` forces the generic [T', *]
-  tile form used above 4); ``dot`` with fp32 ``tl.dot(..., input_precision="ieee")`` (FMA, no
-  tensor-core rounding; needs value blocks of >= 16 rows).
+  k and q with row reductions, token by token for T' <= 4; ``tile`` forces the generic [T', *]
+  tile form used above 4.  (An fp32 FMA ``tl.dot`` readout was measured 2x slower on an H200 and
+  removed.)
 
 Standard decode (T' = 1): ``verify`` applies the token and advances the cursor on the device (the
 last of a slot's programs to finish, through an atomic ticket); ``commit(1)`` only closes the
@@ -42,21 +42,19 @@ from replayssm.ops.gdn.triton_math import INTERPRET, store_state_tile, ticket
 STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
 ACTS = ("fp32", "bf16", "fp16")
 OPTIONS = ("checks", "block_v", "num_warps", "readout")
-READOUTS = ("reduce", "tile", "dot")
+READOUTS = ("reduce", "tile")
 
 
 def launch_shape(geometry, R: int, sm_count: int, interpret: bool, block_v: int | None = None,
-                 num_warps: int | None = None, min_block_v: int = 1) -> tuple[int, int, int]:
-    """(block_v, value blocks, num_warps) for R rows: whole value heads when there are enough
-    programs (>= 4 per SM), else blocks halved down to 16 rows; about 32 state elements per thread.
-    Under the interpreter, whole heads (fewer, larger programs run faster there)."""
+                 num_warps: int | None = None, default_block_v: int = 8) -> tuple[int, int, int]:
+    """(block_v, value blocks, num_warps) for R rows.  Default: ``default_block_v`` value rows and
+    about 32 state elements per thread (one warp for 8 rows of K = 128), the fastest or within 2 %
+    of it at every batch size on an H200 (docs/benchmarks.md); under the interpreter whole value
+    heads (fewer, larger programs run faster there)."""
     V, BK = geometry.head_v_dim, next_pow2(geometry.head_k_dim)
     Vp = next_pow2(V)
-    bv = block_v or Vp
-    if block_v is None and not interpret:
-        while bv > 16 and R * geometry.num_v_heads * triton.cdiv(V, bv) < 4 * sm_count:
-            bv //= 2
-    bv = max(min(bv, Vp), min_block_v)
+    bv = block_v or (Vp if interpret else default_block_v)
+    bv = min(bv, Vp)
     nw = num_warps or max(1, min(8, bv * BK // 1024))
     return bv, triton.cdiv(V, bv), nw
 
@@ -115,6 +113,7 @@ class TritonGDNBase(KernelUnderTest):
 
     family = "gdn"
     NPOS_EXTRA = 0  # extra state positions per slot beyond the checkpoint (speculative baseline)
+    DEFAULT_BLOCK_V = 8
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
@@ -176,7 +175,7 @@ class TritonGDNBase(KernelUnderTest):
     def launch_shape(self, R: int) -> tuple[int, int, int]:
         """(block_v, value blocks, num_warps) for a batch of R rows (see :func:`launch_shape`)."""
         return launch_shape(self.geometry, R, self.sm_count, self.interpret, self.block_v, self.num_warps,
-                            16 if self.readout == "dot" else 1)
+                            self.DEFAULT_BLOCK_V)
 
     # ---- cursors on the host (checks and inspection only) ----------------------------------------
     def _host(self, t: torch.Tensor) -> list[int]:
