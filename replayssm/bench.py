@@ -386,9 +386,9 @@ def table(result: dict) -> str:
 
 def add_parser(subparsers):
     p = subparsers.add_parser("bench", help="time kernels on a CUDA GPU against the copy bandwidth and the "
-                                            "traffic model (Mamba-2 suite of issue 4)")
-    p.add_argument("--family", default="mamba2", choices=["mamba2"])
-    p.add_argument("--geometry", default="nano4b")
+                                            "traffic model (Mamba-2 and GDN suites of issues 4-5)")
+    p.add_argument("--family", default="mamba2", choices=["mamba2", "gdn"])
+    p.add_argument("--geometry", default=None, help="preset (default: nano4b for mamba2, qwen35-4b for gdn)")
     p.add_argument("--precision", default="s32a16")
     p.add_argument("--buffer", type=int, default=16, help="L (standard decode)")
     p.add_argument("--batches", default="1,8,32,128,256,512")
@@ -404,9 +404,15 @@ def run(args) -> int:
     if not torch.cuda.is_available():
         print("replayssm bench: no CUDA device visible; the benchmark needs an NVIDIA GPU")
         return 2
-    res = bench_mamba2(args.geometry, args.precision, args.buffer, [int(b) for b in args.batches.split(",") if b],
-                       [int(b) for b in args.spec_batches.split(",") if b], args.window, rep_ms=args.rep_ms,
-                       sweep=not args.no_sweep)
+    batches = [int(b) for b in args.batches.split(",") if b]
+    spec_batches = [int(b) for b in args.spec_batches.split(",") if b]
+    if args.family == "gdn":
+        from replayssm.ops.gdn.bench_cases import bench_gdn
+        res = bench_gdn(args.geometry or "qwen35-4b", args.precision, args.buffer, batches, spec_batches, args.window,
+                        rep_ms=args.rep_ms, quick=args.no_sweep)
+    else:
+        res = bench_mamba2(args.geometry or "nano4b", args.precision, args.buffer, batches, spec_batches,
+                           args.window, rep_ms=args.rep_ms, sweep=not args.no_sweep)
     print()
     e = res["env"]
     print(f"{e.get('gpu')}  torch {e['torch']}  triton {e['triton']}  commit {e.get('commit')}"
