@@ -19,9 +19,9 @@ GEO=${DRIFT_GEO:-nano4b}
 ID_TOKENS=${DRIFT_ID_TOKENS:-512}
 TPUT_TOKENS=${DRIFT_TPUT_TOKENS:-12000}
 BIG_TOKENS=${DRIFT_BIG_TOKENS:-125000}
-BIG_DEADLINE=${DRIFT_BIG_DEADLINE:-110}
+BIG_DEADLINE=${DRIFT_BIG_DEADLINE:-100}
 LIT_TOKENS=${DRIFT_LIT_TOKENS:-1250}
-LIT_DEADLINE=${DRIFT_LIT_DEADLINE:-40}
+LIT_DEADLINE=${DRIFT_LIT_DEADLINE:-30}
 FAST_MIN=${DRIFT_FAST_MIN:-8000}
 mkdir -p "$OUT" "$W"
 exec > >(tee -a "$OUT/log.txt") 2>&1
@@ -57,9 +57,11 @@ for how in ("slow", "graphs", "eager"):
     wall = time.perf_counter() - t
     fast = run.fast
     out[how] = {"wall_s": wall, "tokens_per_s": 8 * tokens / wall, "capture": bool(fast and fast.capture),
-                "graphs": len(fast.cache) if fast else 0, "replays": fast.replays if fast else 0, "result": res}
+                "graphs": len(fast.cache) if fast else 0, "replays": fast.replays if fast else 0,
+                "capture_error": fast.capture_error if fast else None, "result": res}
     print(f"{how:6s}: {8 * tokens} tokens in {wall:.2f} s = {8 * tokens / wall:,.0f} tokens/s (first run of a "
-          f"process pays compiles), graphs {out[how]['graphs']}, replays {out[how]['replays']}")
+          f"process pays compiles), graphs {out[how]['graphs']}, replays {out[how]['replays']}, "
+          f"capture error {out[how]['capture_error']}")
 same = out["slow"]["result"] == out["graphs"]["result"] == out["eager"]["result"]
 print("GPU IDENTITY slow == fast(graphs) == fast(eager):", same)
 if not same:

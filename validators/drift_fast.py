@@ -189,6 +189,7 @@ class FastCell:
         self.seen: Counter = Counter()
         self.pool = None
         self.replays = 0
+        self.capture_error: str | None = None
         if self.graphs:
             self.ref_buf = ls.ref.clone()
             self.shadow_buf = cell.shadow.clone()
@@ -276,11 +277,16 @@ class FastCell:
         key = (j0, flags)
         g = self.cache.get(key)
         if g is None and self.capture and self.seen[key] and len(self.cache) < MAX_GRAPHS:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g, pool=self.pool):
-                self._piece_static(j0, flags, ks, ss)
-            self.pool = self.pool or g.pool()
-            self.cache[key] = g
+            try:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=self.pool):
+                    self._piece_static(j0, flags, ks, ss)
+            except RuntimeError as e:  # nothing ran during the capture: go on eagerly, say why
+                self.capture, g = False, None
+                self.capture_error = f"{type(e).__name__}: {e}"
+            else:
+                self.pool = self.pool or g.pool()
+                self.cache[key] = g
         self.seen[key] += 1
         if g is None:
             self._piece_static(j0, flags, ks, ss)
