@@ -20,6 +20,7 @@ samples it (0 turns it off: then only exact checks and metrics are reported).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from collections import Counter
@@ -39,6 +40,13 @@ from replayssm.validators.result import Failure, ValidationResult
 from replayssm.validators.tolerances import bound, output_unit, state_unit, tolerance_for
 
 CANARY_GENERATION = 1 << 40
+# With stochastic rounding the literal model's error is a random draw: the bound uses the running
+# maximum over the literal and this many replicas with other rounding seeds (fp8 SR with long
+# memory: independent streams drift several ulps apart, docs/fuzzing.md).
+SR_REPLICAS = 2
+# ... and the floor grows like a random walk of one rounding per flush, up to this many flushes
+# (later the replicas' running envelope has seen enough of the noise).
+SR_WALK_CAP = 8
 
 
 def reference_step(family: str, state: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]):
@@ -133,6 +141,11 @@ class Lockstep:
         self.literal_name = literal_twin_name(type(self.kernel), sc) if literal_every else None
         self.literal = build_kernel(self.literal_name, sc, self.device, self.params) if self.literal_name else None
         self.literal_every = literal_every if self.literal is not None else 0
+        self.replicas = []
+        if self.literal is not None and sc.precision.rounding == "stochastic":
+            for i in range(1, SR_REPLICAS + 1):
+                rsc = sc.replace(mode=dataclasses.replace(sc.precision, seed=sc.precision.seed + 7919 * i).id)
+                self.replicas.append(build_kernel(self.literal_name, rsc, self.device, self.params))
         self.invariants_every = invariants_every
         self.state_every = state_every
         self.max_failures = max_failures
@@ -167,10 +180,23 @@ class Lockstep:
         self.notes: list[str] = []
         self.canary: dict[int, dict[str, torch.Tensor]] = {}
         # Stochastic rounding: the literal model's error is one random draw of the mode's noise; the
-        # bound uses its running maximum per row since the row's last reset (output and state).
+        # bound uses the running maximum (literal and replicas) per row since the row's last reset.
         self.sr_envelope = sc.precision.rounding == "stochastic"
         self.lit_env = {"output": torch.zeros(sc.rows, dtype=torch.float64, device=self.device),
-                        "state": torch.zeros(sc.rows, dtype=torch.float64, device=self.device)}
+                        "state": torch.zeros(sc.rows, dtype=torch.float64, device=self.device),
+                        "flushes": torch.zeros(sc.rows, dtype=torch.float64, device=self.device)}
+
+    def _sr_walk(self, idx: torch.Tensor) -> torch.Tensor:
+        """Per row: sqrt(1 + flushes since reset) with stochastic rounding (independent rounding
+        streams drift apart like random walks of one rounding per flush), else 1."""
+        if not self.sr_envelope:
+            return torch.ones(len(idx), dtype=torch.float64, device=self.device)
+        return torch.sqrt(1.0 + self.lit_env["flushes"].index_select(0, idx).clamp(max=SR_WALK_CAP))
+
+    @property
+    def literals(self) -> list[KernelUnderTest]:
+        """The literal model and its stochastic-rounding replicas (empty without a literal)."""
+        return [] if self.literal is None else [self.literal, *self.replicas]
 
     # ---- failures ---------------------------------------------------------------------------------------
     def fail(self, step: int, check: str, message: str, **where) -> None:
@@ -198,8 +224,8 @@ class Lockstep:
         init = make_initial_state(sc, 0, self.device)
         origins = torch.tensor(sc.resolved_origins, dtype=torch.int64, device=self.device)
         k.reset(self.ids, init, origins)
-        if self.literal is not None:
-            self.literal.reset(self.ids, init, origins)
+        for lit in self.literals:
+            lit.reset(self.ids, init, origins)
         self.ref = init.clone()
         self.wp = [0] * sc.rows
         self.origin = list(sc.resolved_origins)
@@ -220,8 +246,8 @@ class Lockstep:
             orig[r] = o
         torig = torch.tensor(orig, dtype=torch.int64, device=self.device)
         self.kernel.reset(tids, init, torig)
-        if self.literal is not None:
-            self.literal.reset(tids, init, torig)
+        for lit in self.literals:
+            lit.reset(tids, init, torig)
         for r in p.reset_rows:
             self.ref[r] = init[r]
             self.wp[r], self.origin[r] = 0, orig[r]
@@ -251,7 +277,7 @@ class Lockstep:
         return torch.stack(outs, dim=1), new, after_first
 
     def _check_state(self, step: int, check: str, got: torch.Tensor, want: torch.Tensor,
-                     lit: torch.Tensor | None, rows: list[int]) -> tuple[float, float | None]:
+                     lit: list[torch.Tensor] | None, rows: list[int]) -> tuple[float, float | None]:
         """Tolerance rule on states of ``rows`` (non-finite values always fail); returns (max error,
         max error / bound, None without the literal model)."""
         if not rows:
@@ -259,13 +285,15 @@ class Lockstep:
         idx = torch.tensor(rows, device=self.device)
         g, w = got.index_select(0, idx), want.index_select(0, idx)
         m = error_metrics(g, w, self.u_state, lead=1)
-        lit_err = (error_metrics(lit.index_select(0, idx), w, self.u_state, lead=1)["max_abs"] if lit is not None
-                   else None)
+        lit_err = None
+        if lit:
+            errs = [error_metrics(x.index_select(0, idx), w, self.u_state, lead=1)["max_abs"] for x in lit]
+            lit_err = torch.stack(errs).amax(0)
         if lit_err is not None and self.sr_envelope:
             lit_err = torch.maximum(lit_err, self.lit_env["state"].index_select(0, idx))
             self.lit_env["state"].index_copy_(0, idx, torch.where(torch.isfinite(lit_err), lit_err, 0.0))
         if lit_err is not None:
-            b = bound(self.sc.precision, lit_err, m["ref_max"], state=True)
+            b = bound(self.sc.precision, lit_err, m["ref_max"] * self._sr_walk(idx), state=True)
         else:  # without the literal model only non-finite states fail
             b = torch.full_like(m["max_abs"], float("inf"))
         ratio = m["max_abs"] / b.clamp_min(1e-300)
@@ -315,6 +343,8 @@ class Lockstep:
         use_lit = bool(self.literal_every) and s % self.literal_every == 0
         check_state = bool(self.state_every) and s % self.state_every == 0
         flush_rows = [r for r in self.active if self.dec.is_flush(self.wp[r])]
+        for r in flush_rows:
+            self.lit_env["flushes"][r] += 1
         for r in self.active:
             self.phases.add((self.wp[r], p.accepted[r]))
             self.coverage["flush verifies" if r in flush_rows else "non-flush verifies"] += 1
@@ -331,8 +361,10 @@ class Lockstep:
         snap1 = k.snapshot() if check_inv else None
         ckpt_after_verify = k.checkpoint_state(self.ids) if (check_inv or check_state) and flush_rows else None
 
-        lit_out = self.literal.verify(self.ids, inputs) if use_lit else None
-        lit_ckpt = (self.literal.checkpoint_state(self.ids) if use_lit and ckpt_after_verify is not None else None)
+        lit_outs = [lit.verify(self.ids, inputs) for lit in self.literals] if use_lit else None
+        lit_out = lit_outs[0] if lit_outs else None
+        lit_ckpt = ([lit.checkpoint_state(self.ids) for lit in self.literals]
+                    if use_lit and ckpt_after_verify is not None else None)
         ref_out, ref_new, ref_first = self._reference_window(inputs, p.accepted)
 
         # -- exact output checks (one host sync): padding rows, poison, non-finite
@@ -377,8 +409,10 @@ class Lockstep:
         dev_rec = {"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(), "rms_ratio": m["rms_ratio"],
                    "in_u": m["in_u"].amax()}
         if lit_out is not None:
-            ml = error_metrics(lit_out.index_select(0, act), ref_a, self.u_out, lead=2)
-            lit_row = ml["max_abs"].amax(-1, keepdim=True)  # the literal's envelope over the window
+            mls = [error_metrics(x.index_select(0, act), ref_a, self.u_out, lead=2) for x in lit_outs]
+            ml = mls[0]
+            # The literal's envelope over the window (and over its SR replicas).
+            lit_row = torch.stack([x["max_abs"] for x in mls]).amax(0).amax(-1, keepdim=True)
             if self.sr_envelope:
                 lit_row = torch.maximum(lit_row, self.lit_env["output"].index_select(0, act)[:, None])
                 self.lit_env["output"].index_copy_(0, act, torch.where(torch.isfinite(lit_row[:, 0]), lit_row[:, 0],
@@ -386,7 +420,7 @@ class Lockstep:
             # The floor's scale: the largest output or readout term magnitude of the row's window.
             mag = self.ref_magnitude.index_select(0, act).flatten(2).amax(-1)
             scale = torch.maximum(m["ref_max"], mag).amax(-1, keepdim=True)
-            b = bound(sc.precision, lit_row, scale).expand_as(m["max_abs"])
+            b = bound(sc.precision, lit_row, scale * self._sr_walk(act)[:, None]).expand_as(m["max_abs"])
             excess = (m["max_abs"] > b) & ~(unwritten.flatten(2).any(-1))
             if lit_nonfinite is not None:
                 excess &= ~lit_nonfinite.flatten(2).any(-1)
@@ -428,7 +462,8 @@ class Lockstep:
         acc = torch.tensor([p.accepted[r] for r in range(sc.rows)], dtype=torch.int64, device=dev)
         k.commit(self.ids, acc)
         if use_lit:
-            self.literal.commit(self.ids, acc)
+            for lit in self.literals:
+                lit.commit(self.ids, acc)
         for r in self.active:
             self.wp[r], self.origin[r] = self.dec.commit_cursor(self.wp[r], self.origin[r], r in flush_rows,
                                                                 p.accepted[r])
@@ -450,7 +485,7 @@ class Lockstep:
         rec = {"step": s}
         if check_state:
             got = k.committed_state(self.ids)
-            lit = self.literal.committed_state(self.ids) if use_lit else None
+            lit = [x.committed_state(self.ids) for x in self.literals] if use_lit else None
             rec["state_err"], rec["state_bound_ratio"] = self._check_state(s, "state", got, self.ref, lit,
                                                                            self.active)
 
@@ -486,6 +521,7 @@ class Lockstep:
             "step_idx": self.step_idx,
             "kernel_snapshot": inv.snapshot_to_dict(self.kernel.snapshot()),
             "literal_snapshot": None if self.literal is None else inv.snapshot_to_dict(self.literal.snapshot()),
+            "replica_snapshots": [inv.snapshot_to_dict(x.snapshot()) for x in self.replicas],
             "ref": self.ref.detach().cpu(),
             "wp": list(self.wp), "origin": list(self.origin),
             "canary": {s: {k: v.cpu() for k, v in d.items()} for s, d in self.canary.items()},
@@ -509,6 +545,12 @@ class Lockstep:
                 raise ValueError("state_dict: it has no literal-model snapshot; "
                                  "build the Lockstep with literal_every=0")
             self.literal.restore(inv.snapshot_from_dict(d["literal_snapshot"]))
+            reps = d.get("replica_snapshots", [])
+            if len(reps) != len(self.replicas):
+                raise ValueError(f"state_dict: it has {len(reps)} stochastic-rounding replica snapshots, "
+                                 f"this run needs {len(self.replicas)}")
+            for x, snap in zip(self.replicas, reps):
+                x.restore(inv.snapshot_from_dict(snap))
         self.step_idx = int(d["step_idx"])
         self.ref = d["ref"].to(self.device)
         self.wp, self.origin = list(d["wp"]), list(d["origin"])

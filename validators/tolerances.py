@@ -10,11 +10,13 @@ precision mode, plus a floor::
 mode's unit roundoff (outputs) or its state/compute unit roundoff (states), ``scale`` the max
 |reference| of that row (for outputs, at least the magnitude of the terms the readout sums,
 ``runner.readout_magnitude``: an output small after cancellation still moves by u times its
-terms).  With stochastic rounding ``err_literal`` is the literal's running maximum for the row
-since its last reset (its instantaneous error is one random draw).  Both were found necessary by
-the fuzzer (docs/fuzzing.md: false alarms on correct kernels before, none in 2,400 scenarios
-with an independent rounding stream after).  A kernel that breaks the rule computes or stores something at a lower
-effective precision than its declared mode (or is wrong): the report says so.
+terms).  With stochastic rounding the kernel's rounding stream is independent of the literal's,
+so ``err_literal`` is the running maximum, per row since its last reset, over the literal and
+``runner.SR_REPLICAS`` replicas with other rounding seeds, and the floor grows like a random walk
+(``sqrt(1 + flushes)``, flushes capped at ``runner.SR_WALK_CAP``).  All of this was found
+necessary by the fuzzer: its nightly runs failed correct kernels before (docs/fuzzing.md).
+A kernel that breaks the rule computes or stores something at a lower effective precision than
+its declared mode (or is wrong): the report says so.
 
 Factor and floor were measured on tiny, 40-60 steps, every standard mode, both families
 (tests/test_runner.py::test_tolerance_table_separates_legit_variants): legitimate alternative
