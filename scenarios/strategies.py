@@ -195,10 +195,17 @@ def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, ma
               min_steps: int = 1, max_rows: int = 3, max_window: int = 4, max_extra_buffer: int = 8,
               max_standard_buffer: int = 8, decodes: tuple[str, ...] | None = None,
               modes: tuple[str, ...] = FUZZ_MODES, dists: tuple[str, ...] = FUZZ_DISTRIBUTIONS,
-              max_resets: int = 2, max_dim: int = 8, kernel_options: dict | None = None) -> Scenario:
+              max_resets: int = 2, max_dim: int = 8, kernel_options: dict | None = None,
+              sr_drift: bool = True) -> Scenario:
     """A complete Scenario (explicit schedule).  ``kernel`` (registered name or class) restricts
     the family, the decodes it is registered for and the modes it supports; ``geometry`` fixes
-    the geometry (a preset name, a dict, or a strategy)."""
+    the geometry (a preset name, a dict, or a strategy).
+
+    ``sr_drift``: with a stochastic-rounding mode, half the draws go to the drift regime: the
+    smallest buffer (a flush per verify), ``long-memory`` inputs (when in ``dists``) and a plan of
+    ``max_steps .. 2 max_steps`` steps.  Stochastic rounding is checked against an estimate of
+    its own noise (validators/runner.py), so a biased or correlated rounding only shows as error
+    growing faster than that noise over many flushes (spec 6)."""
     cls = _kernel_class(kernel, family)
     if cls is not None:
         if family is not None and family != cls.family:
@@ -211,6 +218,9 @@ def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, ma
     dec = draw(decode_configs(decodes=decodes, max_window=max_window, max_extra_buffer=max_extra_buffer,
                               max_standard_buffer=max_standard_buffer))
     mode = draw(precision_modes(cls, dec, modes=modes, options=kernel_options))
+    drift = sr_drift and parse_mode(mode).rounding == "stochastic" and draw(st.booleans())
+    if drift:
+        dec = DecodeConfig(dec.decode, dec.window, dec.window if dec.speculative else 1)
     if geometry is None:
         geo = draw(geometries(family, max_dim=max_dim))
     elif isinstance(geometry, st.SearchStrategy):
@@ -218,10 +228,12 @@ def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, ma
     else:
         geo = geometry
     layout = draw(batch_layouts(dec, max_rows=max_rows))
-    params = draw(accepted_plans(dec, layout["slot_ids"], max_steps=max_steps, min_steps=min_steps,
+    params = draw(accepted_plans(dec, layout["slot_ids"], max_steps=2 * max_steps if drift else max_steps,
+                                 min_steps=max(min_steps, max_steps) if drift else min_steps,
                                  max_resets=max_resets))
+    dist = "long-memory" if drift and "long-memory" in dists else draw(distributions(dists))
     return Scenario(family=family, geometry=geo, mode=mode, decode=dec.decode, window=dec.window,
-                    buffer=dec.buffer, distribution=draw(distributions(dists)), schedule="explicit",
+                    buffer=dec.buffer, distribution=dist, schedule="explicit",
                     schedule_params=params, steps=None, seed=draw(st.integers(0, 2**32 - 1)),
                     initial_state=draw(st.sampled_from(("random", "zeros"))),
                     kernel_options=dict(kernel_options or {}), **layout)
