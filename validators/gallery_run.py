@@ -81,7 +81,7 @@ def table(reports: list[FuzzReport], total_s: float) -> str:
         "",
         "Every broken kernel (`replayssm list kernels`, kind `mutant`: the engine's seven in",
         "`validators/mutants.py`, the gallery's in `validators/mutant_gallery.py`) fuzzed with the `ci`",
-        "profile (derandomized, 25 examples, shrinking bounded to 20 s) by",
+        "profile (derandomized, at most 100 scenarios, shrinking bounded to 20 s) by",
         "`python -m replayssm.validators.gallery_run --write docs/mutation_gallery.md`;",
         "`tests/test_mutation_gallery.py` asserts the same targets in the default pytest run.",
         "",
@@ -89,7 +89,8 @@ def table(reports: list[FuzzReport], total_s: float) -> str:
         f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}, "
         f"total {total_s:.0f} s for {len(reports)} kernels.",
         "",
-        "Columns: time to the first failing scenario; whole run including shrinking; scenarios run;",
+        "Columns: time to the first failing scenario; whole run including shrinking; scenarios run",
+        "(generation and shrinking);",
         "the shrunk reproducer (active rows x verify steps, mode, decode) and the engine's first failing",
         "check and step.  Targets: caught in <= 60 s each; bookkeeping reproducers <= 2 rows and <= 8 steps.",
         "",
