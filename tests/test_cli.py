@@ -11,17 +11,10 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from replayssm import cli
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def run(capsys, *argv):

@@ -12,7 +12,6 @@ on CPU 3 tiny ones; ``dev`` 200, ``nightly`` 2,000).  A failure is shrunk and sa
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import given
 
 from replayssm.scenarios.strategies import scenarios
@@ -31,12 +30,7 @@ FAILURES = Path(__file__).resolve().parents[1] / "failures"
 KERNELS = fuzzable_kernels()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_registry_has_kernels_of_both_families():

@@ -7,7 +7,6 @@ scenario's plan and the spec's cursor rules alone, independently of the runner.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from replayssm.registry import kernels
 from replayssm.scenarios import Scenario
@@ -17,12 +16,7 @@ from replayssm.validators.mutants import MUTANTS, first_bad_step
 CASES = [(name, fam, dec) for name, spec in MUTANTS.items() for fam in ("mamba2", "gdn") for dec in spec.decodes]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_at_least_the_seven_field_bugs_are_registered():

@@ -10,7 +10,6 @@ shrunk reproducer is saved as a failure artifact, and ``replayssm validate --sce
 import json
 
 import pytest
-import torch
 
 from replayssm.cli import main
 from replayssm.validators.fuzz_artifacts import load_failure
@@ -20,12 +19,7 @@ from replayssm.validators.mutant_gallery import all_mutants
 CASES = gallery_cases()
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_gallery_has_at_least_fifteen_mutants_covering_the_classes():

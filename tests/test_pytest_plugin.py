@@ -7,19 +7,12 @@ result, a broken one raises AssertionError naming the check, the first bad step 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from replayssm.ops.gdn.naive import GDNLiteralReplay
 from replayssm.scenarios import Scenario
 from replayssm.validators.pytest_plugin import assert_kernel_valid
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_fixture_is_registered_and_passes_a_valid_kernel(replayssm_validate):

@@ -6,7 +6,6 @@ fail with the recorded check at the recorded first step.
 """
 
 import pytest
-import torch
 
 from replayssm.validators.fuzz_artifacts import load_failure
 from replayssm.validators.regressions import CORPUS, add, replay
@@ -14,12 +13,7 @@ from replayssm.validators.regressions import CORPUS, add, replay
 ENTRIES = sorted(CORPUS.glob("*.json"))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_corpus_holds_fixed_failures():

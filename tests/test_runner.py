@@ -28,13 +28,7 @@ FAMILIES = ("mamba2", "gdn")
 DECODES = ("speculative", "standard")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors: torch's intra-op threads only cost, and thrash under a loaded CI machine.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("decode", DECODES)
