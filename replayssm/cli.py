@@ -77,6 +77,17 @@ def _device_from_argv(argv: list[str]) -> str | None:
     return None
 
 
+def check_device(dev: str) -> str:
+    """Validate a ``--device`` value (``cpu`` or ``cuda[:N]`` with a CUDA device present)."""
+    if dev.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device: {dev} requested but no CUDA device is available (use --device cpu)")
+    elif dev != "cpu":
+        raise ValueError(f"--device: expected cpu or cuda[:N], got {dev!r}")
+    return dev
+
+
 def _take_imports(argv: list[str]) -> tuple[list[str], list[str]]:
     """Split ``--import X`` (any position, repeatable) from the rest of the command line."""
     rest, imports, i = [], [], 0

@@ -14,6 +14,8 @@ import random
 import time
 from pathlib import Path
 
+from replayssm.cli import check_device
+
 
 def add_parser(subparsers):
     p = subparsers.add_parser("fuzz", help="property-based search for failing scenarios (Hypothesis)",
@@ -53,13 +55,7 @@ def run(args) -> int:
         raise ValueError(f"--max-examples: expected a positive integer, got {args.max_examples}")
     if args.budget_s is not None and args.budget_s <= 0:
         raise ValueError(f"--budget-s: expected a positive number of seconds, got {args.budget_s}")
-    dev = args.device
-    if dev.startswith("cuda"):
-        import torch
-        if not torch.cuda.is_available():
-            raise ValueError(f"--device: {dev} requested but no CUDA device is available (use --device cpu)")
-    elif dev != "cpu":
-        raise ValueError(f"--device: expected cpu or cuda[:N], got {dev!r}")
+    dev = check_device(args.device)
     if args.kernel:
         fams = [args.family] if args.family else ["mamba2", "gdn"]
         targets = []

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from replayssm.cli import check_device
+
 # Flags that map onto scenario fields (dest -> field).  Their argparse default is None so an
 # explicit flag can override a --scenario file.
 _FIELDS = {
@@ -115,13 +117,7 @@ def run(args) -> int:
         if args.kernel is None:
             raise ValueError("--kernel: required (or a --scenario failure artifact that names its kernel)")
     get(args.kernel, sc.family)  # ValueError naming the choices -> exit 2
-    dev = args.device
-    if dev.startswith("cuda"):
-        import torch
-        if not torch.cuda.is_available():
-            raise ValueError(f"--device: {dev} requested but no CUDA device is available (use --device cpu)")
-    elif dev != "cpu":
-        raise ValueError(f"--device: expected cpu or cuda[:N], got {dev!r}")
+    dev = check_device(args.device)
     import math
 
     import torch
