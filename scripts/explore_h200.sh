@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One device call: launch-shape exploration (scripts/explore_launch.py) and the register / spill
+# count of every Triton kernel it compiled (cuobjdump on Triton's cache).  Output under $OUT.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-out/explore}
+mkdir -p "$OUT"
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/tcache}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+python -c "import replayssm.validators.runner" 2>/dev/null || { ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios; export PYTHONPATH=$PWD; }
+timeout ${EXPLORE_LIMIT:-420} python scripts/explore_launch.py "${1:-all}" ${EXPLORE_ARGS:-} 2>&1 | tee "$OUT/explore.txt" | grep -v "^$"
+for f in $(find "$TRITON_CACHE_DIR" -name "*.cubin"); do
+  cuobjdump -res-usage "$f" 2>/dev/null | grep -E "Function|REG" | paste - - | sed -E 's/\s+/ /g'
+done | sort | uniq > "$OUT/regs.txt"
+grep -E "replay|baseline" "$OUT/regs.txt" | sed -E 's/Function ([^:]*):.*REG:([0-9]+) STACK:([0-9]+) SHARED:([0-9]+).*/\1 REG \2 STACK \3 SHARED \4/' | head -60
