@@ -11,7 +11,8 @@ python -c "import torch, triton; print('torch', torch.__version__, 'triton', tri
 pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 python -c "import replayssm.validators.runner" 2>/dev/null || { ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios; export PYTHONPATH=$PWD; }
 timeout ${EXPLORE_LIMIT:-420} python scripts/explore_launch.py "${1:-all}" ${EXPLORE_ARGS:-} 2>&1 | tee "$OUT/explore.txt" | grep -v "^$"
-for f in $(find "$TRITON_CACHE_DIR" -name "*.cubin"); do
-  cuobjdump -res-usage "$f" 2>/dev/null | grep -E "Function|REG" | paste - - | sed -E 's/\s+/ /g'
-done | sort | uniq > "$OUT/regs.txt"
-grep -E "replay|baseline" "$OUT/regs.txt" | sed -E 's/Function ([^:]*):.*REG:([0-9]+) STACK:([0-9]+) SHARED:([0-9]+).*/\1 REG \2 STACK \3 SHARED \4/' | head -60
+for f in $(ls -tr $(find "$TRITON_CACHE_DIR" -name "*.cubin")); do
+  nw=$(python -c "import json,sys; d=json.load(open(sys.argv[1])); print('warps', d.get('num_warps'), 'shared', d.get('shared'))" "${f%.cubin}.json" 2>/dev/null)
+  echo "$(cuobjdump -res-usage "$f" 2>/dev/null | grep -E "REG" | head -1 | sed -E 's/\s+/ /g') $(basename "$f") $nw"
+done > "$OUT/regs.txt"
+grep -E "replay|baseline" "$OUT/regs.txt" | head -80
