@@ -84,16 +84,18 @@ def test_replay_state_route_modes(decode, mode):
     assert_kernel_valid("triton-replay-state", sc, repeat_check=False)
 
 
+@pytest.mark.parametrize("prepass", [False, True], ids=["fused", "prepass"])
 @pytest.mark.parametrize("decode", ["standard", "speculative"])
-def test_gpu_default_paths(decode):
+def test_gpu_default_paths(decode, prepass):
     """The GPU's default paths, which the interpreter does not take by default: per-position
     multiply-reduce readouts (standard), rank-1 flush fold (unrolled groups, here 8 > B so some
-    positions are masked), with and without the prefetched checkpoint tile."""
+    positions are masked), with and without the prefetched checkpoint tile; for the single fused
+    kernel and for the pre-pass + stream pair (replay_split.py)."""
     if decode == "standard":
-        opts = {"vector_readout": False, "fold": "rank1", "prefetch": False}
+        opts = {"vector_readout": False, "fold": "rank1", "prefetch": False, "prepass": prepass}
         sc = _std("s16a16", L=4, steps=6, kernel_options=opts)
     else:
-        opts = {"vector_readout": False, "fold": "rank1", "fold_unroll": 8, "prefetch": True}
+        opts = {"vector_readout": False, "fold": "rank1", "fold_unroll": 8, "prefetch": True, "prepass": prepass}
         sc = _spec("sfp8a16-sr", steps=8, kernel_options=opts)
     assert_kernel_valid("triton-replay", sc, repeat_check=False)
 

@@ -47,6 +47,7 @@ import triton.language as tl
 
 from replayssm.interface import PAD_SLOT, KernelSnapshot
 from replayssm.ops.mamba2.naive import ROUTES, Mamba2Math
+from replayssm.ops.mamba2.replay_split import coef_layout, launch_split
 from replayssm.ops.mamba2.triton_common import TritonMamba2Base, next_pow2
 from replayssm.ops.triton_rounding import INTERPRET, cast_nearest, store_state_rows
 from replayssm.registry import register
@@ -390,9 +391,32 @@ class _TritonReplay(TritonMamba2Base):
         # window axis: 16 wide where a tl.dot runs over it (tf32 readouts, vector readouts), else T'
         dotted = m.dot != "ieee" or self.vector_readout
         self.tp = max(16, next_pow2(d.window)) if dotted else next_pow2(d.window)
+        # the two-launch path (replay_split.py): output_only route, ieee readouts
+        opts = config.options
+        self.use_split = bool(opts.get("prepass", True)) and self.route == "output_only" and m.dot == "ieee"
+        self.coef_warps = int(opts.get("coef_warps", 4))
+        if self.coef_warps not in (1, 2, 4, 8):
+            raise ValueError(f"options['coef_warps']: expected 1, 2, 4 or 8, got {self.coef_warps}")
+        self.tp_split = next_pow2(d.window)
+        self.coef_layout = coef_layout(self.jb, self.tp_split)
+        self.interp = INTERPRET
+        self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pre-pass outputs for a launch of ``rows`` rows (kept per row count: a captured CUDA graph
+        replays against the same buffers)."""
+        if rows not in self._scratch:
+            self._scratch[rows] = (
+                torch.zeros((rows, self.geometry.nheads, self.coef_layout["NCOEF"]), dtype=torch.float32,
+                            device=self.device),
+                torch.zeros((rows, 4), dtype=torch.int32, device=self.device))
+        return self._scratch[rows]
 
     # ---- raw launches (no host synchronisation) ------------------------------------------------------
     def _launch(self, slot_ids, inputs, out, advance: bool) -> None:
+        if self.use_split:
+            launch_split(self, slot_ids, inputs, out, advance)
+            return
         g, d = self.geometry, self.decode
         R = slot_ids.shape[0]
         split = self.split_for(R)

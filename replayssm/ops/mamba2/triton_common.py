@@ -44,6 +44,9 @@ OPTIONS = {
     "prefetch": ("bool: keep the next checkpoint tile's load in flight (double buffering); default: the "
                  "configurations measured fastest on the H200, off for standard decode, on for T' > 1"),
     "route": "str: output_only or state_and_output (replay kernels; fixed by the registered name)",
+    "prepass": ("bool: output_only route with ieee readouts as two launches, a per-(row, group) coefficient "
+                "pre-pass and a lean checkpoint stream (default True; False: the single fused kernel)"),
+    "coef_warps": "int: warps per pre-pass program (default 4)",
 }
 
 SUPPORTED_STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
