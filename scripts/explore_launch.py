@@ -14,8 +14,8 @@ import sys
 
 import torch
 
-from replayssm.bench import _time_kernel, cursor_cycle, num_sets
 from replayssm.bench import _params as m2_params
+from replayssm.bench import _time_kernel, cursor_cycle, num_sets
 from replayssm.geometry import preset
 from replayssm.interface import DecodeConfig
 from replayssm.ops.gdn import bench_cases as gb
