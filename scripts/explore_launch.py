@@ -20,14 +20,15 @@ from replayssm.geometry import preset
 from replayssm.interface import DecodeConfig
 from replayssm.ops.gdn import bench_cases as gb
 
-M2_STD = [{}, {"block_p": 128, "num_warps": 8, "prefetch": True}, {"block_p": 128, "num_warps": 16, "prefetch": True},
-          {"block_p": 64, "num_warps": 4, "prefetch": True}, {"block_p": 32, "num_warps": 2, "prefetch": True}]
-M2_SPEC = [{}, {"block_p": 128, "num_warps": 8}, {"block_p": 128, "num_warps": 16},
-           {"block_p": 128, "num_warps": 8, "vector_readout": True}]
-GDN_STD = [{"block_v": 8, "num_warps": 1}, {"block_v": 64, "num_warps": 8}, {"block_v": 128, "num_warps": 8},
-           {"block_v": 128, "num_warps": 16}, {"block_v": 32, "num_warps": 2}]
-GDN_SPEC = [{"block_v": 16, "num_warps": 1}, {"block_v": 64, "num_warps": 8}, {"block_v": 128, "num_warps": 8},
-            {"block_v": 128, "num_warps": 16}]
+M2_STD = [{"prepass": False}, {}, {"num_warps": 2}, {"block_p": 32, "num_warps": 8}, {"fold_unroll": 4},
+          {"coef_warps": 2}]
+M2_SPEC = [{"prepass": False}, {}, {"num_warps": 2}, {"block_p": 32, "num_warps": 8}, {"fold_unroll": 4}]
+GDN_STD = [{"prepass": False, "block_v": 8, "num_warps": 1}, {"block_v": 8, "num_warps": 1},
+           {"block_v": 16, "num_warps": 1}, {"block_v": 16, "num_warps": 2}, {"block_v": 32, "num_warps": 4},
+           {"block_v": 64, "num_warps": 4}]
+GDN_SPEC = [{"prepass": False, "block_v": 16, "num_warps": 1}, {"block_v": 8, "num_warps": 1},
+            {"block_v": 16, "num_warps": 1}, {"block_v": 16, "num_warps": 2}, {"block_v": 32, "num_warps": 4},
+            {"block_v": 64, "num_warps": 4}]
 
 
 def main() -> int:
@@ -66,6 +67,8 @@ def main() -> int:
                 except Exception as e:  # noqa: BLE001 - a configuration that fails to compile or check is reported
                     emit(family="mamba2", case="replay std L16", batch=batch, opts=o, error=str(e)[:300])
                 torch.cuda.empty_cache()
+            if batch < 128:
+                continue
             spec = DecodeConfig("speculative", 4, 16)
             us, _ = _time_kernel("triton-baseline", g, params, a.mode, spec, batch, nsets, [], 4, {}, dev, gen,
                                  a.rep_ms, False)
@@ -91,6 +94,8 @@ def main() -> int:
                     ("replay std L16", "triton-replay", DecodeConfig("standard", 1, 16), 1, GDN_STD),
                     ("baseline spec", "triton-baseline", DecodeConfig("speculative", 4, 16), 4, [{}]),
                     ("replay spec all", "triton-replay", DecodeConfig("speculative", 4, 16), 4, GDN_SPEC)):
+                if "spec" in case and batch < 128:
+                    continue
                 for o in cands:
                     try:
                         us, chk = gb.time_kernel(name, g, params, a.mode, dec, batch, nsets, k, o, dev, gen,

@@ -129,13 +129,22 @@ def test_exhaustive_standard(name):
     _check(run_scenario(_sc("s32a16", "standard", 1, 4, "exhaustive"), name))
 
 
+def test_exhaustive_standard_fused():
+    """The single-kernel standard decode (prepass off), split over two value blocks (ticket)."""
+    _check(run_scenario(_sc("s32a16", "standard", 1, 4, "exhaustive", kernel_options={"prepass": False,
+                                                                                      "block_v": 4}),
+                        "triton-replay"))
+
+
 @pytest.mark.parametrize("name,options", [("triton-replay", {}), ("triton-baseline", {}),
-                                          ("triton-replay", {"block_v": 4}), ("triton-replay", {"readout": "tile"})],
-                         ids=["replay", "baseline", "replay-bv4", "replay-tile"])
+                                          ("triton-replay", {"block_v": 4}), ("triton-replay", {"readout": "tile"}),
+                                          ("triton-replay", {"prepass": False})],
+                         ids=["replay", "baseline", "replay-bv4", "replay-tile", "replay-fused"])
 def test_exhaustive_speculative(name, options):
     """Every k at every ring phase (empty, mid, last non-flush, flush, wrap), origins != 0;
-    block_v=4 splits each value head over two programs (ticket, shared record writers); ``tile``
-    runs the generic [T', *] kernel that T' > 4 uses (T' <= 4 is written out token by token)."""
+    block_v=4 splits each value head over two programs (shared record writers); ``tile``
+    runs the generic [T', *] single kernel that T' > 4 uses; ``prepass: False`` the single kernel
+    written out token by token for T' <= 4 (the default is the pre-pass + stream pair)."""
     _check(run_scenario(_sc("s32a16", "speculative", 3, 4, "exhaustive", kernel_options=options), name))
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.interface import PAD_SLOT, KernelSnapshot
+from replayssm.interface import PAD_SLOT, KernelSnapshot, next_pow2
 from replayssm.ops.gdn.replay_decode import launch_replay_decode
 from replayssm.ops.gdn.replay_spec import launch_replay_spec, launch_replay_spec_commit
+from replayssm.ops.gdn.replay_split import coef_layout, launch_split
 from replayssm.ops.gdn.triton_base import TritonGDNBase, fold_fp64
 from replayssm.registry import register
 
@@ -40,6 +41,25 @@ class TritonGDNReplay(TritonGDNBase):
             "k": torch.zeros((S, rows, g.num_k_heads, g.head_k_dim), dtype=act, device=self.device),
             "g": torch.zeros((S, rows, g.num_v_heads), dtype=torch.float32, device=self.device),
         }
+        # the two-launch path (replay_split.py): coefficient pre-pass + checkpoint stream
+        opts, d = config.options, self.decode
+        self.use_split = bool(opts.get("prepass", True)) and self.readout == "reduce"
+        self.coef_warps = int(opts.get("coef_warps", 4))
+        if self.coef_warps not in (1, 2, 4, 8):
+            raise ValueError(f"options['coef_warps']: expected 1, 2, 4 or 8, got {self.coef_warps}")
+        self.jb = next_pow2(d.buffer) if d.speculative else next_pow2(max(d.buffer - 1, 1))
+        self.tp = next_pow2(d.window)
+        self.coef_layout = coef_layout(self.jb, self.tp)
+        self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pre-pass outputs for a launch of ``rows`` rows (kept per row count, so a captured CUDA
+        graph replays against the same buffers)."""
+        if rows not in self._scratch:
+            self._scratch[rows] = (
+                torch.zeros((rows, self.HV, self.coef_layout["NCOEF"]), dtype=torch.float32, device=self.device),
+                torch.zeros((rows, 4), dtype=torch.int64, device=self.device))
+        return self._scratch[rows]
 
     # ---- steps -----------------------------------------------------------------------------------------
     def verify(self, slot_ids, inputs, out=None):
@@ -50,7 +70,9 @@ class TritonGDNReplay(TritonGDNBase):
         out = self._alloc_out(R, out)
         if R == 0:
             return out
-        if self.decode.speculative:
+        if self.use_split:
+            launch_split(self, slot_ids, inputs, out)
+        elif self.decode.speculative:
             launch_replay_spec(self, slot_ids, inputs, out)
         else:
             launch_replay_decode(self, slot_ids, inputs, out)

@@ -1,0 +1,241 @@
+"""ReplaySSM Gated DeltaNet verify in two launches: a per-(row, key head) coefficient pre-pass and a
+lean checkpoint stream, for standard decode (T' = 1, flush at write_pos = L - 1, cursor advanced on
+the device) and speculative verify (the in-window WY/UT solve, spec 4).
+
+Oracle: ``literal-replay`` and ``gdn_sequence`` in fp64.  Expected error: within a small factor of
+the literal model's at the same precision mode (fp32 reduction order differs from the single-kernel
+path's); tests/test_gdn_triton.py.
+
+Why (docs/benchmarks.md, H200): in the single-kernel path every (row, value head, block of value
+rows) program re-reads its key head's k records and recomputes the history coefficients
+``k_j . k`` and ``k_j . q`` -- as many bytes from L1/L2 as its own state tile -- and holds them in
+registers beside the tile (127-255 registers).  Here the pre-pass computes everything that does not
+touch the state once per (row, key head) for its value heads and writes it as per-(row, value head)
+coefficients; the stream program reads its checkpoint tile, the d records and those coefficients.
+
+With ``S_h = exp(G) S_0 + sum_{j<w} w_j d_j k_j^T`` (the committed history), window tokens
+``i = 0..T'-1`` with window-local gate sums ``Gw_i`` and gates ``beta_i``:
+
+    R_i = beta_i v_i - a_i (S_0 k_i) - sum_j CK[i, j] d_j          a_i = beta_i e^Gw_i e^G
+    d_i = R_i - sum_{j<i} AW[i, j] d_j                              CK[i, j] = beta_i e^Gw_i w_j (k_j . k_i)
+    o_s = b_s (S_0 q_s) + sum_j CQ[s, j] d_j + sum_{j<=s} MW[s, j] d_j    b_s = e^Gw_s e^G, CQ[s, j] = e^Gw_s w_j (k_j . q_s)
+
+``AW[i, j] = beta_i e^(Gw_i - Gw_j) (k_i . k_j)`` (j < i), ``MW[s, j] = e^(Gw_s - Gw_j) (k_j . q_s)``
+(j <= s).  Standard decode is T' = 1 (``e^Gw_0`` is the token's alpha).  A flush stores
+``DECF S_0 + sum_j WF[j] d_j k_j^T`` (+ ``d_0 k_0^T`` in standard decode, which folds the token).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from replayssm.ops.gdn.triton_math import cast_rne, gates, l2_normalise, load_state_tile, store_state_tile, ticket
+
+
+def coef_layout(jb: int, tp: int) -> dict[str, int]:
+    """Offsets of one (row, value head)'s coefficients."""
+    off, at = {}, 0
+    for name, size in (("A", tp), ("B", tp), ("BETA", tp), ("CK", tp * jb), ("CQ", tp * jb), ("AW", tp * tp),
+                       ("MW", tp * tp), ("WF", jb), ("DECF", 1)):
+        off[name] = at
+        at += size
+    off["NCOEF"] = (at + 3) // 4 * 4
+    return off
+
+
+@triton.jit(do_not_specialize=["R"])
+def _gdn_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, k_rec_ptr, g_rec_ptr,
+                     wpos_ptr, origin_ptr, isflush_ptr, pending_ptr, ticket_ptr, sr_ptr, coef_ptr, meta_ptr, R,
+                     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, T: tl.constexpr, RING: tl.constexpr,
+                     SPEC: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr, JB: tl.constexpr,
+                     TP: tl.constexpr, INTERPRET: tl.constexpr,
+                     O_A: tl.constexpr, O_B: tl.constexpr, O_BETA: tl.constexpr, O_CK: tl.constexpr,
+                     O_CQ: tl.constexpr, O_AW: tl.constexpr, O_MW: tl.constexpr, O_WF: tl.constexpr,
+                     O_DECF: tl.constexpr, NCOEF: tl.constexpr):
+    hk = tl.program_id(0)
+    r = tl.program_id(1).to(tl.int64)
+    slot = tl.load(slot_ptr + r).to(tl.int64)
+    if slot < 0:
+        return
+    HVG: tl.constexpr = HV // H
+    w = tl.load(wpos_ptr + slot)
+    if SPEC:
+        org = tl.load(origin_ptr + slot)
+        flush = tl.load(isflush_ptr + slot) != 0
+        keep = w >= 0
+    else:
+        org = w * 0
+        flush = w == RING - 1
+        keep = w < RING - 1  # no record on a standard flush
+    cnt = tl.load(sr_ptr + slot)
+    offs_k = tl.arange(0, BK)
+    mk = offs_k < K
+    j = tl.arange(0, JB)
+    hist = j < w
+    rows = slot * RING + (org + j) % RING
+    Kh = tl.load(k_rec_ptr + (rows[:, None] * H + hk) * K + offs_k[None, :], mask=hist[:, None] & mk[None, :],
+                 other=0.0).to(tl.float32)  # [JB, BK]
+    tp = tl.arange(0, TP)
+    mt = tp < T
+    tok = r * T + tp
+    mtk = mt[:, None] & mk[None, :]
+    Qw = tl.load(q_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
+    Kw = tl.load(k_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
+    Qw = l2_normalise(Qw, 1) * SCALE
+    Kw = l2_normalise(Kw, 1)
+    KKh = tl.sum(Kw[:, None, :] * Kh[None, :, :], 2)  # [TP, JB]: k_i . k_j
+    KQh = tl.sum(Qw[:, None, :] * Kh[None, :, :], 2)  # [TP, JB]: q_s . k_j
+    KKw = tl.sum(Kw[:, None, :] * Kw[None, :, :], 2)  # [TP, TP]
+    KQw = tl.sum(Qw[:, None, :] * Kw[None, :, :], 2)  # [TP, TP]: [s, j] = q_s . k_j
+    row_w = slot * RING + (org + w + tp) % RING
+    rec = mt & ((tp * 0 + keep.to(tl.int32)) != 0)
+    tl.store(k_rec_ptr + (row_w[:, None] * H + hk) * K + offs_k[None, :],
+             cast_rne(Kw, k_rec_ptr.dtype.element_ty, INTERPRET), mask=rec[:, None] & mk[None, :])
+    lower = tp[:, None] > tp[None, :]
+    causal = tp[:, None] >= tp[None, :]
+    for e in tl.static_range(HVG):
+        vh = hk * HVG + e
+        gh = tl.load(g_rec_ptr + rows * HV + vh, mask=hist, other=0.0)
+        Gt = tl.sum(gh, 0)
+        wj = tl.where(hist, tl.exp(Gt - tl.cumsum(gh, 0)), 0.0)
+        eG = tl.exp(Gt)
+        aw = tl.load(a_ptr + tok * HV + vh, mask=mt, other=0.0).to(tl.float32)
+        bw = tl.load(b_ptr + tok * HV + vh, mask=mt, other=0.0).to(tl.float32)
+        gw, betaw = gates(aw, bw, tl.load(A_log_ptr + vh), tl.load(dt_bias_ptr + vh))
+        gw = tl.where(mt, gw, 0.0)
+        eGw = tl.exp(tl.cumsum(gw, 0))
+        Gw = tl.cumsum(gw, 0)
+        dG = tl.where(causal, Gw[:, None] - Gw[None, :], 0.0)
+        cb = (r * HV + vh) * NCOEF
+        tl.store(coef_ptr + cb + O_A + tp, betaw * eGw * eG, mask=mt)
+        tl.store(coef_ptr + cb + O_B + tp, eGw * eG, mask=mt)
+        tl.store(coef_ptr + cb + O_BETA + tp, betaw, mask=mt)
+        ij = tp[:, None] * JB + j[None, :]
+        mij = mt[:, None] & (j[None, :] >= 0)
+        tl.store(coef_ptr + cb + O_CK + ij, (betaw * eGw)[:, None] * wj[None, :] * KKh, mask=mij)
+        tl.store(coef_ptr + cb + O_CQ + ij, eGw[:, None] * wj[None, :] * KQh, mask=mij)
+        tt = tp[:, None] * TP + tp[None, :]
+        mtt = mt[:, None] & mt[None, :]
+        tl.store(coef_ptr + cb + O_AW + tt, tl.where(lower, betaw[:, None] * tl.exp(dG) * KKw, 0.0), mask=mtt)
+        tl.store(coef_ptr + cb + O_MW + tt, tl.where(causal, tl.exp(dG) * KQw, 0.0), mask=mtt)
+        if SPEC:
+            fscale = eG * 0.0 + 1.0  # the state before the window: S_h itself
+        else:
+            fscale = tl.sum(tl.where(tp == 0, eGw, 0.0), 0)  # alpha: S_0 <- alpha S_prev + d k^T
+        tl.store(coef_ptr + cb + O_WF + j, fscale * wj)
+        tl.store(coef_ptr + cb + O_DECF, fscale * eG)
+        tl.store(g_rec_ptr + row_w * HV + vh, gw, mask=rec)
+    q4 = tl.arange(0, 4)
+    snap = tl.where(q4 == 0, w.to(tl.int64), tl.where(q4 == 1, org.to(tl.int64),
+                                                      tl.where(q4 == 2, flush.to(tl.int64), cnt)))
+    tl.store(meta_ptr + r * 4 + q4, snap, mask=(q4 * 0 + hk) == 0)
+    tl.store(pending_ptr + slot, 1, mask=hk == 0)
+    if not SPEC:
+        last = ticket(ticket_ptr, slot, H)
+        tl.store(wpos_ptr + slot, tl.where(flush, 0, w + 1), mask=last)
+        tl.store(sr_ptr + slot, cnt + flush.to(tl.int64), mask=last)
+
+
+@triton.jit(do_not_specialize=["seed", "num_slots"])
+def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, coef_ptr,
+                       meta_ptr, seed, num_slots,
+                       H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, T: tl.constexpr,
+                       RING: tl.constexpr, SPEC: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr,
+                       BV: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, SCALED: tl.constexpr,
+                       SR: tl.constexpr, INTERPRET: tl.constexpr,
+                       O_A: tl.constexpr, O_B: tl.constexpr, O_BETA: tl.constexpr, O_CK: tl.constexpr,
+                       O_CQ: tl.constexpr, O_AW: tl.constexpr, O_MW: tl.constexpr, O_WF: tl.constexpr,
+                       O_DECF: tl.constexpr, NCOEF: tl.constexpr):
+    r = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    slot = tl.load(slot_ptr + r).to(tl.int64)
+    if slot < 0:
+        return
+    hk = h // (HV // H)
+    w = tl.load(meta_ptr + r * 4)
+    org = tl.load(meta_ptr + r * 4 + 1)
+    flush = tl.load(meta_ptr + r * 4 + 2) != 0
+    cnt = tl.load(meta_ptr + r * 4 + 3)
+    if SPEC:
+        keep = w >= 0
+    else:
+        keep = w < RING - 1
+    cb = (r * HV + h) * NCOEF
+    offs_k = tl.arange(0, BK)
+    offs_v = vb * BV + tl.arange(0, BV)
+    mk = offs_k < K
+    mv = offs_v < V
+    ms = mv[:, None] & mk[None, :]
+    tile = offs_v[:, None] * K + offs_k[None, :]
+    base = (slot * HV + h) * V
+    s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+    j = tl.arange(0, JB)
+    hist = j < w
+    rows = slot * RING + (org + j) % RING
+    Dh = tl.load(d_rec_ptr + (rows[:, None] * HV + h) * V + offs_v[None, :], mask=hist[:, None] & mv[None, :],
+                 other=0.0).to(tl.float32)  # [JB, BV]
+    tp = tl.arange(0, TP)
+    Dw = tl.zeros([TP, BV], dtype=tl.float32)
+    d_cur = tl.zeros([BV], dtype=tl.float32)
+    k_cur = tl.zeros([BK], dtype=tl.float32)
+    rec_m = mv & ((offs_v * 0 + keep.to(tl.int32)) != 0)
+    for i in tl.static_range(T):
+        tok = r * T + i
+        q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0) * SCALE
+        k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
+        v_i = tl.load(v_ptr + (tok * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
+        ck = tl.load(coef_ptr + cb + O_CK + i * JB + j)
+        cq = tl.load(coef_ptr + cb + O_CQ + i * JB + j)
+        aw = tl.load(coef_ptr + cb + O_AW + i * TP + tp)
+        mw = tl.load(coef_ptr + cb + O_MW + i * TP + tp)
+        r_i = tl.load(coef_ptr + cb + O_BETA + i) * v_i - tl.load(coef_ptr + cb + O_A + i) * tl.sum(
+            s0 * k_i[None, :], 1) - tl.sum(Dh * ck[:, None], 0)
+        d_i = r_i - tl.sum(Dw * aw[:, None], 0)
+        Dw = tl.where((tp == i)[:, None], d_i[None, :], Dw)
+        o_i = tl.load(coef_ptr + cb + O_B + i) * tl.sum(s0 * q_i[None, :], 1) + tl.sum(Dh * cq[:, None], 0) \
+            + tl.sum(Dw * mw[:, None], 0)
+        tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_rne(o_i, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+        srow = slot * RING + (org + w + i) % RING
+        tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_rne(d_i, d_rec_ptr.dtype.element_ty, INTERPRET),
+                 mask=rec_m)
+        if i == 0:
+            d_cur = d_i
+            k_cur = k_i
+    if flush:
+        s = tl.load(coef_ptr + cb + O_DECF) * s0
+        for jj in range(0, w):
+            srow = slot * RING + (org + jj) % RING
+            dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
+            kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+            s += (tl.load(coef_ptr + cb + O_WF + jj) * dj)[:, None] * kj[None, :]
+        if not SPEC:
+            s += d_cur[:, None] * k_cur[None, :]
+        key = seed + (cnt * num_slots + slot) * HV + h
+        store_state_tile(ckpt_ptr, sc_ptr, s, base * K + tile, base + offs_v, ms, mv, key, tile,
+                         SCALED, SR, INTERPRET)
+
+
+def launch_split(kern, slot_ids, inputs, out) -> None:
+    """One verify of a TritonGDNReplay as pre-pass + stream (standard decode: the cursor advances)."""
+    R = slot_ids.shape[0]
+    dec = kern.decode
+    coef, meta = kern.scratch(R)
+    lay = kern.coef_layout
+    offs = {f"O_{k}": v for k, v in lay.items() if k != "NCOEF"}
+    bv, nvb, nw = kern.launch_shape(R)
+    common = dict(H=kern.H, HV=kern.HV, K=kern.K, T=dec.window, RING=dec.ring_rows, SPEC=dec.speculative,
+                  SCALE=kern.K ** -0.5, BK=kern.BK, JB=kern.jb, TP=kern.tp, INTERPRET=kern.interpret,
+                  NCOEF=lay["NCOEF"], **offs)
+    _gdn_coef_kernel[(kern.H, R)](
+        slot_ids, inputs["q"], inputs["k"], inputs["a"], inputs["b"], kern.A_log, kern.dt_bias, kern.records["k"],
+        kern.records["g"], kern.write_pos, kern.origin, kern.is_flush, kern.pending, kern.ticket, kern.sr_count,
+        coef, meta, R, num_warps=kern.coef_warps, **common)
+    _gdn_stream_kernel[(R, kern.HV, nvb)](
+        slot_ids, inputs["q"], inputs["k"], inputs["v"], out, kern.states, kern.scales, kern.records["d"],
+        kern.records["k"], coef, meta, kern.seed, kern.num_slots, V=kern.V, BV=bv, SCALED=kern.scaled, SR=kern.sr,
+        num_warps=nw, **common)
+
+
+__all__ = ["coef_layout", "launch_split"]
