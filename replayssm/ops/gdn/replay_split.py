@@ -16,10 +16,12 @@ coefficients; the stream program reads its checkpoint tile, the d records and th
 With ``S_h = exp(G) S_0 + sum_{j<w} w_j d_j k_j^T`` (the committed history), window tokens
 ``i = 0..T'-1`` with window-local gate sums ``Gw_i`` and gates ``beta_i``:
 
-    R_i = beta_i v_i - a_i (S_0 k_i) - sum_j CK[i, j] d_j          a_i = beta_i e^Gw_i e^G
-    d_i = R_i - sum_{j<i} AW[i, j] d_j                              CK[i, j] = beta_i e^Gw_i w_j (k_j . k_i)
-    o_s = b_s (S_0 q_s) + sum_j CQ[s, j] d_j + sum_{j<=s} MW[s, j] d_j    b_s = e^Gw_s e^G, CQ[s, j] = e^Gw_s w_j (k_j . q_s)
+    R_i = beta_i v_i - a_i (S_0 k_i) - sum_j CK[i, j] d_j
+    d_i = R_i - sum_{j<i} AW[i, j] d_j
+    o_s = b_s (S_0 q_s) + sum_j CQ[s, j] d_j + sum_{j<=s} MW[s, j] d_j
 
+with ``a_i = beta_i e^Gw_i e^G``, ``b_s = e^Gw_s e^G``, ``CK[i, j] = beta_i e^Gw_i w_j (k_j . k_i)``,
+``CQ[s, j] = e^Gw_s w_j (k_j . q_s)``,
 ``AW[i, j] = beta_i e^(Gw_i - Gw_j) (k_i . k_j)`` (j < i), ``MW[s, j] = e^(Gw_s - Gw_j) (k_j . q_s)``
 (j <= s).  Standard decode is T' = 1 (``e^Gw_0`` is the token's alpha).  A flush stores
 ``DECF S_0 + sum_j WF[j] d_j k_j^T`` (+ ``d_0 k_0^T`` in standard decode, which folds the token).
