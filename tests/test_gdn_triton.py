@@ -240,11 +240,32 @@ def test_raw_path_equals_checked_path(name, decode):
 # ---- bad input -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode,why", [("si8a16", "state dtype int8"), ("s64a64", "fp64"), ("s32a16-tf32", "ieee")])
-@pytest.mark.parametrize("name", KERNELS)
+@pytest.mark.parametrize("name,mode,why", [
+    (n, m, w) for n in KERNELS for m, w in (("si8a16", "state dtype int8"), ("s64a64", "fp64"), ("s32a16-tf32", "ieee"))
+    if not (n == "triton-replay" and "tf32" in m)])  # the replay pre-pass path has tensor-core readouts (below)
 def test_unsupported_modes_refused(name, mode, why):
     with pytest.raises(ValueError, match=why):
         _kernel(name, mode)
+
+
+@pytest.mark.parametrize("options", [{"prepass": False}, {"kchunks": 2}], ids=["fused", "kchunks2"])
+def test_tensor_core_readout_only_on_the_prepass_path(options):
+    g = _kernel("triton-replay")[1]
+    cfg = KernelConfig(g, {"A_log": torch.zeros(2), "dt_bias": torch.zeros(2)}, "s32a16-tf32x3",
+                       DecodeConfig("standard", 1, 4), num_slots=2, options=options)
+    with pytest.raises(ValueError, match="ieee"):
+        get("triton-replay", "gdn")(cfg)
+
+
+@pytest.mark.parametrize("decode,mode,options", [
+    ("speculative", "s32a32-tf32x3", {}), ("standard", "s32a16-tf32", {}),
+    ("speculative", "sfp8a16-sr", {"kchunks": 2}), ("standard", "s32a32", {"kchunks": 4})],
+    ids=["spec-tf32x3", "std-tf32", "spec-fp8sr-kc2", "std-s32a32-kc4"])
+def test_prepass_readout_variants(decode, mode, options):
+    """The pre-pass path's other readouts: one tensor-core dot for every S_0 k / S_0 q of the window
+    (tf32, tf32x3; full fp32 under the interpreter), and dstate chunks summed in-thread (kchunks)."""
+    T, B = (3, 4) if decode == "speculative" else (1, 4)
+    _check(run_scenario(_sc(mode, decode, T, B, "exhaustive", kernel_options=options), "triton-replay"))
 
 
 @pytest.mark.parametrize("options,why", [({"block_v": 3}, "power of two"), ({"readout": "dot"}, "readout"),

@@ -84,6 +84,24 @@ def test_replay_state_route_modes(decode, mode):
     assert_kernel_valid("triton-replay-state", sc, repeat_check=False)
 
 
+@pytest.mark.parametrize("kchunks", [2, 4], ids=["kc2", "kc4"])
+def test_prepass_chunked_readouts(kchunks):
+    """Pre-pass path with dstate read out in chunks summed inside a thread (3-D tiles; the flush
+    tile reshaped back to rows): standard fp8 + SR (scales, Philox stream) and speculative fp32."""
+    assert_kernel_valid("triton-replay", _std("sfp8a16-sr", L=4, steps=6,
+                                              kernel_options={"kchunks": kchunks, "fold_unroll": 2}),
+                        repeat_check=False)
+    assert_kernel_valid("triton-replay", _spec("s32a32", steps=8, kernel_options={"kchunks": kchunks}),
+                        repeat_check=False)
+
+
+@pytest.mark.parametrize("mode", ["s32a32-tf32", "s32a16-tf32x3"])
+def test_fused_tensor_core_readouts(mode):
+    """The single fused kernel (prepass off) with tf32 / tf32x3 readouts."""
+    assert_kernel_valid("triton-replay", _spec(mode, steps=6, kernel_options={"prepass": False}),
+                        repeat_check=False)
+
+
 @pytest.mark.parametrize("prepass", [False, True], ids=["fused", "prepass"])
 @pytest.mark.parametrize("decode", ["standard", "speculative"])
 def test_gpu_default_paths(decode, prepass):

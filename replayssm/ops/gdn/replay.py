@@ -30,6 +30,11 @@ class TritonGDNReplay(TritonGDNBase):
     description = ("Triton ReplaySSM: records d, normalised k, g; output-only readout; flush at write_pos = L-1; "
                    "speculative verify with the in-window WY/UT solve and device-side commit")
 
+    @classmethod
+    def tensor_core_readouts(cls, decode, options) -> bool:
+        return bool(options.get("prepass", True)) and options.get("readout", "reduce") == "reduce" \
+            and int(options.get("kchunks", 1)) == 1
+
     def __init__(self, config) -> None:
         # speculative verify: 16 value rows per one-warp program measured fastest on an H200
         self.DEFAULT_BLOCK_V = 16 if config.decode.speculative else 8
@@ -49,6 +54,10 @@ class TritonGDNReplay(TritonGDNBase):
             raise ValueError(f"options['coef_warps']: expected 1, 2, 4 or 8, got {self.coef_warps}")
         self.jb = next_pow2(d.buffer) if d.speculative else next_pow2(max(d.buffer - 1, 1))
         self.tp = next_pow2(d.window)
+        self.kchunks = int(opts.get("kchunks", 1))
+        if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or self.BK // self.kchunks < 4:
+            raise ValueError(f"options['kchunks']: expected a power of two with head_k_dim / kchunks >= 4, got "
+                             f"{self.kchunks}")
         self.coef_layout = coef_layout(self.jb, self.tp)
         self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 

@@ -139,13 +139,19 @@ def _gdn_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
         tl.store(sr_ptr + slot, cnt + flush.to(tl.int64), mask=last)
 
 
+@triton.jit
+def _rows_to_2d(s3, BV: tl.constexpr, BK: tl.constexpr):
+    """[KC, BV, BK / KC] chunks -> the [BV, BK] tile (column = chunk * BK / KC + i)."""
+    return tl.reshape(tl.permute(s3, (1, 0, 2)), (BV, BK))
+
+
 @triton.jit(do_not_specialize=["seed", "num_slots"])
 def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, coef_ptr,
                        meta_ptr, seed, num_slots,
                        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, T: tl.constexpr,
                        RING: tl.constexpr, SPEC: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, SCALED: tl.constexpr,
-                       SR: tl.constexpr, INTERPRET: tl.constexpr,
+                       SR: tl.constexpr, INTERPRET: tl.constexpr, KC: tl.constexpr, DOT: tl.constexpr,
                        O_A: tl.constexpr, O_B: tl.constexpr, O_BETA: tl.constexpr, O_CK: tl.constexpr,
                        O_CQ: tl.constexpr, O_AW: tl.constexpr, O_MW: tl.constexpr, O_WF: tl.constexpr,
                        O_DECF: tl.constexpr, NCOEF: tl.constexpr):
@@ -165,39 +171,77 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
     else:
         keep = w < RING - 1
     cb = (r * HV + h) * NCOEF
-    offs_k = tl.arange(0, BK)
     offs_v = vb * BV + tl.arange(0, BV)
-    mk = offs_k < K
     mv = offs_v < V
-    ms = mv[:, None] & mk[None, :]
-    tile = offs_v[:, None] * K + offs_k[None, :]
     base = (slot * HV + h) * V
-    s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+    # key-dim index: [BK] (KC = 1) or [KC, BK / KC] chunks (a readout sums the chunks inside a thread
+    # before it reduces across lanes)
+    if KC == 1:
+        offs_k = tl.arange(0, BK)
+    else:
+        offs_k = (tl.arange(0, KC) * (BK // KC))[:, None] + tl.arange(0, BK // KC)[None, :]
+    mk = offs_k < K
+    if KC == 1:
+        ms = mv[:, None] & mk[None, :]
+        tile = offs_v[:, None] * K + offs_k[None, :]
+        s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+    else:
+        ms3 = mv[None, :, None] & mk[:, None, :]
+        s0 = tl.load(ckpt_ptr + base * K + offs_v[None, :, None] * K + offs_k[:, None, :], mask=ms3,
+                     other=0.0).to(tl.float32)
+        if SCALED:
+            s0 = s0 * tl.load(sc_ptr + base + offs_v, mask=mv, other=1.0)[None, :, None]
     j = tl.arange(0, JB)
     hist = j < w
     rows = slot * RING + (org + j) % RING
     Dh = tl.load(d_rec_ptr + (rows[:, None] * HV + h) * V + offs_v[None, :], mask=hist[:, None] & mv[None, :],
                  other=0.0).to(tl.float32)  # [JB, BV]
     tp = tl.arange(0, TP)
+    if DOT != "ieee":
+        # every S_0 k_i and S_0 q_s as one tensor-core product: rows i of QK are k_i, rows T' + s are q_s
+        qk = tl.arange(0, 2 * TP if 2 * TP >= 16 else 16)
+        QK = tl.zeros([2 * TP if 2 * TP >= 16 else 16, BK], dtype=tl.float32)
+        for i in tl.static_range(T):
+            tok = r * T + i
+            q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32),
+                               0) * SCALE
+            k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
+            QK = tl.where((qk == i)[:, None], k_i[None, :], QK)
+            QK = tl.where((qk == T + i)[:, None], q_i[None, :], QK)
+        SQK = tl.dot(s0, tl.trans(QK), input_precision=DOT)  # [BV, 16]
     Dw = tl.zeros([TP, BV], dtype=tl.float32)
     d_cur = tl.zeros([BV], dtype=tl.float32)
-    k_cur = tl.zeros([BK], dtype=tl.float32)
+    k_cur = tl.zeros(offs_k.shape, dtype=tl.float32)
     rec_m = mv & ((offs_v * 0 + keep.to(tl.int32)) != 0)
     for i in tl.static_range(T):
         tok = r * T + i
-        q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0) * SCALE
-        k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
+        if KC == 1:
+            q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32),
+                               0) * SCALE
+            k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
+            if DOT != "ieee":
+                sk = tl.sum(tl.where((qk == i)[None, :], SQK, 0.0), 1)
+                sq = tl.sum(tl.where((qk == T + i)[None, :], SQK, 0.0), 1)
+            else:
+                sk = tl.sum(s0 * k_i[None, :], 1)
+                sq = tl.sum(s0 * q_i[None, :], 1)
+        else:
+            qr = tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+            kr = tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+            q_i = qr / tl.sqrt_rn(tl.sum(tl.sum(qr * qr, 1), 0) + 1e-6) * SCALE
+            k_i = kr / tl.sqrt_rn(tl.sum(tl.sum(kr * kr, 1), 0) + 1e-6)
+            sk = tl.sum(tl.sum(s0 * k_i[:, None, :], 0), 1)
+            sq = tl.sum(tl.sum(s0 * q_i[:, None, :], 0), 1)
         v_i = tl.load(v_ptr + (tok * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
         ck = tl.load(coef_ptr + cb + O_CK + i * JB + j)
         cq = tl.load(coef_ptr + cb + O_CQ + i * JB + j)
         aw = tl.load(coef_ptr + cb + O_AW + i * TP + tp)
         mw = tl.load(coef_ptr + cb + O_MW + i * TP + tp)
-        r_i = tl.load(coef_ptr + cb + O_BETA + i) * v_i - tl.load(coef_ptr + cb + O_A + i) * tl.sum(
-            s0 * k_i[None, :], 1) - tl.sum(Dh * ck[:, None], 0)
+        r_i = tl.load(coef_ptr + cb + O_BETA + i) * v_i - tl.load(coef_ptr + cb + O_A + i) * sk \
+            - tl.sum(Dh * ck[:, None], 0)
         d_i = r_i - tl.sum(Dw * aw[:, None], 0)
         Dw = tl.where((tp == i)[:, None], d_i[None, :], Dw)
-        o_i = tl.load(coef_ptr + cb + O_B + i) * tl.sum(s0 * q_i[None, :], 1) + tl.sum(Dh * cq[:, None], 0) \
-            + tl.sum(Dw * mw[:, None], 0)
+        o_i = tl.load(coef_ptr + cb + O_B + i) * sq + tl.sum(Dh * cq[:, None], 0) + tl.sum(Dw * mw[:, None], 0)
         tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_rne(o_i, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
         srow = slot * RING + (org + w + i) % RING
         tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_rne(d_i, d_rec_ptr.dtype.element_ty, INTERPRET),
@@ -211,33 +255,50 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
             srow = slot * RING + (org + jj) % RING
             dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
             kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-            s += (tl.load(coef_ptr + cb + O_WF + jj) * dj)[:, None] * kj[None, :]
+            if KC == 1:
+                s += (tl.load(coef_ptr + cb + O_WF + jj) * dj)[:, None] * kj[None, :]
+            else:
+                s += (tl.load(coef_ptr + cb + O_WF + jj) * dj)[None, :, None] * kj[:, None, :]
         if not SPEC:
-            s += d_cur[:, None] * k_cur[None, :]
+            if KC == 1:
+                s += d_cur[:, None] * k_cur[None, :]
+            else:
+                s += d_cur[None, :, None] * k_cur[:, None, :]
+        if KC != 1:
+            s = _rows_to_2d(s, BV, BK)
+        k2 = tl.arange(0, BK)
+        tile2 = offs_v[:, None] * K + k2[None, :]
+        ms2 = mv[:, None] & (k2 < K)[None, :]
         key = seed + (cnt * num_slots + slot) * HV + h
-        store_state_tile(ckpt_ptr, sc_ptr, s, base * K + tile, base + offs_v, ms, mv, key, tile,
+        store_state_tile(ckpt_ptr, sc_ptr, s, base * K + tile2, base + offs_v, ms2, mv, key, tile2,
                          SCALED, SR, INTERPRET)
 
 
-def launch_split(kern, slot_ids, inputs, out) -> None:
-    """One verify of a TritonGDNReplay as pre-pass + stream (standard decode: the cursor advances)."""
+def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
+    """One verify of a TritonGDNReplay as pre-pass + stream (standard decode: the cursor advances;
+    ``phases``: "coef" or "stream" launch one of them alone, for timing)."""
     R = slot_ids.shape[0]
     dec = kern.decode
     coef, meta = kern.scratch(R)
     lay = kern.coef_layout
     offs = {f"O_{k}": v for k, v in lay.items() if k != "NCOEF"}
     bv, nvb, nw = kern.launch_shape(R)
+    if kern.mode.dot != "ieee" and bv < 16:  # a tensor-core dot needs 16 rows
+        bv, nvb = 16, triton.cdiv(kern.V, 16)
     common = dict(H=kern.H, HV=kern.HV, K=kern.K, T=dec.window, RING=dec.ring_rows, SPEC=dec.speculative,
                   SCALE=kern.K ** -0.5, BK=kern.BK, JB=kern.jb, TP=kern.tp, INTERPRET=kern.interpret,
                   NCOEF=lay["NCOEF"], **offs)
-    _gdn_coef_kernel[(kern.H, R)](
-        slot_ids, inputs["q"], inputs["k"], inputs["a"], inputs["b"], kern.A_log, kern.dt_bias, kern.records["k"],
-        kern.records["g"], kern.write_pos, kern.origin, kern.is_flush, kern.pending, kern.ticket, kern.sr_count,
-        coef, meta, R, num_warps=kern.coef_warps, **common)
+    if phases != "stream":
+        _gdn_coef_kernel[(kern.H, R)](
+            slot_ids, inputs["q"], inputs["k"], inputs["a"], inputs["b"], kern.A_log, kern.dt_bias,
+            kern.records["k"], kern.records["g"], kern.write_pos, kern.origin, kern.is_flush, kern.pending,
+            kern.ticket, kern.sr_count, coef, meta, R, num_warps=kern.coef_warps, **common)
+    if phases == "coef":
+        return
     _gdn_stream_kernel[(R, kern.HV, nvb)](
         slot_ids, inputs["q"], inputs["k"], inputs["v"], out, kern.states, kern.scales, kern.records["d"],
         kern.records["k"], coef, meta, kern.seed, kern.num_slots, V=kern.V, BV=bv, SCALED=kern.scaled, SR=kern.sr,
-        num_warps=nw, **common)
+        KC=kern.kchunks, DOT=kern.mode.dot, num_warps=nw, **common)
 
 
 __all__ = ["coef_layout", "launch_split"]

@@ -41,7 +41,7 @@ from replayssm.ops.gdn.triton_math import INTERPRET, store_state_tile, ticket
 
 STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
 ACTS = ("fp32", "bf16", "fp16")
-OPTIONS = ("checks", "block_v", "num_warps", "readout", "prepass", "coef_warps")
+OPTIONS = ("checks", "block_v", "num_warps", "readout", "prepass", "coef_warps", "kchunks")
 READOUTS = ("reduce", "tile")
 
 
@@ -122,9 +122,9 @@ class TritonGDNBase(KernelUnderTest):
                     f"per-row fp32 scales); fp64 is the literal models' reference mode")
         if mode.act not in ACTS:
             return f"activation dtype {mode.act} is not implemented (activations: fp32, bf16, fp16)"
-        if mode.dot != "ieee":
-            return (f"dot={mode.dot}: the readouts are fp32 FMA reductions (no tensor-core dot), so only "
-                    f"ieee is implemented")
+        if mode.dot != "ieee" and not cls.tensor_core_readouts(decode, options):
+            return (f"dot={mode.dot}: this kernel's readouts are fp32 FMA reductions (no tensor-core dot), so "
+                    f"only ieee is implemented here")
         unknown = set(options) - set(OPTIONS)
         if unknown:
             return f"unknown option(s) {sorted(unknown)}; expected a subset of {OPTIONS}"
@@ -138,6 +138,11 @@ class TritonGDNBase(KernelUnderTest):
         if ro not in READOUTS:
             return f"option readout={ro!r}: expected one of {READOUTS}"
         return None
+
+    @classmethod
+    def tensor_core_readouts(cls, decode, options) -> bool:
+        """Whether this kernel (with these options) reads the state out with a tf32 / tf32x3 dot."""
+        return False
 
     def __init__(self, config) -> None:
         super().__init__(config)

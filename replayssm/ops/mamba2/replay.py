@@ -391,13 +391,20 @@ class _TritonReplay(TritonMamba2Base):
         # window axis: 16 wide where a tl.dot runs over it (tf32 readouts, vector readouts), else T'
         dotted = m.dot != "ieee" or self.vector_readout
         self.tp = max(16, next_pow2(d.window)) if dotted else next_pow2(d.window)
-        # the two-launch path (replay_split.py): output_only route, ieee readouts
+        # the two-launch path (replay_split.py): the output_only route
         opts = config.options
-        self.use_split = bool(opts.get("prepass", True)) and self.route == "output_only" and m.dot == "ieee"
+        self.use_split = bool(opts.get("prepass", True)) and self.route == "output_only"
         self.coef_warps = int(opts.get("coef_warps", 4))
         if self.coef_warps not in (1, 2, 4, 8):
             raise ValueError(f"options['coef_warps']: expected 1, 2, 4 or 8, got {self.coef_warps}")
         self.tp_split = next_pow2(d.window)
+        self.kchunks = int(opts.get("kchunks", 1))
+        if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or self.block_n // self.kchunks < 4:
+            raise ValueError(f"options['kchunks']: expected a power of two with dstate / kchunks >= 4, "
+                             f"got {self.kchunks}")
+        if self.kchunks > 1 and m.dot != "ieee":
+            raise ValueError(f"options['kchunks']: chunked readouts are the ieee path; mode {m.id!r} reads out "
+                             f"with a {m.dot} tensor-core dot (kchunks must be 1)")
         self.coef_layout = coef_layout(self.jb, self.tp_split)
         self.interp = INTERPRET
         self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}

@@ -167,8 +167,8 @@ def _stream_kernel(
         LSPEC: tl.constexpr, SPEC: tl.constexpr, HAS_Z: tl.constexpr, STATE: tl.constexpr, ACT: tl.constexpr,
         SR: tl.constexpr, INTERP: tl.constexpr, FOLD_UNROLL: tl.constexpr,
         BP: tl.constexpr, BN: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, NSPLIT: tl.constexpr,
-        NCH: tl.constexpr, OFF_DEC: tl.constexpr, OFF_WF: tl.constexpr, OFF_DECF: tl.constexpr,
-        NCOEF: tl.constexpr):
+        NCH: tl.constexpr, KC: tl.constexpr, DOT: tl.constexpr, TPD: tl.constexpr, OFF_DEC: tl.constexpr,
+        OFF_WF: tl.constexpr, OFF_DECF: tl.constexpr, NCOEF: tl.constexpr):
     pid = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
     h = pid // NSPLIT
@@ -200,23 +200,47 @@ def _stream_kernel(
         pm = p < P
         m2 = pm[:, None] & nm[None, :]
         hp = (slot * H + h) * P + p
-        S0 = tl.load(ck_ptr + hp[:, None] * N + n[None, :], mask=m2, other=0.0).to(tl.float32)
-        if SCALED:
-            S0 = S0 * tl.load(cks_ptr + hp, mask=pm, other=1.0)[:, None]
+        if KC == 1:
+            S0 = tl.load(ck_ptr + hp[:, None] * N + n[None, :], mask=m2, other=0.0).to(tl.float32)
+            if SCALED:
+                S0 = S0 * tl.load(cks_ptr + hp, mask=pm, other=1.0)[:, None]
+        else:
+            # [KC, BP, BNC] chunks of dstate: a readout sums the chunks inside each thread first and
+            # reduces across lanes once per row (BNC / 4 lanes instead of BN / 4)
+            kc = tl.arange(0, KC)
+            nc = tl.arange(0, BN // KC)
+            n3 = (kc * (BN // KC))[:, None, None] + nc[None, None, :]
+            m3 = pm[None, :, None] & (n3 < N)
+            S0 = tl.load(ck_ptr + hp[None, :, None] * N + n3, mask=m3, other=0.0).to(tl.float32)
+            if SCALED:
+                S0 = S0 * tl.load(cks_ptr + hp, mask=pm, other=1.0)[None, :, None]
+            n2 = (kc * (BN // KC))[:, None] + nc[None, :]  # [KC, BNC]
         X_hist = tl.load(rx_ptr + ((slot * RING + row) * H + h)[:, None] * P + p[None, :],
                          mask=hist[:, None] & pm[None, :], other=0.0)
         X_win = tl.load(x_ptr + ((r * T + tj) * H + h)[:, None] * P + p[None, :],
                         mask=win[:, None] & pm[None, :], other=0.0)
         X = tl.where(hist[:, None], X_hist.to(tl.float32), X_win.to(tl.float32))  # [JB, BP]
         rec_m = pm & ((p * 0 + keep.to(tl.int32)) != 0)
+        if DOT != "ieee":
+            # every window position's S0 · C_s as one tensor-core product (tf32 / tf32x3)
+            sd = tl.arange(0, TPD)
+            Ct = tl.load(C_ptr + ((r * T + sd) * G + g)[None, :] * N + n[:, None],
+                         mask=nm[:, None] & (sd < T)[None, :], other=0.0).to(tl.float32)  # [BN, TPD]
+            YT = tl.dot(S0, Ct, input_precision=DOT)  # [BP, TPD]
         for s in tl.static_range(T):
-            cs = tl.load(C_ptr + ((r * T + s) * G + g) * N + n, mask=nm, other=0.0).to(tl.float32)
+            if DOT != "ieee":
+                s0c = tl.sum(tl.where((sd == s)[None, :], YT, 0.0), axis=1)
+            elif KC == 1:
+                cs = tl.load(C_ptr + ((r * T + s) * G + g) * N + n, mask=nm, other=0.0).to(tl.float32)
+                s0c = tl.sum(S0 * cs[None, :], axis=1)
+            else:
+                cs2 = tl.load(C_ptr + ((r * T + s) * G + g) * N + n2, mask=n2 < N, other=0.0).to(tl.float32)
+                s0c = tl.sum(tl.sum(S0 * cs2[:, None, :], axis=0), axis=1)
             m_s = tl.load(coef_ptr + cb + s * JB + j)
             dec_s = tl.load(coef_ptr + cb + OFF_DEC + s)
             xo = ((r * T + s) * H + h) * P + p
             x_raw = tl.load(x_ptr + xo, mask=pm, other=0.0)
-            y = dec_s * tl.sum(S0 * cs[None, :], axis=1) + tl.sum(m_s[:, None] * X, axis=0) \
-                + Dh * x_raw.to(tl.float32)
+            y = dec_s * s0c + tl.sum(m_s[:, None] * X, axis=0) + Dh * x_raw.to(tl.float32)
             if HAS_Z:
                 zz = tl.load(z_ptr + xo, mask=pm, other=0.0).to(tl.float32)
                 y = y * zz / (1.0 + tl.exp(-zz))
@@ -227,7 +251,10 @@ def _stream_kernel(
             # rank-1 updates, FOLD_UNROLL positions' loads in flight together
             nfold = wp + (1 - SPEC)
             x_cur = tl.load(x_ptr + ((r * T) * H + h) * P + p, mask=pm, other=0.0).to(tl.float32)
-            b_cur = tl.load(B_ptr + ((r * T) * G + g) * N + n, mask=nm, other=0.0).to(tl.float32)
+            if KC == 1:
+                b_cur = tl.load(B_ptr + ((r * T) * G + g) * N + n, mask=nm, other=0.0).to(tl.float32)
+            else:
+                b_cur = tl.load(B_ptr + ((r * T) * G + g) * N + n2, mask=n2 < N, other=0.0).to(tl.float32)
             S_new = tl.load(coef_ptr + cb + OFF_DECF) * S0
             for jq in range((nfold + FOLD_UNROLL - 1) // FOLD_UNROLL):
                 for ju in tl.static_range(FOLD_UNROLL):
@@ -237,17 +264,25 @@ def _stream_kernel(
                     w_j = tl.load(coef_ptr + cb + OFF_WF + jj)
                     w_j = tl.where(jq * FOLD_UNROLL + ju < nfold, w_j, 0.0)
                     xh = tl.load(rx_ptr + ((slot * RING + row_j) * H + h) * P + p, mask=pm, other=0.0)
-                    bh = tl.load(rB_ptr + ((slot * RING + row_j) * G + g) * N + n, mask=nm, other=0.0)
                     x_j = tl.where(in_hist, xh.to(tl.float32), x_cur)
-                    b_j = tl.where(in_hist, bh.to(tl.float32), b_cur)
-                    S_new = S_new + (w_j * x_j)[:, None] * b_j[None, :]
+                    if KC == 1:
+                        bh = tl.load(rB_ptr + ((slot * RING + row_j) * G + g) * N + n, mask=nm, other=0.0)
+                        b_j = tl.where(in_hist, bh.to(tl.float32), b_cur)
+                        S_new = S_new + (w_j * x_j)[:, None] * b_j[None, :]
+                    else:
+                        bh = tl.load(rB_ptr + ((slot * RING + row_j) * G + g) * N + n2, mask=n2 < N, other=0.0)
+                        b_j = tl.where(in_hist, bh.to(tl.float32), b_cur)
+                        S_new = S_new + (w_j * x_j)[None, :, None] * b_j[:, None, :]
+            if KC != 1:
+                S_new = tl.reshape(tl.permute(S_new, (1, 0, 2)), (BP, BN))
             elem = (h * P + p)[:, None] * N + n[None, :]
             store_state_rows(ck_ptr + hp[:, None] * N + n[None, :], cks_ptr + hp, S_new, m2, pm, elem,
                              seed, slot, ctr, STREAM_FLUSH, STATE, SCALED, SR, INTERP)
 
 
-def launch_split(kern, slot_ids, inputs, out, advance: bool) -> None:
-    """One verify (``advance``: + commit(1), standard decode) of a ``_TritonReplay`` as pre-pass + stream."""
+def launch_split(kern, slot_ids, inputs, out, advance: bool, phases: str = "both") -> None:
+    """One verify (``advance``: + commit(1), standard decode) of a ``_TritonReplay`` as pre-pass + stream
+    (``phases``: "coef" or "stream" launch one of them alone, for timing)."""
     g, d = kern.geometry, kern.decode
     R = slot_ids.shape[0]
     coef, meta = kern.scratch(R)
@@ -256,19 +291,23 @@ def launch_split(kern, slot_ids, inputs, out, advance: bool) -> None:
     nch = triton.cdiv(kern.nchunks, split)
     common = dict(OFF_DEC=lay["DEC"], OFF_WF=lay["WF"], OFF_DECF=lay["DECF"], NCOEF=lay["NCOEF"])
     with kern._device_ctx():
-        _coef_kernel[(g.ngroups, R)](
-            slot_ids, inputs["dt"], inputs["B"], inputs["C"], kern.A, kern.dt_bias, kern.records["B"],
-            kern.records["dt"], kern.write_pos, kern.origin, kern.counter, kern.arrivals, coef, meta,
-            H=g.nheads, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec, SPEC=d.speculative,
-            ADVANCE=advance, SR=kern.sr, BN=kern.block_n, JB=kern.jb, TP=kern.tp_split,
-            HGP=max(2, triton.next_power_of_2(g.nheads // g.ngroups)), num_warps=kern.coef_warps, **common)
+        if phases != "stream":
+            _coef_kernel[(g.ngroups, R)](
+                slot_ids, inputs["dt"], inputs["B"], inputs["C"], kern.A, kern.dt_bias, kern.records["B"],
+                kern.records["dt"], kern.write_pos, kern.origin, kern.counter, kern.arrivals, coef, meta,
+                H=g.nheads, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec, SPEC=d.speculative,
+                ADVANCE=advance, SR=kern.sr, BN=kern.block_n, JB=kern.jb, TP=kern.tp_split,
+                HGP=max(2, triton.next_power_of_2(g.nheads // g.ngroups)), num_warps=kern.coef_warps, **common)
+        if phases == "coef":
+            return
         _stream_kernel[(g.nheads * split, R)](
             slot_ids, inputs["x"], inputs["B"], inputs["C"], kern._z(inputs), kern.D, out, kern.ckpt,
             kern.ckpt_scale, kern.records["x"], kern.records["B"], coef, meta, kern.seed,
             H=g.nheads, P=g.headdim, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec,
             SPEC=d.speculative, HAS_Z=g.has_z, STATE=kern.state_kind, ACT=kern.act_kind, SR=kern.sr,
             INTERP=kern.interp, FOLD_UNROLL=kern.fold_unroll, BP=kern.block_p, BN=kern.block_n, JB=kern.jb,
-            TP=kern.tp_split, NSPLIT=split, NCH=nch, num_warps=kern.num_warps, **common)
+            TP=kern.tp_split, NSPLIT=split, NCH=nch, KC=kern.kchunks, DOT=kern.mode.dot,
+            TPD=max(16, kern.tp_split), num_warps=kern.num_warps, **common)
 
 
 __all__ = ["coef_layout", "launch_split"]

@@ -47,6 +47,8 @@ OPTIONS = {
     "prepass": ("bool: output_only route with ieee readouts as two launches, a per-(row, group) coefficient "
                 "pre-pass and a lean checkpoint stream (default True; False: the single fused kernel)"),
     "coef_warps": "int: warps per pre-pass program (default 4)",
+    "kchunks": ("int: pre-pass path: dstate as this many chunks summed inside a thread before the cross-lane "
+                "reduction of a readout (default 1)"),
 }
 
 SUPPORTED_STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
