@@ -20,15 +20,19 @@ from replayssm.geometry import preset
 from replayssm.interface import DecodeConfig
 from replayssm.ops.gdn import bench_cases as gb
 
-M2_STD = [{"prepass": False}, {}, {"num_warps": 2}, {"block_p": 32, "num_warps": 8}, {"fold_unroll": 4},
-          {"coef_warps": 2}]
-M2_SPEC = [{"prepass": False}, {}, {"num_warps": 2}, {"block_p": 32, "num_warps": 8}, {"fold_unroll": 4}]
-GDN_STD = [{"prepass": False, "block_v": 8, "num_warps": 1}, {"block_v": 8, "num_warps": 1},
-           {"block_v": 16, "num_warps": 1}, {"block_v": 16, "num_warps": 2}, {"block_v": 32, "num_warps": 4},
-           {"block_v": 64, "num_warps": 4}]
-GDN_SPEC = [{"prepass": False, "block_v": 16, "num_warps": 1}, {"block_v": 8, "num_warps": 1},
-            {"block_v": 16, "num_warps": 1}, {"block_v": 16, "num_warps": 2}, {"block_v": 32, "num_warps": 4},
-            {"block_v": 64, "num_warps": 4}]
+TF = "s32a16-tf32x3"
+M2_STD = [{}, {"num_warps": 2}, {"num_warps": 2, "kchunks": 4}, {"num_warps": 4, "kchunks": 4}, {"num_warps": 1},
+          {"num_warps": 2, "kchunks": 2}]
+M2_SPEC = [{"num_warps": 2}, {"num_warps": 2, "kchunks": 4}, {"num_warps": 4, "kchunks": 4},
+           {"num_warps": 1, "kchunks": 4}, {"num_warps": 2, "kchunks": 8}, {"_mode": TF, "num_warps": 4},
+           {"_mode": TF, "num_warps": 2}]
+GDN_STD = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 1}, {"block_v": 16, "num_warps": 1, "kchunks": 4},
+           {"block_v": 8, "num_warps": 1, "kchunks": 4}, {"block_v": 32, "num_warps": 2, "kchunks": 4},
+           {"block_v": 16, "num_warps": 2, "kchunks": 4}]
+GDN_SPEC = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 1},
+            {"block_v": 16, "num_warps": 1, "kchunks": 4}, {"block_v": 16, "num_warps": 2, "kchunks": 4},
+            {"block_v": 32, "num_warps": 2, "kchunks": 4}, {"_mode": TF, "block_v": 16, "num_warps": 1},
+            {"_mode": TF, "block_v": 16, "num_warps": 2}, {"_mode": TF, "block_v": 32, "num_warps": 4}]
 
 
 def main() -> int:
@@ -61,7 +65,9 @@ def main() -> int:
             prefix, _ = cursor_cycle(std, 1)
             for o in M2_STD:
                 try:
-                    us, chk = _time_kernel("triton-replay", g, params, a.mode, std, batch, nsets, prefix, 1, o, dev,
+                    o = dict(o)
+                    mode = o.pop("_mode", a.mode)
+                    us, chk = _time_kernel("triton-replay", g, params, mode, std, batch, nsets, prefix, 1, o, dev,
                                            gen, a.rep_ms, True)
                     emit(family="mamba2", case="replay std L16", batch=batch, opts=o, us=us, fp64=chk)
                 except Exception as e:  # noqa: BLE001 - a configuration that fails to compile or check is reported
@@ -76,9 +82,11 @@ def main() -> int:
             prefix, _ = cursor_cycle(spec, 4)
             for o in M2_SPEC:
                 try:
-                    us, chk = _time_kernel("triton-replay", g, params, a.mode, spec, batch, nsets, prefix, 4, o,
+                    o = dict(o)
+                    mode = o.pop("_mode", a.mode)
+                    us, chk = _time_kernel("triton-replay", g, params, mode, spec, batch, nsets, prefix, 4, o,
                                            dev, gen, a.rep_ms, False)
-                    emit(family="mamba2", case="replay spec all", batch=batch, opts=o, us=us, fp64=chk)
+                    emit(family="mamba2", case="replay spec all", batch=batch, opts=o, mode=mode, us=us, fp64=chk)
                 except Exception as e:  # noqa: BLE001
                     emit(family="mamba2", case="replay spec all", batch=batch, opts=o, error=str(e)[:300])
                 torch.cuda.empty_cache()
@@ -98,9 +106,11 @@ def main() -> int:
                     continue
                 for o in cands:
                     try:
-                        us, chk = gb.time_kernel(name, g, params, a.mode, dec, batch, nsets, k, o, dev, gen,
+                        o = dict(o)
+                        mode = o.pop("_mode", a.mode)
+                        us, chk = gb.time_kernel(name, g, params, mode, dec, batch, nsets, k, o, dev, gen,
                                                  a.rep_ms)
-                        emit(family="gdn", case=case, batch=batch, opts=o, us=us, fp64=chk)
+                        emit(family="gdn", case=case, batch=batch, opts=o, mode=mode, us=us, fp64=chk)
                     except Exception as e:  # noqa: BLE001
                         emit(family="gdn", case=case, batch=batch, opts=o, error=str(e)[:300])
                     torch.cuda.empty_cache()
