@@ -54,6 +54,9 @@ class TritonGDNReplay(TritonGDNBase):
             raise ValueError(f"options['coef_warps']: expected 1, 2, 4 or 8, got {self.coef_warps}")
         self.jb = next_pow2(d.buffer) if d.speculative else next_pow2(max(d.buffer - 1, 1))
         self.tp = next_pow2(d.window)
+        self.fold_unroll = int(opts.get("fold_unroll", 4))
+        if self.fold_unroll not in (1, 2, 4, 8):
+            raise ValueError(f"options['fold_unroll']: expected 1, 2, 4 or 8, got {self.fold_unroll}")
         self.kchunks = int(opts.get("kchunks", 1))
         if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or self.BK // self.kchunks < 4:
             raise ValueError(f"options['kchunks']: expected a power of two with head_k_dim / kchunks >= 4, got "

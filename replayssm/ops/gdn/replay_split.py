@@ -152,6 +152,7 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
                        RING: tl.constexpr, SPEC: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, SCALED: tl.constexpr,
                        SR: tl.constexpr, INTERPRET: tl.constexpr, KC: tl.constexpr, DOT: tl.constexpr,
+                       FU: tl.constexpr,
                        O_A: tl.constexpr, O_B: tl.constexpr, O_BETA: tl.constexpr, O_CK: tl.constexpr,
                        O_CQ: tl.constexpr, O_AW: tl.constexpr, O_MW: tl.constexpr, O_WF: tl.constexpr,
                        O_DECF: tl.constexpr, NCOEF: tl.constexpr):
@@ -251,14 +252,20 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
             k_cur = k_i
     if flush:
         s = tl.load(coef_ptr + cb + O_DECF) * s0
-        for jj in range(0, w):
-            srow = slot * RING + (org + jj) % RING
-            dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
-            kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-            if KC == 1:
-                s += (tl.load(coef_ptr + cb + O_WF + jj) * dj)[:, None] * kj[None, :]
-            else:
-                s += (tl.load(coef_ptr + cb + O_WF + jj) * dj)[None, :, None] * kj[:, None, :]
+        # rank-1 updates, FU records per trip (their loads independent: one round trip per FU records)
+        for jq in range(0, (w + FU - 1) // FU):
+            for ju in tl.static_range(FU):
+                jj = jq * FU + ju
+                srow = slot * RING + (org + jj) % RING
+                live = (offs_v * 0 + jj) < w
+                dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv & live, other=0.0).to(tl.float32)
+                kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk & ((offs_k * 0 + jj) < w),
+                             other=0.0).to(tl.float32)  # past the history: zeros (stale rows may be non-finite)
+                wt = tl.load(coef_ptr + cb + O_WF + tl.minimum(jj, JB - 1))
+                if KC == 1:
+                    s += (wt * dj)[:, None] * kj[None, :]
+                else:
+                    s += (wt * dj)[None, :, None] * kj[:, None, :]
         if not SPEC:
             if KC == 1:
                 s += d_cur[:, None] * k_cur[None, :]
@@ -298,7 +305,7 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     _gdn_stream_kernel[(R, kern.HV, nvb)](
         slot_ids, inputs["q"], inputs["k"], inputs["v"], out, kern.states, kern.scales, kern.records["d"],
         kern.records["k"], coef, meta, kern.seed, kern.num_slots, V=kern.V, BV=bv, SCALED=kern.scaled, SR=kern.sr,
-        KC=kern.kchunks, DOT=kern.mode.dot, num_warps=nw, **common)
+        KC=kern.kchunks, DOT=kern.mode.dot, FU=kern.fold_unroll, num_warps=nw, **common)
 
 
 __all__ = ["coef_layout", "launch_split"]
