@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One device call: Nsight Compute sections for the pre-pass and stream kernels of the configurations
+# given as lines "FAMILY DECODE BATCH OPTIONS_JSON [MODE]" on stdin (second verify's launches).
+set -uo pipefail
+OUT=${OUT:-out/ncu}
+mkdir -p "$OUT"
+pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+python -c "import replayssm.validators.runner" 2>/dev/null || { ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios; }
+export PYTHONPATH=$PWD
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+i=0
+while read -r fam dec batch opts mode; do
+  [ -z "$fam" ] && continue
+  i=$((i+1))
+  echo "== $fam $dec $batch $opts ${mode:-s32a16}"
+  timeout 150 "$NCU" --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section WarpStateStats --section SchedulerStats -k "regex:coef_kernel|stream_kernel" -s 2 -c 2 \
+    python scripts/profile_split.py "$fam" "$dec" "$batch" "$opts" ${mode:-s32a16} > "$OUT/ncu_$i.txt" 2>&1
+  grep -E "^  _|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp Per|No Eligible|Stall|One or More" "$OUT/ncu_$i.txt" | head -40
+  grep -E -A3 "WRN|OPT" "$OUT/ncu_$i.txt" | grep -iE "stall|cycles|waiting|barrier|latency" | head -8
+done
