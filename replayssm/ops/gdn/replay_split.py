@@ -81,53 +81,61 @@ def _gdn_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
     tp = tl.arange(0, TP)
     mt = tp < T
     tok = r * T + tp
-    mtk = mt[:, None] & mk[None, :]
-    Qw = tl.load(q_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
-    Kw = tl.load(k_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
-    Qw = l2_normalise(Qw, 1) * SCALE
-    Kw = l2_normalise(Kw, 1)
-    KKh = tl.sum(Kw[:, None, :] * Kh[None, :, :], 2)  # [TP, JB]: k_i . k_j
-    KQh = tl.sum(Qw[:, None, :] * Kh[None, :, :], 2)  # [TP, JB]: q_s . k_j
-    KKw = tl.sum(Kw[:, None, :] * Kw[None, :, :], 2)  # [TP, TP]
-    KQw = tl.sum(Qw[:, None, :] * Kw[None, :, :], 2)  # [TP, TP]: [s, j] = q_s . k_j
-    row_w = slot * RING + (org + w + tp) % RING
-    rec = mt & ((tp * 0 + keep.to(tl.int32)) != 0)
-    tl.store(k_rec_ptr + (row_w[:, None] * H + hk) * K + offs_k[None, :],
-             cast_rne(Kw, k_rec_ptr.dtype.element_ty, INTERPRET), mask=rec[:, None] & mk[None, :])
-    lower = tp[:, None] > tp[None, :]
-    causal = tp[:, None] >= tp[None, :]
-    for e in tl.static_range(HVG):
-        vh = hk * HVG + e
-        gh = tl.load(g_rec_ptr + rows * HV + vh, mask=hist, other=0.0)
-        Gt = tl.sum(gh, 0)
-        wj = tl.where(hist, tl.exp(Gt - tl.cumsum(gh, 0)), 0.0)
-        eG = tl.exp(Gt)
-        aw = tl.load(a_ptr + tok * HV + vh, mask=mt, other=0.0).to(tl.float32)
-        bw = tl.load(b_ptr + tok * HV + vh, mask=mt, other=0.0).to(tl.float32)
-        gw, betaw = gates(aw, bw, tl.load(A_log_ptr + vh), tl.load(dt_bias_ptr + vh))
-        gw = tl.where(mt, gw, 0.0)
-        eGw = tl.exp(tl.cumsum(gw, 0))
-        Gw = tl.cumsum(gw, 0)
-        dG = tl.where(causal, Gw[:, None] - Gw[None, :], 0.0)
-        cb = (r * HV + vh) * NCOEF
-        tl.store(coef_ptr + cb + O_A + tp, betaw * eGw * eG, mask=mt)
-        tl.store(coef_ptr + cb + O_B + tp, eGw * eG, mask=mt)
-        tl.store(coef_ptr + cb + O_BETA + tp, betaw, mask=mt)
-        ij = tp[:, None] * JB + j[None, :]
-        mij = mt[:, None] & (j[None, :] >= 0)
-        tl.store(coef_ptr + cb + O_CK + ij, (betaw * eGw)[:, None] * wj[None, :] * KKh, mask=mij)
-        tl.store(coef_ptr + cb + O_CQ + ij, eGw[:, None] * wj[None, :] * KQh, mask=mij)
-        tt = tp[:, None] * TP + tp[None, :]
-        mtt = mt[:, None] & mt[None, :]
-        tl.store(coef_ptr + cb + O_AW + tt, tl.where(lower, betaw[:, None] * tl.exp(dG) * KKw, 0.0), mask=mtt)
-        tl.store(coef_ptr + cb + O_MW + tt, tl.where(causal, tl.exp(dG) * KQw, 0.0), mask=mtt)
-        if SPEC:
-            fscale = eG * 0.0 + 1.0  # the state before the window: S_h itself
-        else:
-            fscale = tl.sum(tl.where(tp == 0, eGw, 0.0), 0)  # alpha: S_0 <- alpha S_prev + d k^T
-        tl.store(coef_ptr + cb + O_WF + j, fscale * wj)
-        tl.store(coef_ptr + cb + O_DECF, fscale * eG)
-        tl.store(g_rec_ptr + row_w * HV + vh, gw, mask=rec)
+    keep_k = mk & ((offs_k * 0 + keep.to(tl.int32)) != 0)
+    # token by token, vectors and scalars only (no [T', J, K] products: their layout conversions made
+    # this kernel L1-bound, docs/benchmarks.md)
+    for i in tl.static_range(T):
+        tok_i = r * T + i
+        q_i = l2_normalise(tl.load(q_ptr + (tok_i * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32),
+                           0) * SCALE
+        k_i = l2_normalise(tl.load(k_ptr + (tok_i * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
+        kk_i = tl.sum(Kh * k_i[None, :], 1)  # [JB]: k_j . k_i
+        kq_i = tl.sum(Kh * q_i[None, :], 1)  # [JB]: k_j . q_i
+        srow_i = slot * RING + (org + w + i) % RING
+        tl.store(k_rec_ptr + (srow_i * H + hk) * K + offs_k, cast_rne(k_i, k_rec_ptr.dtype.element_ty, INTERPRET),
+                 mask=keep_k)
+        for e in tl.static_range(HVG):
+            vh = hk * HVG + e
+            gh = tl.load(g_rec_ptr + rows * HV + vh, mask=hist, other=0.0)
+            Gt = tl.sum(gh, 0)
+            wj = tl.where(hist, tl.exp(Gt - tl.cumsum(gh, 0)), 0.0)
+            eG = tl.exp(Gt)
+            aw = tl.load(a_ptr + tok * HV + vh, mask=mt, other=0.0).to(tl.float32)
+            bw = tl.load(b_ptr + tok * HV + vh, mask=mt, other=0.0).to(tl.float32)
+            gw, betaw = gates(aw, bw, tl.load(A_log_ptr + vh), tl.load(dt_bias_ptr + vh))
+            gw = tl.where(mt, gw, 0.0)
+            Gw = tl.cumsum(gw, 0)
+            G_i = tl.sum(tl.where(tp == i, Gw, 0.0), 0)
+            beta_i = tl.sum(tl.where(tp == i, betaw, 0.0), 0)
+            eGi = tl.exp(G_i)
+            cb = (r * HV + vh) * NCOEF
+            tl.store(coef_ptr + cb + O_A + i, beta_i * eGi * eG)
+            tl.store(coef_ptr + cb + O_B + i, eGi * eG)
+            tl.store(coef_ptr + cb + O_BETA + i, beta_i)
+            tl.store(coef_ptr + cb + O_CK + i * JB + j, (beta_i * eGi) * wj * kk_i)
+            tl.store(coef_ptr + cb + O_CQ + i * JB + j, eGi * wj * kq_i)
+            # in-window rows: AW[i, t] = beta_i e^(G_i - G_t) (k_i . k_t), t < i; MW[i, t] = e^(G_i - G_t) (k_t . q_i)
+            for t in tl.static_range(TP):
+                if t < i:
+                    k_t = l2_normalise(tl.load(k_ptr + ((r * T + t) * H + hk) * K + offs_k, mask=mk,
+                                               other=0.0).to(tl.float32), 0)
+                    e_it = tl.exp(G_i - tl.sum(tl.where(tp == t, Gw, 0.0), 0))
+                    tl.store(coef_ptr + cb + O_AW + i * TP + t, beta_i * e_it * tl.sum(k_i * k_t, 0))
+                    tl.store(coef_ptr + cb + O_MW + i * TP + t, e_it * tl.sum(k_t * q_i, 0))
+                elif t == i:
+                    tl.store(coef_ptr + cb + O_AW + i * TP + t, 0.0)
+                    tl.store(coef_ptr + cb + O_MW + i * TP + t, tl.sum(k_i * q_i, 0))
+                else:
+                    tl.store(coef_ptr + cb + O_AW + i * TP + t, 0.0)
+                    tl.store(coef_ptr + cb + O_MW + i * TP + t, 0.0)
+            tl.store(g_rec_ptr + srow_i * HV + vh, tl.sum(tl.where(tp == i, gw, 0.0), 0), mask=keep)
+            if i == 0:
+                if SPEC:
+                    fscale = eG * 0.0 + 1.0  # the state before the window: S_h itself
+                else:
+                    fscale = eGi  # alpha: S_0 <- alpha S_prev + d k^T
+                tl.store(coef_ptr + cb + O_WF + j, fscale * wj)
+                tl.store(coef_ptr + cb + O_DECF, fscale * eG)
     q4 = tl.arange(0, 4)
     snap = tl.where(q4 == 0, w.to(tl.int64), tl.where(q4 == 1, org.to(tl.int64),
                                                       tl.where(q4 == 2, flush.to(tl.int64), cnt)))

@@ -77,22 +77,12 @@ def _coef_kernel(
     row = (org + j) % RING
     n = tl.arange(0, BN)
     nm = n < N
-    sidx = tl.arange(0, TP)  # window position
-    sm = sidx < T
-    pos = wp + sidx
-
-    # B_j · C_s for every logical position j and window position s (one group: shared by its heads)
+    # the group's heads, [heads, positions]: Δ and its cumsum c
     Bh = tl.load(rB_ptr + ((slot * RING + row) * G + g)[:, None] * N + n[None, :], mask=hist[:, None] & nm[None, :],
                  other=0.0)
     Bw = tl.load(B_ptr + ((r * T + tj) * G + g)[:, None] * N + n[None, :], mask=win[:, None] & nm[None, :],
                  other=0.0)
     Bj = tl.where(hist[:, None], Bh.to(tl.float32), Bw.to(tl.float32))  # [JB, BN]
-    bcT = tl.zeros((TP, JB), tl.float32)
-    for s in tl.static_range(T):
-        cs = tl.load(C_ptr + ((r * T + s) * G + g) * N + n, mask=nm, other=0.0).to(tl.float32)
-        bcT = tl.where((sidx == s)[:, None], tl.sum(Bj * cs[None, :], axis=1)[None, :], bcT)
-
-    # the group's heads, [heads, positions]: Δ, its cumsum c, decays and causal weights
     hh = tl.arange(0, HGP)
     hm = hh < HG
     head = g * HG + hh
@@ -107,16 +97,27 @@ def _coef_kernel(
     d_win = tl.where(u > 20.0, u, tl.where(ew == 1.0, ev, tl.log(ew) * (ev / (ew - 1.0))))
     delta = tl.where(hist[None, :], d_hist, tl.where(win[None, :], d_win, 0.0))  # [HGP, JB]
     c = tl.cumsum(delta, axis=1)
-    at_pos = j[None, None, :] == pos[None, :, None]  # [1, TP, JB]
-    c_at = tl.sum(tl.where(at_pos, c[:, None, :], 0.0), axis=2)  # [HGP, TP]
-    causal = (j[None, None, :] <= pos[None, :, None]) & sm[None, :, None]
-    W = tl.where(causal, delta[:, None, :] * tl.exp(A[:, None, None] * (c_at[:, :, None] - c[:, None, :])), 0.0)
-    M = W * bcT[None, :, :]  # [HGP, TP, JB]
-    dec = tl.exp(A[:, None] * c_at)  # [HGP, TP]
     base = (r * H + head) * NCOEF  # [HGP]
-    tl.store(coef_ptr + base[:, None, None] + (sidx[:, None] * JB + j[None, :])[None, :, :], M,
-             mask=hm[:, None, None] & (sm[:, None] & (j[None, :] >= 0))[None, :, :])
-    tl.store(coef_ptr + base[:, None] + OFF_DEC + sidx[None, :], dec, mask=hm[:, None] & sm[None, :])
+    mrow = hm[:, None] & (j[None, :] >= 0)
+    if SPEC:
+        rec = (wp * 0 + 1) != 0
+    else:
+        rec = wp < LSPEC - 1  # no record on a standard flush
+    # per window position s, [heads, positions] tiles only (3-D [heads, s, positions] tiles cost more in
+    # layout conversions than the arithmetic, docs/benchmarks.md)
+    for s in tl.static_range(T):
+        ps = wp + s
+        cs = tl.load(C_ptr + ((r * T + s) * G + g) * N + n, mask=nm, other=0.0).to(tl.float32)
+        bc_s = tl.sum(Bj * cs[None, :], axis=1)  # [JB]: B_j · C_s
+        c_s = tl.sum(tl.where((j == ps)[None, :], c, 0.0), axis=1)  # [HGP]
+        W_s = tl.where((j <= ps)[None, :], delta * tl.exp(A[:, None] * (c_s[:, None] - c)), 0.0)
+        tl.store(coef_ptr + base[:, None] + s * JB + j[None, :], W_s * bc_s[None, :], mask=mrow)
+        tl.store(coef_ptr + base + OFF_DEC + s, tl.exp(A * c_s), mask=hm)
+        row_s = (org + ps) % RING
+        B_s = tl.load(B_ptr + ((r * T + s) * G + g) * N + n, mask=nm, other=0.0)
+        tl.store(rB_ptr + ((slot * RING + row_s) * G + g) * N + n, B_s, mask=nm & ((n * 0 + rec.to(tl.int32)) != 0))
+        tl.store(rdt_ptr + (slot * RING + row_s) * H + head, tl.sum(tl.where((j == ps)[None, :], delta, 0.0), axis=1),
+                 mask=hm & ((hh * 0 + rec.to(tl.int32)) != 0))
     # fold weights of a flush: speculative, the committed history (the state before the window);
     # standard, the history and the current token
     if SPEC:
@@ -127,21 +128,8 @@ def _coef_kernel(
         infold = j <= wp
     c_end = tl.sum(tl.where((j == last)[None, :], c, 0.0), axis=1)  # [HGP]
     wf = tl.where(infold[None, :], delta * tl.exp(A[:, None] * (c_end[:, None] - c)), 0.0)
-    tl.store(coef_ptr + base[:, None] + OFF_WF + j[None, :], wf, mask=hm[:, None] & (j[None, :] >= 0))
+    tl.store(coef_ptr + base[:, None] + OFF_WF + j[None, :], wf, mask=mrow)
     tl.store(coef_ptr + base + OFF_DECF, tl.exp(A * c_end), mask=hm)
-
-    # the window's B (this group) and Δ (its heads) records; none on a standard flush
-    if SPEC:
-        rec_v = sm
-    else:
-        rec_v = sm & ((sidx * 0 + wp) < LSPEC - 1)
-    row_w = (org + pos) % RING
-    B_w = tl.load(B_ptr + ((r * T + sidx) * G + g)[:, None] * N + n[None, :], mask=sm[:, None] & nm[None, :],
-                  other=0.0)
-    tl.store(rB_ptr + ((slot * RING + row_w) * G + g)[:, None] * N + n[None, :], B_w,
-             mask=rec_v[:, None] & nm[None, :])
-    dw = tl.sum(tl.where(at_pos, delta[:, None, :], 0.0), axis=2)  # [HGP, TP]
-    tl.store(rdt_ptr + (slot * RING + row_w)[None, :] * H + head[:, None], dw, mask=hm[:, None] & rec_v[None, :])
 
     # the row's cursor snapshot for the stream kernel (group 0)
     q = tl.arange(0, 4)
