@@ -296,12 +296,10 @@ def _best(name, g, params, mode, decode, batch, nsets, prefix, k, candidates, de
     return best
 
 
-# Launch configurations swept per batch (the first is the default); each is checked against fp64
-# over a whole cursor cycle before it is timed.
-REPLAY_CANDIDATES = [{"num_warps": 4}, {"num_warps": 4, "prefetch": True}, {"num_warps": 8},
-                     {"block_p": 32, "num_warps": 8}]
-SPEC_CANDIDATES = [{"num_warps": 4}, {"num_warps": 8, "vector_readout": True},
-                   {"num_warps": 4, "vector_readout": True}]
+# Launch configurations swept per batch (the first is the default: the pre-pass path from 16 rows up,
+# the single fused kernel below); each is checked against fp64 over a whole cursor cycle before it is timed.
+REPLAY_CANDIDATES = [{}, {"prepass": False}, {"prepass": True}]
+SPEC_CANDIDATES = [{}, {"prepass": False}]
 BASELINE_CANDIDATES = [{"block_p": 16, "num_warps": 4}, {"block_p": 32, "num_warps": 4}]
 
 

@@ -46,11 +46,23 @@ def _cases():
             (f"baseline-{mode}-B16-T4-qwen35-4b", "triton-baseline", _sc("qwen35-4b", mode, "speculative", 4, 16,
                                                                          "per-row", 4)),
         ]
+        pre = {"prepass": True}  # rows = 6: the automatic choice is the fused kernel
+        out += [
+            (f"replay-prepass-{mode}-L16-T1-qwen35-4b", "triton-replay",
+             _sc("qwen35-4b", mode, "standard", 1, 16, "random", 18, kernel_options=pre)),
+            (f"replay-prepass-{mode}-B16-T4-qwen35-4b", "triton-replay",
+             _sc("qwen35-4b", mode, "speculative", 4, 16, "per-row", 10, kernel_options=pre)),
+        ]
+    for mode in ("s32a32-tf32", "s32a16-tf32x3"):
+        out.append((f"replay-prepass-{mode}-B16-T4-qwen35-4b", "triton-replay",
+                    _sc("qwen35-4b", mode, "speculative", 4, 16, "per-row", 10)))
     for L in (1, 4, 8, 32):
         out.append((f"replay-s32a16-L{L}-T1-qwen35-4b", "triton-replay",
                     _sc("qwen35-4b", "s32a16", "standard", 1, L, "random", L + 2)))
     out.append(("replay-s32a16-B8-T4-exhaustive-qwen35-4b", "triton-replay",
                 _sc("qwen35-4b", "s32a16", "speculative", 4, 8, "exhaustive", None)))
+    out.append(("replay-prepass-s32a16-B8-T4-exhaustive-qwen35-4b", "triton-replay",
+                _sc("qwen35-4b", "s32a16", "speculative", 4, 8, "exhaustive", None, kernel_options={"prepass": True})))
     for mode in ("s32a16", "sfp8a16-sr"):
         out += [
             (f"replay-{mode}-L16-T1-gdn-hv64", "triton-replay", _sc("gdn-hv64", mode, "standard", 1, 16,

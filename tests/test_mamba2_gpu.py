@@ -42,12 +42,16 @@ def _large(batch, steps):
     return {"literal_every": max(1, steps // 2), "invariants_every": 0, "state_every": 4, "repeat_check": False}
 
 
+@pytest.mark.parametrize("path", ["prepass", "fused"])
 @pytest.mark.parametrize("mode", MODES)
-def test_replay_every_mode_nano4b(mode):
-    assert_kernel_valid("triton-replay", _sc("nano4b", "speculative", 4, mode, steps=10), device="cuda",
-                        repeat_check="-sr" in mode)
-    assert_kernel_valid("triton-replay", _sc("nano4b", "standard", 4, mode, L=8, steps=10), device="cuda",
-                        repeat_check=False)
+def test_replay_every_mode_nano4b(mode, path):
+    """Both paths of "triton-replay" at batch 4 (the automatic choice there is the fused kernel; the
+    pre-pass path is the default from 16 rows up)."""
+    opts = {"prepass": path == "prepass"}
+    assert_kernel_valid("triton-replay", _sc("nano4b", "speculative", 4, mode, steps=10, kernel_options=opts),
+                        device="cuda", repeat_check="-sr" in mode)
+    assert_kernel_valid("triton-replay", _sc("nano4b", "standard", 4, mode, L=8, steps=10, kernel_options=opts),
+                        device="cuda", repeat_check=False)
 
 
 @pytest.mark.parametrize("mode", NO_TF32_BASELINE)

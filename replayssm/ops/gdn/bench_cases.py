@@ -38,11 +38,10 @@ from replayssm.registry import get
 # Launch configurations tried at every batch size (the fastest is reported with its config).
 # First H200 run (docs/benchmarks.md): baselines 8x1 ~ 32x4 (87 % of copy); replay best at 16x2.
 BASELINE_CANDIDATES = [{"block_v": 8, "num_warps": 1}, {"block_v": 32, "num_warps": 4}]
-STANDARD_REPLAY_CANDIDATES = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2},
-                              {"block_v": 32, "num_warps": 4}]
+STANDARD_REPLAY_CANDIDATES = [{}, {"prepass": False, "block_v": 8, "num_warps": 1},
+                              {"prepass": True, "block_v": 16, "num_warps": 1}]
 SPEC_BASELINE_CANDIDATES = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2}]
-SPEC_REPLAY_CANDIDATES = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 1},
-                          {"block_v": 16, "num_warps": 2}, {"block_v": 32, "num_warps": 4}]
+SPEC_REPLAY_CANDIDATES = [{}, {"prepass": False, "block_v": 16, "num_warps": 1}]
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ of the literal model's at the same precision mode (tests/test_gdn_triton.py).
 from __future__ import annotations
 
 import torch
+import triton
 
 from replayssm.interface import PAD_SLOT, KernelSnapshot, next_pow2
 from replayssm.ops.gdn.replay_decode import launch_replay_decode
@@ -32,7 +33,7 @@ class TritonGDNReplay(TritonGDNBase):
 
     @classmethod
     def tensor_core_readouts(cls, decode, options) -> bool:
-        return bool(options.get("prepass", True)) and options.get("readout", "reduce") == "reduce" \
+        return options.get("prepass") is not False and options.get("readout", "reduce") == "reduce" \
             and int(options.get("kchunks", 1)) == 1
 
     def __init__(self, config) -> None:
@@ -46,14 +47,20 @@ class TritonGDNReplay(TritonGDNBase):
             "k": torch.zeros((S, rows, g.num_k_heads, g.head_k_dim), dtype=act, device=self.device),
             "g": torch.zeros((S, rows, g.num_v_heads), dtype=torch.float32, device=self.device),
         }
-        # the two-launch path (replay_split.py): coefficient pre-pass + checkpoint stream
+        # the two-launch path (replay_split.py): coefficient pre-pass + checkpoint stream; by default from
+        # 16 rows up on the GPU (below, the single kernel's one launch is faster: docs/benchmarks.md) and
+        # always under the interpreter (so that the CPU tests run it by default)
         opts, d = config.options, self.decode
-        self.use_split = bool(opts.get("prepass", True)) and self.readout == "reduce"
-        self.coef_warps = int(opts.get("coef_warps", 4))
+        self.prepass = opts.get("prepass")
+        if self.prepass is not None and not isinstance(self.prepass, bool):
+            raise ValueError(f"options['prepass']: expected True, False or absent (automatic), got {self.prepass!r}")
+        self.coef_warps = int(opts.get("coef_warps", 1))
         if self.coef_warps not in (1, 2, 4, 8):
             raise ValueError(f"options['coef_warps']: expected 1, 2, 4 or 8, got {self.coef_warps}")
         self.jb = next_pow2(d.buffer) if d.speculative else next_pow2(max(d.buffer - 1, 1))
         self.tp = next_pow2(d.window)
+        self.coef_layout = coef_layout(self.jb, self.tp)
+        self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.fold_unroll = int(opts.get("fold_unroll", 4))
         if self.fold_unroll not in (1, 2, 4, 8):
             raise ValueError(f"options['fold_unroll']: expected 1, 2, 4 or 8, got {self.fold_unroll}")
@@ -61,8 +68,24 @@ class TritonGDNReplay(TritonGDNBase):
         if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or self.BK // self.kchunks < 4:
             raise ValueError(f"options['kchunks']: expected a power of two with head_k_dim / kchunks >= 4, got "
                              f"{self.kchunks}")
-        self.coef_layout = coef_layout(self.jb, self.tp)
-        self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def use_split(self, rows: int) -> bool:
+        """Whether a verify of ``rows`` rows takes the two-launch path."""
+        if self.readout != "reduce":
+            return False
+        if self.mode.dot != "ieee":
+            return True  # only the pre-pass path reads out with tensor-core dots
+        if self.prepass is not None:
+            return self.prepass
+        return self.interpret or rows >= 16
+
+    def split_shape(self, rows: int) -> tuple[int, int, int]:
+        """(block_v, value blocks, num_warps) of the stream kernel: the options, else one warp per 8
+        value rows below 256 rows and per 16 from 256 up (fastest on an H200, docs/benchmarks.md)."""
+        if self.interpret or self.block_v is not None:
+            return self.launch_shape(rows)
+        bv = 16 if rows >= 256 else 8
+        return bv, triton.cdiv(self.V, bv), self.num_warps or 1
 
     def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Pre-pass outputs for a launch of ``rows`` rows (kept per row count, so a captured CUDA
@@ -82,7 +105,7 @@ class TritonGDNReplay(TritonGDNBase):
         out = self._alloc_out(R, out)
         if R == 0:
             return out
-        if self.use_split:
+        if self.use_split(R):
             launch_split(self, slot_ids, inputs, out)
         elif self.decode.speculative:
             launch_replay_spec(self, slot_ids, inputs, out)

@@ -297,7 +297,7 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     coef, meta = kern.scratch(R)
     lay = kern.coef_layout
     offs = {f"O_{k}": v for k, v in lay.items() if k != "NCOEF"}
-    bv, nvb, nw = kern.launch_shape(R)
+    bv, nvb, nw = kern.split_shape(R)
     if kern.mode.dot != "ieee" and bv < 16:  # a tensor-core dot needs 16 rows
         bv, nvb = 16, triton.cdiv(kern.V, 16)
     common = dict(H=kern.H, HV=kern.HV, K=kern.K, T=dec.window, RING=dec.ring_rows, SPEC=dec.speculative,

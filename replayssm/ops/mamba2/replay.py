@@ -391,14 +391,21 @@ class _TritonReplay(TritonMamba2Base):
         # window axis: 16 wide where a tl.dot runs over it (tf32 readouts, vector readouts), else T'
         dotted = m.dot != "ieee" or self.vector_readout
         self.tp = max(16, next_pow2(d.window)) if dotted else next_pow2(d.window)
-        # the two-launch path (replay_split.py): the output_only route
+        # the two-launch path (replay_split.py): the output_only route; by default from 16 rows up on
+        # the GPU (below, the single kernel's one launch is faster: docs/benchmarks.md) and always under
+        # the interpreter (so that the CPU tests run it by default; prepass=False runs the single kernel)
         opts = config.options
-        self.use_split = bool(opts.get("prepass", True)) and self.route == "output_only"
-        self.coef_warps = int(opts.get("coef_warps", 4))
+        self.prepass = opts.get("prepass")
+        if self.prepass is not None and not isinstance(self.prepass, bool):
+            raise ValueError(f"options['prepass']: expected True, False or absent (automatic), got {self.prepass!r}")
+        self.coef_warps = int(opts.get("coef_warps", 2))
         if self.coef_warps not in (1, 2, 4, 8):
             raise ValueError(f"options['coef_warps']: expected 1, 2, 4 or 8, got {self.coef_warps}")
+        # stream launch defaults measured fastest on an H200 at batch 128-512 (docs/benchmarks.md):
+        # one warp per 16-row tile; speculative windows read out in 4 dstate chunks
+        self.split_warps = int(opts.get("num_warps", 1))
         self.tp_split = next_pow2(d.window)
-        self.kchunks = int(opts.get("kchunks", 1))
+        self.kchunks = int(opts.get("kchunks", 4 if d.window > 1 and m.dot == "ieee" and not INTERPRET else 1))
         if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or self.block_n // self.kchunks < 4:
             raise ValueError(f"options['kchunks']: expected a power of two with dstate / kchunks >= 4, "
                              f"got {self.kchunks}")
@@ -408,6 +415,14 @@ class _TritonReplay(TritonMamba2Base):
         self.coef_layout = coef_layout(self.jb, self.tp_split)
         self.interp = INTERPRET
         self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def use_split(self, rows: int) -> bool:
+        """Whether a launch of ``rows`` rows takes the two-launch path."""
+        if self.route != "output_only":
+            return False
+        if self.prepass is not None:
+            return self.prepass
+        return INTERPRET or rows >= 16
 
     def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Pre-pass outputs for a launch of ``rows`` rows (kept per row count: a captured CUDA graph
@@ -421,7 +436,7 @@ class _TritonReplay(TritonMamba2Base):
 
     # ---- raw launches (no host synchronisation) ------------------------------------------------------
     def _launch(self, slot_ids, inputs, out, advance: bool) -> None:
-        if self.use_split:
+        if self.use_split(slot_ids.shape[0]):
             launch_split(self, slot_ids, inputs, out, advance)
             return
         g, d = self.geometry, self.decode

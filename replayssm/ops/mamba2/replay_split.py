@@ -295,7 +295,7 @@ def launch_split(kern, slot_ids, inputs, out, advance: bool, phases: str = "both
             SPEC=d.speculative, HAS_Z=g.has_z, STATE=kern.state_kind, ACT=kern.act_kind, SR=kern.sr,
             INTERP=kern.interp, FOLD_UNROLL=kern.fold_unroll, BP=kern.block_p, BN=kern.block_n, JB=kern.jb,
             TP=kern.tp_split, NSPLIT=split, NCH=nch, KC=kern.kchunks, DOT=kern.mode.dot,
-            TPD=max(16, kern.tp_split), num_warps=kern.num_warps, **common)
+            TPD=max(16, kern.tp_split), num_warps=kern.split_warps, **common)
 
 
 __all__ = ["coef_layout", "launch_split"]

@@ -34,7 +34,7 @@ OPTIONS = {
     "checks": "bool: validate arguments on the host before each launch (default True)",
     "block_p": "int: state rows (headdim) per tile, a power of two >= 16 (default 16)",
     "split": "int: programs per (row, head) along headdim (default: chosen from the batch size)",
-    "num_warps": "int: warps per program (default 4)",
+    "num_warps": "int: warps per program (default 4 for the single kernel, 1 for the pre-pass path's stream)",
     "vector_readout": ("bool: ieee readouts of all window positions as fp32 tl.dot instead of a loop of "
                        "multiply-reduce per position (default: on under the interpreter, whose cost is per "
                        "operation; off on the GPU, where the loop measured faster, docs/benchmarks.md)"),
@@ -44,11 +44,12 @@ OPTIONS = {
     "prefetch": ("bool: keep the next checkpoint tile's load in flight (double buffering); default: the "
                  "configurations measured fastest on the H200, off for standard decode, on for T' > 1"),
     "route": "str: output_only or state_and_output (replay kernels; fixed by the registered name)",
-    "prepass": ("bool: output_only route with ieee readouts as two launches, a per-(row, group) coefficient "
-                "pre-pass and a lean checkpoint stream (default True; False: the single fused kernel)"),
-    "coef_warps": "int: warps per pre-pass program (default 4)",
+    "prepass": ("bool: output_only route as two launches, a per-(row, group) coefficient pre-pass and a lean "
+                "checkpoint stream (True), or the single fused kernel (False); default: the pre-pass path from "
+                "16 rows up on the GPU, always under the interpreter"),
+    "coef_warps": "int: warps per pre-pass program (default 2)",
     "kchunks": ("int: pre-pass path: dstate as this many chunks summed inside a thread before the cross-lane "
-                "reduction of a readout (default 1)"),
+                "reduction of a readout (default 4 for T' > 1 ieee on the GPU, else 1)"),
 }
 
 SUPPORTED_STATES = ("fp32", "bf16", "fp16", "fp8e4m3")

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Device calls for the record (issues 4 and 5), from a copy of a committed tree:
+#   scripts/final_h200.sh tests   GPU engine tests of the replay kernels' pre-pass path (every mode),
+#                                 batch sizes 1-512, CUDA graphs, exhaustive schedules
+#   scripts/final_h200.sh bench   the benchmark tables of both families (replayssm bench; GDN harness)
+# Logs and JSON go to $OUT.  REPLAYSSM_COMMIT names the commit (the device copy has no .git).
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-out/final}
+mkdir -p "$OUT"
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+echo "commit ${REPLAYSSM_COMMIT:-unknown}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+python -c "import replayssm.validators.runner" 2>/dev/null || { ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios; }
+export PYTHONPATH=$PWD
+case "${1:-tests}" in
+  tests)
+    timeout ${M2_LIMIT:-230} python -m pytest tests/test_mamba2_gpu.py -m gpu -q -n 6 -p no:cacheprovider \
+      -k "prepass or batch_sizes or cuda_graph or exhaustive or every_buffer" > "$OUT/m2_tests.txt" 2>&1
+    stamp "mamba2 tests (exit $?)"; tail -4 "$OUT/m2_tests.txt"; grep -E "^FAILED" "$OUT/m2_tests.txt" | head
+    timeout ${GDN_LIMIT:-200} python -m pytest tests/test_gdn_gpu.py -m gpu -q -n 6 -p no:cacheprovider \
+      -k "prepass or batch512 or batch1 or exhaustive" > "$OUT/gdn_tests.txt" 2>&1
+    stamp "gdn tests (exit $?)"; tail -4 "$OUT/gdn_tests.txt"; grep -E "^FAILED" "$OUT/gdn_tests.txt" | head
+    ;;
+  bench)
+    timeout 270 python -m replayssm bench --family mamba2 --json "$OUT/m2_bench.json" > "$OUT/m2_bench.txt" 2>&1
+    stamp "mamba2 bench (exit $?)"; cat "$OUT/m2_bench.txt" | tail -20
+    timeout 270 python -m replayssm.ops.gdn.bench_cases bench --json "$OUT/gdn_bench.json" > "$OUT/gdn_bench.txt" 2>&1
+    stamp "gdn bench (exit $?)"; tail -22 "$OUT/gdn_bench.txt"
+    ;;
+esac
