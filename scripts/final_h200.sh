@@ -26,9 +26,12 @@ case "${1:-tests}" in
     stamp "gdn tests (exit $?)"; tail -4 "$OUT/gdn_tests.txt"; grep -E "^FAILED" "$OUT/gdn_tests.txt" | head
     ;;
   bench)
-    timeout 270 python -m replayssm bench --family mamba2 --json "$OUT/m2_bench.json" > "$OUT/m2_bench.txt" 2>&1
+    # BENCH_QUICK=1: the default launch configuration of each kernel only (no sweep)
+    timeout ${BENCH_LIMIT:-270} python -m replayssm bench --family mamba2 ${BENCH_QUICK:+--no-sweep --rep-ms 100} \
+      --json "$OUT/m2_bench.json" > "$OUT/m2_bench.txt" 2>&1
     stamp "mamba2 bench (exit $?)"; cat "$OUT/m2_bench.txt" | tail -20
-    timeout 270 python -m replayssm.ops.gdn.bench_cases bench --json "$OUT/gdn_bench.json" > "$OUT/gdn_bench.txt" 2>&1
+    timeout ${BENCH_LIMIT:-270} python -m replayssm.ops.gdn.bench_cases bench ${BENCH_QUICK:+--quick --rep-ms 100} \
+      --json "$OUT/gdn_bench.json" > "$OUT/gdn_bench.txt" 2>&1
     stamp "gdn bench (exit $?)"; tail -22 "$OUT/gdn_bench.txt"
     ;;
 esac
