@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
 import subprocess
 import time
@@ -111,6 +112,9 @@ def environment() -> dict:
         p = torch.cuda.get_device_properties(0)
         env.update(gpu=p.name, sms=p.multi_processor_count, l2_mb=p.L2_cache_size / 2**20,
                    memory_gb=round(p.total_memory / 1e9, 1))
+    if os.environ.get("REPLAYSSM_COMMIT"):  # a copy without (or with a stale) .git: the caller names the commit
+        env["commit"] = os.environ["REPLAYSSM_COMMIT"]
+        return env
     try:
         env["commit"] = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                                        check=True).stdout.strip()

@@ -14,11 +14,9 @@ import json
 import sys
 
 import torch
+from split_setup import build_replay, state_bytes
 
 from replayssm.bench import graph_median_ms, num_sets
-from replayssm.geometry import preset
-from replayssm.interface import DecodeConfig
-from replayssm.registry import get
 
 
 def main() -> int:
@@ -26,34 +24,18 @@ def main() -> int:
     mode = sys.argv[5] if len(sys.argv) > 5 else "s32a16"
     dev = "cuda"
     if family == "mamba2":
-        from replayssm.bench import _inputs, _params
         from replayssm.ops.mamba2.replay_split import launch_split
-        g = preset("nano4b", "mamba2")
-        params = _params(g, torch.Generator().manual_seed(0), dev)
-
-        def inputs(rows, T, gen):
-            return _inputs(g, rows, T, torch.bfloat16, gen, dev)
-        state_bytes = g.nheads * g.headdim * g.dstate * 4
     else:
-        from replayssm.ops.gdn import bench_cases as gb
         from replayssm.ops.gdn.replay_split import launch_split
-        g = preset("qwen35-4b", "gdn")
-        params = gb.make_params(g, 0, dev)
-
-        def inputs(rows, T, gen):
-            return gb.make_inputs(g, rows, T, torch.bfloat16, gen, dev)
-        state_bytes = g.num_v_heads * g.head_v_dim * g.head_k_dim * 4
-    from replayssm.interface import KernelConfig
-    dec = DecodeConfig("standard", 1, 16) if decode == "standard" else DecodeConfig("speculative", 4, 16)
-    nsets = num_sets(batch * state_bytes, dev)
-    kern = get("triton-replay", family)(KernelConfig(g, params, mode, dec, num_slots=batch * nsets,
-                                                     device=torch.device(dev), options={"checks": False, **opts}))
+    row_bytes = state_bytes(family)
+    nsets = num_sets(batch * row_bytes, dev)
+    kern, g, dec, inputs = build_replay(family, decode, batch * nsets, opts, mode, dev)
     gen = torch.Generator(device=dev).manual_seed(0)
     sets = []
     for s in range(nsets):
         ids = torch.arange(s * batch, (s + 1) * batch, dtype=torch.int64, device=dev)
         kern.reset(ids, 0.5 * torch.randn((batch, *g.state_shape), generator=gen, device=dev))
-        sets.append((ids, inputs(batch, dec.window, gen),
+        sets.append((ids, inputs(batch, gen),
                      torch.empty((batch, dec.window, *g.out_shape), dtype=torch.bfloat16, device=dev)))
     # fill the ring with plausible records: run a few committed steps first
     acc = torch.full((batch,), dec.window, dtype=torch.int64, device=dev)
@@ -85,7 +67,7 @@ def main() -> int:
         if ph == "stream":
             step(8, "both")()
         res[name] = graph_median_ms(step(wp, ph), warmup_calls=1, rep_ms=120) * 1e3 / nsets
-    res["state_read_tbps_nonflush"] = batch * state_bytes / (res["nonflush"] * 1e-6) / 1e12
+    res["state_read_tbps_nonflush"] = batch * row_bytes / (res["nonflush"] * 1e-6) / 1e12
     print(json.dumps(res), flush=True)
     return 0
 

@@ -21,6 +21,7 @@ from replayssm.ops.gdn.replay_decode import launch_replay_decode
 from replayssm.ops.gdn.replay_spec import launch_replay_spec, launch_replay_spec_commit
 from replayssm.ops.gdn.replay_split import coef_layout, launch_split
 from replayssm.ops.gdn.triton_base import TritonGDNBase, fold_fp64
+from replayssm.ops.split_options import int_choice, prepass_option
 from replayssm.registry import register
 
 
@@ -51,19 +52,13 @@ class TritonGDNReplay(TritonGDNBase):
         # 16 rows up on the GPU (below, the single kernel's one launch is faster: docs/benchmarks.md) and
         # always under the interpreter (so that the CPU tests run it by default)
         opts, d = config.options, self.decode
-        self.prepass = opts.get("prepass")
-        if self.prepass is not None and not isinstance(self.prepass, bool):
-            raise ValueError(f"options['prepass']: expected True, False or absent (automatic), got {self.prepass!r}")
-        self.coef_warps = int(opts.get("coef_warps", 1))
-        if self.coef_warps not in (1, 2, 4, 8):
-            raise ValueError(f"options['coef_warps']: expected 1, 2, 4 or 8, got {self.coef_warps}")
+        self.prepass = prepass_option(opts)
+        self.coef_warps = int_choice(opts, "coef_warps", (1, 2, 4, 8), 1)
         self.jb = next_pow2(d.buffer) if d.speculative else next_pow2(max(d.buffer - 1, 1))
         self.tp = next_pow2(d.window)
         self.coef_layout = coef_layout(self.jb, self.tp)
         self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.fold_unroll = int(opts.get("fold_unroll", 4))
-        if self.fold_unroll not in (1, 2, 4, 8):
-            raise ValueError(f"options['fold_unroll']: expected 1, 2, 4 or 8, got {self.fold_unroll}")
+        self.fold_unroll = int_choice(opts, "fold_unroll", (1, 2, 4, 8), 4)
         self.kchunks = int(opts.get("kchunks", 1))
         if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or self.BK // self.kchunks < 4:
             raise ValueError(f"options['kchunks']: expected a power of two with head_k_dim / kchunks >= 4, got "

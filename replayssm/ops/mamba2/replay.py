@@ -27,11 +27,12 @@ One kernel serves both decodes and both routes.  One program owns one (batch row
    one fp32 ``tl.dot`` (interpreter) -- and stores it in the state dtype (nearest or Philox
    stochastic rounding, fp8 rows with fp32 scales).
 
-Performance (H200, docs/benchmarks.md): the standard-decode replay step runs at 75 % of the copy
-bandwidth (1.47x over the 92 %-of-copy baseline at batch 512, model limit 1.81x); the T' = 4
-window path at ~19 %: both are bound by per-program serial work (cursor -> ring records ->
-cumsum/decays -> B·C before the first state byte is used; cross-warp reductions per tile), not
-by memory.
+Performance (H200, docs/benchmarks.md): this single kernel runs the standard-decode replay step at
+75 % of the copy bandwidth, bound by per-program serial work (cursor -> ring records ->
+cumsum/decays -> B·C before the first state byte is used).  From 16 rows up "triton-replay"
+therefore runs the output_only route as a coefficient pre-pass + checkpoint stream
+(``replay_split.py``, 90-92 % of copy); this kernel stays the path below 16 rows (one launch is
+faster there), the state_and_output route and ``prepass=False``.
 
 A non-flush verify only reads the checkpoint.  Cursors move in :func:`_commit_kernel` (one tiny
 launch, no host synchronisation), or, for standard decode, inside the step itself
@@ -49,6 +50,7 @@ from replayssm.interface import PAD_SLOT, KernelSnapshot
 from replayssm.ops.mamba2.naive import ROUTES, Mamba2Math
 from replayssm.ops.mamba2.replay_split import coef_layout, launch_split
 from replayssm.ops.mamba2.triton_common import TritonMamba2Base, next_pow2
+from replayssm.ops.split_options import int_choice, prepass_option
 from replayssm.ops.triton_rounding import INTERPRET, cast_nearest, store_state_rows
 from replayssm.registry import register
 from replayssm.rounding import dequantize_state
@@ -395,12 +397,8 @@ class _TritonReplay(TritonMamba2Base):
         # the GPU (below, the single kernel's one launch is faster: docs/benchmarks.md) and always under
         # the interpreter (so that the CPU tests run it by default; prepass=False runs the single kernel)
         opts = config.options
-        self.prepass = opts.get("prepass")
-        if self.prepass is not None and not isinstance(self.prepass, bool):
-            raise ValueError(f"options['prepass']: expected True, False or absent (automatic), got {self.prepass!r}")
-        self.coef_warps = int(opts.get("coef_warps", 2))
-        if self.coef_warps not in (1, 2, 4, 8):
-            raise ValueError(f"options['coef_warps']: expected 1, 2, 4 or 8, got {self.coef_warps}")
+        self.prepass = prepass_option(opts)
+        self.coef_warps = int_choice(opts, "coef_warps", (1, 2, 4, 8), 2)
         # stream launch defaults measured fastest on an H200 at batch 128-512 (docs/benchmarks.md):
         # one warp per 16-row tile; speculative windows read out in 4 dstate chunks
         self.split_warps = int(opts.get("num_warps", 1))
