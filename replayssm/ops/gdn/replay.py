@@ -60,7 +60,7 @@ class TritonGDNReplay(TritonGDNBase):
         self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.fold_unroll = int_choice(opts, "fold_unroll", (1, 2, 4, 8), 4)
         self.kchunks = int(opts.get("kchunks", 1))
-        if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or self.BK // self.kchunks < 4:
+        if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or (self.kchunks > 1 and self.BK // self.kchunks < 4):
             raise ValueError(f"options['kchunks']: expected a power of two with head_k_dim / kchunks >= 4, got "
                              f"{self.kchunks}")
 

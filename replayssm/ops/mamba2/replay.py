@@ -403,8 +403,10 @@ class _TritonReplay(TritonMamba2Base):
         # one warp per 16-row tile; speculative windows read out in 4 dstate chunks
         self.split_warps = int(opts.get("num_warps", 1))
         self.tp_split = next_pow2(d.window)
-        self.kchunks = int(opts.get("kchunks", 4 if d.window > 1 and m.dot == "ieee" and not INTERPRET else 1))
-        if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or self.block_n // self.kchunks < 4:
+        chunked = d.window > 1 and m.dot == "ieee" and not INTERPRET
+        self.kchunks = int(opts.get("kchunks", 4 if chunked else 1))
+        if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or (self.kchunks > 1
+                                                                      and self.block_n // self.kchunks < 4):
             raise ValueError(f"options['kchunks']: expected a power of two with dstate / kchunks >= 4, "
                              f"got {self.kchunks}")
         if self.kchunks > 1 and m.dot != "ieee":
