@@ -59,6 +59,7 @@ class TritonGDNReplay(TritonGDNBase):
         self.coef_layout = coef_layout(self.jb, self.tp)
         self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.fold_unroll = int_choice(opts, "fold_unroll", (1, 2, 4, 8), 4)
+        self.tiles_per_program = int_choice(opts, "tiles", (1, 2, 4, 8, 16), 1)
         self.kchunks = int(opts.get("kchunks", 1))
         if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or (self.kchunks > 1 and self.BK // self.kchunks < 4):
             raise ValueError(f"options['kchunks']: expected a power of two with head_k_dim / kchunks >= 4, got "

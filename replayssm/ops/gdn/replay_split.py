@@ -160,13 +160,12 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
                        RING: tl.constexpr, SPEC: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, SCALED: tl.constexpr,
                        SR: tl.constexpr, INTERPRET: tl.constexpr, KC: tl.constexpr, DOT: tl.constexpr,
-                       FU: tl.constexpr,
+                       FU: tl.constexpr, NVT: tl.constexpr,
                        O_A: tl.constexpr, O_B: tl.constexpr, O_BETA: tl.constexpr, O_CK: tl.constexpr,
                        O_CQ: tl.constexpr, O_AW: tl.constexpr, O_MW: tl.constexpr, O_WF: tl.constexpr,
                        O_DECF: tl.constexpr, NCOEF: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
-    vb = tl.program_id(2)
     slot = tl.load(slot_ptr + r).to(tl.int64)
     if slot < 0:
         return
@@ -180,113 +179,117 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
     else:
         keep = w < RING - 1
     cb = (r * HV + h) * NCOEF
-    offs_v = vb * BV + tl.arange(0, BV)
-    mv = offs_v < V
-    base = (slot * HV + h) * V
-    # key-dim index: [BK] (KC = 1) or [KC, BK / KC] chunks (a readout sums the chunks inside a thread
-    # before it reduces across lanes)
-    if KC == 1:
-        offs_k = tl.arange(0, BK)
-    else:
-        offs_k = (tl.arange(0, KC) * (BK // KC))[:, None] + tl.arange(0, BK // KC)[None, :]
-    mk = offs_k < K
-    if KC == 1:
-        ms = mv[:, None] & mk[None, :]
-        tile = offs_v[:, None] * K + offs_k[None, :]
-        s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
-    else:
-        ms3 = mv[None, :, None] & mk[:, None, :]
-        s0 = tl.load(ckpt_ptr + base * K + offs_v[None, :, None] * K + offs_k[:, None, :], mask=ms3,
-                     other=0.0).to(tl.float32)
-        if SCALED:
-            s0 = s0 * tl.load(sc_ptr + base + offs_v, mask=mv, other=1.0)[None, :, None]
-    j = tl.arange(0, JB)
-    hist = j < w
-    rows = slot * RING + (org + j) % RING
-    Dh = tl.load(d_rec_ptr + (rows[:, None] * HV + h) * V + offs_v[None, :], mask=hist[:, None] & mv[None, :],
-                 other=0.0).to(tl.float32)  # [JB, BV]
-    tp = tl.arange(0, TP)
-    if DOT != "ieee":
-        # every S_0 k_i and S_0 q_s as one tensor-core product: rows i of QK are k_i, rows T' + s are q_s
-        qk = tl.arange(0, 2 * TP if 2 * TP >= 16 else 16)
-        QK = tl.zeros([2 * TP if 2 * TP >= 16 else 16, BK], dtype=tl.float32)
+    # NVT blocks of value rows per program, one after the other (the per-program work -- slot,
+    # cursor snapshot, scheduling -- paid once per NVT tiles)
+    for vt in range(NVT):
+        vb = tl.program_id(2) * NVT + vt
+        offs_v = vb * BV + tl.arange(0, BV)
+        mv = offs_v < V
+        base = (slot * HV + h) * V
+        # key-dim index: [BK] (KC = 1) or [KC, BK / KC] chunks (a readout sums the chunks inside a thread
+        # before it reduces across lanes)
+        if KC == 1:
+            offs_k = tl.arange(0, BK)
+        else:
+            offs_k = (tl.arange(0, KC) * (BK // KC))[:, None] + tl.arange(0, BK // KC)[None, :]
+        mk = offs_k < K
+        if KC == 1:
+            ms = mv[:, None] & mk[None, :]
+            tile = offs_v[:, None] * K + offs_k[None, :]
+            s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+        else:
+            ms3 = mv[None, :, None] & mk[:, None, :]
+            s0 = tl.load(ckpt_ptr + base * K + offs_v[None, :, None] * K + offs_k[:, None, :], mask=ms3,
+                         other=0.0).to(tl.float32)
+            if SCALED:
+                s0 = s0 * tl.load(sc_ptr + base + offs_v, mask=mv, other=1.0)[None, :, None]
+        j = tl.arange(0, JB)
+        hist = j < w
+        rows = slot * RING + (org + j) % RING
+        Dh = tl.load(d_rec_ptr + (rows[:, None] * HV + h) * V + offs_v[None, :], mask=hist[:, None] & mv[None, :],
+                     other=0.0).to(tl.float32)  # [JB, BV]
+        tp = tl.arange(0, TP)
+        if DOT != "ieee":
+            # every S_0 k_i and S_0 q_s as one tensor-core product: rows i of QK are k_i, rows T' + s are q_s
+            qk = tl.arange(0, 2 * TP if 2 * TP >= 16 else 16)
+            QK = tl.zeros([2 * TP if 2 * TP >= 16 else 16, BK], dtype=tl.float32)
+            for i in tl.static_range(T):
+                tok = r * T + i
+                q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32),
+                                   0) * SCALE
+                k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
+                QK = tl.where((qk == i)[:, None], k_i[None, :], QK)
+                QK = tl.where((qk == T + i)[:, None], q_i[None, :], QK)
+            SQK = tl.dot(s0, tl.trans(QK), input_precision=DOT)  # [BV, 16]
+        Dw = tl.zeros([TP, BV], dtype=tl.float32)
+        d_cur = tl.zeros([BV], dtype=tl.float32)
+        k_cur = tl.zeros(offs_k.shape, dtype=tl.float32)
+        rec_m = mv & ((offs_v * 0 + keep.to(tl.int32)) != 0)
         for i in tl.static_range(T):
             tok = r * T + i
-            q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32),
-                               0) * SCALE
-            k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
-            QK = tl.where((qk == i)[:, None], k_i[None, :], QK)
-            QK = tl.where((qk == T + i)[:, None], q_i[None, :], QK)
-        SQK = tl.dot(s0, tl.trans(QK), input_precision=DOT)  # [BV, 16]
-    Dw = tl.zeros([TP, BV], dtype=tl.float32)
-    d_cur = tl.zeros([BV], dtype=tl.float32)
-    k_cur = tl.zeros(offs_k.shape, dtype=tl.float32)
-    rec_m = mv & ((offs_v * 0 + keep.to(tl.int32)) != 0)
-    for i in tl.static_range(T):
-        tok = r * T + i
-        if KC == 1:
-            q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32),
-                               0) * SCALE
-            k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
-            if DOT != "ieee":
-                sk = tl.sum(tl.where((qk == i)[None, :], SQK, 0.0), 1)
-                sq = tl.sum(tl.where((qk == T + i)[None, :], SQK, 0.0), 1)
-            else:
-                sk = tl.sum(s0 * k_i[None, :], 1)
-                sq = tl.sum(s0 * q_i[None, :], 1)
-        else:
-            qr = tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-            kr = tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-            q_i = qr / tl.sqrt_rn(tl.sum(tl.sum(qr * qr, 1), 0) + 1e-6) * SCALE
-            k_i = kr / tl.sqrt_rn(tl.sum(tl.sum(kr * kr, 1), 0) + 1e-6)
-            sk = tl.sum(tl.sum(s0 * k_i[:, None, :], 0), 1)
-            sq = tl.sum(tl.sum(s0 * q_i[:, None, :], 0), 1)
-        v_i = tl.load(v_ptr + (tok * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
-        ck = tl.load(coef_ptr + cb + O_CK + i * JB + j)
-        cq = tl.load(coef_ptr + cb + O_CQ + i * JB + j)
-        aw = tl.load(coef_ptr + cb + O_AW + i * TP + tp)
-        mw = tl.load(coef_ptr + cb + O_MW + i * TP + tp)
-        r_i = tl.load(coef_ptr + cb + O_BETA + i) * v_i - tl.load(coef_ptr + cb + O_A + i) * sk \
-            - tl.sum(Dh * ck[:, None], 0)
-        d_i = r_i - tl.sum(Dw * aw[:, None], 0)
-        Dw = tl.where((tp == i)[:, None], d_i[None, :], Dw)
-        o_i = tl.load(coef_ptr + cb + O_B + i) * sq + tl.sum(Dh * cq[:, None], 0) + tl.sum(Dw * mw[:, None], 0)
-        tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_rne(o_i, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
-        srow = slot * RING + (org + w + i) % RING
-        tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_rne(d_i, d_rec_ptr.dtype.element_ty, INTERPRET),
-                 mask=rec_m)
-        if i == 0:
-            d_cur = d_i
-            k_cur = k_i
-    if flush:
-        s = tl.load(coef_ptr + cb + O_DECF) * s0
-        # rank-1 updates, FU records per trip (their loads independent: one round trip per FU records)
-        for jq in range(0, (w + FU - 1) // FU):
-            for ju in tl.static_range(FU):
-                jj = jq * FU + ju
-                srow = slot * RING + (org + jj) % RING
-                live = (offs_v * 0 + jj) < w
-                dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv & live, other=0.0).to(tl.float32)
-                kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk & ((offs_k * 0 + jj) < w),
-                             other=0.0).to(tl.float32)  # past the history: zeros (stale rows may be non-finite)
-                wt = tl.load(coef_ptr + cb + O_WF + tl.minimum(jj, JB - 1))
-                if KC == 1:
-                    s += (wt * dj)[:, None] * kj[None, :]
-                else:
-                    s += (wt * dj)[None, :, None] * kj[:, None, :]
-        if not SPEC:
             if KC == 1:
-                s += d_cur[:, None] * k_cur[None, :]
+                q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32),
+                                   0) * SCALE
+                k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
+                if DOT != "ieee":
+                    sk = tl.sum(tl.where((qk == i)[None, :], SQK, 0.0), 1)
+                    sq = tl.sum(tl.where((qk == T + i)[None, :], SQK, 0.0), 1)
+                else:
+                    sk = tl.sum(s0 * k_i[None, :], 1)
+                    sq = tl.sum(s0 * q_i[None, :], 1)
             else:
-                s += d_cur[None, :, None] * k_cur[:, None, :]
-        if KC != 1:
-            s = _rows_to_2d(s, BV, BK)
-        k2 = tl.arange(0, BK)
-        tile2 = offs_v[:, None] * K + k2[None, :]
-        ms2 = mv[:, None] & (k2 < K)[None, :]
-        key = seed + (cnt * num_slots + slot) * HV + h
-        store_state_tile(ckpt_ptr, sc_ptr, s, base * K + tile2, base + offs_v, ms2, mv, key, tile2,
-                         SCALED, SR, INTERPRET)
+                qr = tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+                kr = tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+                q_i = qr / tl.sqrt_rn(tl.sum(tl.sum(qr * qr, 1), 0) + 1e-6) * SCALE
+                k_i = kr / tl.sqrt_rn(tl.sum(tl.sum(kr * kr, 1), 0) + 1e-6)
+                sk = tl.sum(tl.sum(s0 * k_i[:, None, :], 0), 1)
+                sq = tl.sum(tl.sum(s0 * q_i[:, None, :], 0), 1)
+            v_i = tl.load(v_ptr + (tok * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
+            ck = tl.load(coef_ptr + cb + O_CK + i * JB + j)
+            cq = tl.load(coef_ptr + cb + O_CQ + i * JB + j)
+            aw = tl.load(coef_ptr + cb + O_AW + i * TP + tp)
+            mw = tl.load(coef_ptr + cb + O_MW + i * TP + tp)
+            r_i = tl.load(coef_ptr + cb + O_BETA + i) * v_i - tl.load(coef_ptr + cb + O_A + i) * sk \
+                - tl.sum(Dh * ck[:, None], 0)
+            d_i = r_i - tl.sum(Dw * aw[:, None], 0)
+            Dw = tl.where((tp == i)[:, None], d_i[None, :], Dw)
+            o_i = tl.load(coef_ptr + cb + O_B + i) * sq + tl.sum(Dh * cq[:, None], 0) + tl.sum(Dw * mw[:, None], 0)
+            tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_rne(o_i, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+            srow = slot * RING + (org + w + i) % RING
+            tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_rne(d_i, d_rec_ptr.dtype.element_ty, INTERPRET),
+                     mask=rec_m)
+            if i == 0:
+                d_cur = d_i
+                k_cur = k_i
+        if flush:
+            s = tl.load(coef_ptr + cb + O_DECF) * s0
+            # rank-1 updates, FU records per trip (their loads independent: one round trip per FU records)
+            for jq in range(0, (w + FU - 1) // FU):
+                for ju in tl.static_range(FU):
+                    jj = jq * FU + ju
+                    srow = slot * RING + (org + jj) % RING
+                    live = (offs_v * 0 + jj) < w
+                    dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv & live, other=0.0).to(tl.float32)
+                    kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk & ((offs_k * 0 + jj) < w),
+                                 other=0.0).to(tl.float32)  # past the history: zeros (stale rows may be non-finite)
+                    wt = tl.load(coef_ptr + cb + O_WF + tl.minimum(jj, JB - 1))
+                    if KC == 1:
+                        s += (wt * dj)[:, None] * kj[None, :]
+                    else:
+                        s += (wt * dj)[None, :, None] * kj[:, None, :]
+            if not SPEC:
+                if KC == 1:
+                    s += d_cur[:, None] * k_cur[None, :]
+                else:
+                    s += d_cur[None, :, None] * k_cur[:, None, :]
+            if KC != 1:
+                s = _rows_to_2d(s, BV, BK)
+            k2 = tl.arange(0, BK)
+            tile2 = offs_v[:, None] * K + k2[None, :]
+            ms2 = mv[:, None] & (k2 < K)[None, :]
+            key = seed + (cnt * num_slots + slot) * HV + h
+            store_state_tile(ckpt_ptr, sc_ptr, s, base * K + tile2, base + offs_v, ms2, mv, key, tile2,
+                             SCALED, SR, INTERPRET)
 
 
 def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
@@ -310,10 +313,11 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
             kern.ticket, kern.sr_count, coef, meta, R, num_warps=kern.coef_warps, **common)
     if phases == "coef":
         return
-    _gdn_stream_kernel[(R, kern.HV, nvb)](
+    nvt = max(1, min(kern.tiles_per_program, nvb))
+    _gdn_stream_kernel[(R, kern.HV, triton.cdiv(nvb, nvt))](
         slot_ids, inputs["q"], inputs["k"], inputs["v"], out, kern.states, kern.scales, kern.records["d"],
         kern.records["k"], coef, meta, kern.seed, kern.num_slots, V=kern.V, BV=bv, SCALED=kern.scaled, SR=kern.sr,
-        KC=kern.kchunks, DOT=kern.mode.dot, FU=kern.fold_unroll, num_warps=nw, **common)
+        KC=kern.kchunks, DOT=kern.mode.dot, FU=kern.fold_unroll, NVT=nvt, num_warps=nw, **common)
 
 
 __all__ = ["coef_layout", "launch_split"]

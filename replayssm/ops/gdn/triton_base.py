@@ -41,7 +41,7 @@ from replayssm.ops.gdn.triton_math import INTERPRET, store_state_tile, ticket
 
 STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
 ACTS = ("fp32", "bf16", "fp16")
-OPTIONS = ("checks", "block_v", "num_warps", "readout", "prepass", "coef_warps", "kchunks", "fold_unroll")
+OPTIONS = ("checks", "block_v", "num_warps", "readout", "prepass", "coef_warps", "kchunks", "fold_unroll", "tiles")
 READOUTS = ("reduce", "tile")
 
 
