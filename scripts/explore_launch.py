@@ -26,10 +26,9 @@ M2_STD = [{}, {"num_warps": 2}, {"num_warps": 2, "kchunks": 4}, {"num_warps": 4,
 M2_SPEC = [{"num_warps": 2}, {"num_warps": 2, "kchunks": 4}, {"num_warps": 4, "kchunks": 4},
            {"num_warps": 1, "kchunks": 4}, {"num_warps": 2, "kchunks": 8}, {"_mode": TF, "num_warps": 4},
            {"_mode": TF, "num_warps": 2}]
-GDN_STD = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 1},
-           {"block_v": 16, "num_warps": 1, "kchunks": 4},
-           {"block_v": 8, "num_warps": 1, "kchunks": 4}, {"block_v": 32, "num_warps": 2, "kchunks": 4},
-           {"block_v": 16, "num_warps": 2, "kchunks": 4}]
+GDN_STD = [{"block_v": 16, "num_warps": 1}, {"block_v": 8, "num_warps": 1, "tiles": 4},
+           {"block_v": 8, "num_warps": 1, "tiles": 2}, {"block_v": 8, "num_warps": 1, "tiles": 16},
+           {"block_v": 16, "num_warps": 1, "tiles": 2}]
 GDN_SPEC = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 1},
             {"block_v": 16, "num_warps": 1, "kchunks": 4}, {"block_v": 16, "num_warps": 2, "kchunks": 4},
             {"block_v": 32, "num_warps": 2, "kchunks": 4}, {"_mode": TF, "block_v": 16, "num_warps": 1},
@@ -42,6 +41,8 @@ def main() -> int:
     ap.add_argument("--batches", default="128,512")
     ap.add_argument("--rep-ms", type=float, default=150)
     ap.add_argument("--mode", default="s32a16")
+    ap.add_argument("--cases", default="baseline std,replay std L16,baseline spec,replay spec all",
+                    help="comma-separated cases to run (GDN)")
     a = ap.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
     dev = "cuda"
@@ -103,7 +104,7 @@ def main() -> int:
                     ("replay std L16", "triton-replay", DecodeConfig("standard", 1, 16), 1, GDN_STD),
                     ("baseline spec", "triton-baseline", DecodeConfig("speculative", 4, 16), 4, [{}]),
                     ("replay spec all", "triton-replay", DecodeConfig("speculative", 4, 16), 4, GDN_SPEC)):
-                if "spec" in case and batch < 128:
+                if ("spec" in case and batch < 128) or case not in a.cases.split(","):
                     continue
                 for o in cands:
                     try:
