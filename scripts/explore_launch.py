@@ -26,9 +26,8 @@ M2_STD = [{}, {"num_warps": 2}, {"num_warps": 2, "kchunks": 4}, {"num_warps": 4,
 M2_SPEC = [{"num_warps": 2}, {"num_warps": 2, "kchunks": 4}, {"num_warps": 4, "kchunks": 4},
            {"num_warps": 1, "kchunks": 4}, {"num_warps": 2, "kchunks": 8}, {"_mode": TF, "num_warps": 4},
            {"_mode": TF, "num_warps": 2}]
-GDN_STD = [{"block_v": 16, "num_warps": 1}, {"block_v": 8, "num_warps": 1, "tiles": 4},
-           {"block_v": 8, "num_warps": 1, "tiles": 2}, {"block_v": 8, "num_warps": 1, "tiles": 16},
-           {"block_v": 16, "num_warps": 1, "tiles": 2}]
+GDN_STD = [{"block_v": 16, "num_warps": 1}, {"block_v": 8, "num_warps": 1}, {"block_v": 8, "num_warps": 1, "tiles": 4},
+           {"block_v": 8, "num_warps": 1, "tiles": 16}, {"block_v": 16, "num_warps": 1, "tiles": 2}]
 GDN_SPEC = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 1},
             {"block_v": 16, "num_warps": 1, "kchunks": 4}, {"block_v": 16, "num_warps": 2, "kchunks": 4},
             {"block_v": 32, "num_warps": 2, "kchunks": 4}, {"_mode": TF, "block_v": 16, "num_warps": 1},
