@@ -59,7 +59,7 @@ class TritonGDNReplay(TritonGDNBase):
         self.coef_layout = coef_layout(self.jb, self.tp)
         self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.fold_unroll = int_choice(opts, "fold_unroll", (1, 2, 4, 8), 4)
-        self.tiles_per_program = int_choice(opts, "tiles", (1, 2, 4, 8, 16), 1)
+        self.tiles_per_program = (int_choice(opts, "tiles", (1, 2, 4, 8, 16, 32), 1) if "tiles" in opts else None)
         self.kchunks = int(opts.get("kchunks", 1))
         if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or (self.kchunks > 1 and self.BK // self.kchunks < 4):
             raise ValueError(f"options['kchunks']: expected a power of two with head_k_dim / kchunks >= 4, got "
@@ -77,11 +77,17 @@ class TritonGDNReplay(TritonGDNBase):
 
     def split_shape(self, rows: int) -> tuple[int, int, int]:
         """(block_v, value blocks, num_warps) of the stream kernel: the options, else one warp per 8
-        value rows below 256 rows and per 16 from 256 up (fastest on an H200, docs/benchmarks.md)."""
+        value rows (fastest on an H200 with the tiles default below, docs/benchmarks.md)."""
         if self.interpret or self.block_v is not None:
             return self.launch_shape(rows)
-        bv = 16 if rows >= 256 else 8
-        return bv, triton.cdiv(self.V, bv), self.num_warps or 1
+        return 8, triton.cdiv(self.V, 8), self.num_warps or 1
+
+    def split_tiles(self, rows: int, nvb: int) -> int:
+        """Blocks of value rows per stream program: the option, else a whole value head from 128 rows
+        up (measured fastest at batch 128 and 512 on an H200) and one block below (more programs)."""
+        if self.tiles_per_program is not None:
+            return max(1, min(self.tiles_per_program, nvb))
+        return nvb if rows >= 128 and not self.interpret else 1
 
     def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Pre-pass outputs for a launch of ``rows`` rows (kept per row count, so a captured CUDA

@@ -313,7 +313,7 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
             kern.ticket, kern.sr_count, coef, meta, R, num_warps=kern.coef_warps, **common)
     if phases == "coef":
         return
-    nvt = max(1, min(kern.tiles_per_program, nvb))
+    nvt = kern.split_tiles(R, nvb)
     _gdn_stream_kernel[(R, kern.HV, triton.cdiv(nvb, nvt))](
         slot_ids, inputs["q"], inputs["k"], inputs["v"], out, kern.states, kern.scales, kern.records["d"],
         kern.records["k"], coef, meta, kern.seed, kern.num_slots, V=kern.V, BV=bv, SCALED=kern.scaled, SR=kern.sr,
