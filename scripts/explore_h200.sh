@@ -8,8 +8,7 @@ mkdir -p "$OUT"
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/tcache}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-python -c "import replayssm.validators.runner" 2>/dev/null || { ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios; export PYTHONPATH=$PWD; }
+source scripts/device_env.sh
 timeout ${EXPLORE_LIMIT:-420} python scripts/explore_launch.py "${1:-all}" ${EXPLORE_ARGS:-} 2>&1 | tee "$OUT/explore.txt" | grep -v "^$"
 for f in $(ls -tr $(find "$TRITON_CACHE_DIR" -name "*.cubin")); do
   nw=$(python -c "import json,sys; d=json.load(open(sys.argv[1])); print('warps', d.get('num_warps'), 'shared', d.get('shared'))" "${f%.cubin}.json" 2>/dev/null)

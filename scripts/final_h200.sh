@@ -13,9 +13,7 @@ stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 echo "commit ${REPLAYSSM_COMMIT:-unknown}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
-pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-python -c "import replayssm.validators.runner" 2>/dev/null || { ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios; }
-export PYTHONPATH=$PWD
+source scripts/device_env.sh
 case "${1:-tests}" in
   tests)
     timeout ${M2_LIMIT:-230} python -m pytest tests/test_mamba2_gpu.py -m gpu -q -n 6 -p no:cacheprovider \

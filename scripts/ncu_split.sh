@@ -4,9 +4,7 @@
 set -uo pipefail
 OUT=${OUT:-out/ncu}
 mkdir -p "$OUT"
-pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-python -c "import replayssm.validators.runner" 2>/dev/null || { ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios; }
-export PYTHONPATH=$PWD
+source scripts/device_env.sh
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 i=0
 while read -r fam dec batch opts mode; do

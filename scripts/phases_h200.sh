@@ -5,9 +5,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/phases}
 mkdir -p "$OUT"
-pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-python -c "import replayssm.validators.runner" 2>/dev/null || { ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios; }
-export PYTHONPATH=$PWD
+source scripts/device_env.sh
 while read -r fam dec batch opts mode; do
   [ -z "$fam" ] && continue
   timeout 120 python scripts/phase_times.py "$fam" "$dec" "$batch" "$opts" ${mode:-s32a16} 2>&1 | tail -1 | tee -a "$OUT/phases.jsonl"
