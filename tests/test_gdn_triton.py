@@ -317,3 +317,23 @@ def _assert_same(a, b):
     for f in ("write_pos", "origin", "is_flush"):
         assert torch.equal(getattr(a, f), getattr(b, f)), f
     assert all(bits_equal(a.extra[n], b.extra[n]) for n in a.extra)
+
+
+def test_path_choice_by_rows():
+    """The automatic path on the GPU: the single kernel below 16 rows, the pre-pass path from 16 up,
+    always the pre-pass path for tensor-core readouts; ``prepass`` overrides; a whole value head per
+    stream program from 128 rows up (here checked on the decision functions, with the interpreter
+    flag turned off as on a GPU)."""
+    k = _kernel("triton-replay", "s32a16", DecodeConfig("standard", 1, 4))[0]
+    k.interpret = False
+    assert [k.use_split(r) for r in (1, 15, 16, 512)] == [False, False, True, True]
+    assert k.split_tiles(64, 16) == 1 and k.split_tiles(128, 16) == 16
+    forced = _kernel("triton-replay", "s32a16", DecodeConfig("standard", 1, 4))[0]
+    forced.prepass, forced.interpret = False, False
+    assert not forced.use_split(512)
+    g = _kernel("triton-replay")[1]
+    cfg = KernelConfig(g, {"A_log": torch.zeros(2), "dt_bias": torch.zeros(2)}, "s32a16-tf32x3",
+                       DecodeConfig("standard", 1, 4), num_slots=2)
+    tc = get("triton-replay", "gdn")(cfg)
+    tc.interpret = False
+    assert tc.use_split(1)

@@ -315,3 +315,16 @@ def test_bench_harness_runs_under_the_interpreter():
     spec = DecodeConfig("speculative", 4, 16)
     prefix, cycle = cursor_cycle(spec, 4)
     assert prefix == [0] and [w for w, _ in cycle] == [4, 8, 12, 16] and [f for _, f in cycle][-1]
+
+
+def test_path_choice_by_rows(monkeypatch):
+    """The automatic path on the GPU (the interpreter flag turned off, as on a GPU): the single fused
+    kernel below 16 rows, the pre-pass path from 16 up; ``prepass`` overrides; the state_and_output
+    route always runs the single kernel."""
+    import replayssm.ops.mamba2.replay as rp
+    k = _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4))
+    monkeypatch.setattr(rp, "INTERPRET", False)
+    assert [k.use_split(r) for r in (1, 15, 16, 512)] == [False, False, True, True]
+    assert not _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4), prepass=False).use_split(512)
+    assert _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4), prepass=True).use_split(1)
+    assert not _build("triton-replay-state", "s32a16", DecodeConfig("standard", 1, 4)).use_split(512)

@@ -30,7 +30,8 @@ class TritonGDNReplay(TritonGDNBase):
     name = "triton-replay"
     kind = "replay"
     description = ("Triton ReplaySSM: records d, normalised k, g; output-only readout; flush at write_pos = L-1; "
-                   "speculative verify with the in-window WY/UT solve and device-side commit")
+                   "speculative verify with the in-window WY/UT solve and device-side commit; coefficient "
+                   "pre-pass + checkpoint stream from 16 rows up, one kernel below")
 
     @classmethod
     def tensor_core_readouts(cls, decode, options) -> bool:

@@ -601,7 +601,8 @@ class _TritonReplay(TritonMamba2Base):
 class TritonReplay(_TritonReplay):
     name = "triton-replay"
     description = ("ReplaySSM Triton kernel, output_only route: y from S0·C and the buffered B·C, x "
-                   "(standard L = 1..32 and speculative verify/commit; fused step for standard decode)")
+                   "(standard L = 1..32 and speculative verify/commit; fused step for standard decode); "
+                   "coefficient pre-pass + checkpoint stream from 16 rows up, one fused kernel below")
     route = "output_only"
 
 
