@@ -16,9 +16,15 @@ python -c "import torch, triton, sys; print('python', sys.version.split()[0], 't
 source scripts/device_env.sh
 case "${1:-tests}" in
   tests)
+    # small cases 6 workers in parallel; batch 512 and super120b one at a time (six such processes
+    # on one GPU failed together on 2026-11-29 and passed one at a time)
+    big="(batch_sizes and (b512 or super120b))"
     timeout ${M2_LIMIT:-230} python -m pytest tests/test_mamba2_gpu.py -m gpu -q -n 6 -p no:cacheprovider \
-      -k "prepass or batch_sizes or cuda_graph or exhaustive or every_buffer" > "$OUT/m2_tests.txt" 2>&1
+      -k "(prepass or batch_sizes or cuda_graph or exhaustive or every_buffer) and not $big" > "$OUT/m2_tests.txt" 2>&1
     stamp "mamba2 tests (exit $?)"; tail -4 "$OUT/m2_tests.txt"; grep -E "^FAILED" "$OUT/m2_tests.txt" | head
+    timeout ${M2_BIG_LIMIT:-200} python -m pytest tests/test_mamba2_gpu.py -m gpu -q -p no:cacheprovider -k "$big" \
+      > "$OUT/m2_tests_big.txt" 2>&1
+    stamp "mamba2 large tests (exit $?)"; tail -2 "$OUT/m2_tests_big.txt"; grep -E "^FAILED" "$OUT/m2_tests_big.txt" | head
     timeout ${GDN_LIMIT:-200} python -m pytest tests/test_gdn_gpu.py -m gpu -q -n 6 -p no:cacheprovider \
       -k "prepass or batch512 or batch1 or exhaustive" > "$OUT/gdn_tests.txt" 2>&1
     stamp "gdn tests (exit $?)"; tail -4 "$OUT/gdn_tests.txt"; grep -E "^FAILED" "$OUT/gdn_tests.txt" | head
