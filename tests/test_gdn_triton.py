@@ -337,3 +337,12 @@ def test_path_choice_by_rows():
     tc = get("triton-replay", "gdn")(cfg)
     tc.interpret = False
     assert tc.use_split(1)
+
+
+@pytest.mark.parametrize("option", [{"prepass": True}, {"tiles": 2}, {"kchunks": 2}])
+def test_baseline_refuses_replay_path_options(option):
+    g = _kernel("triton-replay")[1]
+    cfg = KernelConfig(g, {"A_log": torch.zeros(2), "dt_bias": torch.zeros(2)}, "s32a16",
+                       DecodeConfig("standard", 1, 1), num_slots=2, options=option)
+    with pytest.raises(ValueError, match="unknown option"):
+        get("triton-baseline", "gdn")(cfg)

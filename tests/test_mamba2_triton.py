@@ -328,3 +328,9 @@ def test_path_choice_by_rows(monkeypatch):
     assert not _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4), prepass=False).use_split(512)
     assert _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4), prepass=True).use_split(1)
     assert not _build("triton-replay-state", "s32a16", DecodeConfig("standard", 1, 4)).use_split(512)
+
+
+@pytest.mark.parametrize("option", [{"prepass": True}, {"kchunks": 4}, {"coef_warps": 2}])
+def test_baseline_refuses_replay_path_options(option):
+    with pytest.raises(ValueError, match="unknown option"):
+        _build("triton-baseline", "s32a16", DecodeConfig("standard", 1, 1), **option)

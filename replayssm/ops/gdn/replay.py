@@ -20,7 +20,7 @@ from replayssm.interface import PAD_SLOT, KernelSnapshot, next_pow2
 from replayssm.ops.gdn.replay_decode import launch_replay_decode
 from replayssm.ops.gdn.replay_spec import launch_replay_spec, launch_replay_spec_commit
 from replayssm.ops.gdn.replay_split import coef_layout, launch_split
-from replayssm.ops.gdn.triton_base import TritonGDNBase, fold_fp64
+from replayssm.ops.gdn.triton_base import OPTIONS, PREPASS_OPTIONS, TritonGDNBase, fold_fp64
 from replayssm.ops.split_options import int_choice, prepass_option
 from replayssm.registry import register
 
@@ -29,6 +29,7 @@ from replayssm.registry import register
 class TritonGDNReplay(TritonGDNBase):
     name = "triton-replay"
     kind = "replay"
+    accepted_options = OPTIONS + PREPASS_OPTIONS
     description = ("Triton ReplaySSM: records d, normalised k, g; output-only readout; flush at write_pos = L-1; "
                    "speculative verify with the in-window WY/UT solve and device-side commit; coefficient "
                    "pre-pass + checkpoint stream from 16 rows up, one kernel below")

@@ -49,7 +49,7 @@ import triton.language as tl
 from replayssm.interface import PAD_SLOT, KernelSnapshot
 from replayssm.ops.mamba2.naive import ROUTES, Mamba2Math
 from replayssm.ops.mamba2.replay_split import coef_layout, launch_split
-from replayssm.ops.mamba2.triton_common import TritonMamba2Base, next_pow2
+from replayssm.ops.mamba2.triton_common import OPTIONS, TritonMamba2Base, next_pow2
 from replayssm.ops.split_options import int_choice, prepass_option
 from replayssm.ops.triton_rounding import INTERPRET, cast_nearest, store_state_rows
 from replayssm.registry import register
@@ -364,6 +364,7 @@ class _TritonReplay(TritonMamba2Base):
     kind = "replay"
     route = "output_only"
     dots = ("ieee", "tf32", "tf32x3")
+    accepted_options = tuple(OPTIONS)
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
