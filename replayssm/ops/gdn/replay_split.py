@@ -46,9 +46,9 @@ def coef_layout(jb: int, tp: int) -> dict[str, int]:
     return off
 
 
-@triton.jit(do_not_specialize=["R"])
+@triton.jit
 def _gdn_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, k_rec_ptr, g_rec_ptr,
-                     wpos_ptr, origin_ptr, isflush_ptr, pending_ptr, ticket_ptr, sr_ptr, coef_ptr, meta_ptr, R,
+                     wpos_ptr, origin_ptr, isflush_ptr, pending_ptr, ticket_ptr, sr_ptr, coef_ptr, meta_ptr,
                      H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, T: tl.constexpr, RING: tl.constexpr,
                      SPEC: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr, JB: tl.constexpr,
                      TP: tl.constexpr, INTERPRET: tl.constexpr,
@@ -310,7 +310,7 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
         _gdn_coef_kernel[(kern.H, R)](
             slot_ids, inputs["q"], inputs["k"], inputs["a"], inputs["b"], kern.A_log, kern.dt_bias,
             kern.records["k"], kern.records["g"], kern.write_pos, kern.origin, kern.is_flush, kern.pending,
-            kern.ticket, kern.sr_count, coef, meta, R, num_warps=kern.coef_warps, **common)
+            kern.ticket, kern.sr_count, coef, meta, num_warps=kern.coef_warps, **common)
     if phases == "coef":
         return
     nvt = kern.split_tiles(R, nvb)

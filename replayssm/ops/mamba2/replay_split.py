@@ -33,6 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from replayssm.ops.mamba2.triton_common import softplus
 from replayssm.ops.triton_rounding import cast_nearest, store_state_rows
 
 STREAM_FLUSH = tl.constexpr(0)
@@ -51,7 +52,7 @@ def _coef_kernel(
         coef_ptr, meta_ptr,
         H: tl.constexpr, N: tl.constexpr, G: tl.constexpr, T: tl.constexpr, RING: tl.constexpr,
         LSPEC: tl.constexpr, SPEC: tl.constexpr, ADVANCE: tl.constexpr, SR: tl.constexpr,
-        BN: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, HGP: tl.constexpr,
+        BN: tl.constexpr, JB: tl.constexpr, HGP: tl.constexpr,
         OFF_DEC: tl.constexpr, OFF_WF: tl.constexpr, OFF_DECF: tl.constexpr, NCOEF: tl.constexpr):
     g = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
@@ -92,9 +93,7 @@ def _coef_kernel(
                      other=0.0)
     u = tl.load(dt_ptr + (r * T + tj)[None, :] * H + head[:, None], mask=hm[:, None] & win[None, :],
                 other=0.0).to(tl.float32) + bias[:, None]
-    ev = tl.exp(tl.minimum(u, 20.0))  # softplus = log1p(exp(u)), log1p(v) = log(w) v / (w - 1), w = 1 + v
-    ew = 1.0 + ev
-    d_win = tl.where(u > 20.0, u, tl.where(ew == 1.0, ev, tl.log(ew) * (ev / (ew - 1.0))))
+    d_win = softplus(u)
     delta = tl.where(hist[None, :], d_hist, tl.where(win[None, :], d_win, 0.0))  # [HGP, JB]
     c = tl.cumsum(delta, axis=1)
     base = (r * H + head) * NCOEF  # [HGP]
@@ -154,7 +153,7 @@ def _stream_kernel(
         H: tl.constexpr, P: tl.constexpr, N: tl.constexpr, G: tl.constexpr, T: tl.constexpr, RING: tl.constexpr,
         LSPEC: tl.constexpr, SPEC: tl.constexpr, HAS_Z: tl.constexpr, STATE: tl.constexpr, ACT: tl.constexpr,
         SR: tl.constexpr, INTERP: tl.constexpr, FOLD_UNROLL: tl.constexpr,
-        BP: tl.constexpr, BN: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, NSPLIT: tl.constexpr,
+        BP: tl.constexpr, BN: tl.constexpr, JB: tl.constexpr, NSPLIT: tl.constexpr,
         NCH: tl.constexpr, KC: tl.constexpr, DOT: tl.constexpr, TPD: tl.constexpr, OFF_DEC: tl.constexpr,
         OFF_WF: tl.constexpr, OFF_DECF: tl.constexpr, NCOEF: tl.constexpr):
     pid = tl.program_id(0)
@@ -284,7 +283,7 @@ def launch_split(kern, slot_ids, inputs, out, advance: bool, phases: str = "both
                 slot_ids, inputs["dt"], inputs["B"], inputs["C"], kern.A, kern.dt_bias, kern.records["B"],
                 kern.records["dt"], kern.write_pos, kern.origin, kern.counter, kern.arrivals, coef, meta,
                 H=g.nheads, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec, SPEC=d.speculative,
-                ADVANCE=advance, SR=kern.sr, BN=kern.block_n, JB=kern.jb, TP=kern.tp_split,
+                ADVANCE=advance, SR=kern.sr, BN=kern.block_n, JB=kern.jb,
                 HGP=max(2, triton.next_power_of_2(g.nheads // g.ngroups)), num_warps=kern.coef_warps, **common)
         if phases == "coef":
             return
@@ -294,7 +293,7 @@ def launch_split(kern, slot_ids, inputs, out, advance: bool, phases: str = "both
             H=g.nheads, P=g.headdim, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec,
             SPEC=d.speculative, HAS_Z=g.has_z, STATE=kern.state_kind, ACT=kern.act_kind, SR=kern.sr,
             INTERP=kern.interp, FOLD_UNROLL=kern.fold_unroll, BP=kern.block_p, BN=kern.block_n, JB=kern.jb,
-            TP=kern.tp_split, NSPLIT=split, NCH=nch, KC=kern.kchunks, DOT=kern.mode.dot,
+            NSPLIT=split, NCH=nch, KC=kern.kchunks, DOT=kern.mode.dot,
             TPD=max(16, kern.tp_split), num_warps=kern.split_warps, **common)
 
 
