@@ -9,14 +9,27 @@ import torch as _torch
 if not _torch.cuda.is_available():
     _os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from replayssm.geometry import GDNGeometry, Mamba2Geometry, preset
+from replayssm.families import Family, geometry_from_dict, preset, register_family
+from replayssm.families import family as _family
 from replayssm.interface import PAD_SLOT, DecodeConfig, KernelConfig, KernelSnapshot, KernelUnderTest
 from replayssm.precision import PrecisionMode, parse_mode
 from replayssm.registry import build, get, kernels, register
 
 __version__ = "0.1.0"
 
+# Geometry classes by their usual names, looked up in the family registry on first use (importing
+# replayssm does not import the families' Triton kernels).
+_GEOMETRIES = {"Mamba2Geometry": "mamba2", "GDNGeometry": "gdn"}
+
+
+def __getattr__(name: str):
+    if name in _GEOMETRIES:
+        return _family(_GEOMETRIES[name]).geometry_cls
+    raise AttributeError(f"module 'replayssm' has no attribute {name!r}")
+
+
 __all__ = [
-    "PAD_SLOT", "DecodeConfig", "GDNGeometry", "KernelConfig", "KernelSnapshot", "KernelUnderTest",
-    "Mamba2Geometry", "PrecisionMode", "build", "get", "kernels", "parse_mode", "preset", "register",
+    "PAD_SLOT", "DecodeConfig", "Family", "GDNGeometry", "KernelConfig", "KernelSnapshot", "KernelUnderTest",
+    "Mamba2Geometry", "PrecisionMode", "build", "geometry_from_dict", "get", "kernels",
+    "parse_mode", "preset", "register", "register_family",
 ]

@@ -24,7 +24,7 @@ COMMANDS = [
     "replayssm.cli_validate",
     "replayssm.cli_fuzz",
     "replayssm.drift_cli",
-    "replayssm.bench",
+    "replayssm.cli_bench",
 ]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from replayssm.cli import check_device
+from replayssm.families import family, family_names
 
 
 def add_parser(subparsers):
@@ -23,7 +24,7 @@ def add_parser(subparsers):
                                           "engine judges them; failures are shrunk and saved as replayable JSON.")
     p.add_argument("--kernel", action="append", default=[], help="kernel name (repeatable; default: every "
                                                                  "registered kernel that is not a mutant)")
-    p.add_argument("--family", choices=["mamba2", "gdn"], help="only this family")
+    p.add_argument("--family", help="only this family (a registered family)")
     p.add_argument("--include-mutants", action="store_true", help="also fuzz the mutants (they must fail)")
     p.add_argument("--profile", choices=["ci", "dev", "nightly"],
                    help="Hypothesis profile (default: $REPLAYSSM_FUZZ_PROFILE or ci)")
@@ -57,7 +58,7 @@ def run(args) -> int:
         raise ValueError(f"--budget-s: expected a positive number of seconds, got {args.budget_s}")
     dev = check_device(args.device)
     if args.kernel:
-        fams = [args.family] if args.family else ["mamba2", "gdn"]
+        fams = [family(args.family).name] if args.family else list(family_names())
         targets = []
         for name in args.kernel:
             found = []

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 
+from replayssm.families import families
+from replayssm.families import family as family_of
+
 
 def add_parser(subparsers):
     p = subparsers.add_parser("list", help="list kernels, precision modes, geometries, schedules, distributions")
     p.add_argument("what", nargs="?", default="all",
                    choices=["all", "kernels", "modes", "geometries", "schedules", "distributions"])
-    p.add_argument("--family", choices=["mamba2", "gdn"], help="only kernels of this family")
+    p.add_argument("--family", help="only kernels of this family (a registered family)")
     p.add_argument("--json", action="store_true", help="print JSON")
     return p
 
@@ -24,18 +27,23 @@ def load_kernels() -> None:
 
 
 def collect(family: str | None = None) -> dict:
-    from replayssm.geometry import PRESETS
     from replayssm.precision import STANDARD_MODES, VALID_FORMS
     from replayssm.registry import kernels
     from replayssm.scenarios.inputs import DISTRIBUTIONS
     from replayssm.scenarios.schedules import SCHEDULES
     load_kernels()
+    if family is not None:
+        family_of(family)  # ValueError naming the registered families -> exit 2
+    geometries: dict[str, dict] = {}
+    for fname, fam in families().items():
+        for name, g in fam.presets.items():
+            geometries.setdefault(name, {})[fname] = g.to_dict()
     ks = [{"family": f, "name": n, "kind": c.kind, "description": c.description}
           for (f, n), c in kernels(family).items()]
     return {
         "kernels": ks,
         "modes": {"standard": list(STANDARD_MODES), "forms": VALID_FORMS},
-        "geometries": {name: {fam: g.to_dict() for fam, g in fams.items()} for name, fams in PRESETS.items()},
+        "geometries": geometries,
         "schedules": dict(SCHEDULES),
         "distributions": {d.name: d.description for d in DISTRIBUTIONS.values()},
     }

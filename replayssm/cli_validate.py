@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from replayssm.cli import check_device
+from replayssm.families import family_names
 
 # Flags that map onto scenario fields (dest -> field).  Their argparse default is None so an
 # explicit flag can override a --scenario file.
@@ -31,7 +32,7 @@ def add_parser(subparsers):
     p.add_argument("--kernel", help="registered kernel name (see `replayssm list kernels`); optional with a "
                                     "--scenario failure artifact saved by the fuzzer, which names its kernel")
     p.add_argument("--scenario", metavar="FILE", help="scenario JSON; flags given explicitly override its fields")
-    p.add_argument("--family", choices=["mamba2", "gdn"], help="op family (default mamba2)")
+    p.add_argument("--family", help="op family (a registered family; default: the first, mamba2)")
     p.add_argument("--precision", metavar="MODE", help="precision mode id, e.g. s32a16 (default)")
     p.add_argument("--geometry", metavar="NAME", help="preset geometry (default tiny)")
     p.add_argument("--decode", choices=["standard", "speculative"], help="decode kind (default speculative)")
@@ -89,7 +90,7 @@ def scenario_from_args(args):
         if args.batch is not None or args.padding is not None:
             raise ValueError("--batch/--padding: the batch layout comes from --scenario; edit rows/slot_ids there")
         return sc.replace(**changes) if changes else sc
-    family = given.pop("family", "mamba2")
+    family = given.pop("family", family_names()[0])
     decode = given.pop("decode", "speculative")
     given.setdefault("geometry", "tiny")
     given.setdefault("schedule", "exhaustive")

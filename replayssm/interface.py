@@ -21,12 +21,32 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import torch
 
-from replayssm.geometry import Geometry
 from replayssm.precision import PrecisionMode, parse_mode
+
+
+class Geometry(Protocol):
+    """What every family's geometry (a frozen dataclass with a ``family`` field) provides:
+    ``state_shape`` per slot, ``out_shape`` per token, per-token ``input_shapes()`` and
+    ``param_shapes()``, and ``to_dict()`` (rebuilt by ``replayssm.families.geometry_from_dict``)."""
+
+    family: str
+
+    @property
+    def state_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def out_shape(self) -> tuple[int, ...]: ...
+
+    def input_shapes(self) -> dict[str, tuple[int, ...]]: ...
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]: ...
+
+    def to_dict(self) -> dict: ...
+
 
 PAD_SLOT = -1
 DECODES = ("standard", "speculative")

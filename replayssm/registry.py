@@ -1,7 +1,7 @@
 """Registry of kernels under test, by family and name.
 
-The literal models register themselves on import of ``replayssm.ops``; the Triton kernels of
-each family register from their family package.  Outside kernels register with::
+Each family's package (``replayssm.families.BUILTIN_FAMILIES``) registers its literal models and
+Triton kernels when it is imported, which the first lookup here does.  Outside kernels register with::
 
     from replayssm.registry import register
     register(MyKernel)            # a KernelUnderTest subclass with name and family set
@@ -11,8 +11,7 @@ and are then usable everywhere by name (CLI ``--kernel``, the runner, the fuzzer
 
 from __future__ import annotations
 
-import importlib
-
+from replayssm.families import families
 from replayssm.interface import KernelConfig, KernelUnderTest
 
 _REGISTRY: dict[tuple[str, str], type[KernelUnderTest]] = {}
@@ -32,11 +31,17 @@ def register(cls: type[KernelUnderTest], *, replace: bool = False) -> type[Kerne
     return cls
 
 
+def unregister_family_kernels(family: str) -> None:
+    """Remove every kernel registered for ``family`` (a plug-in or test family being taken away)."""
+    for key in [k for k in _REGISTRY if k[0] == family]:
+        del _REGISTRY[key]
+
+
 def _load_builtins() -> None:
     global _BUILTINS_LOADED
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
-        importlib.import_module("replayssm.ops")
+        families()  # importing each family's package registers its kernels
 
 
 def kernels(family: str | None = None) -> dict[tuple[str, str], type[KernelUnderTest]]:

@@ -39,6 +39,8 @@ from functools import cache
 
 import torch
 
+from replayssm.families import family
+
 _M32 = 0xFFFFFFFF
 _M64 = 0xFFFFFFFFFFFFFFFF
 TABLE_BITS = 16
@@ -208,21 +210,12 @@ def _dist(sc) -> Distribution:
 
 def make_params(sc, device="cpu") -> dict[str, torch.Tensor]:
     """The layer parameters (fp32) of ``sc`` (``A``/``dt_bias``/``D`` or ``A_log``/``dt_bias``)."""
-    g, d = sc.geometry_obj, _dist(sc)
-    shapes = g.param_shapes()
-    out = {}
+    shapes = sc.geometry_obj.param_shapes()
 
     def u(name):
         return sample("uniform", key_of(sc.seed, _stream("param:" + name)), shapes[name], device)
 
-    lo, hi = d.neg_A
-    neg_a = torch.add(torch.mul(u("A" if sc.family == "mamba2" else "A_log"), hi - lo), lo)
-    if sc.family == "mamba2":
-        out["A"] = -neg_a
-        out["D"] = torch.add(u("D"), 0.5)  # D in [0.5, 1.5]
-    else:
-        out["A_log"] = torch.log(neg_a)
-    out["dt_bias"] = torch.add(torch.mul(u("dt_bias"), d.dt_bias[1]), d.dt_bias[0])
+    out = family(sc.family).make_params(u, _dist(sc))
     return {k: v.to(torch.float32) for k, v in out.items()}
 
 
@@ -250,12 +243,13 @@ def make_inputs(sc, step: int, device="cpu", *, stream: str = "inputs") -> dict[
 def _input_values(sc, name: str, bits: torch.Tensor) -> torch.Tensor:
     """fp64 values of input ``name`` from its words (elementwise: any batching gives the same bits)."""
     d = _dist(sc)
-    if name == ("dt" if sc.family == "mamba2" else "a"):
+    law = family(sc.family).input_law(name)
+    if law == "gate":
         return torch.mul(_apply_law("normal", bits), d.dt_scale)
-    if name == "b":  # GDN beta = sigmoid(b)
+    if law == "normal":
         return _apply_law("normal", bits)
     x = _apply_law(d.act_law, bits)
-    if name == ("x" if sc.family == "mamba2" else "v") and d.value_scale != 1.0:
+    if law == "value" and d.value_scale != 1.0:
         x = torch.mul(x, d.value_scale)
     return x
 

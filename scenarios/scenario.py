@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replayssm.geometry import FAMILIES, PRESETS, Geometry, geometry_from_dict, preset
-from replayssm.interface import PAD_SLOT, DecodeConfig, next_pow2
+from replayssm.families import family_names, geometry_from_dict, preset, preset_names
+from replayssm.interface import PAD_SLOT, DecodeConfig, Geometry, next_pow2
 from replayssm.precision import PrecisionMode, parse_mode
 
 DECODES = ("standard", "speculative")
@@ -76,8 +76,8 @@ class Scenario:
 
     # ---- validation -------------------------------------------------------------------------------
     def _validate(self) -> None:
-        if self.family not in FAMILIES:
-            raise _fail("family", f"expected one of {FAMILIES}, got {self.family!r}")
+        if self.family not in family_names():
+            raise _fail("family", f"expected one of {family_names()}, got {self.family!r}")
         if isinstance(self.geometry, str):
             try:
                 preset(self.geometry, self.family)
@@ -91,7 +91,7 @@ class Scenario:
             if g.family != self.family:
                 raise _fail("geometry", f"a {g.family!r} geometry does not fit family {self.family!r}")
         else:
-            raise _fail("geometry", f"expected a preset name {sorted(PRESETS)} or a geometry object, "
+            raise _fail("geometry", f"expected a preset name {preset_names()} or a geometry object, "
                                     f"got {type(self.geometry).__name__}")
         if not isinstance(self.mode, str):
             raise _fail("mode", f"expected a precision-mode id string, got {type(self.mode).__name__}")

@@ -33,9 +33,11 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from replayssm.geometry import FAMILIES
+from replayssm.families import family as family_of
+from replayssm.families import family_names
 from replayssm.interface import PAD_SLOT, DecodeConfig, KernelUnderTest
 from replayssm.precision import STANDARD_MODES, parse_mode
+from replayssm.registry import get
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.scenario import Scenario
 
@@ -50,7 +52,6 @@ def _kernel_class(kernel, family: str | None) -> type[KernelUnderTest] | None:
     if kernel is None:
         return None
     if isinstance(kernel, str):
-        from replayssm.registry import get
         if family is None:
             raise ValueError("family: a kernel given by name needs its family")
         return get(kernel, family)
@@ -60,28 +61,17 @@ def _kernel_class(kernel, family: str | None) -> type[KernelUnderTest] | None:
 
 
 def families() -> st.SearchStrategy[str]:
-    return st.sampled_from(FAMILIES)
+    return st.sampled_from(family_names())
 
 
 def geometries(family: str, *, presets: tuple[str, ...] = ("tiny",), max_dim: int = 8
                ) -> st.SearchStrategy[str | dict]:
     """Small geometries of ``family``: custom dicts (powers of two up to ``max_dim``, 1-2 groups /
     key heads with 1-2 heads each, so a wrong head-to-group mapping shows) or a preset name."""
-    if family not in FAMILIES:
-        raise ValueError(f"family: expected one of {FAMILIES}, got {family!r}")
+    fam = family_of(family)
     dims = [d for d in (1, 2, 4, 8, 16) if d <= max_dim]
     wide = [d for d in dims if d >= 2]
-    if family == "mamba2":
-        custom = st.builds(
-            lambda g, r, p, n, z: {"family": "mamba2", "nheads": g * r, "headdim": p, "dstate": n, "ngroups": g,
-                                   "has_z": z},
-            st.sampled_from((1, 2)), st.sampled_from((1, 2)), st.sampled_from(dims), st.sampled_from(wide),
-            st.booleans())
-    else:
-        custom = st.builds(
-            lambda h, r, k, v: {"family": "gdn", "num_k_heads": h, "num_v_heads": h * r, "head_k_dim": k,
-                                "head_v_dim": v},
-            st.sampled_from((1, 2)), st.sampled_from((1, 2)), st.sampled_from(wide), st.sampled_from(dims))
+    custom = fam.strategy_geometry(st, dims, wide)
     return st.one_of(custom, st.sampled_from(presets)) if presets else custom
 
 

@@ -15,14 +15,15 @@ import numpy as np
 import pytest
 import torch
 
-from replayssm import registry
-from replayssm.geometry import Mamba2Geometry
-from replayssm.ops.mamba2.naive import Mamba2LiteralReplay, mamba2_step
+from replayssm import Mamba2Geometry, registry
+from replayssm.families import family
+from replayssm.ops.mamba2.literal import Mamba2LiteralReplay
+from replayssm.ops.mamba2.naive import mamba2_step
 from replayssm.scenarios.inputs import make_inputs, make_inputs_steps
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators import invariants as inv
 from replayssm.validators.drift import CellRun, SweepConfig
-from replayssm.validators.drift_fast import FastCell, _Mamba2Reference
+from replayssm.validators.drift_fast import FastCell, _ChunkReference
 
 CELLS = ["mamba2.literal-replay.s32a16.long-memory.standard",
          "mamba2.literal-replay.sfp8a16-sr.long-memory.spec-random",
@@ -134,7 +135,8 @@ def test_make_inputs_steps_is_stacked_make_inputs():
 
 
 @pytest.mark.parametrize("has_z", [False, True], ids=["no-z", "z"])
-def test_mamba2_reference_step_is_mamba2_step_bitwise(has_z):
+def test_chunked_mamba2_reference_is_mamba2_step_bitwise(has_z):
+    """The fast path's chunk (prepare all tokens at once, advance one by one) is naive.mamba2_step."""
     g = Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2, has_z=has_z)
     gen = torch.Generator().manual_seed(1)
     K, R, H = 3, 2, g.nheads
@@ -144,7 +146,7 @@ def test_mamba2_reference_step_is_mamba2_step_bitwise(has_z):
     tok = {n: torch.randn((K, R, *s), generator=gen).to(torch.bfloat16).to(torch.float64)
            for n, s in g.input_shapes().items()}
     tok["dt"] = tok["dt"] * 15  # both branches of softplus (identity above 20)
-    ref = _Mamba2Reference(K, R, g, params, "cpu")
+    ref = _ChunkReference(family("mamba2"), K, params)
     ref.load(tok, K)
     st = torch.randn((R, *g.state_shape), generator=gen, dtype=torch.float64)
     want = st

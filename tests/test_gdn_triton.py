@@ -178,7 +178,7 @@ def test_standard_decode_every_state_dtype():
 
 
 def _kernel(name, mode="s16a16-sr", decode=None, checks=True, slots=3):
-    from replayssm.geometry import geometry_from_dict
+    from replayssm.families import geometry_from_dict
     decode = decode or DecodeConfig("speculative", 2, 3)
     g = geometry_from_dict(GEO)
     gen = torch.Generator().manual_seed(5)

@@ -12,7 +12,7 @@ import torch
 from core_drive import drive, make_inputs, make_params
 
 from replayssm import registry
-from replayssm.geometry import preset
+from replayssm.families import preset
 from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.ops.literal import LiteralReplayKernel
 

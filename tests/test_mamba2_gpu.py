@@ -14,7 +14,7 @@ the full-state snapshots (``invariants_every=0``); the exact invariants run at b
 import pytest
 import torch
 
-from replayssm.geometry import preset
+from replayssm.families import preset
 from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.registry import build
 from replayssm.scenarios.scenario import Scenario

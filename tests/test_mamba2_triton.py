@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from replayssm import registry
-from replayssm.geometry import preset
+from replayssm.families import preset
 from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.ops.mamba2.naive import softplus
 from replayssm.scenarios.scenario import Scenario
@@ -296,25 +296,6 @@ def test_no_cuda_device_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(tc, "INTERPRET", False)
     with pytest.raises(ValueError, match="CUDA device"):
         _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4))
-
-
-def test_bench_harness_runs_under_the_interpreter():
-    """The benchmark's bookkeeping (cursor cycles, rotated sets, fp64 pre-check, traffic model)
-    on tiny shapes; the GPU timings are docs/benchmarks.md."""
-    from replayssm.bench import Mamba2Traffic, bench_mamba2, cursor_cycle
-    res = bench_mamba2("tiny", "s32a16", L=2, batches=(1,), spec_batches=(1,), window=2, spec_buffer=2,
-                       device="cpu", sweep=False, copy={"tbps": 1.0, "bytes": 1, "ms": 1.0}, max_sets=2,
-                       log=lambda s: None)
-    assert [r["case"] for r in res["rows"]] == ["standard L=2", "spec T'=2 B=2 all accepted",
-                                                "spec T'=2 B=2 half accepted"]
-    assert all(r["replay_us"] > 0 and r["baseline_us"] > 0 for r in res["rows"])
-    t = Mamba2Traffic.of(preset("nano4b", "mamba2"), "s32a16")
-    dec = DecodeConfig("standard", 1, 16)
-    limit = t.baseline_step(1) / t.replay_cycle_mean(dec, cursor_cycle(dec, 1)[1])
-    assert 1.75 < limit < 1.85  # spec 10: bytes-model limit 1.81x for nano4b, fp32 state, L = 16
-    spec = DecodeConfig("speculative", 4, 16)
-    prefix, cycle = cursor_cycle(spec, 4)
-    assert prefix == [0] and [w for w, _ in cycle] == [4, 8, 12, 16] and [f for _, f in cycle][-1]
 
 
 def test_path_choice_by_rows(monkeypatch):

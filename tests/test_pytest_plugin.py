@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from replayssm.ops.gdn.naive import GDNLiteralReplay
+from replayssm.ops.gdn.literal import GDNLiteralReplay
 from replayssm.scenarios import Scenario
 from replayssm.validators.pytest_plugin import assert_kernel_valid
 

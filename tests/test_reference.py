@@ -7,7 +7,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from replayssm.geometry import GDNGeometry, Mamba2Geometry
+from replayssm import GDNGeometry, Mamba2Geometry
 from replayssm.ops.gdn.naive import gdn_sequence
 from replayssm.ops.mamba2.naive import mamba2_sequence
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from replayssm.interface import PAD_SLOT
-from replayssm.ops.gdn.naive import GDNLiteralReplay
+from replayssm.ops.gdn.literal import GDNLiteralReplay
 from replayssm.ops.literal import LiteralReplayKernel
-from replayssm.ops.mamba2.naive import Mamba2LiteralReplay, Mamba2LiteralReplayState
+from replayssm.ops.mamba2.literal import Mamba2LiteralReplay, Mamba2LiteralReplayState
 from replayssm.precision import STANDARD_MODES
 from replayssm.scenarios import Scenario
 from replayssm.validators import Lockstep, ValidationResult, run_scenario

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from replayssm.geometry import FAMILIES, preset
+from replayssm.families import family_names, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
 from replayssm.registry import get, kernels
@@ -50,6 +50,7 @@ from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import plan
 from replayssm.validators.drift_analysis import BinnedCurve
 from replayssm.validators.drift_fast import FastCell, qualifies
+from replayssm.validators.metrics import row_rel_l2
 from replayssm.validators.runner import Lockstep, reference_step
 
 CONFIG_SCHEMA = 1
@@ -116,12 +117,12 @@ class SweepConfig:
     accepted tokens per row (sequence); ``buffer`` is L of standard decode, ``history`` the block B
     of speculative decode (B >= ``window`` = T')."""
 
-    families: tuple[str, ...] = FAMILIES
+    families: tuple[str, ...] = field(default_factory=family_names)
     kernels: tuple[str, ...] = ("literal-replay",)
     modes: tuple[str, ...] = DEFAULT_MODES
     distributions: tuple[str, ...] = ("long-memory",)
     schedules: tuple[str, ...] = tuple(SCHEDULES)
-    geometry: tuple[tuple[str, str], ...] = (("mamba2", "tiny"), ("gdn", "tiny"))
+    geometry: tuple[tuple[str, str], ...] = field(default_factory=lambda: tuple((f, "tiny") for f in family_names()))
     rows: int = 2
     tokens: int = 4096
     buffer: int = 16
@@ -153,8 +154,8 @@ class SweepConfig:
             if len(set(v)) != len(v):
                 raise bad(name, f"expected distinct names, got {list(v)}")
         for f in self.families:
-            if f not in FAMILIES:
-                raise bad("families", f"unknown family {f!r}; expected a subset of {FAMILIES}")
+            if f not in family_names():
+                raise bad("families", f"unknown family {f!r}; expected a subset of {family_names()}")
         for m in self.modes:
             try:
                 parse_mode(m)
@@ -324,12 +325,6 @@ def atomic_torch_save(obj, path: str | Path) -> None:
 
 # ---- one cell ----------------------------------------------------------------------------------------------
 
-def _row_rel(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Per-row ||a - b|| / ||b|| in fp64 (non-finite stays non-finite)."""
-    a, b = a.to(torch.float64).flatten(1), b.to(torch.float64).flatten(1)
-    return torch.linalg.vector_norm(a - b, dim=1) / torch.linalg.vector_norm(b, dim=1).clamp_min(_TINY)
-
-
 def _plan_for(spec: CellSpec, cfg: SweepConfig):
     """The step plan reaching ``cfg.tokens`` accepted tokens on every row, and its length."""
     T = cfg.window if spec.speculative else 1
@@ -450,14 +445,14 @@ class CellRun:
                 idx = torch.tensor(flush_rows, device=self.device)
                 fidx = self.flushes[flush_rows] + 1
                 at = pos_before[flush_rows] + (0 if spec else 1)
-                self.pending.append(("flush", _row_rel(ck.index_select(0, idx), folded.index_select(0, idx)),
+                self.pending.append(("flush", row_rel_l2(ck.index_select(0, idx), folded.index_select(0, idx)),
                                      fidx.copy(), at.copy()))
                 if not spec:
                     self._advance_shadow(last["inputs"], k)
                 armed = [r for r in flush_rows if self.armed[r]]
                 if armed:
                     ai = torch.tensor(armed, device=self.device)
-                    self.pending.append(("local", _row_rel(ck.index_select(0, ai), self.shadow.index_select(0, ai)),
+                    self.pending.append(("local", row_rel_l2(ck.index_select(0, ai), self.shadow.index_select(0, ai)),
                                          self.flushes[armed] + 1))
                 self.flushes[flush_rows] += 1
                 rows_t = torch.tensor(flush_rows, device=self.device)
@@ -474,7 +469,7 @@ class CellRun:
             if due:
                 cs = ls.kernel.committed_state(ls.ids)
                 di = torch.tensor(due, device=self.device)
-                self.pending.append(("state", _row_rel(cs.index_select(0, di), ls.ref.index_select(0, di)),
+                self.pending.append(("state", row_rel_l2(cs.index_select(0, di), ls.ref.index_select(0, di)),
                                      self.pos[due].copy()))
                 for r in due:
                     while self.next_sample[r] < len(self.targets) and self.pos[r] >= self.targets[self.next_sample[r]]:

@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from replayssm.geometry import FAMILIES
+from replayssm.families import family_names
 from replayssm.precision import parse_mode
 
 if sys.version_info >= (3, 11):
@@ -103,8 +103,8 @@ def parse_budgets(data: dict, path: str | Path = "<budgets>") -> Budgets:
     for family, modes in data.items():
         if family == "schema":
             continue
-        if family not in FAMILIES:
-            raise ValueError(f"{path}: unknown family table [{family}]; expected one of {FAMILIES}")
+        if family not in family_names():
+            raise ValueError(f"{path}: unknown family table [{family}]; expected one of {family_names()}")
         if not isinstance(modes, dict):
             raise ValueError(f"{path}: [{family}] expected a table of precision modes")
         for mode, e in modes.items():
@@ -195,7 +195,7 @@ def format_budgets(budgets: list[Budget], header: str = "") -> str:
     if header:
         lines += [f"# {ln}" if ln else "#" for ln in header.splitlines()]
     lines += [f"schema = {SCHEMA}", ""]
-    for b in sorted(budgets, key=lambda b: (FAMILIES.index(b.family), b.mode)):
+    for b in sorted(budgets, key=lambda b: (family_names().index(b.family), b.mode)):
         lines.append(f'[{b.family}."{b.mode}"]')
         lines.append(f"output_error = {b.output_error:.3e}")
         lines.append(f"state_error = {b.state_error:.3e}")

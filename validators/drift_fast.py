@@ -7,13 +7,13 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
 
 * inputs of a whole chunk of steps come from one call (:func:`make_inputs_steps`: the same words,
   exact integer and elementwise IEEE ops, so the same bits), upcast to fp64 once per chunk;
-* the fp64 reference runs on the same shapes with the same transcendental and reduction ops as
-  ``mamba2_step`` / ``gdn_step`` (only exact ops -- casts, ``repeat_interleave``, the gate's add and
-  clamp, ``D x`` -- are hoisted to the chunk), so every value is rounded as before; the shadow
-  state (one flush's injected error) skips the output it never uses;
-* the output error ``||out - ref|| / ||ref||`` per (row, position) is ``error_metrics``'s formula on
-  the same shapes, written into a per-chunk buffer (the drift drain moves it to the host once per
-  chunk);
+* the fp64 reference is the family's own step (``Family.reference_prepare`` for the whole chunk,
+  exact elementwise ops only, then ``Family.reference_advance`` per token: what ``reference_step``
+  runs), so every value is rounded as before; the shadow state (one flush's injected error) skips
+  the output it never uses;
+* the output error ``||out - ref|| / ||ref||`` per (row, position) is ``metrics.rel_l2_into``
+  (``error_metrics``'s ``rel_l2``), written into a per-chunk buffer (the drift drain moves it to the
+  host once per chunk);
 * the exact output checks (NaN poison left, non-finite outputs) are not a host sync per step:
   an unwritten or non-finite output makes that position's error non-finite, and the chunk's
   errors are looked at once, at the end of each run call; only a flagged step is checked
@@ -40,11 +40,11 @@ from collections import Counter
 import numpy as np
 import torch
 
+from replayssm.families import family
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators import invariants as inv
-from replayssm.validators.runner import reference_step
+from replayssm.validators.metrics import rel_l2_into, row_rel_l2
 
-TINY = 1e-300
 MAX_GRAPHS = 48
 
 
@@ -71,68 +71,28 @@ def qualifies(cell) -> str | None:
     return None
 
 
-class _Mamba2Reference:
-    """``mamba2_step`` in fp64 over a chunk: exact parts hoisted, the rest on the same shapes."""
+class _ChunkReference:
+    """The family's fp64 reference step over a chunk: ``reference_prepare`` (exact, elementwise) of
+    every token of the chunk at once into fixed buffers (what a CUDA graph replays over), then
+    ``reference_advance`` token by token -- the same two functions ``reference_step`` runs, so the
+    same bits."""
 
-    def __init__(self, K: int, R: int, g, params: dict[str, torch.Tensor], device) -> None:
-        H, P, N, G = g.nheads, g.headdim, g.dstate, g.ngroups
-        self.rep, self.has_z = H // G, g.has_z
-        self.A = params["A"].view(H, 1, 1)
-        self.dt_bias, self.D = params["dt_bias"], params["D"][:, None]
-        f64 = dict(dtype=torch.float64, device=device)
-        # Shaped for broadcasting without views: gate terms [R, H, 1, 1], x [R, H, P, 1], B/C [R, H, 1, N].
-        self.buf = {"u": torch.empty((K, R, H, 1, 1), **f64),
-                    "gt": torch.empty((K, R, H, 1, 1), dtype=torch.bool, device=device),
-                    "uc": torch.empty((K, R, H, 1, 1), **f64), "x": torch.empty((K, R, H, P, 1), **f64),
-                    "Bh": torch.empty((K, R, H, 1, N), **f64), "Ch": torch.empty((K, R, H, 1, N), **f64),
-                    "Dx": torch.empty((K, R, H, P), **f64)}
-        if self.has_z:
-            self.buf["z"] = torch.empty((K, R, H, P), **f64)
-        self.v = {k: b.unbind(0) for k, b in self.buf.items()}
+    def __init__(self, fam, K: int, params: dict[str, torch.Tensor]) -> None:
+        self.fam, self.K, self.params = fam, K, params
+        self.buf: dict[str, torch.Tensor] | None = None
 
     def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
         """Tokens ``[n, R, ...]`` (fp64, token-major) into the buffers."""
-        b = self.buf
-        u = torch.add(tok["dt"], self.dt_bias, out=b["u"][:n, :, :, 0, 0])
-        torch.gt(u, 20, out=b["gt"][:n, :, :, 0, 0])
-        torch.clamp(u, max=20, out=b["uc"][:n, :, :, 0, 0])
-        b["x"][:n, ..., 0].copy_(tok["x"])
-        b["Bh"][:n, :, :, 0].copy_(tok["B"].repeat_interleave(self.rep, dim=-2))
-        b["Ch"][:n, :, :, 0].copy_(tok["C"].repeat_interleave(self.rep, dim=-2))
-        torch.mul(self.D, tok["x"], out=b["Dx"][:n])
-        if self.has_z:
-            b["z"][:n].copy_(tok["z"])
+        prep = self.fam.reference_prepare(tok, self.params)
+        if self.buf is None:
+            self.buf = {k: torch.empty((self.K, *v.shape[1:]), dtype=v.dtype, device=v.device) for k, v in prep.items()}
+            self.v = {k: b.unbind(0) for k, b in self.buf.items()}
+        for k, v in prep.items():
+            self.buf[k][:n].copy_(v)
 
     def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None) -> torch.Tensor:
         """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given."""
-        v = self.v
-        delta = torch.where(v["gt"][i], v["u"][i], torch.log1p(torch.exp(v["uc"][i])))
-        new = torch.add(torch.exp(self.A * delta) * st, delta * v["x"][i] * v["Bh"][i])
-        if y_out is not None:
-            y = torch.add((new * v["Ch"][i]).sum(-1), v["Dx"][i])
-            if self.has_z:
-                z = v["z"][i]
-                torch.mul(y * z, torch.sigmoid(z), out=y_out)
-            else:
-                y_out.copy_(y)
-        return new
-
-
-class _GenericReference:
-    """:func:`reference_step` over a chunk of fp64 tokens."""
-
-    def __init__(self, K: int, R: int, g, params: dict[str, torch.Tensor], device, family: str) -> None:
-        self.family, self.params = family, params
-        self.buf = {n: torch.empty((K, R, *s), dtype=torch.float64, device=device)
-                    for n, s in g.input_shapes().items()}
-        self.v = {k: b.unbind(0) for k, b in self.buf.items()}
-
-    def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
-        for k, b in self.buf.items():
-            b[:n].copy_(tok[k])
-
-    def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None) -> torch.Tensor:
-        y, new = reference_step(self.family, st, {k: v[i] for k, v in self.v.items()}, self.params)
+        y, new = self.fam.reference_advance(st, {k: v[i] for k, v in self.v.items()}, self.params)
         if y_out is not None:
             y_out.copy_(y)
         return new
@@ -179,10 +139,7 @@ class FastCell:
         state_dims = len(g.state_shape)
         self.sel_v = [self.sel[j, t].view(R, *([1] * state_dims)) for j in range(K) for t in range(T)]
         self.arange_T = torch.arange(1, T + 1, device=dev).view(1, T, 1)
-        if sc.family == "mamba2":
-            self.ref = _Mamba2Reference(K * T, R, g, ls.ref_params, dev)
-        else:
-            self.ref = _GenericReference(K * T, R, g, ls.ref_params, dev, sc.family)
+        self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params)
         self.chunk_at = None  # first step of the chunk in the buffers
         self.checked = cell.step  # steps before this one had their outputs checked
         self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
@@ -224,15 +181,7 @@ class FastCell:
         return new
 
     def _rel(self, out: torch.Tensor, ro: torch.Tensor, dst: torch.Tensor, exact: bool) -> None:
-        """``error_metrics``'s ``rel_l2`` per (row, position) into ``dst``.  ``exact=False`` skips
-        its non-finite-to-inf step: the same bits when every difference is finite, a non-finite
-        value otherwise, which :meth:`_check_outputs` recomputes with ``exact=True``."""
-        d = torch.sub(out, ro).abs()  # the bf16/fp16/fp32 output upcast exactly inside the subtraction
-        if exact:
-            d = torch.where(torch.isfinite(d), d, float("inf"))
-        dims = tuple(range(2, d.dim()))
-        torch.div(torch.linalg.vector_norm(d, dim=dims), torch.linalg.vector_norm(ro, dim=dims).clamp_min(TINY),
-                  out=dst)
+        rel_l2_into(out, ro, dst, exact=exact)
 
     def _device_step(self, j: int, ref: torch.Tensor, shadow: torch.Tensor | None, k: np.ndarray, s: int):
         """Verify + commit chunk step ``j``, the fp64 reference window, the output error; the shadow
@@ -321,21 +270,20 @@ class FastCell:
                 ref_before: torch.Tensor) -> None:
         """The rest of ``CellRun.run_steps`` for a step: flush and state measurements."""
         cell, ls, dev = self.cell, self.ls, self.dev
-        from replayssm.validators.drift import _row_rel
         if flush_rows:
             ck = ls.kernel.checkpoint_state(ls.ids)
             folded = ref_before if self.spec else ls.ref
             idx = torch.tensor(flush_rows, device=dev)
             fidx = cell.flushes[flush_rows] + 1
             at = pos_before[flush_rows] + (0 if self.spec else 1)
-            cell.pending.append(("flush", _row_rel(ck.index_select(0, idx), folded.index_select(0, idx)),
+            cell.pending.append(("flush", row_rel_l2(ck.index_select(0, idx), folded.index_select(0, idx)),
                                  fidx.copy(), at.copy()))
             if not self.spec:
                 self._set_shadow(self._advance(cell.shadow, j, k))
             armed = [r for r in flush_rows if cell.armed[r]]
             if armed:
                 ai = torch.tensor(armed, device=dev)
-                cell.pending.append(("local", _row_rel(ck.index_select(0, ai), cell.shadow.index_select(0, ai)),
+                cell.pending.append(("local", row_rel_l2(ck.index_select(0, ai), cell.shadow.index_select(0, ai)),
                                      cell.flushes[armed] + 1))
             cell.flushes[flush_rows] += 1
             src = ck.index_select(0, idx).to(torch.float64)
@@ -353,7 +301,7 @@ class FastCell:
         if due:
             cs = ls.kernel.committed_state(ls.ids)
             di = torch.tensor(due, device=dev)
-            cell.pending.append(("state", _row_rel(cs.index_select(0, di), ls.ref.index_select(0, di)),
+            cell.pending.append(("state", row_rel_l2(cs.index_select(0, di), ls.ref.index_select(0, di)),
                                  cell.pos[due].copy()))
             for r in due:
                 while cell.next_sample[r] < len(cell.targets) and cell.pos[r] >= cell.targets[cell.next_sample[r]]:

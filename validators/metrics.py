@@ -45,10 +45,30 @@ def error_metrics(out: torch.Tensor, ref: torch.Tensor, u: float, lead: int = 2)
     return {"max_abs": max_abs, "rel_l2": rel_l2, "ref_max": ref_max, "in_u": in_u, "rms_ratio": rms}
 
 
+def rel_l2_into(out: torch.Tensor, ref: torch.Tensor, dst: torch.Tensor, exact: bool = True) -> torch.Tensor:
+    """:func:`error_metrics`'s ``rel_l2`` per (row, position) of ``[R, T', ...]`` outputs, written into
+    ``dst [R, T']`` (fixed buffers: the drift fast path and its CUDA graphs).  ``exact=False`` skips
+    the non-finite-to-inf step: the same bits when every difference is finite, a non-finite value
+    otherwise (recompute those with ``exact=True`` to name them)."""
+    d = torch.sub(out, ref).abs()  # a bf16/fp16/fp32 output is upcast exactly inside the subtraction
+    if exact:
+        d = torch.where(torch.isfinite(d), d, float("inf"))
+    dims = tuple(range(2, d.dim()))
+    return torch.div(torch.linalg.vector_norm(d, dim=dims), torch.linalg.vector_norm(ref, dim=dims).clamp_min(TINY),
+                     out=dst)
+
+
+def row_rel_l2(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per-row ``||a - b|| / ||b||`` in fp64 over everything but the first dim (non-finite stays
+    non-finite): the drift report's state error."""
+    a, b = a.to(torch.float64).flatten(1), b.to(torch.float64).flatten(1)
+    return torch.linalg.vector_norm(a - b, dim=1) / torch.linalg.vector_norm(b, dim=1).clamp_min(TINY)
+
+
 def rms_ratio(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref||_2 / ||ref||_2 over all elements (FLA's metric)."""
     e = abs_error(out, ref)
     return float(torch.linalg.vector_norm(e) / torch.linalg.vector_norm(ref.to(torch.float64)).clamp_min(TINY))
 
 
-__all__ = ["abs_error", "error_metrics", "rms_ratio"]
+__all__ = ["abs_error", "error_metrics", "rel_l2_into", "rms_ratio", "row_rel_l2"]

@@ -22,12 +22,12 @@ import contextlib
 
 import torch
 
+from replayssm.families import families
 from replayssm.interface import PAD_SLOT, DecodeConfig
+from replayssm.ops.gdn import literal as gdn_literal
 from replayssm.ops.gdn import naive as gdn_naive
-from replayssm.ops.gdn.naive import GDNLiteralBaseline
 from replayssm.ops.literal import FamilyMath, WindowResult
-from replayssm.ops.mamba2 import naive as mamba2_naive
-from replayssm.ops.mamba2.naive import Mamba2LiteralBaseline
+from replayssm.ops.mamba2 import literal as mamba2_literal
 from replayssm.registry import register
 from replayssm.rounding import INT8_MAX, philox_generator, quantize_state
 from replayssm.validators.mutants import BASES, MUTANTS, MutantSpec
@@ -193,7 +193,7 @@ class _ExclusiveCumsumMath(_DelegatingMath):
         if key == "dt":
             A = params["A"]
             w = dec * torch.exp(A * (total - excl))
-            Bh = mamba2_naive._per_head(hist["B"], s0.shape[0])
+            Bh = mamba2_literal._per_head(hist["B"], s0.shape[0])
             return torch.exp(A * total)[:, None, None] * s0 + torch.einsum("jh,jhp,jhn->hpn", w, hist["x"], Bh)
         w = torch.exp(total - excl)
         kh = hist["k"].repeat_interleave(s0.shape[0] // hist["k"].shape[-2], dim=-2)
@@ -257,7 +257,7 @@ def _softplus_early_identity(u: torch.Tensor) -> torch.Tensor:
 
 class _SoftplusThresholdMath(_DelegatingMath):
     def window(self, s0, hist, win, params, mode, options):
-        with _patched(mamba2_naive, "softplus", _softplus_early_identity), \
+        with _patched(mamba2_literal, "softplus", _softplus_early_identity), \
                 _patched(gdn_naive, "softplus", _softplus_early_identity):
             return self.inner.window(s0, hist, win, params, mode, options)
 
@@ -273,7 +273,7 @@ class _NoBetaSolveMath(_DelegatingMath):
     """GDN: the in-window WY/UT solve drops beta_i from the off-diagonal A_ij."""
 
     def window(self, s0, hist, win, params, mode, options):
-        with _patched(gdn_naive, "gdn_window_solve", _solve_without_offdiag_beta):
+        with _patched(gdn_literal, "gdn_window_solve", _solve_without_offdiag_beta):
             return self.inner.window(s0, hist, win, params, mode, options)
 
 
@@ -415,7 +415,7 @@ class Int8Truncation:
 
 
 # ---- registration ----------------------------------------------------------------------------------------------
-_BASELINES = {"mamba2": Mamba2LiteralBaseline, "gdn": GDNLiteralBaseline}
+_BASELINES = {name: fam.literal_baseline for name, fam in families().items()}
 SPEC_ONLY = ("speculative",)
 
 

@@ -17,14 +17,13 @@ from dataclasses import dataclass
 
 import torch
 
+from replayssm.families import families
 from replayssm.interface import PAD_SLOT, DecodeConfig
-from replayssm.ops.gdn.naive import GDNLiteralReplay
 from replayssm.ops.literal import LiteralReplayKernel
-from replayssm.ops.mamba2.naive import Mamba2LiteralReplay
 from replayssm.registry import register
 from replayssm.rounding import FP8_MAX
 
-BASES = {"mamba2": Mamba2LiteralReplay, "gdn": GDNLiteralReplay}
+BASES = {name: fam.literal_replay for name, fam in families().items()}
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,8 @@ from collections import Counter
 
 import torch
 
+from replayssm.families import family
 from replayssm.interface import PAD_SLOT, KernelConfig, KernelSnapshot, KernelUnderTest
-from replayssm.ops.gdn.naive import gdn_step
-from replayssm.ops.mamba2.naive import mamba2_step
 from replayssm.registry import get
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
@@ -49,35 +48,23 @@ SR_REPLICAS = 2
 SR_WALK_CAP = 8
 
 
-def reference_step(family: str, state: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]):
-    """One fp64 recurrence step (spec 2) for all rows: returns (output, new state)."""
-    if family == "mamba2":
-        return mamba2_step(state, tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"],
-                           params["D"], tok.get("z"))
-    return gdn_step(state, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"])
+def reference_step(family_name: str, state: torch.Tensor, tok: dict[str, torch.Tensor],
+                   params: dict[str, torch.Tensor]):
+    """One fp64 recurrence step (spec 2) of the family's ``naive.py`` for all rows: (output, new state)."""
+    return family(family_name).reference_step(state, tok, params)
 
 
-def readout_magnitude(family: str, state: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
-                      scaled: bool) -> torch.Tensor:
+def readout_magnitude(family_name: str, state: torch.Tensor, tok: dict[str, torch.Tensor],
+                      params: dict[str, torch.Tensor], scaled: bool) -> torch.Tensor:
     """The magnitude of the terms each output sums (the condition of the readout), per output
-    element: Mamba-2 ``sum_n |S_pn| |C_n| + |D x|`` (times the |z gate|), GDN ``sum_k |S_vk| |q_k|``;
-    for per-row scaled states (fp8/int8, error relative to the row's max) ``|S|`` is the row's max.
+    element (the family's ``readout_magnitude``, e.g. Mamba-2 ``sum_n |S_pn| |C_n| + |D x|``); for
+    per-row scaled states (fp8/int8, error relative to the row's max) ``|S|`` is the row's max.
     Rounding the state by u moves an output by up to u times this, however small the output is
     after cancellation: the tolerance floor is relative to it (found by the fuzzer, issue 6)."""
     S = state.abs()
     if scaled:
         S = S.amax(-1, keepdim=True).expand_as(S)
-    if family == "mamba2":
-        H = S.shape[-3]
-        C = tok["C"].abs().repeat_interleave(H // tok["C"].shape[-2], dim=-2)
-        mag = (S * C[..., None, :]).sum(-1) + (params["D"][..., None] * tok["x"]).abs()
-        if tok.get("z") is not None:
-            z = tok["z"]
-            mag = mag * (z * torch.sigmoid(z)).abs()
-        return mag
-    from replayssm.ops.gdn.naive import gdn_prepare
-    qh, _ = gdn_prepare(tok["q"], tok["k"], S.shape[-3])
-    return (S * qh.abs()[..., None, :]).sum(-1)
+    return family(family_name).readout_magnitude(S, tok, params)
 
 
 def literal_twin_name(cls: type[KernelUnderTest], sc: Scenario) -> str | None:

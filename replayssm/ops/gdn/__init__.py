@@ -1,4 +1,5 @@
-"""Gated DeltaNet: the literal model (naive.py, the truth in fp64) and the kernels under test beside it:
-Triton baseline (baseline.py) and ReplaySSM (replay.py: replay_decode.py, replay_spec.py)."""
+"""Gated DeltaNet: the fp64 reference (naive.py), the literal models (literal.py), the family
+registration (family.py) and the kernels under test beside them: Triton baseline (baseline.py) and
+ReplaySSM (replay.py: replay_decode.py, replay_spec.py)."""
 
-from replayssm.ops.gdn import baseline, naive, replay  # noqa: F401
+from replayssm.ops.gdn import baseline, family, literal, naive, replay  # noqa: F401

@@ -1,29 +1,28 @@
-"""Gated DeltaNet decode, literally: the baseline recurrence and the literal ReplaySSM models.
+"""Gated DeltaNet decode (the gated delta rule), the reference recurrence in plain torch.
 
-Oracle: spec section 2.2 (baseline), section 3 (replay records d, normalised k, g) and the
-in-window WY/UT solve of section 4, line by line.
+Oracle: spec section 2.2, line by line.  In float64 this is the truth every kernel is compared
+with; in another dtype it runs in that dtype.  Expected error in fp64: ~1e-16 relative per step
+(tests/test_reference.py checks it against a whole-sequence triangular solve to 1e-12).
 
-* :func:`gdn_step` / :func:`gdn_sequence`: the gated delta rule in whatever dtype they are given;
-  in float64 they are the reference.
-* :func:`gdn_window_solve`: the causal in-window solve ``d = (I + A)^-1 R`` and the window
-  outputs, from the state before the window.
-* :class:`GDNLiteralReplay` ("literal-replay") and :class:`GDNLiteralBaseline`
-  ("literal-baseline"): literal models of the kernel interface.
+Shapes: state ``[..., HV, V, K]``; per token ``q, k [..., H, K]``, ``v [..., HV, V]``,
+``a, b [..., HV]`` (value head h uses key head ``h // (HV / H)``); parameters ``A_log, dt_bias [HV]``.
 
-Expected error: at s64a64 the replay model equals the fp64 recurrence to ~1e-12 relative.
+    g = -exp(A_log) softplus(a + dt_bias),  α = exp(g),  β = sigmoid(b)
+    q, k ← u / sqrt(Σu² + 1e-6);  q ← q K^-1/2
+    d = β (v − α S k)
+    S ← α S + d kᵀ,   o = S q
 """
 
 from __future__ import annotations
 
 import torch
 
-from replayssm.ops.literal import FamilyMath, LiteralBaselineKernel, LiteralReplayKernel, WindowResult
-from replayssm.ops.mamba2.naive import softplus
-from replayssm.precision import PrecisionMode
-from replayssm.registry import register
-from replayssm.rounding import round_tf32
-
 L2_EPS = 1e-6
+
+
+def softplus(u: torch.Tensor) -> torch.Tensor:
+    """log1p(exp(u)), the identity for u > 20 (the literal models' and kernels' form)."""
+    return torch.where(u > 20, u, torch.log1p(torch.exp(torch.clamp(u, max=20))))
 
 
 def l2norm(u: torch.Tensor) -> torch.Tensor:
@@ -46,9 +45,7 @@ def gdn_prepare(q, k, nv: int):
 
 
 def gdn_step(state, q, k, v, a, b, A_log, dt_bias):
-    """One gated delta-rule step (spec 2.2).  state ``[..., HV, V, K]``, q/k ``[..., H, K]``,
-    v ``[..., HV, V]``, a/b ``[..., HV]``.  Returns ``(o [..., HV, V], new_state)`` in the dtype of
-    ``state``."""
+    """One gated delta-rule step in the dtype of ``state``: ``(o [..., HV, V], new_state)``."""
     dtype = state.dtype
     q, k, v, a, b, A_log, dt_bias = (t.to(dtype) for t in (q, k, v, a, b, A_log, dt_bias))
     qh, kh = gdn_prepare(q, k, v.shape[-2])
@@ -62,102 +59,10 @@ def gdn_step(state, q, k, v, a, b, A_log, dt_bias):
 
 
 def gdn_sequence(state, q, k, v, a, b, A_log, dt_bias):
-    """Run :func:`gdn_step` over the token axis (dim -3 of q).  Returns ``(o [..., T, HV, V], state)``."""
+    """:func:`gdn_step` over the token axis (dim -3 of q): ``(o [..., T, HV, V], final state)``."""
     outs = []
     for t in range(q.shape[-3]):
         o, state = gdn_step(state, q[..., t, :, :], k[..., t, :, :], v[..., t, :, :], a[..., t, :],
                             b[..., t, :], A_log, dt_bias)
         outs.append(o)
     return torch.stack(outs, dim=-3), state
-
-
-def _dot(t: torch.Tensor, mode: PrecisionMode | None) -> torch.Tensor:
-    return round_tf32(t) if mode is not None and mode.dot == "tf32" else t
-
-
-def gdn_window_solve(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None):
-    """The in-window WY/UT form (spec 4) for one row.
-
-    ``s_h [HV, V, K]`` state before the window; per window token ``qh, kh [T, HV, K]``,
-    ``v [T, HV, V]``, ``g, beta [T, HV]``.  With G the inclusive cumsum of g:
-    ``R_i = beta_i (v_i - exp(G_i) S_h k_i)``, ``A_ij = beta_i exp(G_i - G_j) (k_i . k_j)`` (i > j),
-    ``d = (I + A)^-1 R`` by forward substitution, and
-    ``o_s = exp(G_s) S_h q_s + sum_{j<=s} exp(G_s - G_j) (k_j . q_s) d_j``.
-    Returns ``(o [T, HV, V], d [T, HV, V])``."""
-    T = qh.shape[0]
-    G = torch.cumsum(g, dim=0)  # [T, HV]
-    eG = torch.exp(G)
-    s_h_dot = _dot(s_h, mode)
-    sk = (s_h_dot[None] * _dot(kh, mode)[:, :, None, :]).sum(-1)  # [T, HV, V]
-    R = beta[..., None] * (v - eG[..., None] * sk)
-    kk = torch.einsum("ihk,jhk->hij", kh, kh)  # [HV, T, T]
-    decay = torch.exp(G.T[:, :, None] - G.T[:, None, :])  # [HV, i, j] = exp(G_i - G_j)
-    d = []
-    for i in range(T):
-        acc = R[i]
-        for j in range(i):
-            acc = acc - (beta[i] * decay[:, i, j] * kk[:, i, j])[:, None] * d[j]
-        d.append(acc)
-    d = torch.stack(d)  # [T, HV, V]
-    sq = (s_h_dot[None] * _dot(qh, mode)[:, :, None, :]).sum(-1)  # [T, HV, V]
-    kq = torch.einsum("jhk,shk->hsj", kh, qh)  # [HV, s, j]
-    outs = []
-    for s in range(T):
-        o = eG[s][:, None] * sq[s]
-        for j in range(s + 1):
-            o = o + (decay[:, s, j] * kq[:, s, j])[:, None] * d[j]
-        outs.append(o)
-    return torch.stack(outs), d
-
-
-class GDNMath(FamilyMath):
-    """Replay arithmetic: records d and normalised k in the activation dtype, g in compute dtype."""
-
-    def record_layout(self, g):
-        return {"d": ((g.num_v_heads, g.head_v_dim), "act"), "k": ((g.num_k_heads, g.head_k_dim), "act"),
-                "g": ((g.num_v_heads,), "decay")}
-
-    def fold(self, s0, hist, params, mode):
-        # S = exp(G) S0 + sum_j exp(G - G_j) d_j k_j^T   (G_j inclusive cumsum of g)
-        g = hist["g"]
-        if g.shape[0] == 0:
-            return s0
-        G = torch.cumsum(g, dim=0)
-        w = torch.exp(G[-1] - G)  # [n, HV]
-        kh = hist["k"].repeat_interleave(s0.shape[0] // hist["k"].shape[-2], dim=-2)
-        return torch.exp(G[-1])[:, None, None] * s0 + torch.einsum("jh,jhv,jhk->hvk", w, hist["d"], kh)
-
-    def window(self, s0, hist, win, params, mode, options):
-        s_h = self.fold(s0, hist, params, mode)
-        nv = s0.shape[0]
-        qn = l2norm(win["q"]) * win["q"].shape[-1] ** -0.5
-        kn = l2norm(win["k"])
-        rep = nv // win["q"].shape[-2]
-        qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
-        g, beta = gdn_gates(win["a"], win["b"], params["A_log"], params["dt_bias"])
-        o, d = gdn_window_solve(s_h, qh, kh, win["v"], g, beta, mode)
-        after_first = torch.exp(g[0])[:, None, None] * s_h + d[0][:, :, None] * kh[0][:, None, :]
-        return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
-                            state_after_first=after_first)
-
-    def step(self, s, tok, params):
-        return gdn_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"])
-
-
-_MATH = GDNMath()
-
-
-@register
-class GDNLiteralReplay(LiteralReplayKernel):
-    name = "literal-replay"
-    family = "gdn"
-    description = "literal ReplaySSM model: records d, normalised k, g; WY/UT in-window solve"
-    math = _MATH
-
-
-@register
-class GDNLiteralBaseline(LiteralBaselineKernel):
-    name = "literal-baseline"
-    family = "gdn"
-    description = "literal baseline: state read and written every token; one state per draft position"
-    math = _MATH

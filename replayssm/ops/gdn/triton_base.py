@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from replayssm.interface import PAD_SLOT, KernelSnapshot, KernelUnderTest, next_pow2
-from replayssm.ops.gdn.naive import GDNMath
+from replayssm.ops.gdn.literal import GDNMath
 from replayssm.ops.gdn.triton_math import INTERPRET, store_state_tile, ticket
 
 STATES = ("fp32", "bf16", "fp16", "fp8e4m3")

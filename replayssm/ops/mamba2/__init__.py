@@ -1,4 +1,5 @@
-"""Mamba-2: the literal model (naive.py, the truth in fp64) and the kernels under test beside it:
-Triton "triton-baseline" (baseline.py), "triton-replay" / "triton-replay-state" (replay.py)."""
+"""Mamba-2: the fp64 reference (naive.py), the literal models (literal.py), the family registration
+(family.py) and the kernels under test beside them: Triton "triton-baseline" (baseline.py),
+"triton-replay" / "triton-replay-state" (replay.py)."""
 
-from replayssm.ops.mamba2 import baseline, naive, replay  # noqa: F401
+from replayssm.ops.mamba2 import baseline, family, literal, naive, replay  # noqa: F401

@@ -1,63 +1,65 @@
-"""Mamba-2 decode, literally: the baseline recurrence and the literal ReplaySSM models.
+"""Mamba-2 decode (selective state update), the reference recurrence in plain torch.
 
-Oracle: spec section 2.1 (baseline) and section 3 (replay), line by line.
+Oracle: spec section 2.1, line by line.  In float64 this is the truth every kernel is compared
+with; in another dtype it runs in that dtype.  Expected error in fp64: ~1e-16 relative per step
+(tests/test_reference.py checks it against the SSD matrix form to 1e-12).
 
-* :func:`mamba2_step` / :func:`mamba2_sequence` run the selective state update in whatever dtype
-  they are given; in float64 they are the reference every kernel is compared with.
-* :class:`Mamba2LiteralReplay` ("literal-replay", output_only route; "literal-replay-state",
-  state_and_output route) and :class:`Mamba2LiteralBaseline` ("literal-baseline") are the
-  literal models of the kernel interface, rounding exactly where the precision mode says.
+Shapes: state ``[..., H, P, N]``; per token ``x [..., H, P]``, ``dt [..., H]``, ``B, C [..., G, N]``
+(head h uses group ``h // (H / G)``), optional ``z [..., H, P]``; parameters ``A, dt_bias, D [H]``.
 
-Expected error: at s64a64 the replay models equal the fp64 recurrence to ~1e-12 relative; at
-fp32/bf16 modes the error is a few units of the mode's unit roundoff per flush (measured by the
-drift reports).
+    Δ = softplus(dt + dt_bias)          softplus(u) = log1p(exp(u)), the identity for u > 20
+    a = exp(A Δ)
+    S ← a S + Δ x Bᵀ
+    y = S C + D x,   y ← y · z · sigmoid(z) when z is given
+
+The step is written as two parts so a long run can prepare a whole chunk of tokens at once with
+the same bits: :func:`prepare` holds the exact elementwise work (casts, the group-to-head
+broadcast, the bias add, D x), :func:`advance` the rest.  :func:`mamba2_step` is the two together.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
-from replayssm.ops.literal import FamilyMath, LiteralBaselineKernel, LiteralReplayKernel, WindowResult
-from replayssm.precision import PrecisionMode
-from replayssm.registry import register
-from replayssm.rounding import round_tf32
 
-ROUTES = ("output_only", "state_and_output")
-
-
-def softplus(u: torch.Tensor) -> torch.Tensor:
-    """log1p(exp(u)), the identity for u > 20 (as the kernels do it)."""
-    return torch.where(u > 20, u, torch.log1p(torch.exp(torch.clamp(u, max=20))))
-
-
-def _per_head(t: torch.Tensor, nheads: int) -> torch.Tensor:
-    """Map ``[..., G, N]`` group tensors to ``[..., H, N]``: head h uses group h // (H / G)."""
-    return t.repeat_interleave(nheads // t.shape[-2], dim=-2)
-
-
-def mamba2_step(state, x, dt, B, C, A, dt_bias, D, z=None):
-    """One selective-state update (spec 2.1).  Shapes: state ``[..., H, P, N]``, x ``[..., H, P]``,
-    dt ``[..., H]``, B/C ``[..., G, N]``, z ``[..., H, P]`` or None, A/dt_bias/D ``[H]``.
-    Returns ``(y [..., H, P], new_state)``; everything runs in the dtype of ``state``."""
-    dtype = state.dtype
-    x, dt, B, C = (t.to(dtype) for t in (x, dt, B, C))
-    A, dt_bias, D = (t.to(dtype) for t in (A, dt_bias, D))
+def prepare(x, dt, B, C, A, dt_bias, D, z=None, dtype=torch.float64) -> dict[str, torch.Tensor]:
+    """The exact part of a step, for any leading dims: per-head B/C ``[..., H, 1, N]``, the softplus
+    argument ``u = dt + dt_bias`` and its clamp ``[..., H, 1, 1]``, ``x [..., H, P, 1]``, ``D x``, z."""
+    x, dt, B, C, dt_bias, D = (t.to(dtype) for t in (x, dt, B, C, dt_bias, D))
     H = x.shape[-2]
-    Bh, Ch = _per_head(B, H), _per_head(C, H)
-    delta = softplus(dt + dt_bias)
-    a = torch.exp(A * delta)
-    state = a[..., None, None] * state + (delta[..., None] * x)[..., :, None] * Bh[..., None, :]
-    y = (state * Ch[..., None, :]).sum(-1) + D[..., None] * x
+    u = dt + dt_bias
+    prep = {
+        "u": u[..., None, None],
+        "large": (u > 20)[..., None, None],
+        "u_clamped": torch.clamp(u, max=20)[..., None, None],
+        "x": x[..., None],
+        "Bh": B.repeat_interleave(H // B.shape[-2], dim=-2)[..., None, :],
+        "Ch": C.repeat_interleave(H // C.shape[-2], dim=-2)[..., None, :],
+        "Dx": D[..., None] * x,
+    }
     if z is not None:
-        z = z.to(dtype)
-        y = y * z * torch.sigmoid(z)
+        prep["z"] = z.to(dtype)
+    return prep
+
+
+def advance(state: torch.Tensor, p: dict[str, torch.Tensor], A: torch.Tensor):
+    """One step on prepared inputs: ``(y [..., H, P], new state [..., H, P, N])``."""
+    delta = torch.where(p["large"], p["u"], torch.log1p(torch.exp(p["u_clamped"])))
+    a = torch.exp(A.to(state.dtype)[:, None, None] * delta)
+    state = torch.add(a * state, delta * p["x"] * p["Bh"])
+    y = torch.add((state * p["Ch"]).sum(-1), p["Dx"])
+    if "z" in p:
+        y = torch.mul(y * p["z"], torch.sigmoid(p["z"]))
     return y, state
 
 
+def mamba2_step(state, x, dt, B, C, A, dt_bias, D, z=None):
+    """One selective-state update in the dtype of ``state``: ``(y [..., H, P], new_state)``."""
+    return advance(state, prepare(x, dt, B, C, A, dt_bias, D, z, dtype=state.dtype), A)
+
+
 def mamba2_sequence(state, x, dt, B, C, A, dt_bias, D, z=None):
-    """Run :func:`mamba2_step` over the token axis (dim -3 of x).  Returns ``(y [..., T, H, P], state)``."""
+    """:func:`mamba2_step` over the token axis (dim -3 of x): ``(y [..., T, H, P], final state)``."""
     ys = []
     for t in range(x.shape[-3]):
         y, state = mamba2_step(state, x[..., t, :, :], dt[..., t, :], B[..., t, :, :], C[..., t, :, :],
@@ -66,106 +68,6 @@ def mamba2_sequence(state, x, dt, B, C, A, dt_bias, D, z=None):
     return torch.stack(ys, dim=-3), state
 
 
-def _dot_operand(t: torch.Tensor, mode: PrecisionMode) -> torch.Tensor:
-    return round_tf32(t) if mode.dot == "tf32" else t
-
-
-class Mamba2Math(FamilyMath):
-    """Replay arithmetic: records (x, B) in the activation dtype and Δ in the compute dtype."""
-
-    def record_layout(self, g):
-        return {"x": ((g.nheads, g.headdim), "act"), "B": ((g.ngroups, g.dstate), "act"), "dt": ((g.nheads,), "decay")}
-
-    def fold(self, s0, hist, params, mode):
-        # S = exp(A c_n) S0 + sum_j Δ_j exp(A (c_n - c_j)) x_j B_j^T   (c inclusive cumsum of Δ)
-        A = params["A"]
-        delta = hist["dt"]  # [n, H]
-        n = delta.shape[0]
-        if n == 0:
-            return s0
-        c = torch.cumsum(delta, dim=0)
-        w = delta * torch.exp(A * (c[-1] - c))  # [n, H]
-        Bh = _per_head(hist["B"], s0.shape[0])  # [n, H, N]
-        return (torch.exp(A * c[-1])[:, None, None] * s0
-                + torch.einsum("jh,jhp,jhn->hpn", w, hist["x"], Bh))
-
-    def window(self, s0, hist, win, params, mode, options):
-        route = options.get("route", "output_only")
-        if route not in ROUTES:
-            raise ValueError(f"options['route']: expected one of {ROUTES}, got {route!r}")
-        A, D = params["A"], params["D"]
-        H = s0.shape[0]
-        n = hist["dt"].shape[0]
-        delta_w = softplus(win["dt"] + params["dt_bias"])  # [T, H]
-        delta = torch.cat([hist["dt"], delta_w])  # [n+T, H]
-        xs = torch.cat([hist["x"], win["x"]])  # [n+T, H, P]
-        Bs = _per_head(torch.cat([hist["B"], win["B"]]), H)  # [n+T, H, N]
-        c = torch.cumsum(delta, dim=0)
-        s0_r = _dot_operand(s0, mode)
-        outs, after_first = [], None
-        for s in range(win["x"].shape[0]):
-            w_idx = n + s
-            C = _per_head(win["C"][s], H)  # [H, N]
-            decay_w = torch.exp(A * c[w_idx])  # [H]
-            seg = delta[: w_idx + 1] * torch.exp(A * (c[w_idx] - c[: w_idx + 1]))  # [j, H]
-            if route == "output_only":
-                s0c = (s0_r * _dot_operand(C, mode)[:, None, :]).sum(-1)  # [H, P]
-                bc = (_dot_operand(Bs[: w_idx + 1], mode) * _dot_operand(C, mode)[None]).sum(-1)  # [j, H]
-                y = decay_w[:, None] * s0c + torch.einsum("jh,jhp->hp", seg * bc, xs[: w_idx + 1])
-                if s == 0:
-                    after_first = (decay_w[:, None, None] * s0
-                                   + torch.einsum("jh,jhp,jhn->hpn", seg, xs[: w_idx + 1], Bs[: w_idx + 1]))
-            else:
-                S = decay_w[:, None, None] * s0 + torch.einsum("jh,jhp,jhn->hpn", seg, xs[: w_idx + 1],
-                                                               Bs[: w_idx + 1])
-                y = (_dot_operand(S, mode) * _dot_operand(C, mode)[:, None, :]).sum(-1)
-                if s == 0:
-                    after_first = S
-            y = y + D[:, None] * win["x"][s]
-            if "z" in win:
-                z = win["z"][s]
-                y = y * z * torch.sigmoid(z)
-            outs.append(y)
-        return WindowResult(
-            outputs=torch.stack(outs),
-            records={"x": win["x"], "B": win["B"], "dt": delta_w},
-            state_before=self.fold(s0, hist, params, mode),
-            state_after_first=after_first,
-        )
-
-    def step(self, s, tok, params):
-        return mamba2_step(s, tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"],
-                           params["D"], tok.get("z"))
-
-
-_MATH = Mamba2Math()
-
-
-@register
-class Mamba2LiteralReplay(LiteralReplayKernel):
-    name = "literal-replay"
-    family = "mamba2"
-    description = "literal ReplaySSM model, output_only route (never builds the state to read out)"
-    math = _MATH
-
-    def __init__(self, config):
-        super().__init__(replace(config, options={"route": "output_only", **config.options}))
-
-
-@register
-class Mamba2LiteralReplayState(LiteralReplayKernel):
-    name = "literal-replay-state"
-    family = "mamba2"
-    description = "literal ReplaySSM model, state_and_output route (rebuilds S each step, y = S C)"
-    math = _MATH
-
-    def __init__(self, config):
-        super().__init__(replace(config, options={**config.options, "route": "state_and_output"}))
-
-
-@register
-class Mamba2LiteralBaseline(LiteralBaselineKernel):
-    name = "literal-baseline"
-    family = "mamba2"
-    description = "literal baseline: state read and written every token; one state per draft position"
-    math = _MATH
+def softplus(u: torch.Tensor) -> torch.Tensor:
+    """log1p(exp(u)), the identity for u > 20 (the literal models' and kernels' form)."""
+    return torch.where(u > 20, u, torch.log1p(torch.exp(torch.clamp(u, max=20))))

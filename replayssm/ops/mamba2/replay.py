@@ -47,7 +47,7 @@ import triton
 import triton.language as tl
 
 from replayssm.interface import PAD_SLOT, KernelSnapshot
-from replayssm.ops.mamba2.naive import ROUTES, Mamba2Math
+from replayssm.ops.mamba2.literal import ROUTES, Mamba2Math
 from replayssm.ops.mamba2.replay_split import coef_layout, launch_split
 from replayssm.ops.mamba2.triton_common import OPTIONS, TritonMamba2Base, next_pow2
 from replayssm.ops.split_options import int_choice, prepass_option

@@ -1,0 +1,231 @@
+"""The family protocol: everything the suite knows about an op family, asked through one registry.
+
+An op family (Mamba-2, Gated DeltaNet, ...) lives in one folder ``replayssm/ops/<family>/``:
+``naive.py`` (the fp64 reference recurrence, plain torch), ``literal.py`` (the literal ReplaySSM
+and baseline models), its kernels, and ``family.py``, which subclasses :class:`Family` and
+registers one instance with :func:`register_family`.  The engine, the scenarios, the fuzzer, drift,
+bench and the CLI ask this registry (:func:`family`, :func:`families`) and contain no family
+``if``; an unknown family name is a ``ValueError`` naming the registered ones, never a fallback.
+
+The built-in families are the modules named in :data:`BUILTIN_FAMILIES` (one line each); a
+family defined elsewhere (a plug-in, a test) registers itself by calling :func:`register_family`.
+
+Oracle of the numbers a family provides: its ``naive.py`` (spec section 2) for the reference,
+the spec's bytes model (section 3-4) for the traffic model.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import torch
+
+from replayssm.interface import DecodeConfig, Geometry
+from replayssm.precision import PrecisionMode
+
+# One line per built-in family: the module whose import registers it.
+BUILTIN_FAMILIES = (
+    "replayssm.ops.mamba2",
+    "replayssm.ops.gdn",
+)
+
+# Input laws a family can give each of its inputs (scenarios/inputs.py turns them into values):
+# "gate" normal * the distribution's dt_scale (Δ/gate pre-activations), "normal" N(0, 1),
+# "value" the distribution's activation law times its value scale, "act" the activation law.
+INPUT_LAWS = ("gate", "normal", "value", "act")
+
+
+class Traffic(abc.ABC):
+    """Bytes one decode step moves (spec 3-4), per batch row: the bench's roofline."""
+
+    @abc.abstractmethod
+    def baseline_step(self, window: int) -> float:
+        """Baseline bytes per row: state read + written (standard), (1 + T') states (speculative)."""
+
+    @abc.abstractmethod
+    def replay_step(self, decode: DecodeConfig, write_pos: int, flush: bool) -> float:
+        """ReplaySSM bytes per row of one verify + commit at ``write_pos``."""
+
+    def replay_cycle_mean(self, decode: DecodeConfig, cycle: list[tuple[int, bool]]) -> float:
+        """Mean replay bytes per row over a cursor cycle of ``(write_pos, is_flush)`` steps."""
+        return sum(self.replay_step(decode, wp, fl) for wp, fl in cycle) / len(cycle)
+
+
+class Family(abc.ABC):
+    """One op family.  Subclasses set the class attributes and implement the abstract methods."""
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    geometry_cls: ClassVar[type]
+    presets: ClassVar[Mapping[str, Any]] = {}
+    bench_geometry: ClassVar[str] = ""  # the preset the bench and GPU tests use by default
+
+    # ---- geometry -----------------------------------------------------------------------------------
+    def geometry_from_dict(self, d: dict):
+        fields = set(self.geometry_cls.__dataclass_fields__)
+        unknown = set(d) - fields
+        if unknown:
+            raise ValueError(f"geometry: unknown field(s) {sorted(unknown)}; expected {sorted(fields)}")
+        try:
+            return self.geometry_cls(**d)
+        except TypeError as e:
+            raise ValueError(f"geometry: {e}") from None
+
+    @abc.abstractmethod
+    def strategy_geometry(self, st, dims: list[int], wide: list[int]):
+        """A Hypothesis strategy of small custom geometry dicts (``st`` is ``hypothesis.strategies``,
+        passed in so the core does not import Hypothesis): ``dims`` the allowed sizes, ``wide`` those
+        >= 2; 1-2 groups / key heads with 1-2 heads each, so a wrong head-to-group map shows."""
+
+    # ---- laws of parameters and inputs ---------------------------------------------------------------
+    @abc.abstractmethod
+    def make_params(self, uniform: Callable[[str], torch.Tensor], dist) -> dict[str, torch.Tensor]:
+        """The layer parameters from ``uniform(name)`` (U[0, 1) of the parameter's shape, drawn from the
+        parameter's own stream) and the scenario's input distribution ``dist`` (its ``neg_A`` range
+        and ``dt_bias`` (offset, width): ``scenarios.inputs.Distribution``)."""
+
+    @abc.abstractmethod
+    def input_law(self, name: str) -> str:
+        """The law (one of :data:`INPUT_LAWS`) input ``name`` is drawn from."""
+
+    # ---- the fp64 reference (spec 2) ----------------------------------------------------------------
+    @abc.abstractmethod
+    def reference_prepare(self, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> dict:
+        """The exact, elementwise part of one reference step (casts, per-head broadcasts, bias adds):
+        any leading dims, so a whole chunk of tokens can be prepared at once with the same bits."""
+
+    @abc.abstractmethod
+    def reference_advance(self, state: torch.Tensor, prep: dict, params: dict[str, torch.Tensor]
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rest of the step on one token's prepared inputs: ``(output, new state)``."""
+
+    def reference_step(self, state: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One reference step (spec 2) for all rows, in the dtype of ``state``: ``(output, new state)``."""
+        return self.reference_advance(state, self.reference_prepare(tok, params), params)
+
+    @abc.abstractmethod
+    def readout_magnitude(self, state_abs: torch.Tensor, tok: dict[str, torch.Tensor],
+                          params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Per output element, the magnitude of the terms it sums (e.g. Mamba-2 ``sum_n |S_pn||C_n| + |D x|``)
+        given ``|S|`` (already replaced by row maxima for per-row scaled states): the scale the
+        tolerance floor is relative to, however small the output is after cancellation."""
+
+    # ---- literal models and mutants ------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def literal_replay(self) -> type:
+        """The literal ReplaySSM model class (``literal-replay``): the base of the engine's mutants."""
+
+    @property
+    @abc.abstractmethod
+    def literal_baseline(self) -> type:
+        """The literal baseline class (``literal-baseline``)."""
+
+    mutant_modules: ClassVar[tuple[str, ...]] = ()  # modules registering family-specific mutants
+
+    # ---- bench --------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def traffic(self, geometry, mode: PrecisionMode) -> Traffic:
+        """The bytes model of ``geometry`` at ``mode``."""
+
+    def bench_launch_candidates(self, kind: str, decode: DecodeConfig, batch: int) -> list[dict]:
+        """Launch options of the family's Triton ``kind`` ("replay" or "baseline") kernel that the bench
+        sweeps at ``batch`` (the first is the default)."""
+        return [{}]
+
+
+_FAMILIES: dict[str, Family] = {}
+_LOADED = False
+
+
+def register_family(fam: Family, *, replace: bool = False) -> Family:
+    """Register ``fam`` (an instance of a :class:`Family` subclass) under ``fam.name``."""
+    if not isinstance(fam, Family):
+        raise ValueError(f"fam: expected a Family instance, got {fam!r}")
+    if not fam.name:
+        raise ValueError(f"fam: {type(fam).__name__} must set the class attribute name")
+    have = _FAMILIES.get(fam.name)
+    if have is not None and type(have) is not type(fam) and not replace:
+        raise ValueError(f"name: family {fam.name!r} is already registered ({type(have).__name__})")
+    _FAMILIES[fam.name] = fam
+    return fam
+
+
+def unregister_family(name: str) -> None:
+    """Remove a family registered by a plug-in or a test (not a built-in)."""
+    _load_builtins()
+    if any(f"replayssm.ops.{name}" == m for m in BUILTIN_FAMILIES):
+        raise ValueError(f"name: {name!r} is a built-in family")
+    _FAMILIES.pop(name, None)
+
+
+def _load_builtins() -> None:
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        for mod in BUILTIN_FAMILIES:
+            importlib.import_module(mod)
+
+
+def families() -> dict[str, Family]:
+    """Every registered family by name (built-ins first, in registration order)."""
+    _load_builtins()
+    return dict(_FAMILIES)
+
+
+def family_names() -> tuple[str, ...]:
+    return tuple(families())
+
+
+def family(name: str) -> Family:
+    """The family registered as ``name``; ValueError lists the registered ones."""
+    fams = families()
+    if name not in fams:
+        raise ValueError(f"family: expected one of {sorted(fams)}, got {name!r}")
+    return fams[name]
+
+
+def preset(name: str, family_name: str):
+    """The preset geometry ``name`` of family ``family_name``; ValueError lists what exists."""
+    fam = family(family_name)
+    if name not in fam.presets:
+        raise ValueError(f"geometry: no preset {name!r} for family {family_name!r}; expected one of "
+                         f"{sorted(fam.presets)}")
+    return fam.presets[name]
+
+
+def preset_names() -> list[str]:
+    """Every preset name of every family."""
+    return sorted({p for f in families().values() for p in f.presets})
+
+
+def geometry_from_dict(d: dict):
+    """Rebuild a geometry from its ``to_dict()``; unknown or missing fields raise ValueError."""
+    if not isinstance(d, dict):
+        raise ValueError(f"geometry: expected an object, got {type(d).__name__}")
+    name = d.get("family")
+    if name not in families():
+        raise ValueError(f"geometry.family: expected one of {family_names()}, got {name!r}")
+    return family(name).geometry_from_dict(d)
+
+
+def uniform_in(u01: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    """Map U[0, 1) draws to U[lo, hi) (the parameter laws' one affine map)."""
+    return torch.add(torch.mul(u01, hi - lo), lo)
+
+
+def check_positive_dims(geometry, names: tuple[str, ...]) -> None:
+    """Shared geometry check: each named field is a positive integer."""
+    for f in names:
+        v = getattr(geometry, f)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{f}: expected a positive integer, got {v!r}")
+
+
+__all__ = ["BUILTIN_FAMILIES", "INPUT_LAWS", "Family", "Geometry", "Traffic", "check_positive_dims",
+           "families", "family", "family_names", "geometry_from_dict", "preset", "preset_names", "register_family",
+           "uniform_in", "unregister_family"]

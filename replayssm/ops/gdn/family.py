@@ -1,0 +1,142 @@
+"""The Gated DeltaNet family: geometry and presets, parameter and input laws, the reference hooks,
+the readout magnitude, the Hypothesis geometry piece and the bench's bytes model.
+
+Oracle: spec section 2.2 (``naive.py``) for the numbers, the bytes model of spec 3-4 for traffic.
+Presets: ``qwen35-4b`` is a Qwen3.5-4B GDN layer (16 key / 32 value heads, 128 x 128),
+``gdn-hv64`` the 64-value-head variant of larger Qwen3.5 models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from replayssm.families import Family, Traffic, check_positive_dims, register_family, uniform_in
+from replayssm.interface import DecodeConfig
+from replayssm.ops.gdn import literal, naive
+from replayssm.precision import PrecisionMode
+
+
+@dataclass(frozen=True)
+class GDNGeometry:
+    """State ``[slots, HV, V, K]``; per token ``q, k [H, K]``, ``v [HV, V]``, ``a, b [HV]``;
+    parameters ``A_log, dt_bias [HV]``; output ``o [HV, V]``."""
+
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    family: str = "gdn"
+
+    def __post_init__(self) -> None:
+        check_positive_dims(self, ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"))
+        if self.num_v_heads % self.num_k_heads:
+            raise ValueError(
+                f"num_v_heads: expected a multiple of num_k_heads={self.num_k_heads}, got {self.num_v_heads}")
+        if self.family != "gdn":
+            raise ValueError(f"family: expected 'gdn', got {self.family!r}")
+
+    @property
+    def state_shape(self) -> tuple[int, ...]:
+        return (self.num_v_heads, self.head_v_dim, self.head_k_dim)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (self.num_v_heads, self.head_v_dim)
+
+    def input_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"q": (self.num_k_heads, self.head_k_dim), "k": (self.num_k_heads, self.head_k_dim),
+                "v": (self.num_v_heads, self.head_v_dim), "a": (self.num_v_heads,), "b": (self.num_v_heads,)}
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"A_log": (self.num_v_heads,), "dt_bias": (self.num_v_heads,)}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GDNTraffic(Traffic):
+    """Fewest bytes a GDN decode step must move per batch row (each state, record, input and
+    output read or written once; key-head records are shared by their value heads)."""
+
+    state: float  # S: one stored state [HV, V, K] (scales included)
+    record: float  # one buffered token: d [HV, V], normalised k [H, K] (activation dtype), g [HV] fp32
+    inputs: float  # one token's q, k, v, a, b
+    output: float  # one token's output o [HV, V]
+
+    def baseline_step(self, window: int) -> float:
+        return self.state * (1 + window) + window * (self.inputs + self.output)
+
+    def replay_step(self, decode: DecodeConfig, write_pos: int, flush: bool) -> float:
+        T = decode.window
+        b = self.state + write_pos * self.record + T * (self.inputs + self.output)
+        if decode.speculative:
+            return b + T * self.record + (self.state if flush else 0.0)
+        return b + (self.state if flush else self.record)
+
+
+class GatedDeltaNet(Family):
+    name = "gdn"
+    description = "Gated DeltaNet, the gated delta rule (spec 2.2); ReplaySSM records d, normalised k, g"
+    geometry_cls = GDNGeometry
+    presets = {
+        "tiny": GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=8),
+        "qwen35-4b": GDNGeometry(num_k_heads=16, num_v_heads=32, head_k_dim=128, head_v_dim=128),
+        "gdn-hv64": GDNGeometry(num_k_heads=16, num_v_heads=64, head_k_dim=128, head_v_dim=128),
+    }
+    bench_geometry = "qwen35-4b"
+
+    def strategy_geometry(self, st, dims, wide):
+        return st.builds(
+            lambda h, r, k, v: {"family": "gdn", "num_k_heads": h, "num_v_heads": h * r, "head_k_dim": k,
+                                "head_v_dim": v},
+            st.sampled_from((1, 2)), st.sampled_from((1, 2)), st.sampled_from(wide), st.sampled_from(dims))
+
+    def make_params(self, uniform, dist):
+        neg_a = uniform_in(uniform("A_log"), *dist.neg_A)
+        return {"A_log": torch.log(neg_a),
+                "dt_bias": torch.add(torch.mul(uniform("dt_bias"), dist.dt_bias[1]), dist.dt_bias[0])}
+
+    def input_law(self, name):
+        return {"a": "gate", "b": "normal", "v": "value"}.get(name, "act")
+
+    def reference_prepare(self, tok, params):
+        return tok
+
+    def reference_advance(self, state, prep, params):
+        t = prep
+        return naive.gdn_step(state, t["q"], t["k"], t["v"], t["a"], t["b"], params["A_log"], params["dt_bias"])
+
+    def readout_magnitude(self, state_abs, tok, params):
+        qh, _ = naive.gdn_prepare(tok["q"], tok["k"], state_abs.shape[-3])
+        return (state_abs * qh.abs()[..., None, :]).sum(-1)
+
+    @property
+    def literal_replay(self):
+        return literal.GDNLiteralReplay
+
+    @property
+    def literal_baseline(self):
+        return literal.GDNLiteralBaseline
+
+    def traffic(self, geometry, mode: PrecisionMode) -> GDNTraffic:
+        g, m = geometry, mode
+        a = m.act_bytes_per_element
+        state = g.num_v_heads * g.head_v_dim * g.head_k_dim * m.state_bytes_per_element(g.head_k_dim)
+        record = g.num_v_heads * g.head_v_dim * a + g.num_k_heads * g.head_k_dim * a + g.num_v_heads * 4
+        inputs = 2 * g.num_k_heads * g.head_k_dim * a + g.num_v_heads * g.head_v_dim * a + 2 * g.num_v_heads * a
+        return GDNTraffic(state, record, inputs, g.num_v_heads * g.head_v_dim * a)
+
+    def bench_launch_candidates(self, kind, decode, batch):
+        if kind == "baseline":
+            if decode.speculative:
+                return [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2}]
+            return [{"block_v": 8, "num_warps": 1}, {"block_v": 32, "num_warps": 4}]
+        if decode.speculative:
+            return [{}, {"prepass": False, "block_v": 16, "num_warps": 1}]
+        return [{}, {"prepass": False, "block_v": 8, "num_warps": 1}, {"prepass": True, "block_v": 16, "num_warps": 1}]
+
+
+FAMILY = register_family(GatedDeltaNet())

@@ -1,0 +1,115 @@
+"""Gated DeltaNet ReplaySSM, literally: the in-window solve and the literal replay and baseline models.
+
+Oracle: spec section 3 (replay records d, normalised k, g) and the in-window WY/UT solve of
+section 4, read line by line, over the bookkeeping of ``replayssm/ops/literal.py``; the baseline
+step is ``naive.gdn_step``.
+
+* :func:`gdn_window_solve`: the causal in-window solve ``d = (I + A)^-1 R`` and the window
+  outputs, from the state before the window.
+* :class:`GDNLiteralReplay` ("literal-replay") and :class:`GDNLiteralBaseline`
+  ("literal-baseline"): literal models of the kernel interface.
+
+Expected error: at s64a64 the replay model equals the fp64 recurrence to ~1e-12 relative.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from replayssm.ops.gdn.naive import gdn_gates, gdn_step, l2norm
+from replayssm.ops.literal import FamilyMath, LiteralBaselineKernel, LiteralReplayKernel, WindowResult
+from replayssm.precision import PrecisionMode
+from replayssm.registry import register
+from replayssm.rounding import round_tf32
+
+
+def _dot(t: torch.Tensor, mode: PrecisionMode | None) -> torch.Tensor:
+    return round_tf32(t) if mode is not None and mode.dot == "tf32" else t
+
+
+def gdn_window_solve(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None):
+    """The in-window WY/UT form (spec 4) for one row.
+
+    ``s_h [HV, V, K]`` state before the window; per window token ``qh, kh [T, HV, K]``,
+    ``v [T, HV, V]``, ``g, beta [T, HV]``.  With G the inclusive cumsum of g:
+    ``R_i = beta_i (v_i - exp(G_i) S_h k_i)``, ``A_ij = beta_i exp(G_i - G_j) (k_i . k_j)`` (i > j),
+    ``d = (I + A)^-1 R`` by forward substitution, and
+    ``o_s = exp(G_s) S_h q_s + sum_{j<=s} exp(G_s - G_j) (k_j . q_s) d_j``.
+    Returns ``(o [T, HV, V], d [T, HV, V])``."""
+    T = qh.shape[0]
+    G = torch.cumsum(g, dim=0)  # [T, HV]
+    eG = torch.exp(G)
+    s_h_dot = _dot(s_h, mode)
+    sk = (s_h_dot[None] * _dot(kh, mode)[:, :, None, :]).sum(-1)  # [T, HV, V]
+    R = beta[..., None] * (v - eG[..., None] * sk)
+    kk = torch.einsum("ihk,jhk->hij", kh, kh)  # [HV, T, T]
+    decay = torch.exp(G.T[:, :, None] - G.T[:, None, :])  # [HV, i, j] = exp(G_i - G_j)
+    d = []
+    for i in range(T):
+        acc = R[i]
+        for j in range(i):
+            acc = acc - (beta[i] * decay[:, i, j] * kk[:, i, j])[:, None] * d[j]
+        d.append(acc)
+    d = torch.stack(d)  # [T, HV, V]
+    sq = (s_h_dot[None] * _dot(qh, mode)[:, :, None, :]).sum(-1)  # [T, HV, V]
+    kq = torch.einsum("jhk,shk->hsj", kh, qh)  # [HV, s, j]
+    outs = []
+    for s in range(T):
+        o = eG[s][:, None] * sq[s]
+        for j in range(s + 1):
+            o = o + (decay[:, s, j] * kq[:, s, j])[:, None] * d[j]
+        outs.append(o)
+    return torch.stack(outs), d
+
+
+class GDNMath(FamilyMath):
+    """Replay arithmetic: records d and normalised k in the activation dtype, g in compute dtype."""
+
+    def record_layout(self, g):
+        return {"d": ((g.num_v_heads, g.head_v_dim), "act"), "k": ((g.num_k_heads, g.head_k_dim), "act"),
+                "g": ((g.num_v_heads,), "decay")}
+
+    def fold(self, s0, hist, params, mode):
+        # S = exp(G) S0 + sum_j exp(G - G_j) d_j k_j^T   (G_j inclusive cumsum of g)
+        g = hist["g"]
+        if g.shape[0] == 0:
+            return s0
+        G = torch.cumsum(g, dim=0)
+        w = torch.exp(G[-1] - G)  # [n, HV]
+        kh = hist["k"].repeat_interleave(s0.shape[0] // hist["k"].shape[-2], dim=-2)
+        return torch.exp(G[-1])[:, None, None] * s0 + torch.einsum("jh,jhv,jhk->hvk", w, hist["d"], kh)
+
+    def window(self, s0, hist, win, params, mode, options):
+        s_h = self.fold(s0, hist, params, mode)
+        nv = s0.shape[0]
+        qn = l2norm(win["q"]) * win["q"].shape[-1] ** -0.5
+        kn = l2norm(win["k"])
+        rep = nv // win["q"].shape[-2]
+        qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
+        g, beta = gdn_gates(win["a"], win["b"], params["A_log"], params["dt_bias"])
+        o, d = gdn_window_solve(s_h, qh, kh, win["v"], g, beta, mode)
+        after_first = torch.exp(g[0])[:, None, None] * s_h + d[0][:, :, None] * kh[0][:, None, :]
+        return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
+                            state_after_first=after_first)
+
+    def step(self, s, tok, params):
+        return gdn_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"])
+
+
+_MATH = GDNMath()
+
+
+@register
+class GDNLiteralReplay(LiteralReplayKernel):
+    name = "literal-replay"
+    family = "gdn"
+    description = "literal ReplaySSM model: records d, normalised k, g; WY/UT in-window solve"
+    math = _MATH
+
+
+@register
+class GDNLiteralBaseline(LiteralBaselineKernel):
+    name = "literal-baseline"
+    family = "gdn"
+    description = "literal baseline: state read and written every token; one state per draft position"
+    math = _MATH

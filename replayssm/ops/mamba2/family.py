@@ -1,0 +1,153 @@
+"""The Mamba-2 family: geometry and presets, parameter and input laws, the reference hooks, the
+readout magnitude, the Hypothesis geometry piece and the bench's bytes model.
+
+Oracle: spec section 2.1 (``naive.py``) for the numbers, the bytes model of spec 3-4 for traffic.
+Presets: ``nano4b`` is a Nemotron-3-Nano-4B Mamba-2 layer (96 heads x 80, dstate 128, 8 groups),
+``super120b`` a Nemotron-3-Super-120B layer (128 x 64, dstate 128, 8 groups).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from replayssm.families import Family, Traffic, check_positive_dims, register_family, uniform_in
+from replayssm.interface import DecodeConfig
+from replayssm.ops.mamba2 import literal, naive
+from replayssm.precision import PrecisionMode
+
+
+@dataclass(frozen=True)
+class Mamba2Geometry:
+    """State ``[slots, H, P, N]``; per token ``x [H, P]``, ``dt [H]``, ``B, C [G, N]``, optional
+    ``z [H, P]``; parameters ``A, dt_bias, D [H]``; output ``y [H, P]``."""
+
+    nheads: int
+    headdim: int
+    dstate: int
+    ngroups: int
+    has_z: bool = False
+    family: str = "mamba2"
+
+    def __post_init__(self) -> None:
+        check_positive_dims(self, ("nheads", "headdim", "dstate", "ngroups"))
+        if self.nheads % self.ngroups:
+            raise ValueError(f"ngroups: expected a divisor of nheads={self.nheads}, got {self.ngroups}")
+        if self.family != "mamba2":
+            raise ValueError(f"family: expected 'mamba2', got {self.family!r}")
+
+    @property
+    def state_shape(self) -> tuple[int, ...]:
+        return (self.nheads, self.headdim, self.dstate)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (self.nheads, self.headdim)
+
+    def input_shapes(self) -> dict[str, tuple[int, ...]]:
+        s = {"x": (self.nheads, self.headdim), "dt": (self.nheads,), "B": (self.ngroups, self.dstate),
+             "C": (self.ngroups, self.dstate)}
+        if self.has_z:
+            s["z"] = (self.nheads, self.headdim)
+        return s
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"A": (self.nheads,), "dt_bias": (self.nheads,), "D": (self.nheads,)}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Mamba2Traffic(Traffic):
+    """Fewest bytes a Mamba-2 decode step must move per batch row (spec 3-4): each state,
+    record, input and output read or written once."""
+
+    state: float  # S: one stored state (scales included)
+    record: float  # one buffered token: x, B (activation dtype), Δ (fp32)
+    inputs: float  # one token's inputs: x, dt, B, C (z)
+    output: float  # one token's output y
+
+    def baseline_step(self, window: int) -> float:
+        return self.state * (1 + window) + window * (self.inputs + self.output)
+
+    def replay_step(self, decode: DecodeConfig, write_pos: int, flush: bool) -> float:
+        T = decode.window
+        b = self.state + write_pos * self.record + T * (self.inputs + self.output)
+        if decode.speculative:
+            return b + T * self.record + (self.state if flush else 0.0)
+        return b + (self.state if flush else self.record)
+
+
+class Mamba2(Family):
+    name = "mamba2"
+    description = "Mamba-2 selective state update (spec 2.1); ReplaySSM records x, B, Δ"
+    geometry_cls = Mamba2Geometry
+    presets = {
+        "tiny": Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2),
+        "nano4b": Mamba2Geometry(nheads=96, headdim=80, dstate=128, ngroups=8),
+        "super120b": Mamba2Geometry(nheads=128, headdim=64, dstate=128, ngroups=8),
+    }
+    bench_geometry = "nano4b"
+
+    def strategy_geometry(self, st, dims, wide):
+        return st.builds(
+            lambda g, r, p, n, z: {"family": "mamba2", "nheads": g * r, "headdim": p, "dstate": n, "ngroups": g,
+                                   "has_z": z},
+            st.sampled_from((1, 2)), st.sampled_from((1, 2)), st.sampled_from(dims), st.sampled_from(wide),
+            st.booleans())
+
+    def make_params(self, uniform, dist):
+        neg_a = uniform_in(uniform("A"), *dist.neg_A)
+        return {"A": -neg_a, "D": torch.add(uniform("D"), 0.5),  # D in [0.5, 1.5]
+                "dt_bias": torch.add(torch.mul(uniform("dt_bias"), dist.dt_bias[1]), dist.dt_bias[0])}
+
+    def input_law(self, name):
+        return {"dt": "gate", "x": "value"}.get(name, "act")
+
+    def reference_prepare(self, tok, params):
+        return naive.prepare(tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"], params["D"],
+                             tok.get("z"), dtype=tok["x"].dtype)
+
+    def reference_advance(self, state, prep, params):
+        return naive.advance(state, prep, params["A"])
+
+    def readout_magnitude(self, state_abs, tok, params):
+        H = state_abs.shape[-3]
+        C = tok["C"].abs().repeat_interleave(H // tok["C"].shape[-2], dim=-2)
+        mag = (state_abs * C[..., None, :]).sum(-1) + (params["D"][..., None] * tok["x"]).abs()
+        if tok.get("z") is not None:
+            z = tok["z"]
+            mag = mag * (z * torch.sigmoid(z)).abs()
+        return mag
+
+    @property
+    def literal_replay(self):
+        return literal.Mamba2LiteralReplay
+
+    @property
+    def literal_baseline(self):
+        return literal.Mamba2LiteralBaseline
+
+    def traffic(self, geometry, mode: PrecisionMode) -> Mamba2Traffic:
+        g, m = geometry, mode
+        a = m.act_bytes_per_element
+        state = g.nheads * g.headdim * g.dstate * m.state_bytes_per_element(g.dstate)
+        record = g.nheads * g.headdim * a + g.ngroups * g.dstate * a + g.nheads * 4
+        inputs = g.nheads * g.headdim * a + g.nheads * a + 2 * g.ngroups * g.dstate * a
+        if g.has_z:
+            inputs += g.nheads * g.headdim * a
+        return Mamba2Traffic(state, record, inputs, g.nheads * g.headdim * a)
+
+    def bench_launch_candidates(self, kind, decode, batch):
+        # The first is the default (the pre-pass path from 16 rows up, the fused kernel below); each
+        # is checked against fp64 over a whole cursor cycle before it is timed.
+        if kind == "baseline":
+            return [{"block_p": 16, "num_warps": 4}, {"block_p": 32, "num_warps": 4}][:1 if decode.speculative else 2]
+        if decode.speculative:
+            return [{}, {"prepass": False}]
+        return [{}, {"prepass": False}, {"prepass": True}]
+
+
+FAMILY = register_family(Mamba2())

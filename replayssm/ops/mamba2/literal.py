@@ -1,0 +1,137 @@
+"""Mamba-2 ReplaySSM, literally: the literal replay and baseline models of the kernel interface.
+
+Oracle: spec section 3 (replay: records x, B, Δ; the two routes), read line by line, over the
+bookkeeping of ``replayssm/ops/literal.py``; the baseline step is ``naive.mamba2_step``.
+
+* :class:`Mamba2LiteralReplay` ("literal-replay", output_only route; "literal-replay-state",
+  state_and_output route) and :class:`Mamba2LiteralBaseline` ("literal-baseline") are the
+  literal models of the kernel interface, rounding exactly where the precision mode says.
+
+Expected error: at s64a64 the replay models equal the fp64 recurrence to ~1e-12 relative; at
+fp32/bf16 modes the error is a few units of the mode's unit roundoff per flush (measured by the
+drift reports).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from replayssm.ops.literal import FamilyMath, LiteralBaselineKernel, LiteralReplayKernel, WindowResult
+from replayssm.ops.mamba2.naive import mamba2_step, softplus
+from replayssm.precision import PrecisionMode
+from replayssm.registry import register
+from replayssm.rounding import round_tf32
+
+ROUTES = ("output_only", "state_and_output")
+
+
+def _per_head(t: torch.Tensor, nheads: int) -> torch.Tensor:
+    """Map ``[..., G, N]`` group tensors to ``[..., H, N]``: head h uses group h // (H / G)."""
+    return t.repeat_interleave(nheads // t.shape[-2], dim=-2)
+
+
+def _dot_operand(t: torch.Tensor, mode: PrecisionMode) -> torch.Tensor:
+    return round_tf32(t) if mode.dot == "tf32" else t
+
+
+class Mamba2Math(FamilyMath):
+    """Replay arithmetic: records (x, B) in the activation dtype and Δ in the compute dtype."""
+
+    def record_layout(self, g):
+        return {"x": ((g.nheads, g.headdim), "act"), "B": ((g.ngroups, g.dstate), "act"), "dt": ((g.nheads,), "decay")}
+
+    def fold(self, s0, hist, params, mode):
+        # S = exp(A c_n) S0 + sum_j Δ_j exp(A (c_n - c_j)) x_j B_j^T   (c inclusive cumsum of Δ)
+        A = params["A"]
+        delta = hist["dt"]  # [n, H]
+        n = delta.shape[0]
+        if n == 0:
+            return s0
+        c = torch.cumsum(delta, dim=0)
+        w = delta * torch.exp(A * (c[-1] - c))  # [n, H]
+        Bh = _per_head(hist["B"], s0.shape[0])  # [n, H, N]
+        return (torch.exp(A * c[-1])[:, None, None] * s0
+                + torch.einsum("jh,jhp,jhn->hpn", w, hist["x"], Bh))
+
+    def window(self, s0, hist, win, params, mode, options):
+        route = options.get("route", "output_only")
+        if route not in ROUTES:
+            raise ValueError(f"options['route']: expected one of {ROUTES}, got {route!r}")
+        A, D = params["A"], params["D"]
+        H = s0.shape[0]
+        n = hist["dt"].shape[0]
+        delta_w = softplus(win["dt"] + params["dt_bias"])  # [T, H]
+        delta = torch.cat([hist["dt"], delta_w])  # [n+T, H]
+        xs = torch.cat([hist["x"], win["x"]])  # [n+T, H, P]
+        Bs = _per_head(torch.cat([hist["B"], win["B"]]), H)  # [n+T, H, N]
+        c = torch.cumsum(delta, dim=0)
+        s0_r = _dot_operand(s0, mode)
+        outs, after_first = [], None
+        for s in range(win["x"].shape[0]):
+            w_idx = n + s
+            C = _per_head(win["C"][s], H)  # [H, N]
+            decay_w = torch.exp(A * c[w_idx])  # [H]
+            seg = delta[: w_idx + 1] * torch.exp(A * (c[w_idx] - c[: w_idx + 1]))  # [j, H]
+            if route == "output_only":
+                s0c = (s0_r * _dot_operand(C, mode)[:, None, :]).sum(-1)  # [H, P]
+                bc = (_dot_operand(Bs[: w_idx + 1], mode) * _dot_operand(C, mode)[None]).sum(-1)  # [j, H]
+                y = decay_w[:, None] * s0c + torch.einsum("jh,jhp->hp", seg * bc, xs[: w_idx + 1])
+                if s == 0:
+                    after_first = (decay_w[:, None, None] * s0
+                                   + torch.einsum("jh,jhp,jhn->hpn", seg, xs[: w_idx + 1], Bs[: w_idx + 1]))
+            else:
+                S = decay_w[:, None, None] * s0 + torch.einsum("jh,jhp,jhn->hpn", seg, xs[: w_idx + 1],
+                                                               Bs[: w_idx + 1])
+                y = (_dot_operand(S, mode) * _dot_operand(C, mode)[:, None, :]).sum(-1)
+                if s == 0:
+                    after_first = S
+            y = y + D[:, None] * win["x"][s]
+            if "z" in win:
+                z = win["z"][s]
+                y = y * z * torch.sigmoid(z)
+            outs.append(y)
+        return WindowResult(
+            outputs=torch.stack(outs),
+            records={"x": win["x"], "B": win["B"], "dt": delta_w},
+            state_before=self.fold(s0, hist, params, mode),
+            state_after_first=after_first,
+        )
+
+    def step(self, s, tok, params):
+        return mamba2_step(s, tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"],
+                           params["D"], tok.get("z"))
+
+
+_MATH = Mamba2Math()
+
+
+@register
+class Mamba2LiteralReplay(LiteralReplayKernel):
+    name = "literal-replay"
+    family = "mamba2"
+    description = "literal ReplaySSM model, output_only route (never builds the state to read out)"
+    math = _MATH
+
+    def __init__(self, config):
+        super().__init__(replace(config, options={"route": "output_only", **config.options}))
+
+
+@register
+class Mamba2LiteralReplayState(LiteralReplayKernel):
+    name = "literal-replay-state"
+    family = "mamba2"
+    description = "literal ReplaySSM model, state_and_output route (rebuilds S each step, y = S C)"
+    math = _MATH
+
+    def __init__(self, config):
+        super().__init__(replace(config, options={**config.options, "route": "state_and_output"}))
+
+
+@register
+class Mamba2LiteralBaseline(LiteralBaselineKernel):
+    name = "literal-baseline"
+    family = "mamba2"
+    description = "literal baseline: state read and written every token; one state per draft position"
+    math = _MATH

@@ -1,0 +1,353 @@
+"""GPU benchmark job (``replayssm bench``): kernel time, achieved bandwidth and the traffic model, any family.
+
+Oracle for the numbers: the memory-traffic model of spec section 3 (baseline ``2 S`` per
+standard step, replay ``S + R + S/L``; speculative baseline ``(1 + T') S`` per verify) and the
+device's own copy bandwidth, measured in the same run with a preallocated ``dst.copy_(src)``
+(bytes read + written over the ``do_bench`` median).  Expected: a memory-bound kernel reaches
+75-95 % of the copy bandwidth; the speedup limit of replay over baseline is the ratio of their
+modelled bytes.
+
+Method (device/METHOD.md): every timed unit is a CUDA graph of a whole cursor cycle (standard
+decode: L steps, so each flush is counted once per L steps; speculative: the steady-state cycle
+of the acceptance schedule) over several input/state sets rotated so that what one step reads
+is not left in L2 by the step before (enough sets for 4x the L2 size); ``triton.testing.do_bench``
+median with warm-up, L2 cleared between replays.  Fresh random non-zero inputs and states.
+Before timing, each benchmarked configuration (kernel + launch options) is validated by the
+engine (:func:`check_configuration`: ``run_scenario`` at the bench geometry over more than a whole
+cursor cycle, the fp64 reference, the literal model's tolerance rule and every exact check), so a
+broken configuration cannot win a sweep.
+
+The family supplies what is family-specific (``replayssm.families.Family``): the bytes model
+(``traffic``), the default geometry (``bench_geometry``) and the launch options swept
+(``bench_launch_candidates``).  :func:`bench_family` is the suite of one family; the reusable pieces
+are :func:`copy_bandwidth`, :func:`graph_median_ms`, :func:`num_sets`, :func:`cursor_cycle`,
+:func:`markdown_table`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+import triton
+import triton.testing
+
+from replayssm.families import family, preset
+from replayssm.interface import DecodeConfig, KernelConfig
+from replayssm.precision import parse_mode
+from replayssm.registry import get
+from replayssm.scenarios.inputs import make_params
+from replayssm.scenarios.scenario import Scenario
+from replayssm.validators.runner import run_scenario
+
+# ---- generic harness ----------------------------------------------------------------------------------
+
+
+def _do_bench(fn, rep_ms: float) -> float:
+    return float(triton.testing.do_bench(fn, warmup=max(25, rep_ms // 4), rep=rep_ms, return_mode="median"))
+
+
+def copy_bandwidth(device="cuda", nbytes: int = 4 << 30, rep_ms: float = 400) -> dict:
+    """Device copy bandwidth: a preallocated ``dst.copy_(src)`` of ``nbytes``, bytes read + written
+    over the do_bench median (destination allocated outside the timed region)."""
+    n = nbytes // 4
+    src = torch.empty(n, dtype=torch.float32, device=device).normal_()
+    dst = torch.empty_like(src)
+    ms = _do_bench(lambda: dst.copy_(src), rep_ms)
+    return {"bytes": 2 * nbytes, "ms": ms, "tbps": 2 * nbytes / (ms * 1e-3) / 1e12}
+
+
+def graph_median_ms(fn, *, warmup_calls: int = 2, rep_ms: float = 300) -> float:
+    """Median time of one call of ``fn`` replayed from a CUDA graph (``fn`` is run eagerly
+    ``warmup_calls`` times first: compilation, autotuning, allocator warm-up)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup_calls):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    ms = _do_bench(graph.replay, rep_ms)
+    del graph
+    return ms
+
+
+def num_sets(bytes_per_set: float, device="cuda", l2_multiple: float = 4.0, min_sets: int = 2,
+             max_sets: int = 64) -> int:
+    """How many input/state sets to rotate so one cycle touches ``l2_multiple`` x the L2 size."""
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size if torch.cuda.is_available() else 50 << 20
+    return int(min(max_sets, max(min_sets, math.ceil(l2_multiple * l2 / max(bytes_per_set, 1.0)))))
+
+
+def cursor_cycle(decode: DecodeConfig, k: int) -> tuple[list[int], list[tuple[int, bool]]]:
+    """Cursor path of one slot committing ``k`` every step from reset: (prefix write_pos list,
+    steady cycle of (write_pos, flush)).  Replaying the cycle returns the cursor to its start."""
+    wp, origin, seen, path = 0, 0, {}, []
+    while wp not in seen:
+        seen[wp] = len(path)
+        flush = decode.is_flush(wp)
+        path.append((wp, flush))
+        wp, origin = decode.commit_cursor(wp, origin, flush, k)
+    start = seen[wp]
+    return [w for w, _ in path[:start]], path[start:]
+
+
+def markdown_table(headers: list[str], rows: list[list]) -> str:
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+        return str(v)
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def environment() -> dict:
+    env = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "torch": torch.__version__, "triton": triton.__version__,
+           "python": platform.python_version()}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        env.update(gpu=p.name, sms=p.multi_processor_count, l2_mb=p.L2_cache_size / 2**20,
+                   memory_gb=round(p.total_memory / 1e9, 1))
+    if os.environ.get("REPLAYSSM_COMMIT"):  # a copy without (or with a stale) .git: the caller names the commit
+        env["commit"] = os.environ["REPLAYSSM_COMMIT"]
+        return env
+    try:
+        env["commit"] = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                                       check=True).stdout.strip()
+        env["dirty"] = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                           capture_output=True, text=True).stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        env["commit"] = "unknown"
+    return env
+
+
+# ---- one configuration ----------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchRow:
+    case: str
+    batch: int
+    baseline_us: float
+    replay_us: float
+    ratio: float
+    baseline_tbps: float
+    replay_tbps: float
+    baseline_pct_copy: float
+    replay_pct_copy: float
+    model_limit: float
+    sets: int
+    baseline_config: dict = field(default_factory=dict)
+    replay_config: dict = field(default_factory=dict)
+    check: str = ""
+
+
+def random_inputs(fam, g, rows: int, window: int, dtype, gen: torch.Generator, device) -> dict[str, torch.Tensor]:
+    """Fresh random non-zero inputs for timing: N(0, 1), gate pre-activations shifted by -2 (a
+    moderate decay, as in serving)."""
+    out = {}
+    for name, shape in g.input_shapes().items():
+        t = torch.randn((rows, window, *shape), generator=gen, device=device)
+        if fam.input_law(name) == "gate":
+            t = t - 2.0
+        out[name] = t.to(dtype)
+    return out
+
+
+def check_scenario_of(family_name: str, geometry: str, mode: str, decode: DecodeConfig, k: int, options: dict,
+                      rows: int = 4) -> Scenario:
+    """The validation scenario of one bench configuration: ``rows`` rows committing ``k`` every
+    step for a whole cursor cycle plus one step (every flush phase), with the launch options."""
+    prefix, cyc = cursor_cycle(decode, k)
+    return Scenario.build(family_name, decode=decode.decode, batch=rows, padding=0, window=decode.window,
+                          buffer=decode.buffer, geometry=geometry, mode=mode, schedule="fixed",
+                          schedule_params={"k": k}, steps=len(prefix) + len(cyc) + 1, kernel_options=dict(options))
+
+
+def check_configuration(kernel: str, sc: Scenario, device) -> str:
+    """The engine's verdict on one bench configuration (:func:`check_scenario_of`): ``run_scenario``
+    against the fp64 reference with the literal model's tolerance rule and every exact check.
+    Raises AssertionError naming the first failure; returns the worst output error in units of the
+    tolerance bound."""
+    options = dict(sc.kernel_options)
+    geometry, mode = sc.geometry, sc.mode
+    res = run_scenario(sc, kernel, device=device, repeat_check=False)
+    if not res.passed:
+        first = res.failures[0] if res.failures else None
+        raise AssertionError(f"{kernel} {options}: fails validation at {geometry} {mode}: "
+                             f"{first.check + ': ' + first.message if first else res.exception}")
+    return f"{res.summary.get('worst bound_ratio', 0.0):.2f} of bound"
+
+
+def _build(family_name, name, g, params, mode, decode, slots, device, options):
+    cfg = KernelConfig(g, params, mode, decode, num_slots=slots, device=device, options={"checks": False, **options})
+    return get(name, family_name)(cfg)
+
+
+def time_kernel(family_name: str, name: str, geometry: str, mode: str, decode: DecodeConfig, batch: int, nsets: int,
+                k: int, options: dict, device, gen: torch.Generator, rep_ms: float) -> tuple[float, str]:
+    """Median µs per step (verify + commit) of kernel ``name`` over a full cursor cycle, after the
+    engine has validated the configuration (:func:`check_configuration`)."""
+    fam = family(family_name)
+    g = preset(geometry, family_name)
+    sc = check_scenario_of(family_name, geometry, mode, decode, k, options)
+    verdict = check_configuration(name, sc, device)
+    act = parse_mode(mode).act_dtype
+    params = {n: v.to(device) for n, v in make_params(sc).items()}
+    kern = _build(family_name, name, g, params, mode, decode, batch * nsets, device, options)
+    T = decode.window
+    acc = torch.full((batch,), k, dtype=torch.int64, device=device)
+    prefix, cyc = cursor_cycle(decode, k)
+    sets = []
+    for s in range(nsets):
+        ids = torch.arange(s * batch, (s + 1) * batch, dtype=torch.int64, device=device)
+        kern.reset(ids, 0.5 * torch.randn((batch, *g.state_shape), generator=gen, device=device))
+        sets.append((ids, random_inputs(fam, g, batch, T, act, gen, device),
+                     torch.empty((batch, T, *g.out_shape), dtype=act, device=device)))
+    fused = not decode.speculative and hasattr(kern, "launch_step")
+    raw = hasattr(kern, "launch_verify") and hasattr(kern, "launch_commit")
+
+    def one_step(ids, inp, out):
+        if fused:
+            kern.launch_step(ids, inp, out)
+        elif raw:
+            kern.launch_verify(ids, inp, out)
+            kern.launch_commit(ids, acc)
+        else:
+            kern.verify(ids, inp, out)
+            kern.commit(ids, acc)
+
+    for _ in prefix:
+        for st in sets:
+            one_step(*st)
+
+    def cycle():
+        for _ in range(len(cyc)):
+            for st in sets:
+                one_step(*st)
+
+    ms = graph_median_ms(cycle, warmup_calls=1, rep_ms=rep_ms) if device_is_cuda(device) else wall_ms(cycle)
+    return ms * 1e3 / (len(cyc) * nsets), verdict
+
+
+def device_is_cuda(device) -> bool:
+    return torch.device(device).type == "cuda"
+
+
+def wall_ms(fn) -> float:
+    """CPU stand-in for :func:`graph_median_ms` (the interpreter smoke test of this harness)."""
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1e3
+
+
+def best_configuration(family_name, name, geometry, mode, decode, batch, nsets, k, candidates, device, gen, rep_ms,
+                       log=print):
+    """The fastest of ``candidates`` (launch options): ``(µs, options, verdict)``."""
+    best = None
+    for opts in candidates:
+        us, verdict = time_kernel(family_name, name, geometry, mode, decode, batch, nsets, k, opts, device, gen,
+                                  rep_ms)
+        if device_is_cuda(device):
+            torch.cuda.empty_cache()  # the kernel instance and its sets are gone with time_kernel's frame
+        log(f"    {name:16s} {decode.decode:11s} batch {batch:4d} {opts} {us:10.2f} us  {verdict}")
+        if best is None or us < best[0]:
+            best = (us, opts, verdict)
+    return best
+
+
+# ---- one family's suite ----------------------------------------------------------------------------------
+
+
+def bench_family(family_name: str, geometry: str | None = None, mode="s32a16", L=16,
+                 batches=(1, 8, 32, 128, 256, 512), spec_batches=(128, 512), window=4, spec_buffer=16, device="cuda",
+                 rep_ms=200, sweep=True, seed=0, copy=None, max_sets=64, baseline="triton-baseline",
+                 replay="triton-replay", log=print) -> dict:
+    """Standard decode (baseline vs replay over a full L cycle) and speculative T' = ``window``
+    (all drafts accepted, half accepted) against the per-draft-state baseline; each cell is the
+    fastest of the family's launch candidates (only the default without ``sweep``)."""
+    fam = family(family_name)
+    geometry = geometry or fam.bench_geometry
+    g = preset(geometry, family_name)
+    m = parse_mode(mode)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    if copy is None:
+        copy = copy_bandwidth(device)
+        if device_is_cuda(device):
+            torch.cuda.empty_cache()
+    log(f"copy bandwidth: {copy['tbps']:.3f} TB/s ({copy['bytes'] / 2**30:.0f} GiB moved in {copy['ms']:.3f} ms)")
+    traffic = fam.traffic(g, m)
+
+    def cands(kind, dec, batch):
+        c = fam.bench_launch_candidates(kind, dec, batch)
+        return c if sweep else c[:1]
+
+    rows: list[BenchRow] = []
+    std = DecodeConfig("standard", 1, L)
+    base1 = DecodeConfig("standard", 1, 1)
+    rb = traffic.replay_cycle_mean(std, cursor_cycle(std, 1)[1])
+    bb = traffic.baseline_step(1)
+    for batch in batches:
+        nsets = num_sets(batch * traffic.state, device, max_sets=max_sets)
+        b_us, b_opts, b_chk = best_configuration(family_name, baseline, geometry, mode, base1, batch, nsets, 1,
+                                                 cands("baseline", base1, batch), device, gen, rep_ms, log)
+        r_us, r_opts, r_chk = best_configuration(family_name, replay, geometry, mode, std, batch, nsets, 1,
+                                                 cands("replay", std, batch), device, gen, rep_ms, log)
+        rows.append(_row(f"standard L={L}", batch, b_us, r_us, bb * batch, rb * batch, copy, nsets, b_opts, r_opts,
+                         f"{b_chk}/{r_chk}"))
+        log(row_line(rows[-1]))
+    dec = DecodeConfig("speculative", window, spec_buffer)
+    for label, k in (("all accepted", window), ("half accepted", max(1, window // 2))):
+        rb_s = traffic.replay_cycle_mean(dec, cursor_cycle(dec, k)[1])
+        bb_s = traffic.baseline_step(window)
+        for batch in spec_batches:
+            nsets = num_sets(batch * traffic.state, device, max_sets=max_sets)
+            b_us, b_opts, b_chk = best_configuration(family_name, baseline, geometry, mode, dec, batch, nsets, k,
+                                                     cands("baseline", dec, batch), device, gen, rep_ms, log)
+            r_us, r_opts, r_chk = best_configuration(family_name, replay, geometry, mode, dec, batch, nsets, k,
+                                                     cands("replay", dec, batch), device, gen, rep_ms, log)
+            rows.append(_row(f"spec T'={window} B={spec_buffer} {label}", batch, b_us, r_us, bb_s * batch,
+                             rb_s * batch, copy, nsets, b_opts, r_opts, f"{b_chk}/{r_chk}"))
+            log(row_line(rows[-1]))
+    return {"family": family_name, "geometry": geometry, "mode": mode, "L": L, "copy": copy, "env": environment(),
+            "rows": [asdict(r) for r in rows]}
+
+
+def _row(case, batch, b_us, r_us, b_bytes, r_bytes, copy, nsets, b_opts, r_opts, check) -> BenchRow:
+    b_tb = b_bytes / (b_us * 1e-6) / 1e12
+    r_tb = r_bytes / (r_us * 1e-6) / 1e12
+    return BenchRow(case, batch, b_us, r_us, b_us / r_us, b_tb, r_tb, 100 * b_tb / copy["tbps"],
+                    100 * r_tb / copy["tbps"], b_bytes / r_bytes, nsets, b_opts, r_opts, check)
+
+
+def row_line(r: BenchRow) -> str:
+    return (f"{r.case:34s} batch {r.batch:4d}: baseline {r.baseline_us:9.2f} us ({r.baseline_tbps:.2f} TB/s, "
+            f"{r.baseline_pct_copy:.0f}%)  replay {r.replay_us:9.2f} us ({r.replay_tbps:.2f} TB/s, "
+            f"{r.replay_pct_copy:.0f}%)  ratio {r.ratio:.2f} (model {r.model_limit:.2f})  sets {r.sets}  "
+            f"cfg {r.baseline_config}/{r.replay_config}  {r.check}")
+
+
+HEADERS = ["case", "batch", "baseline µs", "replay µs", "ratio", "baseline TB/s (% copy)", "replay TB/s (% copy)",
+           "model limit"]
+
+
+def table(result: dict) -> str:
+    rows = [[r["case"], r["batch"], r["baseline_us"], r["replay_us"], r["ratio"],
+             f"{r['baseline_tbps']:.2f} ({r['baseline_pct_copy']:.0f}%)",
+             f"{r['replay_tbps']:.2f} ({r['replay_pct_copy']:.0f}%)", r["model_limit"]] for r in result["rows"]]
+    return markdown_table(HEADERS, rows)
+
+
+__all__ = ["BenchRow", "bench_family", "best_configuration", "check_configuration", "check_scenario_of",
+           "copy_bandwidth", "cursor_cycle", "environment", "graph_median_ms", "markdown_table", "num_sets",
+           "random_inputs", "table", "time_kernel"]
