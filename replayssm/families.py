@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import importlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -52,6 +53,27 @@ class Traffic(abc.ABC):
     def replay_cycle_mean(self, decode: DecodeConfig, cycle: list[tuple[int, bool]]) -> float:
         """Mean replay bytes per row over a cursor cycle of ``(write_pos, is_flush)`` steps."""
         return sum(self.replay_step(decode, wp, fl) for wp, fl in cycle) / len(cycle)
+
+
+@dataclass(frozen=True)
+class RecordTraffic(Traffic):
+    """The spec 3-4 bytes model of a family whose buffer holds one record per token: the fewest
+    bytes a step must move per batch row, each state, record, input and output read or written once."""
+
+    state: float  # S: one stored state (scales included)
+    record: float  # one buffered token (activation-dtype records, fp32 decay records)
+    inputs: float  # one token's inputs
+    output: float  # one token's output
+
+    def baseline_step(self, window: int) -> float:
+        return self.state * (1 + window) + window * (self.inputs + self.output)
+
+    def replay_step(self, decode: DecodeConfig, write_pos: int, flush: bool) -> float:
+        T = decode.window
+        b = self.state + write_pos * self.record + T * (self.inputs + self.output)
+        if decode.speculative:
+            return b + T * self.record + (self.state if flush else 0.0)
+        return b + (self.state if flush else self.record)
 
 
 class Family(abc.ABC):
@@ -226,6 +248,6 @@ def check_positive_dims(geometry, names: tuple[str, ...]) -> None:
             raise ValueError(f"{f}: expected a positive integer, got {v!r}")
 
 
-__all__ = ["BUILTIN_FAMILIES", "INPUT_LAWS", "Family", "Geometry", "Traffic", "check_positive_dims",
+__all__ = ["BUILTIN_FAMILIES", "INPUT_LAWS", "Family", "Geometry", "RecordTraffic", "Traffic", "check_positive_dims",
            "families", "family", "family_names", "geometry_from_dict", "preset", "preset_names", "register_family",
            "uniform_in", "unregister_family"]

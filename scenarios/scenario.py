@@ -30,6 +30,8 @@ from typing import Any
 from replayssm.families import family_names, geometry_from_dict, preset, preset_names
 from replayssm.interface import PAD_SLOT, DecodeConfig, Geometry, next_pow2
 from replayssm.precision import PrecisionMode, parse_mode
+from replayssm.scenarios.inputs import DISTRIBUTIONS
+from replayssm.scenarios.schedules import SCHEDULES, check_schedule_params
 
 DECODES = ("standard", "speculative")
 INITIAL_STATES = ("zeros", "random")
@@ -137,8 +139,6 @@ class Scenario:
                     raise _fail("origins", f"entry {r}: standard decode uses a linear buffer, expected 0, got {o}")
                 if not 0 <= o < rows:
                     raise _fail("origins", f"entry {r}: expected a ring row in [0, {rows}), got {o}")
-        from replayssm.scenarios.inputs import DISTRIBUTIONS
-        from replayssm.scenarios.schedules import SCHEDULES, check_schedule_params
         if self.distribution not in DISTRIBUTIONS:
             raise _fail("distribution", f"expected one of {sorted(DISTRIBUTIONS)}, got {self.distribution!r}")
         if self.schedule not in SCHEDULES:

@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import math
 from html import escape
+from pathlib import Path
 
 import numpy as np
 
 from replayssm.precision import parse_mode
+from replayssm.validators.drift import atomic_write
 from replayssm.validators.drift_analysis import (
     BinnedCurve,
     compare_speculative,
@@ -646,9 +648,6 @@ def to_html(report: dict) -> str:
 
 def write_reports(report: dict, out_dir, stem: str = "drift_report") -> dict:
     """Write ``<stem>.json``, ``.md`` and ``.html`` atomically; returns their paths."""
-    from pathlib import Path
-
-    from replayssm.validators.drift import atomic_write
     out = Path(out_dir)
     paths = {"json": out / f"{stem}.json", "md": out / f"{stem}.md", "html": out / f"{stem}.html"}
     atomic_write(paths["json"], to_json(report))

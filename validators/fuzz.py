@@ -31,6 +31,7 @@ from hypothesis import seed as hypothesis_seed
 from replayssm.interface import KernelUnderTest
 from replayssm.registry import get, kernels
 from replayssm.scenarios.scenario import Scenario
+from replayssm.scenarios.schedules import default_steps
 from replayssm.scenarios.strategies import scenarios
 from replayssm.validators.fuzz_artifacts import FailureRecord, record_of, save_failure
 from replayssm.validators.runner import run_scenario
@@ -151,7 +152,6 @@ class FuzzReport:
     def reproducer_steps(self) -> int | None:
         if self.scenario is None:
             return None
-        from replayssm.scenarios.schedules import default_steps
         return self.scenario.steps if self.scenario.steps is not None else default_steps(self.scenario)
 
     def summary(self) -> str:

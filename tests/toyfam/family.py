@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from replayssm.families import Family, Traffic, check_positive_dims, register_family, uniform_in
+from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
 from toyfam import literal, naive
 
 
@@ -36,18 +36,6 @@ class ToyGeometry:
 
     def to_dict(self):
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class ToyTraffic(Traffic):
-    state: float
-    record: float
-
-    def baseline_step(self, window):
-        return self.state * (1 + window)
-
-    def replay_step(self, decode, write_pos, flush):
-        return self.state + (write_pos + decode.window) * self.record + (self.state if flush else 0.0)
 
 
 class Toy(Family):
@@ -87,8 +75,10 @@ class Toy(Family):
 
     def traffic(self, geometry, mode):
         g = geometry
-        return ToyTraffic(g.heads * g.dv * g.dk * mode.state_bytes_per_element(g.dk),
-                          g.heads * (g.dv + g.dk) * mode.act_bytes_per_element + 4 * g.heads)
+        a = mode.act_bytes_per_element
+        return RecordTraffic(g.heads * g.dv * g.dk * mode.state_bytes_per_element(g.dk),
+                             g.heads * (g.dv + g.dk) * a + 4 * g.heads, g.heads * (2 * g.dk + g.dv + 1) * a,
+                             g.heads * g.dv * a)
 
 
 FAMILY = register_family(Toy())

@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from replayssm.families import Family, Traffic, check_positive_dims, register_family, uniform_in
-from replayssm.interface import DecodeConfig
+from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.gdn import literal, naive
 from replayssm.precision import PrecisionMode
 
@@ -54,27 +53,6 @@ class GDNGeometry:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class GDNTraffic(Traffic):
-    """Fewest bytes a GDN decode step must move per batch row (each state, record, input and
-    output read or written once; key-head records are shared by their value heads)."""
-
-    state: float  # S: one stored state [HV, V, K] (scales included)
-    record: float  # one buffered token: d [HV, V], normalised k [H, K] (activation dtype), g [HV] fp32
-    inputs: float  # one token's q, k, v, a, b
-    output: float  # one token's output o [HV, V]
-
-    def baseline_step(self, window: int) -> float:
-        return self.state * (1 + window) + window * (self.inputs + self.output)
-
-    def replay_step(self, decode: DecodeConfig, write_pos: int, flush: bool) -> float:
-        T = decode.window
-        b = self.state + write_pos * self.record + T * (self.inputs + self.output)
-        if decode.speculative:
-            return b + T * self.record + (self.state if flush else 0.0)
-        return b + (self.state if flush else self.record)
 
 
 class GatedDeltaNet(Family):
@@ -121,13 +99,13 @@ class GatedDeltaNet(Family):
     def literal_baseline(self):
         return literal.GDNLiteralBaseline
 
-    def traffic(self, geometry, mode: PrecisionMode) -> GDNTraffic:
+    def traffic(self, geometry, mode: PrecisionMode) -> RecordTraffic:
         g, m = geometry, mode
         a = m.act_bytes_per_element
         state = g.num_v_heads * g.head_v_dim * g.head_k_dim * m.state_bytes_per_element(g.head_k_dim)
         record = g.num_v_heads * g.head_v_dim * a + g.num_k_heads * g.head_k_dim * a + g.num_v_heads * 4
         inputs = 2 * g.num_k_heads * g.head_k_dim * a + g.num_v_heads * g.head_v_dim * a + 2 * g.num_v_heads * a
-        return GDNTraffic(state, record, inputs, g.num_v_heads * g.head_v_dim * a)
+        return RecordTraffic(state, record, inputs, g.num_v_heads * g.head_v_dim * a)
 
     def bench_launch_candidates(self, kind, decode, batch):
         if kind == "baseline":

@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from replayssm.families import Family, Traffic, check_positive_dims, register_family, uniform_in
-from replayssm.interface import DecodeConfig
+from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.mamba2 import literal, naive
 from replayssm.precision import PrecisionMode
 
@@ -57,27 +56,6 @@ class Mamba2Geometry:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class Mamba2Traffic(Traffic):
-    """Fewest bytes a Mamba-2 decode step must move per batch row (spec 3-4): each state,
-    record, input and output read or written once."""
-
-    state: float  # S: one stored state (scales included)
-    record: float  # one buffered token: x, B (activation dtype), Δ (fp32)
-    inputs: float  # one token's inputs: x, dt, B, C (z)
-    output: float  # one token's output y
-
-    def baseline_step(self, window: int) -> float:
-        return self.state * (1 + window) + window * (self.inputs + self.output)
-
-    def replay_step(self, decode: DecodeConfig, write_pos: int, flush: bool) -> float:
-        T = decode.window
-        b = self.state + write_pos * self.record + T * (self.inputs + self.output)
-        if decode.speculative:
-            return b + T * self.record + (self.state if flush else 0.0)
-        return b + (self.state if flush else self.record)
 
 
 class Mamba2(Family):
@@ -130,7 +108,7 @@ class Mamba2(Family):
     def literal_baseline(self):
         return literal.Mamba2LiteralBaseline
 
-    def traffic(self, geometry, mode: PrecisionMode) -> Mamba2Traffic:
+    def traffic(self, geometry, mode: PrecisionMode) -> RecordTraffic:
         g, m = geometry, mode
         a = m.act_bytes_per_element
         state = g.nheads * g.headdim * g.dstate * m.state_bytes_per_element(g.dstate)
@@ -138,7 +116,7 @@ class Mamba2(Family):
         inputs = g.nheads * g.headdim * a + g.nheads * a + 2 * g.ngroups * g.dstate * a
         if g.has_z:
             inputs += g.nheads * g.headdim * a
-        return Mamba2Traffic(state, record, inputs, g.nheads * g.headdim * a)
+        return RecordTraffic(state, record, inputs, g.nheads * g.headdim * a)
 
     def bench_launch_candidates(self, kind, decode, batch):
         # The first is the default (the pre-pass path from 16 rows up, the fused kernel below); each
