@@ -189,17 +189,58 @@ def load(path: str | None = None) -> dict[str, types.ModuleType]:
     return mods
 
 
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@contextlib.contextmanager
+def _interpreter_traps():
+    """Two Triton-interpreter traps (spec 9) the kernels hit on CPU, neutralised for one call:
+
+    * a mask combined with a scalar comparison (``mask_v & (write_pos < L)``) comes out int32
+      under the interpreter, and its masked load/store raises "mask has unsupported dtype": masks
+      are converted to bool (nonzero = true, what the compiled kernel does);
+    * a module-level alias of a builtin (fla's ``exp = tl.exp``) is not patched by the interpreter
+      and raises "Did you forget to add @triton.jit": each alias in the loaded kernel modules is
+      rebound to a forwarder that calls the (patched) ``tl`` builtin of the same name."""
+    import triton.language as tl
+    import triton.runtime.interpreter as interp
+    builder = interp.InterpreterBuilder
+    saved_load, saved_store = builder.create_masked_load, builder.create_masked_store
+
+    def _bool(mask):
+        if mask.data.dtype != bool:
+            mask = interp.TensorHandle(mask.data != 0, tl.int1)
+        return mask
+
+    builder.create_masked_load = lambda self, ptrs, mask, *a: saved_load(self, ptrs, _bool(mask), *a)
+    builder.create_masked_store = lambda self, ptrs, value, mask, *a: saved_store(self, ptrs, value, _bool(mask), *a)
+    aliases = []
+    for mod in (_LOADED or {}).values():
+        for name, value in list(vars(mod).items()):
+            if tl.core.is_builtin(value) and hasattr(tl, value.__name__):
+                aliases.append((mod, name, value))
+                setattr(mod, name, lambda *a, _n=value.__name__, **k: getattr(tl, _n)(*a, **k))
+    try:
+        yield
+    finally:
+        builder.create_masked_load, builder.create_masked_store = saved_load, saved_store
+        for mod, name, value in aliases:
+            setattr(mod, name, value)
+
+
 @contextlib.contextmanager
 def launch_guard(device: torch.device):
     """Around an external launch on CPU tensors: ``torch.cuda.device(index)`` (which the kernels
-    wrap their launches in) raises for a CPU tensor's ``index = None``; make it a no-op for the
-    duration of the call only."""
+    wrap their launches in) raises for a CPU tensor's ``index = None``: a no-op for the duration of
+    the call; under the interpreter, also :func:`_interpreter_traps`."""
     if device.type != "cpu":
         yield
         return
     saved = torch.cuda.device
     torch.cuda.device = lambda index=None: contextlib.nullcontext()
     try:
-        yield
+        with _interpreter_traps() if _interpreting() else contextlib.nullcontext():
+            yield
     finally:
         torch.cuda.device = saved
