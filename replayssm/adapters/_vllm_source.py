@@ -68,7 +68,7 @@ def find_tree(path: str | None = None) -> Path | None:
     missing = [str(_rel(m)) for m in REQUIRED if not (root / _rel(m)).is_file()]
     if missing:
         what = "no such folder" if not root.is_dir() else f"{len(missing)} kernel file(s) missing, first {missing[0]}"
-        raise SourceUnavailable(f"vLLM ReplaySSM source {given!r} ({'--vllm-src' if path else ENV}): {what}; "
+        raise SourceUnavailable(f"vLLM ReplaySSM source {given!r} (--vllm-src / {ENV}): {what}; "
                                 f"expected a checkout of the ReplaySSM vLLM fork")
     return root.resolve()
 
@@ -156,14 +156,18 @@ def _install_tree(root: Path) -> None:
 
 
 _LOADED: dict[str, types.ModuleType] | None = None
+_ROOT: Path | None = None
 
 
 def load(path: str | None = None) -> dict[str, types.ModuleType]:
     """Import the kernel modules (short name -> module); :class:`SourceUnavailable` on any failure."""
-    global _LOADED
-    if _LOADED is not None:
-        return _LOADED
+    global _LOADED, _ROOT
     root = find_tree(path)
+    if _LOADED is not None:
+        if root is not None and root != _ROOT:
+            raise SourceUnavailable(f"vLLM ReplaySSM kernels: already loaded from {_ROOT or 'the installed vllm'} in "
+                                    f"this process; one vLLM source per process (asked for {root})")
+        return _LOADED
     if root is None and not vllm_installed():
         raise SourceUnavailable(f"vLLM ReplaySSM kernels: vllm is not installed and no source tree given; {HOW}")
     if root is not None:
@@ -185,7 +189,7 @@ def load(path: str | None = None) -> dict[str, types.ModuleType]:
             raise SourceUnavailable(f"vLLM ReplaySSM kernels from {where}: incompatible version, {name} has no "
                                     f"{', '.join(absent)}; {HOW}")
         mods[name.rpartition(".")[2]] = mod
-    _LOADED = mods
+    _LOADED, _ROOT = mods, root
     return mods
 
 
