@@ -6,14 +6,15 @@ registers the kernels of those that are available; :func:`availability` says, pe
 what was registered or one line naming what was looked for and how to provide it.
 
 Sources: ``vllm`` (the official ReplaySSM kernels of the vLLM fork and vLLM's baselines; a source
-tree via ``REPLAYSSM_VLLM_SRC=PATH`` / ``--vllm-src PATH``, or an installed vLLM).
+tree via ``REPLAYSSM_VLLM_SRC=PATH`` / ``--vllm-src PATH``, or an installed vLLM); ``fla``
+(flash-linear-attention, ``pip install fla-core==0.6.0 einops``).
 """
 
 from __future__ import annotations
 
 import importlib
 
-SOURCES = {"vllm": "replayssm.adapters.vllm"}
+SOURCES = {"vllm": "replayssm.adapters.vllm", "fla": "replayssm.adapters.fla"}
 
 _STATUS: dict[str, tuple[bool, str]] = {}
 
