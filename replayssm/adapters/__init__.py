@@ -7,14 +7,15 @@ what was registered or one line naming what was looked for and how to provide it
 
 Sources: ``vllm`` (the official ReplaySSM kernels of the vLLM fork and vLLM's baselines; a source
 tree via ``REPLAYSSM_VLLM_SRC=PATH`` / ``--vllm-src PATH``, or an installed vLLM); ``fla``
-(flash-linear-attention, ``pip install fla-core==0.6.0 einops``).
+(flash-linear-attention, ``pip install fla-core==0.6.0 einops``); ``sglang`` (SGLang 0.5.23 kernels,
+``pip install --no-deps sglang==0.5.23``).
 """
 
 from __future__ import annotations
 
 import importlib
 
-SOURCES = {"vllm": "replayssm.adapters.vllm", "fla": "replayssm.adapters.fla"}
+SOURCES = {"vllm": "replayssm.adapters.vllm", "fla": "replayssm.adapters.fla", "sglang": "replayssm.adapters.sglang"}
 
 _STATUS: dict[str, tuple[bool, str]] = {}
 
