@@ -32,7 +32,8 @@ def load(force: bool = False) -> dict[str, tuple[bool, str]]:
         except Exception as e:  # one line per source, never a traceback
             _STATUS[name] = (False, str(e).splitlines()[0] if str(e) else type(e).__name__)
         else:
-            _STATUS[name] = (True, "registered " + ", ".join(kernels))
+            _STATUS[name] = (True, "registered " + ", ".join(kernels) if kernels
+                             else "installed; it registers no kernels yet")
     return availability()
 
 

@@ -39,7 +39,7 @@ def float_mode_reason(mode: PrecisionMode, what: str, dots: tuple[str, ...] = ("
     return None
 
 
-class VllmAdapter(KernelUnderTest):
+class SlotAdapter(KernelUnderTest):
     """Base of the adapters: block mapping, scratch outputs, reset/pending flags on the host."""
 
     modules: ClassVar[dict] = {}  # filled by the adapter's register(): short module name -> module

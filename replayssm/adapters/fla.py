@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import warnings
 
 import torch
 
-from replayssm.adapters._base import VllmAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 
@@ -43,7 +44,7 @@ HOW = f"pip install fla-core=={VERSION} einops (or pip install 'replayssm[adapte
 _FN = {}
 
 
-class FLABaselineGDN(VllmAdapter):
+class FLABaselineGDN(SlotAdapter):
     name = "fla-baseline"
     family = "gdn"
     kind = "baseline"
@@ -56,6 +57,7 @@ class FLABaselineGDN(VllmAdapter):
 
     def __init__(self, config):
         super().__init__(config)
+        self.fn = _kernel()
         T = self.decode.window if self.decode.speculative else 1
         self.T = T
         p = {k: v.to(self.device, torch.float32).contiguous() for k, v in config.params.items()}
@@ -82,7 +84,7 @@ class FLABaselineGDN(VllmAdapter):
         for t in range(self.T):
             one = {k: v[:, t:t + 1].contiguous() for k, v in tok.items()}
             with launch_guard(self.device):
-                o, ht = _FN["fused_recurrent_gated_delta_rule"](
+                o, ht = self.fn(
                     one["q"], one["k"], one["v"], g=one["a"], beta=one["b"], initial_state=state,
                     output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
                     A_log=self.A_log, dt_bias=self.dt_bias, use_beta_sigmoid_in_kernel=True, state_v_first=True)
@@ -116,8 +118,23 @@ class FLABaselineGDN(VllmAdapter):
             extra={"drafts": self.drafts.cpu().clone(), "accepted": self.live.cpu().clone()})
 
 
+def _kernel():
+    """FLA's kernel, imported on first use (importing fla costs ~2 s: load() stays cheap)."""
+    if "fn" not in _FN:
+        try:
+            with warnings.catch_warnings():  # fla warns at import that it runs on CPU when no GPU exists
+                warnings.simplefilter("ignore", UserWarning)
+                mod = importlib.import_module("fla.ops.gated_delta_rule")
+        except Exception as e:
+            raise ValueError(f"flash-linear-attention: importing fla.ops.gated_delta_rule failed "
+                             f"({type(e).__name__}: {e}); {HOW}") from None
+        _FN["fn"] = mod.fused_recurrent_gated_delta_rule
+    return _FN["fn"]
+
+
 def load(path: str | None = None) -> list[str]:
-    """Import FLA and register ``fla-baseline``; one-line ``RuntimeError`` when it is missing."""
+    """Register ``fla-baseline`` when fla-core VERSION is installed (checked from its metadata, not
+    imported); one-line ``RuntimeError`` otherwise."""
     from importlib import metadata
     if importlib.util.find_spec("fla") is None:
         raise RuntimeError(f"flash-linear-attention: package 'fla' not installed; {HOW}")
@@ -125,19 +142,9 @@ def load(path: str | None = None) -> list[str]:
         have = metadata.version("fla-core")
     except metadata.PackageNotFoundError:
         have = "unknown"
-    try:
-        mod = importlib.import_module("fla.ops.gated_delta_rule")
-        fn = mod.fused_recurrent_gated_delta_rule
-    except Exception as e:
-        raise RuntimeError(f"flash-linear-attention {have}: importing fla.ops.gated_delta_rule."
-                           f"fused_recurrent_gated_delta_rule failed ({type(e).__name__}: {e}); {HOW}") from None
-    import inspect
-    params = inspect.signature(fn).parameters
-    missing = [p for p in ("use_gate_in_kernel", "use_beta_sigmoid_in_kernel", "state_v_first") if p not in params]
-    if missing:
-        raise RuntimeError(f"flash-linear-attention {have}: incompatible version, fused_recurrent_gated_delta_rule "
-                           f"has no {', '.join(missing)}; {HOW}")
-    _FN["fused_recurrent_gated_delta_rule"] = fn
+    if have != VERSION:
+        raise RuntimeError(f"flash-linear-attention: fla-core {have} installed, the adapter is written against "
+                           f"fla-core {VERSION}; {HOW}")
     from replayssm.registry import register
     register(FLABaselineGDN, replace=True)
     return [f"{FLABaselineGDN.family}/{FLABaselineGDN.name} (fla-core {have})"]

@@ -64,9 +64,8 @@ def _stand_ins(root: Path) -> None:
 
 
 def load(path: str | None = None) -> list[str]:
-    """Import the kernel modules; one-line ``RuntimeError`` when SGLang is missing or unusable."""
-    if _LOADED:
-        return [f"{LINEAR}.{m}" for m in _LOADED]
+    """Check that SGLang VERSION is installed (metadata only: cheap); registers nothing yet, returns
+    [].  One-line ``RuntimeError`` when it is missing or another version."""
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(f"sglang: package not installed; {HOW}")
@@ -74,6 +73,15 @@ def load(path: str | None = None) -> list[str]:
     have = metadata.version("sglang")
     if have != VERSION:
         raise RuntimeError(f"sglang {have}: the adapter reads the kernels of sglang {VERSION}; {HOW}")
+    return []
+
+
+def modules() -> dict[str, types.ModuleType]:
+    """The kernel modules (imported on first call); ``RuntimeError`` (one line) when they cannot be."""
+    if _LOADED:
+        return dict(_LOADED)
+    load()
+    spec = importlib.util.find_spec("sglang")
     root = Path(list(spec.submodule_search_locations)[0])
     if "sglang" not in sys.modules:
         try:
@@ -87,9 +95,9 @@ def load(path: str | None = None) -> list[str]:
             _LOADED[m] = importlib.import_module(f"{LINEAR}.{m}")
         except Exception as e:
             _LOADED.clear()
-            raise RuntimeError(f"sglang {have}: importing {LINEAR}.{m} failed ({type(e).__name__}: {e}); "
+            raise RuntimeError(f"sglang {VERSION}: importing {LINEAR}.{m} failed ({type(e).__name__}: {e}); "
                                f"{HOW}") from None
-    return [f"{LINEAR}.{m} (kernels only, no KernelUnderTest yet)" for m in MODULES]
+    return dict(_LOADED)
 
 
 @contextlib.contextmanager
@@ -117,8 +125,3 @@ def interpreter_loops(module: types.ModuleType):
             module.range = saved
         else:
             del module.range
-
-
-def modules() -> dict[str, types.ModuleType]:
-    load()
-    return dict(_LOADED)

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import VllmAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 
 
-class _VllmBaseline(VllmAdapter):
+class _VllmBaseline(SlotAdapter):
     kind = "baseline"
 
     @classmethod

@@ -35,13 +35,13 @@ import contextlib
 
 import torch
 
-from replayssm.adapters._base import VllmAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.gdn.naive import GDNMath
 
 
-class VllmGDNReplay(VllmAdapter):
+class VllmGDNReplay(SlotAdapter):
     name = "vllm-replay"
     family = "gdn"
     kind = "replay"

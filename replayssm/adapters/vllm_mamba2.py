@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import VllmAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.mamba2.naive import Mamba2Math, softplus
@@ -55,7 +55,7 @@ def _spec_dot_reason(mode, decode):
     return None
 
 
-class _VllmMamba2(VllmAdapter):
+class _VllmMamba2(SlotAdapter):
     family = "mamba2"
 
     def __init__(self, config):
