@@ -12,21 +12,27 @@ from replayssm.families import family as family_of
 def add_parser(subparsers):
     p = subparsers.add_parser("list", help="list kernels, precision modes, geometries, schedules, distributions")
     p.add_argument("what", nargs="?", default="all",
-                   choices=["all", "kernels", "modes", "geometries", "schedules", "distributions"])
+                   choices=["all", "kernels", "modes", "geometries", "schedules", "distributions", "adapters"])
     p.add_argument("--family", help="only kernels of this family (a registered family)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
+                   "(sets REPLAYSSM_VLLM_SRC)")
     return p
 
 
 def load_kernels() -> None:
-    """Import everything that registers kernels: built-ins (replayssm.ops) and the mutants."""
+    """Import everything that registers kernels: built-ins (replayssm.ops), the mutants and the
+    adapters whose source is available (``replayssm.adapters``)."""
+    from replayssm import adapters
     from replayssm.registry import kernels
     kernels()
+    adapters.load()
     import replayssm.validators.mutant_gallery  # noqa: F401
     import replayssm.validators.mutants  # noqa: F401
 
 
 def collect(family: str | None = None) -> dict:
+    from replayssm import adapters
     from replayssm.precision import STANDARD_MODES, VALID_FORMS
     from replayssm.registry import kernels
     from replayssm.scenarios.inputs import DISTRIBUTIONS
@@ -46,10 +52,22 @@ def collect(family: str | None = None) -> dict:
         "geometries": geometries,
         "schedules": dict(SCHEDULES),
         "distributions": {d.name: d.description for d in DISTRIBUTIONS.values()},
+        "adapters": {name: {"available": ok, "status": line} for name, (ok, line) in adapters.availability().items()},
     }
 
 
+def use_vllm_src(args) -> None:
+    """``--vllm-src PATH``: point the vllm adapters at PATH (before they load)."""
+    if getattr(args, "vllm_src", None):
+        import os
+
+        from replayssm import adapters
+        os.environ["REPLAYSSM_VLLM_SRC"] = args.vllm_src
+        adapters.load(force=True)
+
+
 def run(args) -> int:
+    use_vllm_src(args)
     info = collect(args.family)
     if args.what != "all":
         info = {args.what: info[args.what]}
@@ -87,4 +105,9 @@ def run(args) -> int:
         print("Distributions:")
         for name, d in info["distributions"].items():
             print(f"  {name:<16} {d}")
+        print()
+    if "adapters" in info:
+        print("Adapters (kernels written elsewhere):")
+        for name, a in info["adapters"].items():
+            print(f"  {name:<7} {'available' if a['available'] else 'unavailable'}: {a['status']}")
     return 0

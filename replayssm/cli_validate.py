@@ -61,6 +61,8 @@ def add_parser(subparsers):
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 for small geometries, whose "
                                                 "ops are too small to split and slow down under CPU contention)")
     p.add_argument("--quiet", action="store_true", help="print only the verdict line")
+    p.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
+                   "(sets REPLAYSSM_VLLM_SRC)")
     return p
 
 
@@ -111,13 +113,20 @@ def run(args) -> int:
     from replayssm.validators.runner import run_scenario
 
     sc = scenario_from_args(args)
+    from replayssm.cli_list import use_vllm_src
+    use_vllm_src(args)
     load_kernels()
     if args.kernel is None:
         from replayssm.validators.fuzz_artifacts import kernel_of_file
         args.kernel = kernel_of_file(args.scenario) if args.scenario else None
         if args.kernel is None:
             raise ValueError("--kernel: required (or a --scenario failure artifact that names its kernel)")
-    get(args.kernel, sc.family)  # ValueError naming the choices -> exit 2
+    try:
+        get(args.kernel, sc.family)  # ValueError naming the choices -> exit 2
+    except ValueError as e:
+        from replayssm.adapters import availability
+        missing = [f"{n}: {line}" for n, (ok, line) in availability().items() if not ok]
+        raise ValueError("; ".join([str(e), *(f"adapter {m}" for m in missing)])) from None
     dev = check_device(args.device)
     import math
 

@@ -1,0 +1,46 @@
+"""Adapters: kernels written elsewhere, registered as ``KernelUnderTest`` kernels.
+
+Loading is explicit and cheap to skip: importing ``replayssm`` (or this package) imports no
+external code.  :func:`load` (called by the CLI and the tests) tries every adapter source and
+registers the kernels of those that are available; :func:`availability` says, per source, either
+what was registered or one line naming what was looked for and how to provide it.
+
+Sources: ``vllm`` (the official ReplaySSM kernels of the vLLM fork and vLLM's baselines; a source
+tree via ``REPLAYSSM_VLLM_SRC=PATH`` / ``--vllm-src PATH``, or an installed vLLM); ``fla``
+(flash-linear-attention, ``pip install fla-core==0.6.0 einops``); ``sglang`` (SGLang 0.5.23 kernels,
+``pip install --no-deps sglang==0.5.23``).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+SOURCES = {"vllm": "replayssm.adapters.vllm", "fla": "replayssm.adapters.fla", "sglang": "replayssm.adapters.sglang"}
+
+_STATUS: dict[str, tuple[bool, str]] = {}
+
+
+def load(force: bool = False) -> dict[str, tuple[bool, str]]:
+    """Try every source once (``force``: again, e.g. after ``REPLAYSSM_VLLM_SRC`` changed);
+    returns :func:`availability`."""
+    for name, module in SOURCES.items():
+        if name in _STATUS and not force:
+            continue
+        mod = importlib.import_module(module)
+        try:
+            kernels = mod.load()
+        except Exception as e:  # one line per source, never a traceback
+            _STATUS[name] = (False, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        else:
+            _STATUS[name] = (True, "registered " + ", ".join(kernels) if kernels
+                             else "installed; it registers no kernels yet")
+    return availability()
+
+
+def availability() -> dict[str, tuple[bool, str]]:
+    """Per source: (available, one line) -- what was registered, or what was looked for and how to
+    provide it.  Sources not tried yet (no :func:`load`) are reported as such."""
+    return {name: _STATUS.get(name, (False, "not loaded (call replayssm.adapters.load())")) for name in SOURCES}
+
+
+__all__ = ["SOURCES", "availability", "load"]

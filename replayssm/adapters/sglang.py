@@ -1,0 +1,127 @@
+"""The SGLang source: SGLang 0.5.23's ReplaySSM GDN kernels, loaded from an install without its deps.
+
+``pip install --no-deps sglang==0.5.23`` (Python >= 3.11).  SGLang's package ``__init__`` pulls in
+its whole runtime (psutil, zmq, ...), so when ``import sglang`` fails the kernel files are imported
+under their own names through plain package objects over the installed folders (no ``__init__``
+runs, nothing is copied), with stand-ins for the two helpers they import:
+``sglang.srt.utils`` (``is_cuda``, ``is_hip``, ``get_device_sm``, ``is_sm90_supported``,
+``is_gfx95_supported``: answered from torch) and ``sglang.kernels.jit.utils``
+(``is_arch_support_pdl``: False on CPU, SM >= 90 on CUDA).
+
+What is here (``load()``): the modules ``fused_sigmoid_gating_recurrent`` (the fused sigmoid-gating
+GDN update, with its ReplaySSM ring-write) and ``gdn_replayssm_spec_fold`` (the commit-time fold of
+the ring).  ``tests/test_adapters_sglang.py`` tests the fold's docstring claim ("a BITWISE CLONE of
+fused_sigmoid_gating_delta_rule_update_kernel's GDN branch").  KernelUnderTest adapters for the
+speculative decode / ``fused_recurrent_linear_replayssm`` are not written yet (no kernels register).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+NAME = "sglang"
+VERSION = "0.5.23"
+HOW = f"pip install --no-deps sglang=={VERSION} (Python >= 3.11)"
+LINEAR = "sglang.kernels.ops.attention.linear"
+MODULES = ("fused_sigmoid_gating_recurrent", "gdn_replayssm_spec_fold")
+
+_LOADED: dict[str, types.ModuleType] = {}
+
+
+def _sm() -> int:
+    if not torch.cuda.is_available():
+        return 0
+    major, minor = torch.cuda.get_device_capability()
+    return major * 10 + minor
+
+
+def _stand_ins(root: Path) -> None:
+    for name in ("sglang", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.attention", LINEAR,
+                 "sglang.kernels.jit", "sglang.srt"):
+        mod = types.ModuleType(name)
+        mod.__path__ = [str(root / Path(*name.split(".")[1:]))]
+        sys.modules[name] = mod
+        parent, _, leaf = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], leaf, mod)
+    utils = types.ModuleType("sglang.srt.utils")
+    utils.is_cuda = torch.cuda.is_available
+    utils.is_hip = lambda: False
+    utils.get_device_sm = _sm
+    utils.is_sm90_supported = lambda: _sm() // 10 == 9
+    utils.is_gfx95_supported = lambda: False
+    jit_utils = types.ModuleType("sglang.kernels.jit.utils")
+    jit_utils.is_arch_support_pdl = lambda: _sm() >= 90
+    for mod in (utils, jit_utils):
+        sys.modules[mod.__name__] = mod
+
+
+def load(path: str | None = None) -> list[str]:
+    """Check that SGLang VERSION is installed (metadata only: cheap); registers nothing yet, returns
+    [].  One-line ``RuntimeError`` when it is missing or another version."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"sglang: package not installed; {HOW}")
+    from importlib import metadata
+    have = metadata.version("sglang")
+    if have != VERSION:
+        raise RuntimeError(f"sglang {have}: the adapter reads the kernels of sglang {VERSION}; {HOW}")
+    return []
+
+
+def modules() -> dict[str, types.ModuleType]:
+    """The kernel modules (imported on first call); ``RuntimeError`` (one line) when they cannot be."""
+    if _LOADED:
+        return dict(_LOADED)
+    load()
+    spec = importlib.util.find_spec("sglang")
+    root = Path(list(spec.submodule_search_locations)[0])
+    if "sglang" not in sys.modules:
+        try:
+            importlib.import_module("sglang")
+        except Exception:  # its runtime deps are absent (a --no-deps install): stand-ins
+            for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
+                del sys.modules[name]
+            _stand_ins(root)
+    for m in MODULES:
+        try:
+            _LOADED[m] = importlib.import_module(f"{LINEAR}.{m}")
+        except Exception as e:
+            _LOADED.clear()
+            raise RuntimeError(f"sglang {VERSION}: importing {LINEAR}.{m} failed ({type(e).__name__}: {e}); "
+                               f"{HOW}") from None
+    return dict(_LOADED)
+
+
+@contextlib.contextmanager
+def interpreter_loops(module: types.ModuleType):
+    """Interpreter trap (CPU only): in a jitted ``for t in range(0, n)`` the interpreter yields
+    Python ints, so the fold's ``t.to(tl.int64)`` raises.  For the duration of one call the module's
+    ``range`` yields int32 interpreter scalars instead (what the compiled kernel's loop variable is)."""
+    import builtins
+
+    import numpy as np
+    import triton.language as tl
+    import triton.runtime.interpreter as interp
+
+    def scalar_range(*args):
+        for i in builtins.range(*args):
+            yield tl.core.tensor(interp.TensorHandle(np.array([i], dtype=np.int32), tl.int32), tl.int32)
+
+    had = "range" in vars(module)
+    saved = vars(module).get("range")
+    module.range = scalar_range
+    try:
+        yield
+    finally:
+        if had:
+            module.range = saved
+        else:
+            del module.range

@@ -1,0 +1,184 @@
+"""Adapter for the official ReplaySSM GDN kernels (vLLM fork): ``vllm-replay`` (family gdn).
+
+Oracle: the validation engine (fp64 gated delta rule on the accepted stream, ``literal-replay`` at
+the same precision mode, exact invariants).  Expected: the literal model's error within its small
+factor at every declared mode.
+
+* Standard decode: ``fused_recurrent_gated_delta_rule_replayssm`` on linear d / k / g buffers
+  (``[blocks, HV, L, V]``, ``[blocks, H, L, K]``, ``[blocks, HV, L]`` fp32); the flush is
+  ``write_pos == L - 1`` inside the kernel.
+* Speculative: ``gdn_replayssm_spec_decode`` (verify + flush launches) on the circular buffers of
+  ``next_pow2(B + T')`` rows, ``commit_gdn_replayssm_spec`` / ``reset_gdn_replayssm_spec_cursors``.
+
+Bridges (besides null block 0 / poisoned output scratch, ``_base.py``; both kernels write zeros
+into padding rows' outputs): standard-decode cursors are per row (gathered from the adapter's
+per-block cursor, advanced at commit: 0 after a flush, else +1); speculative cursors are per block
+and moved by the fork's commit/reset kernels, ``num_accepted`` counting the bonus token; the fork's
+reset starts the ring at 0, so ``reset(origin=...)`` writes the ring start into ``cache_base``;
+tokens are packed ``mixed_qkv = [q | k | v]`` with ``query_start_loc`` (padding rows: no tokens);
+q / k are L2-normalised in the kernel (``use_qk_l2norm_in_kernel=True``), scale K^-1/2.  Launch
+config: the fork's default ``nk = 2`` splits K into tiles of K / 2, below the 16 a ``tl.dot`` needs
+at K = 16 (the tiny geometry): there the adapter asks for ``nk = 1`` through the fork's own
+``override_replayssm_config`` / ``nk=`` (a launch choice, not numerics).
+
+Modes: state in the state tensor's dtype (fp32 / bf16 / fp16), activations and d / k records in the
+activation dtype, g in fp32.  The fold and readout ``tl.dot`` calls use Triton's default precision,
+which for fp32 operands is tf32 on the GPU: with fp32 activations the kernels implement ``-tf32``
+modes only (``s32a32-tf32``); with 16-bit activations the operands are 16-bit (exact products),
+ieee.  Read from the code, for the GPU run: the speculative flush stores the new checkpoint after
+``.to(mixed_qkv.dtype)``, i.e. rounded to bf16 with bf16 activations even in an fp32 state tensor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._vllm_source import launch_guard
+from replayssm.interface import KernelSnapshot
+from replayssm.ops.gdn.naive import GDNMath
+
+
+class VllmGDNReplay(SlotAdapter):
+    name = "vllm-replay"
+    family = "gdn"
+    kind = "replay"
+    description = ("official ReplaySSM GDN (vLLM fork): fused_recurrent_replayssm standard decode; "
+                   "gdn_replayssm_spec_decode speculative verify + commit + cursor reset")
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        reason = float_mode_reason(mode, "the fork's GDN replay kernel", ("ieee", "tf32"))
+        if reason:
+            return reason
+        if mode.act == "fp32" and mode.dot != "tf32":
+            return ("with fp32 activations its tl.dot calls run at Triton's default precision, tf32 on the GPU: "
+                    "it implements s32a32-tf32, not ieee")
+        if mode.act != "fp32" and mode.dot != "ieee":
+            return f"with {mode.act} activations its dots take 16-bit operands (exact products): ieee modes only"
+        return None
+
+    def __init__(self, config):
+        super().__init__(config)
+        g, d, m, S = self.geometry, self.decode, self.mode, self.num_slots + 1
+        p = {k: v.to(self.device, torch.float32).contiguous() for k, v in config.params.items()}
+        self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
+        self.params64 = {k: v.double() for k, v in p.items()}
+        self.scale = g.head_k_dim ** -0.5
+        rows = d.ring_rows
+        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
+        self.state = torch.zeros((S, *self.state_shape), dtype=m.state_dtype, device=self.device)
+        self.d_cache = torch.zeros((S, HV, rows, V), dtype=m.act_dtype, device=self.device)
+        self.k_cache = torch.zeros((S, H, rows, K), dtype=m.act_dtype, device=self.device)
+        self.g_cache = torch.zeros((S, HV, rows), dtype=torch.float32, device=self.device)
+        self.write_pos = torch.zeros(S, dtype=torch.int32, device=self.device)
+        self.origin = torch.zeros(S, dtype=torch.int32, device=self.device)
+        self.is_flush = torch.zeros(S, dtype=torch.int8, device=self.device)
+        self.small_k = 1 << max(0, (K - 1).bit_length()) < 32  # K tiles of K / 2 would be below 16
+
+    def _config(self):
+        """The fork's launch config, with nk = 1 where its default would tile K below 16."""
+        if not self.small_k:
+            return contextlib.nullcontext()
+        cfg = self.modules["replayssm_config"]
+        stack = contextlib.ExitStack()
+        for key in ("gdn_spec_verify", "gdn_spec_flush"):
+            bv, nw, _, ns = cfg.get_replayssm_config(key, max_spec_len=self.decode.window)
+            stack.enter_context(cfg.override_replayssm_config(key, (bv, nw, 1, ns)))
+        return stack
+
+    def _mixed(self, tok):
+        return torch.cat([tok["q"].flatten(1), tok["k"].flatten(1), tok["v"].flatten(1)], 1).contiguous()
+
+    # ---- the step calls ------------------------------------------------------------------------------
+    def reset(self, slot_ids, initial_state=None, origin=None):
+        ids = self.check_reset_args(slot_ids, initial_state, origin)
+        blk, rows = self.blocks(slot_ids), self.active_rows(slot_ids)
+        b = blk.index_select(0, rows).long()
+        if self.decode.speculative:
+            d = self.decode
+            spec = self.modules["gdn_replayssm_spec_decode"]
+            with launch_guard(self.device):
+                spec.reset_gdn_replayssm_spec_cursors(self.write_pos, self.origin, self.is_flush,
+                                                      (slot_ids >= 0).to(torch.int32), blk, d.lspec, d.window)
+            if origin is not None:  # bridge: the fork's reset starts the ring at 0
+                self.origin[b] = origin.index_select(0, rows).to(torch.int32)
+        else:
+            self.write_pos[b] = 0
+        self.state[b] = 0 if initial_state is None else initial_state.index_select(0, rows).to(self.state.dtype)
+        self.mark_reset(ids)
+
+    def verify(self, slot_ids, inputs, out=None):
+        ids = self.begin_verify(slot_ids, inputs, out)
+        out = self.new_out(len(ids)) if out is None else out
+        g, d, R = self.geometry, self.decode, len(ids)
+        HV, V = g.num_v_heads, g.head_v_dim
+        blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
+        if not d.speculative:
+            tok = {k: v[:, 0] for k, v in inputs.items()}
+            o = self.scratch(R, HV, V)
+            fn = self.modules["fused_recurrent_replayssm"].fused_recurrent_gated_delta_rule_replayssm
+            with launch_guard(self.device):
+                fn(self._mixed(tok), tok["a"].contiguous(), tok["b"].contiguous(), self.A_log, self.dt_bias,
+                   self.scale, self.state, self.d_cache, self.k_cache, self.g_cache, o, blk,
+                   self.write_pos.index_select(0, blk.long()).contiguous(), use_qk_l2norm_in_kernel=True,
+                   nk=1 if self.small_k else None)
+            out[act, 0] = o.index_select(0, act)
+        else:
+            T = d.window
+            tok = {k: v.index_select(0, act).flatten(0, 1) for k, v in inputs.items()}
+            counts = (slot_ids >= 0).to(torch.int32) * T
+            qsl = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32)
+            o = self.scratch(act.numel() * T, HV, V)
+            spec = self.modules["gdn_replayssm_spec_decode"]
+            with launch_guard(self.device), self._config():
+                spec.gdn_replayssm_spec_decode(
+                    self._mixed(tok), tok["a"].contiguous(), tok["b"].contiguous(), self.A_log, self.dt_bias,
+                    self.state, self.d_cache, self.k_cache, self.g_cache, o, qsl, blk, self.write_pos,
+                    self.origin, self.is_flush, d.lspec, T, scale=self.scale, use_qk_l2norm_in_kernel=True,
+                    null_block_id=0)
+            out[act] = o.view(act.numel(), T, HV, V)
+        self.end_verify(ids)
+        return out
+
+    def commit(self, slot_ids, accepted):
+        self.begin_commit(slot_ids, accepted)
+        d, blk = self.decode, self.blocks(slot_ids)
+        if d.speculative:
+            spec = self.modules["gdn_replayssm_spec_decode"]
+            with launch_guard(self.device):
+                spec.commit_gdn_replayssm_spec(self.write_pos, self.origin, self.is_flush, accepted.to(torch.int32),
+                                               blk, d.lspec, d.window, d.ring_rows)
+        else:
+            b = blk.index_select(0, self.active_rows(slot_ids)).long()
+            wp = self.write_pos[b]
+            self.write_pos[b] = torch.where(wp == d.buffer - 1, 0, wp + 1).to(torch.int32)
+
+    # ---- inspection ------------------------------------------------------------------------------------
+    def _records(self):
+        return {"d": self.d_cache[1:].permute(0, 2, 1, 3), "k": self.k_cache[1:].permute(0, 2, 1, 3),
+                "g": self.g_cache[1:].permute(0, 2, 1)}
+
+    def checkpoint_state(self, slot_ids):
+        return self.per_slot(slot_ids, lambda s: self.state[s + 1].double())
+
+    def committed_state(self, slot_ids):
+        """Checkpoint + committed d / k / g records folded in fp64."""
+        rec = self._records()
+
+        def fold(s):
+            idx = self.hist_rows(s, int(self.write_pos[s + 1]), int(self.origin[s + 1]))
+            hist = {k: v[s].index_select(0, idx).double() for k, v in rec.items()}
+            return GDNMath().fold(self.state[s + 1].double(), hist, self.params64, self.mode)
+        return self.per_slot(slot_ids, fold)
+
+    def snapshot(self):
+        wp = self.write_pos[1:].cpu().to(torch.int64)
+        d = self.decode
+        flush = self.is_flush[1:].cpu() != 0 if d.speculative else wp == d.buffer - 1
+        return KernelSnapshot(
+            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None,
+            records={k: v.cpu().clone() for k, v in self._records().items()},
+            write_pos=wp, origin=self.origin[1:].cpu().to(torch.int64), is_flush=flush)

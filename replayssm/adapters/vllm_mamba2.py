@@ -1,0 +1,277 @@
+"""Adapters for the official ReplaySSM Mamba-2 kernels (vLLM fork) and vLLM's baseline.
+
+Oracle: the validation engine (fp64 recurrence on the accepted stream, the literal models at the
+same precision mode, exact invariants).  Expected: the literal model's error within its small
+factor at every mode the kernel declares; anything else is a finding.
+
+Kernels (loaded by :mod:`replayssm.adapters.vllm`, never copied):
+
+* ``vllm-replay`` -- standard decode ``selective_state_update_replayssm_output_only``; speculative
+  ``selective_state_update_replayssm_spec`` + ``commit_replayssm_spec`` + ``reset_replayssm_spec_cursors``.
+* ``vllm-replay-state`` -- standard decode ``selective_state_update_replayssm_state_and_output``.
+* ``vllm-baseline`` -- ``mamba_ssm.selective_state_update``; speculative with ``num_accepted_tokens``
+  and one state block per draft position (``state_batch_indices [R, T']``).
+
+Bridges (besides null block 0 / poisoned output scratch, see ``_base.py``):
+
+* **Standard-decode cursors are per row.**  The standard kernels read ``write_pos[row]`` and
+  ``is_flush[row]`` (vLLM's metadata builder gathers them).  The adapter keeps one device cursor
+  per block, gathers it per row before a launch (``is_flush = write_pos == L - 1``) and advances
+  it at commit (``0`` after a flush, else ``+1``).
+* **Speculative cursors are per block** and moved by the fork's own commit / reset kernels.
+  ``num_accepted_tokens`` includes the bonus token: our ``accepted`` k (1..T') as is.  The fork's
+  reset always starts the ring at row 0; our ``reset(origin=...)`` then writes the given ring start
+  into the block's ``post_conv_state_pos`` (vLLM never re-bases an admitted sequence's ring; the
+  engine does, to reach the wrap-around phases).
+* **Packed tokens.**  The speculative kernel takes ``query_start_loc`` and packed
+  ``conv_out = [x | B | C]`` rows (``[tokens, H P + 2 G N]``) with raw ``dt``; padding rows get no
+  tokens.  Records: ``x | B`` in the post-conv ring (activation dtype), *raw* dt in fp32 (the
+  kernel applies bias and softplus when it reads them).
+* ``A``, ``dt``, ``dt_bias`` are passed as stride-0 ``[H, P, N]`` / ``[.., H, P]`` views (TIE_HDIM).
+
+Precision each kernel really implements: the state in the state tensor's dtype (fp32 / bf16 / fp16,
+a plain cast), activations and records in the activation dtype.  The speculative kernel reads the
+checkpoint out with ``tl.dot(..., input_precision="tf32")`` when activations are 16-bit
+("tf32x3" ~ fp32 with fp32 activations), so with bf16/fp16 activations it claims only ``-tf32``
+modes.  On CPU (interpreter) use fp32 activations: bf16 ``tl.dot`` is wrong there (spec 9).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._vllm_source import launch_guard
+from replayssm.interface import KernelSnapshot
+from replayssm.ops.mamba2.naive import Mamba2Math, softplus
+
+
+def _spec_dot_reason(mode, decode):
+    if decode.speculative and mode.act != "fp32" and mode.dot != "tf32":
+        return (f"with {mode.act} activations the speculative kernel reads the checkpoint out with a tf32 "
+                f"tl.dot: it implements the -tf32 form of this mode (e.g. s32a16-tf32), not {mode.dot}")
+    if decode.speculative and mode.act == "fp32" and mode.dot != "ieee":
+        return "with fp32 activations the speculative kernel reads out with tf32x3 dots (fp32): ieee modes only"
+    return None
+
+
+class _VllmMamba2(SlotAdapter):
+    family = "mamba2"
+
+    def __init__(self, config):
+        super().__init__(config)
+        g = self.geometry
+        p = {k: v.to(self.device, torch.float32) for k, v in config.params.items()}
+        H, P, N = g.nheads, g.headdim, g.dstate
+        self.params64 = {k: v.double() for k, v in p.items()}
+        self.A3 = p["A"].contiguous()[:, None, None].expand(H, P, N)
+        self.bias = p["dt_bias"].contiguous()
+        self.bias2 = self.bias[:, None].expand(H, P)
+        self.D2 = p["D"].contiguous()[:, None].expand(H, P)
+
+    def _tok(self, inputs, rows, t=None):
+        """Per-token tensors of ``rows``: window position ``t`` or all positions packed."""
+        def take(k):
+            v = inputs[k].index_select(0, rows)
+            return (v[:, t] if t is not None else v.flatten(0, 1)).contiguous()
+        return {k: take(k) for k in inputs}
+
+
+class _VllmMamba2ReplayStandard(_VllmMamba2):
+    """Standard decode through the fork's linear buffers (per-row cursors gathered here)."""
+
+    kind = "replay"
+    route_fn = ""
+
+    def __init__(self, config):
+        super().__init__(config)
+        g, S, m = self.geometry, self.num_slots + 1, self.mode
+        L = self.decode.buffer
+        self.state = torch.zeros((S, *self.state_shape), dtype=m.state_dtype, device=self.device)
+        self.x_cache = torch.zeros((S, g.nheads, L, g.headdim), dtype=m.act_dtype, device=self.device)
+        self.dt_cache = torch.zeros((S, g.nheads, L), dtype=torch.float32, device=self.device)
+        self.B_cache = torch.zeros((S, g.ngroups, L, g.dstate), dtype=m.act_dtype, device=self.device)
+        self.write_pos = torch.zeros(S, dtype=torch.int32, device=self.device)
+
+    def reset(self, slot_ids, initial_state=None, origin=None):
+        ids = self.check_reset_args(slot_ids, initial_state, origin)
+        rows = self.active_rows(slot_ids)
+        blk = self.blocks(slot_ids).index_select(0, rows).long()
+        self.state[blk] = 0 if initial_state is None else initial_state.index_select(0, rows).to(self.state.dtype)
+        self.write_pos[blk] = 0
+        self.mark_reset(ids)
+
+    def verify(self, slot_ids, inputs, out=None):
+        ids = self.begin_verify(slot_ids, inputs, out)
+        out = self.new_out(len(ids)) if out is None else out
+        R, g, L = len(ids), self.geometry, self.decode.buffer
+        blk = self.blocks(slot_ids)
+        wp = self.write_pos.index_select(0, blk.long()).contiguous()
+        tok = self._tok(inputs, torch.arange(R, device=self.device), t=0)
+        o = self.scratch(R, g.nheads, g.headdim)
+        kw = dict(D=self.D2, dt_bias=self.bias2, z=tok.get("z"), dt_softplus=True, x_cache=self.x_cache,
+                  dt_cache=self.dt_cache, B_cache=self.B_cache, write_pos=wp, is_flush=wp == L - 1,
+                  max_cache_len=L, state_batch_indices=blk, null_block_id=0, out=o)
+        if self.route_fn.endswith("output_only"):
+            kw["bc_pre"] = torch.zeros((R, g.ngroups, L), dtype=torch.float32, device=self.device)
+        dt = tok["dt"][..., None].expand(R, g.nheads, g.headdim)
+        fn = getattr(self.modules[self.route_fn], self.route_fn)
+        with launch_guard(self.device):
+            fn(self.state, tok["x"], dt, self.A3, tok["B"], tok["C"], **kw)
+        act = self.active_rows(slot_ids)
+        out[act, 0] = o.index_select(0, act)
+        self.end_verify(ids)
+        return out
+
+    def commit(self, slot_ids, accepted):
+        self.begin_commit(slot_ids, accepted)
+        blk = self.blocks(slot_ids).index_select(0, self.active_rows(slot_ids)).long()
+        wp = self.write_pos[blk]
+        self.write_pos[blk] = torch.where(wp == self.decode.buffer - 1, 0, wp + 1).to(torch.int32)
+
+    # ---- inspection (records in our layout: [slots, rows, ...]) --------------------------------------
+    def _records(self):
+        return {"x": self.x_cache[1:].permute(0, 2, 1, 3), "B": self.B_cache[1:].permute(0, 2, 1, 3),
+                "dt": self.dt_cache[1:].permute(0, 2, 1)}
+
+    def checkpoint_state(self, slot_ids):
+        return self.per_slot(slot_ids, lambda s: self.state[s + 1].double())
+
+    def committed_state(self, slot_ids):
+        """Checkpoint + the committed records (Δ, already softplus'd) folded in fp64."""
+        rec = self._records()
+
+        def fold(s):
+            idx = self.hist_rows(s, int(self.write_pos[s + 1]), 0)
+            hist = {k: v[s].index_select(0, idx).double() for k, v in rec.items()}
+            return Mamba2Math().fold(self.state[s + 1].double(), hist, self.params64, self.mode)
+        return self.per_slot(slot_ids, fold)
+
+    def snapshot(self):
+        wp = self.write_pos[1:].cpu().to(torch.int64)
+        return KernelSnapshot(
+            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None,
+            records={k: v.cpu().clone() for k, v in self._records().items()},
+            write_pos=wp, origin=torch.zeros_like(wp), is_flush=wp == self.decode.buffer - 1)
+
+
+class VllmMamba2Replay(_VllmMamba2ReplayStandard):
+    """``vllm-replay``: output_only standard decode, the fork's speculative verify/commit/reset."""
+
+    name = "vllm-replay"
+    description = ("official ReplaySSM Mamba-2 (vLLM fork): output_only standard decode; speculative "
+                   "verify + commit + cursor reset on the circular post-conv ring")
+    route_fn = "selective_state_update_replayssm_output_only"
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        return float_mode_reason(mode, "the fork's Mamba-2 replay kernel", ("ieee", "tf32")) or (
+            _spec_dot_reason(mode, decode) if decode.speculative else
+            (None if mode.dot == "ieee" else "the standard-decode kernel reads out in fp32 (ieee modes only)"))
+
+    def __init__(self, config):
+        super().__init__(config)
+        if not self.decode.speculative:
+            return
+        g, S, d = self.geometry, self.num_slots + 1, self.decode
+        self.d_inner, self.gn = g.nheads * g.headdim, g.ngroups * g.dstate
+        self.ring = torch.zeros((S, d.ring_rows, self.d_inner + self.gn), dtype=self.mode.act_dtype,
+                                device=self.device)
+        self.dt_cache = torch.zeros((S, g.nheads, d.ring_rows), dtype=torch.float32, device=self.device)
+        self.origin = torch.zeros(S, dtype=torch.int32, device=self.device)
+        self.is_flush = torch.zeros(S, dtype=torch.int8, device=self.device)
+        self.spec = self.modules["selective_state_update_replayssm_spec"]
+
+    def reset(self, slot_ids, initial_state=None, origin=None):
+        if not self.decode.speculative:
+            return super().reset(slot_ids, initial_state, origin)
+        ids = self.check_reset_args(slot_ids, initial_state, origin)
+        d, blk = self.decode, self.blocks(slot_ids)
+        with launch_guard(self.device):
+            self.spec.reset_replayssm_spec_cursors(self.write_pos, self.origin, self.is_flush,
+                                                   (slot_ids >= 0).to(torch.int8), blk, d.lspec, d.window,
+                                                   null_block_id=0)
+        rows = self.active_rows(slot_ids)
+        b = blk.index_select(0, rows).long()
+        self.state[b] = 0 if initial_state is None else initial_state.index_select(0, rows).to(self.state.dtype)
+        if origin is not None:  # bridge: the fork's reset starts the ring at 0
+            self.origin[b] = origin.index_select(0, rows).to(torch.int32)
+        self.mark_reset(ids)
+
+    def verify(self, slot_ids, inputs, out=None):
+        if not self.decode.speculative:
+            return super().verify(slot_ids, inputs, out)
+        ids = self.begin_verify(slot_ids, inputs, out)
+        out = self.new_out(len(ids)) if out is None else out
+        g, d = self.geometry, self.decode
+        act = self.active_rows(slot_ids)
+        T, n = d.window, act.numel() * d.window
+        tok = self._tok(inputs, act)
+        conv_out = torch.cat([tok["x"].reshape(n, -1), tok["B"].reshape(n, -1), tok["C"].reshape(n, -1)], 1)
+        counts = (slot_ids >= 0).to(torch.int32) * T
+        qsl = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32)
+        o = self.scratch(n, g.nheads, g.headdim)
+        with launch_guard(self.device):
+            self.spec.selective_state_update_replayssm_spec(
+                self.state, self.ring, self.dt_cache, conv_out.contiguous(), tok["dt"].contiguous(), self.A3,
+                self.write_pos, self.origin, self.is_flush, qsl, self.blocks(slot_ids), d.lspec, T,
+                self.d_inner, g.ngroups, g.dstate, D=self.D2, z=tok.get("z"), dt_bias=self.bias,
+                dt_softplus=True, out=o, null_block_id=0)
+        out[act] = o.view(act.numel(), T, g.nheads, g.headdim)
+        self.end_verify(ids)
+        return out
+
+    def commit(self, slot_ids, accepted):
+        if not self.decode.speculative:
+            return super().commit(slot_ids, accepted)
+        self.begin_commit(slot_ids, accepted)
+        d = self.decode
+        with launch_guard(self.device):
+            self.spec.commit_replayssm_spec(self.write_pos, self.origin, self.is_flush, accepted.to(torch.int32),
+                                            self.blocks(slot_ids), d.lspec, d.window, d.ring_rows, null_block_id=0)
+
+    def _records(self):
+        if not self.decode.speculative:
+            return super()._records()
+        g, S = self.geometry, self.num_slots
+        ring = self.ring[1:]
+        return {"x": ring[..., :self.d_inner].reshape(S, -1, g.nheads, g.headdim),
+                "B": ring[..., self.d_inner:].reshape(S, -1, g.ngroups, g.dstate),
+                "dt": self.dt_cache[1:].permute(0, 2, 1)}
+
+    def committed_state(self, slot_ids):
+        """Checkpoint + committed ring rows folded in fp64 (raw dt records: bias + softplus here)."""
+        if not self.decode.speculative:
+            return super().committed_state(slot_ids)
+        rec = self._records()
+
+        def fold(s):
+            idx = self.hist_rows(s, int(self.write_pos[s + 1]), int(self.origin[s + 1]))
+            hist = {k: v[s].index_select(0, idx).double() for k, v in rec.items()}
+            hist["dt"] = softplus(hist["dt"] + self.params64["dt_bias"])
+            return Mamba2Math().fold(self.state[s + 1].double(), hist, self.params64, self.mode)
+        return self.per_slot(slot_ids, fold)
+
+    def snapshot(self):
+        if not self.decode.speculative:
+            return super().snapshot()
+        return KernelSnapshot(
+            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None,
+            records={k: v.cpu().clone() for k, v in self._records().items()},
+            write_pos=self.write_pos[1:].cpu().to(torch.int64), origin=self.origin[1:].cpu().to(torch.int64),
+            is_flush=self.is_flush[1:].cpu() != 0)
+
+
+class VllmMamba2ReplayState(_VllmMamba2ReplayStandard):
+    """``vllm-replay-state``: the state_and_output route (standard decode only)."""
+
+    name = "vllm-replay-state"
+    description = "official ReplaySSM Mamba-2 (vLLM fork): state_and_output standard decode (y = S C)"
+    route_fn = "selective_state_update_replayssm_state_and_output"
+    literal_twin = "literal-replay-state"
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        if decode.speculative:
+            return "the fork has the state_and_output route for standard decode only (speculative: vllm-replay)"
+        return float_mode_reason(mode, "the fork's state_and_output kernel")
