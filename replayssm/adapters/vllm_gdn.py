@@ -38,7 +38,7 @@ import torch
 from replayssm.adapters._base import SlotAdapter, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
-from replayssm.ops.gdn.naive import GDNMath
+from replayssm.ops.gdn.literal import GDNMath
 
 
 class VllmGDNReplay(SlotAdapter):

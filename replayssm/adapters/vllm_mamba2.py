@@ -43,7 +43,8 @@ import torch
 from replayssm.adapters._base import SlotAdapter, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
-from replayssm.ops.mamba2.naive import Mamba2Math, softplus
+from replayssm.ops.mamba2.literal import Mamba2Math
+from replayssm.ops.mamba2.naive import softplus
 
 
 def _spec_dot_reason(mode, decode):
