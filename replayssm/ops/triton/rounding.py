@@ -181,7 +181,11 @@ def store_state(ptrs, scale_ptrs, S, mask, row_mask, elem, seed, slot, counter, 
     dtype: tl.constexpr = ptrs.dtype.element_ty
     tl.static_assert(SCALED == (dtype.primitive_bitwidth == 8), "store_state: exactly the 8-bit formats are scaled")
     if SCALED:
-        QMAX: tl.constexpr = _INT8_QMAX if dtype == tl.int8 else _FP8E4M3_QMAX
+        if dtype == tl.float8e4nv:
+            QMAX: tl.constexpr = _FP8E4M3_QMAX
+        else:
+            tl.static_assert(dtype == tl.int8, "store_state: no qmax for this 8-bit format")
+            QMAX: tl.constexpr = _INT8_QMAX
         amax = tl.max(tl.where(mask, tl.abs(S), 0.0), axis=1)
         scale = tl.where(amax > 0, tl.math.div_rn(amax, tl.full(amax.shape, QMAX, tl.float32)), 1.0)
         q = tl.math.div_rn(S, tl.broadcast_to(scale[:, None], S.shape))
