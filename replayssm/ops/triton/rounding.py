@@ -37,10 +37,11 @@ from :data:`INTERPRET`; no module-level alias of a ``tl`` builtin exists here, t
 would not patch it):
 
 * fp32 -> bf16 casts truncate under the interpreter: round with integer bit arithmetic instead.
-* fp32 -> fp8 e4m3 casts under the interpreter (triton 3.9) do not carry a mantissa round-up into
-  the exponent (1.99 -> 1.0, 0.49 -> 0.25) and turn NaN into 384: round on the e4m3 grid in fp32
-  arithmetic first, so the final cast only sees representable values, and write NaN's bit pattern
-  directly.
+* fp32 -> fp8 casts under the interpreter (triton 3.9) do not carry a mantissa round-up into the
+  exponent (e4m3: 1.99 -> 1.0, 0.49 -> 0.25), turn NaN into 384 and inf into NaN: round on the
+  format's grid in fp32 arithmetic first (its exponent bias and mantissa width from the Triton
+  dtype, so every fp8 format shares the code), so the final cast only sees representable values,
+  and write NaN's and inf's bit patterns directly.
 * Scaled rows: the clamp to +-qmax propagates NaN (``tl.minimum`` alone would turn NaN into qmax
   and hide a non-finite state).
 * fp16 casts are correct in both.
@@ -85,9 +86,9 @@ def triton_dtype(fmt: str | torch.dtype) -> tl.dtype:
 
 @triton.jit
 def cast_nearest(x, dtype: tl.constexpr, INTERP: tl.constexpr):
-    """fp32 ``x`` in the storage format ``dtype``, rounded to nearest even (int8: ``x`` is a
-    quantised value, |x| <= 127).  The interpreter roundings are inlined: a nested call costs
-    ~5 ms under the interpreter."""
+    """fp32 ``x`` in the storage format ``dtype``, rounded to nearest even (fp8: |x| at most the
+    format's largest finite value; int8: ``x`` is a quantised value, |x| <= 127).  The interpreter
+    roundings are inlined: a nested call costs ~5 ms under the interpreter."""
     if dtype == tl.float32:
         y = x
     elif dtype == tl.bfloat16:
@@ -99,19 +100,26 @@ def cast_nearest(x, dtype: tl.constexpr, INTERP: tl.constexpr):
             y = x.to(tl.bfloat16)
     elif dtype == tl.float16:
         y = x.to(tl.float16)
-    elif dtype == tl.float8e4nv:
+    elif dtype.primitive_bitwidth == 8 and dtype.is_floating():
         if INTERP:
-            # the e4m3 grid at |x|: spacing 2^k, k = max(exponent, -6) - 3; the 2^23 shifter rounds
+            # the format's grid at |x|: spacing 2^k, k = max(exponent, 1 - bias) - mantissa bits; the 2^23
+            # shifter rounds to nearest even, so the final cast only sees a representable value
+            EMIN: tl.constexpr = 1 - dtype.exponent_bias
+            MANT: tl.constexpr = dtype.fp_mantissa_width
             mag = tl.abs(x)
-            k = tl.maximum(((mag.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, -6) - 3
+            e = (mag.to(tl.int32, bitcast=True) >> 23) & 0xFF
+            k = tl.maximum(e - 127, EMIN) - MANT
             q = mag * ((127 - k) << 23).to(tl.float32, bitcast=True)
             rq = ((q + 8388608.0) - 8388608.0) * ((k + 127) << 23).to(tl.float32, bitcast=True)
             sign = x.to(tl.uint32, bitcast=True) & 0x80000000
             rs = (rq.to(tl.uint32, bitcast=True) | sign).to(tl.float32, bitcast=True)
-            nan8 = ((sign >> 24) | 0x7F).to(tl.uint8).to(tl.float8e4nv, bitcast=True)  # the cast gives 384
-            y = tl.where(x != x, nan8, rs.to(tl.float8e4nv))
+            # NaN and inf by their bit patterns (the interpreter's cast makes NaN 384, inf NaN); 0x7F is a NaN
+            # in every fp8 format, all-ones exponent and zero mantissa is inf (e4m3fn has none: NaN, as torch)
+            INF8: tl.constexpr = 0x7F if dtype == tl.float8e4nv else (0x7F >> MANT) << MANT
+            special = tl.where(x != x, 0x7F, INF8).to(tl.uint32) | (sign >> 24)
+            y = tl.where(e == 255, special.to(tl.uint8).to(dtype, bitcast=True), rs.to(dtype))
         else:
-            y = x.to(tl.float8e4nv)
+            y = x.to(dtype)
     else:
         tl.static_assert(dtype == tl.int8, "cast_nearest: dtype must be a storage format's (precision.FORMATS)")
         y = ((x + 12582912.0) - 12582912.0).to(tl.int8)  # 1.5 * 2^23 shifter: round half to even
@@ -147,8 +155,8 @@ def cast_stochastic(x, bits, dtype: tl.constexpr, INTERP: tl.constexpr):
         lo = tl.floor(x)
         y = (lo + tl.where(u < x - lo, 1.0, 0.0)).to(tl.int8)
     else:
-        tl.static_assert(dtype == tl.bfloat16 or dtype == tl.float16 or dtype == tl.float8e4nv,
-                         "cast_stochastic: dtype must be bf16, fp16, fp8 e4m3 or int8")
+        tl.static_assert(dtype.is_floating() and dtype.primitive_bitwidth <= 16,
+                         "cast_stochastic: dtype must be a 16- or 8-bit float format, or int8")
         ity: tl.constexpr = tl.int8 if dtype.primitive_bitwidth == 8 else tl.int16
         mag = tl.abs(x)
         if dtype == tl.float8e4nv:  # no infinity: saturate (NaN stays NaN)
@@ -166,6 +174,7 @@ def cast_stochastic(x, bits, dtype: tl.constexpr, INTERP: tl.constexpr):
         gap = hi - lo
         p_hi = tl.where(gap > 0, (mag - lo) / tl.where(gap > 0, gap, 1.0), 0.0)
         pick = tl.where(u < p_hi, hi, lo)
+        pick = tl.where((mag.to(tl.int32, bitcast=True) == 0x7F800000), mag, pick)  # inf (the fp8 upcasts lose it)
         y = cast_nearest(tl.where(x < 0, -pick, pick), dtype, INTERP)
     return y
 
