@@ -2,17 +2,24 @@
 
 A mode names, independently (spec section 5):
 
-* the state/checkpoint dtype: fp64, fp32, bf16, fp16, fp8 e4m3 or int8 (the last two with
+* the state/checkpoint format: fp64, fp32, bf16, fp16, fp8 e4m3 or int8 (the last two with
   fp32 scales per slot/head/row);
-* the activation and buffer dtype: fp64, fp32, bf16, fp16;
+* the activation and buffer format: fp64, fp32, bf16, fp16;
 * the readout dot precision: ieee, tf32 or tf32x3;
 * the rounding of state writes: nearest, or stochastic with a seed.
 
-Short ids: ``s<state>a<act>[-<dot>][-sr[<seed>]]`` with state in ``64 32 16 fp16 fp8 i8`` and
-act in ``64 32 16 fp16``; a bare ``16`` means bf16.  Examples: ``s64a64`` (the fp64 reference),
-``s32a32``, ``s32a16`` (fp32 state, bf16 activations), ``s16a16``, ``sfp16a16``, ``sfp16afp16``,
-``sfp8a16``, ``si8a16``, ``s16a16-sr`` (stochastic rounding, seed 0), ``sfp8a16-sr7``,
-``s32a16-tf32``.
+Every storage format is one row of :data:`FORMATS` (dtype, unit roundoff, bytes, the largest
+stored magnitude and scale block of a scaled format, its mode-id token, the roles it may take,
+whether stochastic rounding applies, its Triton dtype).  The mode-id grammar, its parser and the
+help text :data:`VALID_FORMS` are generated from the table; a new storage format is one row here
+plus its rounding in :mod:`replayssm.rounding` (torch) and :mod:`replayssm.ops.triton.rounding`
+(Triton).
+
+Short ids: ``s<state>a<act>[-<dot>][-sr[<seed>]]`` with the state and activation tokens of the
+table (``64 32 16 fp16 fp8 i8``; a bare ``16`` means bf16).  Examples: ``s64a64`` (the fp64
+reference), ``s32a32``, ``s32a16`` (fp32 state, bf16 activations), ``s16a16``, ``sfp16a16``,
+``sfp16afp16``, ``sfp8a16``, ``si8a16``, ``s16a16-sr`` (stochastic rounding, seed 0),
+``sfp8a16-sr7``, ``s32a16-tf32``.
 
 Each mode knows its unit roundoff ``u`` (the largest of its parts), used to express errors in
 units of the precision a kernel declares.
@@ -25,35 +32,79 @@ from dataclasses import dataclass
 
 import torch
 
-# name -> (torch dtype, unit roundoff, bytes per element)
-_DTYPES: dict[str, tuple[torch.dtype, float, int]] = {
-    "fp64": (torch.float64, 2.0**-53, 8),
-    "fp32": (torch.float32, 2.0**-24, 4),
-    "bf16": (torch.bfloat16, 2.0**-8, 2),
-    "fp16": (torch.float16, 2.0**-11, 2),
-    "fp8e4m3": (torch.float8_e4m3fn, 2.0**-4, 1),
-    # int8 with a per-row fp32 scale amax/127: half a step of the row maximum.
-    "int8": (torch.int8, 0.5 / 127.0, 1),
-}
 
-_STATE_TOKENS = {"64": "fp64", "32": "fp32", "16": "bf16", "fp16": "fp16", "fp8": "fp8e4m3", "i8": "int8"}
-_ACT_TOKENS = {"64": "fp64", "32": "fp32", "16": "bf16", "fp16": "fp16"}
-_STATE_NAMES = {v: k for k, v in _STATE_TOKENS.items()}
-_ACT_NAMES = {v: k for k, v in _ACT_TOKENS.items()}
+@dataclass(frozen=True)
+class StorageFormat:
+    """One storage format: a row of :data:`FORMATS`."""
+
+    name: str                 # the format's name in a PrecisionMode (mode.state, mode.act)
+    token: str                # its token in a mode id (s<token>a<token>)
+    dtype: torch.dtype
+    unit_roundoff: float      # half the relative gap (scaled formats: relative to the row maximum)
+    nbytes: int               # bytes per stored element (scales not counted)
+    roles: tuple[str, ...]    # "state" and/or "act"
+    stochastic: bool = False  # stochastic rounding of state writes applies
+    qmax: float | None = None       # scaled formats: stored = round(x / scale), scale = amax / qmax
+    scale_block: str | None = None  # scaled formats: "row", one fp32 scale per last-dimension row
+    triton: str | None = None       # the triton.language dtype Triton kernels store it as (None: none)
+    note: str = ""            # shown after the token in the help text
+
+    @property
+    def scaled(self) -> bool:
+        return self.qmax is not None
+
+    @property
+    def help(self) -> str:
+        return f"{self.token} ({self.note})" if self.note else self.token
+
+
+FORMATS: dict[str, StorageFormat] = {f.name: f for f in (
+    StorageFormat("fp64", "64", torch.float64, 2.0**-53, 8, ("state", "act")),
+    StorageFormat("fp32", "32", torch.float32, 2.0**-24, 4, ("state", "act"), triton="float32"),
+    StorageFormat("bf16", "16", torch.bfloat16, 2.0**-8, 2, ("state", "act"), stochastic=True,
+                  triton="bfloat16", note="bf16"),
+    StorageFormat("fp16", "fp16", torch.float16, 2.0**-11, 2, ("state", "act"), stochastic=True, triton="float16"),
+    StorageFormat("fp8e4m3", "fp8", torch.float8_e4m3fn, 2.0**-4, 1, ("state",), stochastic=True, qmax=448.0,
+                  scale_block="row", triton="float8e4nv", note="e4m3"),
+    # int8 with a per-row fp32 scale amax/127: half a step of the row maximum.
+    StorageFormat("int8", "i8", torch.int8, 0.5 / 127.0, 1, ("state",), stochastic=True, qmax=127.0,
+                  scale_block="row", triton="int8", note="int8"),
+)}
+
+
+def storage_format(name: str) -> StorageFormat:
+    """The :data:`FORMATS` row called ``name`` (``ValueError`` naming the known ones otherwise)."""
+    if name not in FORMATS:
+        raise ValueError(f"format: expected one of {sorted(FORMATS)}, got {name!r}")
+    return FORMATS[name]
+
+
+def _role(role: str) -> dict[str, StorageFormat]:
+    return {f.name: f for f in FORMATS.values() if role in f.roles}
+
+
+STATE_FORMATS = _role("state")
+ACT_FORMATS = _role("act")
+_STATE_TOKENS = {f.token: f.name for f in STATE_FORMATS.values()}
+_ACT_TOKENS = {f.token: f.name for f in ACT_FORMATS.values()}
+
+
+def _alternation(tokens) -> str:
+    return "|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True))
+
 
 DOTS = ("ieee", "tf32", "tf32x3")
 ROUNDINGS = ("nearest", "stochastic")
 _DOT_U = {"ieee": 0.0, "tf32": 2.0**-11, "tf32x3": 2.0**-22}
 
-_ID_RE = re.compile(r"^s(64|32|16|fp16|fp8|i8)a(64|32|16|fp16)(?:-(ieee|tf32|tf32x3))?(?:-sr(\d+)?)?$")
+_ID_RE = re.compile(rf"^s({_alternation(_STATE_TOKENS)})a({_alternation(_ACT_TOKENS)})"
+                    rf"(?:-({_alternation(DOTS)}))?(?:-sr(\d+)?)?$")
 
-VALID_FORMS = (
-    "s<state>a<act>[-<dot>][-sr[<seed>]] with state in {64, 32, 16 (bf16), fp16, fp8 (e4m3), i8 (int8)}, "
-    "act in {64, 32, 16 (bf16), fp16}, dot in {ieee, tf32, tf32x3}; fp64 state goes only with fp64 "
-    "activations (s64a64, the reference); -sr (stochastic rounding) needs a 16-bit, fp8 or int8 state; "
-    "tf32/tf32x3 need fp32 arithmetic (not s64a64). Examples: s64a64 s32a32 s32a16 s16a16 sfp16a16 "
-    "sfp16afp16 sfp8a16 si8a16 s16a16-sr sfp8a16-sr7 s32a16-tf32"
-)
+
+def _one_of(names) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
 
 # The modes a full sweep covers, cheapest state last.
 STANDARD_MODES = (
@@ -71,6 +122,15 @@ STANDARD_MODES = (
     "si8a16",
 )
 
+VALID_FORMS = (
+    f"s<state>a<act>[-<dot>][-sr[<seed>]] with state in {{{', '.join(f.help for f in STATE_FORMATS.values())}}}, "
+    f"act in {{{', '.join(f.help for f in ACT_FORMATS.values())}}}, dot in {{{', '.join(DOTS)}}}; fp64 state goes "
+    f"only with fp64 activations (s64a64, the reference); -sr (stochastic rounding) needs a "
+    f"{_one_of(f.name for f in STATE_FORMATS.values() if f.stochastic)} state; tf32/tf32x3 need fp32 arithmetic "
+    f"(not s64a64). Examples: s64a64 s32a32 s32a16 s16a16 sfp16a16 sfp16afp16 sfp8a16 si8a16 s16a16-sr "
+    f"sfp8a16-sr7 s32a16-tf32"
+)
+
 
 @dataclass(frozen=True)
 class PrecisionMode:
@@ -84,10 +144,10 @@ class PrecisionMode:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.state not in _STATE_NAMES:
-            problems.append(f"state={self.state!r} (expected one of {sorted(_STATE_NAMES)})")
-        if self.act not in _ACT_NAMES:
-            problems.append(f"act={self.act!r} (expected one of {sorted(_ACT_NAMES)})")
+        if self.state not in STATE_FORMATS:
+            problems.append(f"state={self.state!r} (expected one of {sorted(STATE_FORMATS)})")
+        if self.act not in ACT_FORMATS:
+            problems.append(f"act={self.act!r} (expected one of {sorted(ACT_FORMATS)})")
         if self.dot not in DOTS:
             problems.append(f"dot={self.dot!r} (expected one of {DOTS})")
         if self.rounding not in ROUNDINGS:
@@ -97,8 +157,10 @@ class PrecisionMode:
         if not problems:
             if (self.state == "fp64") != (self.act == "fp64"):
                 problems.append("fp64 state and fp64 activations go together (s64a64 is the reference)")
-            if self.rounding == "stochastic" and self.state in ("fp64", "fp32"):
-                problems.append(f"stochastic rounding needs a 16-bit, fp8 or int8 state, not {self.state}")
+            if self.rounding == "stochastic" and not FORMATS[self.state].stochastic:
+                problems.append(f"stochastic rounding needs a "
+                                f"{_one_of(f.name for f in STATE_FORMATS.values() if f.stochastic)} state, "
+                                f"not {self.state}")
             if self.dot != "ieee" and self.state == "fp64":
                 problems.append(f"dot={self.dot} needs fp32 arithmetic; s64a64 computes in fp64")
             if self.rounding == "nearest" and self.seed != 0:
@@ -109,7 +171,7 @@ class PrecisionMode:
     # ---- names -------------------------------------------------------------------------------
     @property
     def id(self) -> str:
-        s = f"s{_STATE_NAMES[self.state]}a{_ACT_NAMES[self.act]}"
+        s = f"s{FORMATS[self.state].token}a{FORMATS[self.act].token}"
         if self.dot != "ieee":
             s += f"-{self.dot}"
         if self.rounding == "stochastic":
@@ -123,12 +185,12 @@ class PrecisionMode:
     @property
     def state_dtype(self) -> torch.dtype:
         """The storage dtype of the checkpoint/state."""
-        return _DTYPES[self.state][0]
+        return FORMATS[self.state].dtype
 
     @property
     def act_dtype(self) -> torch.dtype:
         """The dtype of inputs, buffer records (except decays) and outputs."""
-        return _DTYPES[self.act][0]
+        return FORMATS[self.act].dtype
 
     @property
     def compute_dtype(self) -> torch.dtype:
@@ -137,8 +199,8 @@ class PrecisionMode:
 
     @property
     def scaled_state(self) -> bool:
-        """True for fp8/int8 states, stored with an fp32 scale per slot/head/row."""
-        return self.state in ("fp8e4m3", "int8")
+        """True for scaled states (fp8, int8), stored with an fp32 scale per slot/head/row."""
+        return FORMATS[self.state].scaled
 
     @property
     def is_reference(self) -> bool:
@@ -147,15 +209,15 @@ class PrecisionMode:
     # ---- error units ---------------------------------------------------------------------------
     @property
     def state_unit_roundoff(self) -> float:
-        return _DTYPES[self.state][1]
+        return FORMATS[self.state].unit_roundoff
 
     @property
     def act_unit_roundoff(self) -> float:
-        return _DTYPES[self.act][1]
+        return FORMATS[self.act].unit_roundoff
 
     @property
     def compute_unit_roundoff(self) -> float:
-        return max(_DTYPES["fp64" if self.is_reference else "fp32"][1], _DOT_U[self.dot])
+        return max(FORMATS["fp64" if self.is_reference else "fp32"].unit_roundoff, _DOT_U[self.dot])
 
     @property
     def unit_roundoff(self) -> float:
@@ -165,7 +227,7 @@ class PrecisionMode:
     # ---- memory --------------------------------------------------------------------------------
     def state_bytes_per_element(self, row_len: int | None = None) -> float:
         """Bytes per state element, scales amortised over a row of ``row_len`` elements."""
-        b = float(_DTYPES[self.state][2])
+        b = float(FORMATS[self.state].nbytes)
         if self.scaled_state:
             if row_len is None or row_len <= 0:
                 raise ValueError(f"row_len: expected a positive row length for {self.state}, got {row_len!r}")
@@ -174,7 +236,7 @@ class PrecisionMode:
 
     @property
     def act_bytes_per_element(self) -> int:
-        return _DTYPES[self.act][2]
+        return FORMATS[self.act].nbytes
 
 
 def parse_mode(mode: str | PrecisionMode) -> PrecisionMode:

@@ -4,22 +4,40 @@ Oracle: torch's own casts (round to nearest even) for nearest rounding.  Stochas
 picks one of the two neighbouring representable values with probability proportional to
 closeness, so it is unbiased: E[round(x)] = x exactly (tested for bias in tests/test_rounding.py).
 
-fp8 e4m3 and int8 states carry one fp32 scale per row (the last state dimension is the row):
-``scale = amax(|row|) / qmax`` (448 for e4m3, 127 for int8), ``stored = round(row / scale)``.
+Scaled formats (fp8 e4m3, int8: the rows of ``precision.FORMATS`` with a ``qmax``) carry one fp32
+scale per row (the last state dimension is the row): ``scale = amax(|row|) / qmax`` (1 for an
+all-zero row; 448 for e4m3, 127 for int8), ``stored = round(clamp(row / scale, +-qmax))``.
+Everything here is generic over the format table: a float format rounds through torch's cast and
+the bit neighbours of its result, an integer format through ``torch.round`` / floor plus a draw.
 Expected error: half a unit in the last place of the storage format, relative to the element
 (fp/bf16), or to the row maximum (fp8, int8).
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from replayssm.precision import PrecisionMode
+from replayssm.precision import FORMATS, PrecisionMode
 
-FP8_MAX = 448.0
-INT8_MAX = 127.0
+FP8_MAX = FORMATS["fp8e4m3"].qmax
+INT8_MAX = FORMATS["int8"].qmax
 
-_BITS_VIEW = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float8_e4m3fn: torch.uint8}
+# the float formats stochastic rounding targets, viewed as integers of their width
+_BITS_VIEW = {f.dtype: {1: torch.uint8, 2: torch.int16}[f.nbytes] for f in FORMATS.values()
+              if f.stochastic and f.dtype.is_floating_point}
+
+
+@functools.cache
+def _max_finite_bits(dtype: torch.dtype) -> int:
+    """The bit pattern of the largest finite value of a float format."""
+    return int(torch.tensor(torch.finfo(dtype).max).to(dtype).view(_BITS_VIEW[dtype]).to(torch.int32))
+
+
+@functools.cache
+def _has_inf(dtype: torch.dtype) -> bool:
+    return bool(torch.tensor(float("inf")).to(dtype).float().isinf())
 
 
 def philox_generator(*key: int) -> torch.Generator:
@@ -38,20 +56,21 @@ def _uniform_like(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 
 def stochastic_round(x: torch.Tensor, dtype: torch.dtype, generator: torch.Generator) -> torch.Tensor:
-    """Round ``x`` (fp32/fp64) to ``dtype`` (bf16, fp16 or fp8 e4m3) stochastically, unbiased."""
+    """Round ``x`` (fp32/fp64) to a float ``dtype`` of the format table (bf16, fp16, fp8 e4m3)
+    stochastically, unbiased.  A format without infinities (e4m3fn) saturates at its largest
+    finite value; one with infinities keeps inf and never rounds a finite value up to it."""
     if dtype not in _BITS_VIEW:
-        raise ValueError(f"dtype: stochastic rounding targets bf16, fp16 or fp8 e4m3, got {dtype}")
+        raise ValueError(f"dtype: stochastic rounding targets one of {list(_BITS_VIEW)}, got {dtype}")
     mag = x.abs()
-    if dtype == torch.float8_e4m3fn:
-        mag = mag.clamp(max=FP8_MAX)
+    if not _has_inf(dtype):
+        mag = mag.clamp(max=torch.finfo(dtype).max)
     near = mag.to(dtype)
     bits = near.view(_BITS_VIEW[dtype]).to(torch.int32)
     near_val = near.to(torch.float64)
     mag64 = mag.to(torch.float64)
     above = near_val > mag64
     other_bits = torch.where(above, bits - 1, bits + 1)
-    if dtype == torch.float8_e4m3fn:
-        other_bits = other_bits.clamp(max=0x7E)  # 0x7F is NaN in e4m3fn: saturate at 448
+    other_bits = other_bits.clamp(max=_max_finite_bits(dtype))  # e4m3fn: 0x7F is NaN, saturate at 448
     other = other_bits.to(_BITS_VIEW[dtype]).view(dtype)
     other_val = other.to(torch.float64)
     lo_val = torch.where(above, other_val, near_val)
@@ -89,31 +108,31 @@ def round_tf32(x: torch.Tensor) -> torch.Tensor:
 
 def quantize_state(s: torch.Tensor, mode: PrecisionMode,
                    generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Store a compute-precision state in the mode's state dtype.
+    """Store a compute-precision state in the mode's state format.
 
-    Returns ``(stored, scale)``; ``scale`` is None unless the state is fp8/int8, when it has the
-    state's shape without its last dimension (one fp32 scale per slot/head/row).
+    Returns ``(stored, scale)``; ``scale`` is None unless the format is scaled (fp8, int8), when it
+    has the state's shape without its last dimension (one fp32 scale per slot/head/row).
     """
     sr = mode.rounding == "stochastic"
     if sr and generator is None:
         raise ValueError("generator: stochastic rounding needs a torch.Generator")
     if not mode.scaled_state:
         return round_to(s, mode.state_dtype, stochastic=sr, generator=generator), None
+    fmt = FORMATS[mode.state]
     s32 = s.to(torch.float32)
-    qmax = FP8_MAX if mode.state == "fp8e4m3" else INT8_MAX
     amax = s32.abs().amax(dim=-1)
-    scale = torch.where(amax > 0, amax / qmax, torch.ones_like(amax))
+    scale = torch.where(amax > 0, amax / fmt.qmax, torch.ones_like(amax))
     q = s32 / scale.unsqueeze(-1)
-    if mode.state == "fp8e4m3":
-        q = q.clamp(-FP8_MAX, FP8_MAX)
-        stored = round_to(q, torch.float8_e4m3fn, stochastic=sr, generator=generator)
+    if fmt.dtype.is_floating_point:
+        q = q.clamp(-fmt.qmax, fmt.qmax)
+        stored = round_to(q, fmt.dtype, stochastic=sr, generator=generator)
     else:
         if sr:
             fl = torch.floor(q)
             q = fl + (_uniform_like(q, generator) < (q - fl).to(torch.float64)).to(q.dtype)
         else:
             q = torch.round(q)
-        stored = q.clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
+        stored = q.clamp(-fmt.qmax, fmt.qmax).to(fmt.dtype)
     return stored, scale
 
 

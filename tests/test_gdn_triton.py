@@ -1,8 +1,9 @@
-"""GDN Triton kernels on the CPU (Triton interpreter): rounding helpers bit for bit, the kernels
-through the validation engine, snapshot/restore, the raw launch path and bad input.
+"""GDN Triton kernels on the CPU (Triton interpreter): the kernels through the validation engine,
+snapshot/restore, the raw launch path and bad input (their rounding helpers are
+tests/test_triton_rounding.py's).
 
-Oracles: torch's casts and ``replayssm.rounding`` (bitwise); ``run_scenario`` (fp64 reference,
-literal model at the same mode with the tolerance rule, exact invariants, repeat bit-identity).
+Oracles: ``run_scenario`` (fp64 reference, literal model at the same mode with the tolerance rule,
+exact invariants, repeat bit-identity).
 Geometry: 1 key head, 2 value heads, K = 16, V = 8, so the interpreter (one numpy program per
 grid cell) stays fast.
 """
@@ -11,14 +12,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 from replayssm.interface import DecodeConfig, KernelConfig
-from replayssm.ops.gdn.triton_math import INTERPRET, cast_rne, cast_stochastic, store_state_tile
-from replayssm.precision import parse_mode
 from replayssm.registry import get
-from replayssm.rounding import quantize_state
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.runner import run_scenario
 
@@ -36,89 +32,6 @@ def _sc(mode, decode, T, B, schedule, steps=None, geometry=GEO, **kw) -> Scenari
 def _check(res):
     assert res.exception is None, res.exception
     assert res.passed, [str(f) for f in res.failures[:5]]
-
-
-# ---- rounding helpers, bit for bit ---------------------------------------------------------------------
-
-
-@triton.jit
-def _cast_probe(x_ptr, y_ptr, N: tl.constexpr, INTERPRET: tl.constexpr):
-    o = tl.arange(0, N)
-    tl.store(y_ptr + o, cast_rne(tl.load(x_ptr + o), y_ptr.dtype.element_ty, INTERPRET))
-
-
-@triton.jit
-def _sr_probe(x_ptr, y_ptr, key, N: tl.constexpr, INTERPRET: tl.constexpr):
-    o = tl.arange(0, N)
-    u = tl.rand(key, o)
-    tl.store(y_ptr + o, cast_stochastic(tl.load(x_ptr + o), y_ptr.dtype.element_ty, u, INTERPRET))
-
-
-@triton.jit
-def _quant_probe(x_ptr, y_ptr, sc_ptr, ROWS: tl.constexpr, K: tl.constexpr, INTERPRET: tl.constexpr):
-    r = tl.arange(0, ROWS)
-    c = tl.arange(0, K)
-    offs = r[:, None] * K + c[None, :]
-    m = (r[:, None] < ROWS) & (c[None, :] < K)
-    store_state_tile(y_ptr, sc_ptr, tl.load(x_ptr + offs), offs, r, m, r < ROWS, 0, offs, True, False, INTERPRET)
-
-
-def _awkward_values(n: int, gen) -> torch.Tensor:
-    x = torch.randn(n, generator=gen) * torch.exp(torch.randn(n, generator=gen) * 4)
-    x[:8] = torch.tensor([0.0, -0.0, 448.0, -448.0, 1e-12, 2.0**-10 * 1.5, 2.0**-10 * 2.5, 1.9999])
-    return x
-
-
-@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # fp16 casts of |x| > 65504 give inf, as torch
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float8_e4m3fn], ids=str)
-def test_cast_matches_torch_bitwise(dtype):
-    """The kernels' casts equal torch's round-to-nearest-even (under the interpreter the native
-    bf16 cast truncates and the fp8 cast is wrong: this test fails if the workaround goes)."""
-    x = _awkward_values(4096, torch.Generator().manual_seed(0))
-    if dtype == torch.float8_e4m3fn:
-        x = x.clamp(-448, 448)
-    y = torch.empty(4096, dtype=dtype)
-    _cast_probe[(1,)](x, y, 4096, INTERPRET)
-    want = x.to(dtype)
-    bits = {1: torch.uint8, 2: torch.int16}[dtype.itemsize]
-    assert torch.equal(y.view(bits), want.view(bits))
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float8_e4m3fn], ids=str)
-def test_stochastic_rounding_unbiased_and_reproducible(dtype):
-    """Each draw is one of the two neighbours of x; the mean over ~5,000 draws per value is within 5
-    sigma of x; the same key repeats the draws, another key does not."""
-    x = torch.tensor([1.0 + 2.0**-10, -3.3e-3, 0.7], dtype=torch.float32)
-    n = 1 << 14
-    xs = x.repeat_interleave(n // 3 + 1)[:n].contiguous()
-    ys = [torch.empty(n, dtype=dtype) for _ in range(3)]
-    for y, key in zip(ys, (11, 11, 12)):
-        _sr_probe[(1,)](xs, y, key, n, INTERPRET)
-    assert torch.equal(ys[0].float(), ys[1].float()) and not torch.equal(ys[0].float(), ys[2].float())
-    got = ys[0].double()
-    lo = torch.minimum(xs.to(dtype).double(), got)
-    for v in x.tolist():
-        sel = xs == v
-        vals = set(got[sel].tolist())
-        assert len(vals) <= 2, vals
-        gap = max(vals) - min(vals) if len(vals) == 2 else 0.0
-        mean = got[sel].mean().item()
-        sigma = gap / 2 / sel.sum().item() ** 0.5
-        assert abs(mean - v) <= 5 * sigma + 1e-12, (v, mean, sigma)
-    assert lo.numel() == n
-
-
-def test_fp8_row_quantisation_matches_reference():
-    """Per-row fp8 scales and values equal ``rounding.quantize_state`` bit for bit."""
-    gen = torch.Generator().manual_seed(1)
-    s = torch.randn(8, 16, generator=gen) * torch.exp(torch.randn(8, 1, generator=gen) * 3)
-    s[3] = 0.0
-    q = torch.empty(8, 16, dtype=torch.float8_e4m3fn)
-    sc = torch.empty(8)
-    _quant_probe[(1,)](s, q, sc, 8, 16, INTERPRET)
-    want_q, want_sc = quantize_state(s, parse_mode("sfp8a16"))
-    assert torch.equal(sc, want_sc)
-    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
 
 
 # ---- through the engine --------------------------------------------------------------------------------

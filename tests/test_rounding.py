@@ -1,14 +1,18 @@
 """Rounding to storage precisions: nearest equals torch's cast, stochastic is unbiased and only
-ever returns a neighbour, scaled fp8/int8 states stay within half a step of the row maximum."""
+ever returns a neighbour, scaled fp8/int8 states stay within half a step of the row maximum.
+Every format of ``precision.FORMATS`` it applies to is tested (a new row is covered at once)."""
 
 import pytest
 import torch
 
-from replayssm.precision import parse_mode
+from replayssm.precision import FORMATS, parse_mode
 from replayssm.rounding import dequantize_state, philox_generator, quantize_state, round_tf32, stochastic_round
 
+SR_FLOATS = {f.name: f.dtype for f in FORMATS.values() if f.stochastic and f.dtype.is_floating_point}
+SCALED = [f for f in FORMATS.values() if f.scaled]
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float8_e4m3fn], ids=["bf16", "fp16", "fp8"])
+
+@pytest.mark.parametrize("dtype", SR_FLOATS.values(), ids=SR_FLOATS.keys())
 def test_stochastic_round_unbiased_and_neighbours(dtype):
     x = torch.tensor([1.0 + 1.0 / 3.0, -0.7123, 3.14159, 0.013], dtype=torch.float32)
     n = 40000
@@ -29,13 +33,18 @@ def test_stochastic_round_is_reproducible():
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-def test_stochastic_round_exact_values_unchanged():
+@pytest.mark.parametrize("dtype", SR_FLOATS.values(), ids=SR_FLOATS.keys())
+def test_stochastic_round_exact_values_unchanged(dtype):
     x = torch.tensor([1.0, -2.5, 0.0, 448.0])
-    for dtype in (torch.bfloat16, torch.float8_e4m3fn):
-        assert torch.equal(stochastic_round(x, dtype, philox_generator(0)).float(), x)
+    assert torch.equal(stochastic_round(x, dtype, philox_generator(0)).float(), x)
 
 
-@pytest.mark.parametrize("mode_id", ["sfp8a16", "si8a16", "sfp8a16-sr", "si8a16-sr"])
+def test_stochastic_round_refuses_other_dtypes():
+    with pytest.raises(ValueError, match="dtype: stochastic rounding targets"):
+        stochastic_round(torch.ones(2), torch.float32, philox_generator(0))
+
+
+@pytest.mark.parametrize("mode_id", [f"s{f.token}a16{sr}" for f in SCALED for sr in ("", "-sr")])
 def test_scaled_state_error_bound(mode_id):
     m = parse_mode(mode_id)
     s = torch.randn(3, 4, 8, 16) * torch.logspace(-3, 2, 16)
@@ -49,9 +58,13 @@ def test_scaled_state_error_bound(mode_id):
     assert rel.max().item() <= bound
 
 
-def test_quantize_zero_row():
-    stored, scale = quantize_state(torch.zeros(2, 4), parse_mode("si8a16"))
-    assert torch.equal(dequantize_state(stored, scale), torch.zeros(2, 4))
+@pytest.mark.parametrize("fmt", SCALED, ids=[f.name for f in SCALED])
+def test_quantize_zero_row_and_saturation(fmt):
+    s = torch.zeros(2, 4)
+    s[1] = torch.tensor([1.0, -3.0, 0.5, 2.0])
+    stored, scale = quantize_state(s, parse_mode(f"s{fmt.token}a16"))
+    assert float(scale[0]) == 1.0 and float(stored.float().abs().max()) == fmt.qmax
+    assert torch.equal(dequantize_state(stored, scale)[0], torch.zeros(4))
 
 
 def test_round_tf32():

@@ -23,8 +23,8 @@ import triton
 import triton.language as tl
 
 from replayssm.interface import KernelSnapshot
-from replayssm.ops.gdn.triton_base import TritonGDNBase
-from replayssm.ops.gdn.triton_math import cast_rne, gates, l2_normalise, load_state_tile, store_state_tile, ticket
+from replayssm.ops.gdn.triton_base import TritonGDNBase, gates, l2_normalise, ticket
+from replayssm.ops.triton.rounding import cast_nearest, load_state, store_state
 from replayssm.registry import register
 
 
@@ -51,7 +51,7 @@ def _baseline_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log
     dt_bias = tl.load(dt_bias_ptr + h)
     cur = tl.load(cur_ptr + slot)
     base = (slot * NPOS + cur) * HV * V + h * V
-    s = load_state_tile(st_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+    s = load_state(st_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
     cnt = tl.load(sr_ptr + slot)
     for t in tl.static_range(T):
         tok = r * T + t
@@ -67,16 +67,15 @@ def _baseline_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log
         d = beta * (v - alpha * tl.sum(s * kn[None, :], 1))
         s = alpha * s + d[:, None] * kn[None, :]
         o = tl.sum(s * qn[None, :], 1)
-        tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_rne(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+        tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_nearest(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
         # standard decode rewrites the state in place; speculative writes draft t after `current`
         if NPOS > 1:
             pos = (cur + 1 + t) % NPOS
         else:
             pos = cur
         obase = (slot * NPOS + pos) * HV * V + h * V
-        key = seed + (((cnt * num_slots + slot) * T + t) * HV + h)
-        store_state_tile(st_ptr, sc_ptr, s, obase * K + tile, obase + offs_v, ms, mv, key, tile,
-                         SCALED, SR, INTERPRET)
+        store_state(st_ptr + obase * K + tile, sc_ptr + obase + offs_v, s, ms, mv, h * V * K + tile, seed, slot,
+                    cnt, t, SCALED, SR, INTERPRET)
     tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
     if NPOS == 1 and SR:
         # standard decode: the last program of the slot counts the write (fresh random stream next step)

@@ -26,7 +26,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_math import cast_rne, gates, l2_normalise, load_state_tile, store_state_tile, ticket
+from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket
+from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 
 
 @triton.jit
@@ -106,29 +107,28 @@ def _replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, 
     alpha = tl.exp(g)
     # checkpoint and buffered history
     base = (slot * HV + h) * V
-    s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+    s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
     w = tl.load(wpos_ptr + slot)
     offs_j = tl.arange(0, BL)
     Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, offs_j, offs_j < L - 1, offs_j < w, h,
                                   hk, offs_v, mv, offs_k, mk, H, HV, K, V, L)
     d = beta * (v - alpha * readout(s0, eG, Dh, Kh, wj, kn))
     o = alpha * readout(s0, eG, Dh, Kh, wj, qn) + tl.sum(kn * qn, 0) * d
-    tl.store(out_ptr + (r * HV + h) * V + offs_v, cast_rne(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+    tl.store(out_ptr + (r * HV + h) * V + offs_v, cast_nearest(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
     flush = w == L - 1
     cnt = tl.load(sr_ptr + slot)
     if flush:
         s = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, 0, h, hk, offs_v, mv, offs_k, mk,
                          H, HV, K, V, L, 4)
         s = alpha * s + d[:, None] * kn[None, :]
-        key = seed + (cnt * num_slots + slot) * HV + h
-        store_state_tile(ckpt_ptr, sc_ptr, s, base * K + tile, base + offs_v, ms, mv, key, tile,
-                         SCALED, SR, INTERPRET)
+        store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed, slot,
+                    cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
     else:
         srow = slot * L + w
-        tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_rne(d, d_rec_ptr.dtype.element_ty, INTERPRET),
+        tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_nearest(d, d_rec_ptr.dtype.element_ty, INTERPRET),
                  mask=mv)
         tl.store(g_rec_ptr + srow * HV + h, g, mask=vb == 0)
-        tl.store(k_rec_ptr + (srow * H + hk) * K + offs_k, cast_rne(kn, k_rec_ptr.dtype.element_ty, INTERPRET),
+        tl.store(k_rec_ptr + (srow * H + hk) * K + offs_k, cast_nearest(kn, k_rec_ptr.dtype.element_ty, INTERPRET),
                  mask=mk & ((offs_k * 0 + vb + h % (HV // H)) == 0))
     tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
     last = ticket(ticket_ptr, slot, HV * NVB)

@@ -28,7 +28,8 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.replay_decode import fold_history, load_history, readout
-from replayssm.ops.gdn.triton_math import cast_rne, gates, l2_normalise, load_state_tile, store_state_tile
+from replayssm.ops.gdn.triton_base import gates, l2_normalise
+from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 
 
 @triton.jit
@@ -76,7 +77,7 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
     Gw = tl.cumsum(gw, 0)
     # checkpoint and committed history
     base = (slot * HV + h) * V
-    s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+    s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
     w = tl.load(wpos_ptr + slot)
     org = tl.load(origin_ptr + slot)
     flush = tl.load(isflush_ptr + slot) != 0
@@ -114,22 +115,21 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
         sel = offs_t == t
         O += tl.where(sel[:, None], tl.sum(D * _row(M, sel)[:, None], 0)[None, :], 0.0)
     tl.store(out_ptr + (tok[:, None] * HV + h) * V + offs_v[None, :],
-             cast_rne(O, out_ptr.dtype.element_ty, INTERPRET), mask=mtv)
+             cast_nearest(O, out_ptr.dtype.element_ty, INTERPRET), mask=mtv)
     # window records (all T' tokens) at logical positions write_pos + t
     srow = slot * RING + (org + w + offs_t) % RING
     tl.store(d_rec_ptr + (srow[:, None] * HV + h) * V + offs_v[None, :],
-             cast_rne(D, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mtv)
+             cast_nearest(D, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mtv)
     tl.store(g_rec_ptr + srow * HV + h, gw, mask=mt & ((offs_t * 0 + vb) == 0))
     tl.store(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :],
-             cast_rne(Kw, k_rec_ptr.dtype.element_ty, INTERPRET),
+             cast_nearest(Kw, k_rec_ptr.dtype.element_ty, INTERPRET),
              mask=mtk & ((tok[:, None] * 0 + offs_k[None, :] * 0 + vb + h % (HV // H)) == 0))
     if flush:
         s_h = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, org, h, hk, offs_v, mv, offs_k, mk,
                            H, HV, K, V, RING, 4)
         cnt = tl.load(sr_ptr + slot)
-        key = seed + (cnt * num_slots + slot) * HV + h
-        store_state_tile(ckpt_ptr, sc_ptr, s_h, base * K + tile, base + offs_v, ms, mv, key, tile,
-                         SCALED, SR, INTERPRET)
+        store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s_h, ms, mv, h * V * K + tile, seed, slot,
+                    cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
     tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
 
 
@@ -150,10 +150,10 @@ def _store_token(out_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, o, d, kn, g, tok, sro
                  mk, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, INTERPRET: tl.constexpr):
     """Output of a window token and its records (d by every program, g by the first value block,
     k by the first value head of the key head)."""
-    tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_rne(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
-    tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_rne(d, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mv)
+    tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_nearest(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+    tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_nearest(d, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mv)
     tl.store(g_rec_ptr + srow * HV + h, g, mask=vb == 0)
-    tl.store(k_rec_ptr + (srow * H + hk) * K + offs_k, cast_rne(kn, k_rec_ptr.dtype.element_ty, INTERPRET),
+    tl.store(k_rec_ptr + (srow * H + hk) * K + offs_k, cast_nearest(kn, k_rec_ptr.dtype.element_ty, INTERPRET),
              mask=mk & ((offs_k * 0 + vb + h % (HV // H)) == 0))
 
 
@@ -182,7 +182,7 @@ def _replay_spec_small_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
     ms = mv[:, None] & mk[None, :]
     tile = offs_v[:, None] * K + offs_k[None, :]
     base = (slot * HV + h) * V
-    s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+    s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
     w = tl.load(wpos_ptr + slot)
     org = tl.load(origin_ptr + slot)
     flush = tl.load(isflush_ptr + slot) != 0
@@ -237,9 +237,8 @@ def _replay_spec_small_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
         s_h = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, org, h, hk, offs_v, mv, offs_k, mk,
                            H, HV, K, V, RING, 4)
         cnt = tl.load(sr_ptr + slot)
-        key = seed + (cnt * num_slots + slot) * HV + h
-        store_state_tile(ckpt_ptr, sc_ptr, s_h, base * K + tile, base + offs_v, ms, mv, key, tile,
-                         SCALED, SR, INTERPRET)
+        store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s_h, ms, mv, h * V * K + tile, seed, slot,
+                    cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
     tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
 
 

@@ -32,7 +32,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_math import cast_rne, gates, l2_normalise, load_state_tile, store_state_tile, ticket
+from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket
+from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 
 
 def coef_layout(jb: int, tp: int) -> dict[str, int]:
@@ -92,7 +93,7 @@ def _gdn_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
         kk_i = tl.sum(Kh * k_i[None, :], 1)  # [JB]: k_j . k_i
         kq_i = tl.sum(Kh * q_i[None, :], 1)  # [JB]: k_j . q_i
         srow_i = slot * RING + (org + w + i) % RING
-        tl.store(k_rec_ptr + (srow_i * H + hk) * K + offs_k, cast_rne(k_i, k_rec_ptr.dtype.element_ty, INTERPRET),
+        tl.store(k_rec_ptr + (srow_i * H + hk) * K + offs_k, cast_nearest(k_i, k_rec_ptr.dtype.element_ty, INTERPRET),
                  mask=keep_k)
         for e in tl.static_range(HVG):
             vh = hk * HVG + e
@@ -196,7 +197,7 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
         if KC == 1:
             ms = mv[:, None] & mk[None, :]
             tile = offs_v[:, None] * K + offs_k[None, :]
-            s0 = load_state_tile(ckpt_ptr, sc_ptr, base * K + tile, base + offs_v, ms, mv, SCALED)
+            s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
         else:
             ms3 = mv[None, :, None] & mk[:, None, :]
             s0 = tl.load(ckpt_ptr + base * K + offs_v[None, :, None] * K + offs_k[:, None, :], mask=ms3,
@@ -254,9 +255,10 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
             d_i = r_i - tl.sum(Dw * aw[:, None], 0)
             Dw = tl.where((tp == i)[:, None], d_i[None, :], Dw)
             o_i = tl.load(coef_ptr + cb + O_B + i) * sq + tl.sum(Dh * cq[:, None], 0) + tl.sum(Dw * mw[:, None], 0)
-            tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_rne(o_i, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+            tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_nearest(o_i, out_ptr.dtype.element_ty, INTERPRET),
+                     mask=mv)
             srow = slot * RING + (org + w + i) % RING
-            tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_rne(d_i, d_rec_ptr.dtype.element_ty, INTERPRET),
+            tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_nearest(d_i, d_rec_ptr.dtype.element_ty, INTERPRET),
                      mask=rec_m)
             if i == 0:
                 d_cur = d_i
@@ -287,9 +289,8 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
             k2 = tl.arange(0, BK)
             tile2 = offs_v[:, None] * K + k2[None, :]
             ms2 = mv[:, None] & (k2 < K)[None, :]
-            key = seed + (cnt * num_slots + slot) * HV + h
-            store_state_tile(ckpt_ptr, sc_ptr, s, base * K + tile2, base + offs_v, ms2, mv, key, tile2,
-                             SCALED, SR, INTERPRET)
+            store_state(ckpt_ptr + base * K + tile2, sc_ptr + base + offs_v, s, ms2, mv, h * V * K + tile2, seed,
+                        slot, cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
 
 
 def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:

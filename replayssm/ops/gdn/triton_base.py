@@ -1,8 +1,10 @@
-"""Storage, device cursors, argument checks and inspection shared by the GDN Triton kernels.
+"""Storage, device cursors, argument checks and inspection shared by the GDN Triton kernels, and
+their jitted gate, normalisation and ticket helpers (rounding: ``replayssm.ops.triton.rounding``).
 
 Oracle: the literal models of ``replayssm.ops.gdn.naive`` (same snapshot layout, same cursor
-rules of ``DecodeConfig``).  Expected error: none here; the inspection methods are exact
-(``committed_state`` folds the stored checkpoint and records in fp64).
+rules of ``DecodeConfig``; gates and the L2 norm as written there).  Expected error: none for the
+storage; the inspection methods are exact (``committed_state`` folds the stored checkpoint and
+records in fp64); gates and norms are fp32 (a few ulp, from the GPU's exp/log).
 
 Every cursor lives on the device (int32 per slot: ``write_pos``, ``origin``, ``is_flush``,
 ``current`` draft position of the speculative baseline, ``ready``, ``pending``, a ``ticket``
@@ -37,7 +39,8 @@ import triton.language as tl
 
 from replayssm.interface import PAD_SLOT, KernelSnapshot, KernelUnderTest, next_pow2
 from replayssm.ops.gdn.literal import GDNMath
-from replayssm.ops.gdn.triton_math import INTERPRET, store_state_tile, ticket
+from replayssm.ops.triton.math import softplus
+from replayssm.ops.triton.rounding import INTERPRET, STREAM_RESET, store_state
 
 STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
 ACTS = ("fp32", "bf16", "fp16")
@@ -59,6 +62,34 @@ def launch_shape(geometry, R: int, sm_count: int, interpret: bool, block_v: int 
     bv = min(bv, Vp)
     nw = num_warps or max(1, min(8, bv * BK // 1024))
     return bv, triton.cdiv(V, bv), nw
+
+
+@triton.jit
+def gates(a, b, A_log, dt_bias):
+    """g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (spec 2.2; fp32, a few ulp from exp/log)."""
+    g = -tl.exp(A_log) * softplus(a + dt_bias)
+    beta = 1.0 / (1.0 + tl.exp(-b))
+    return g, beta
+
+
+@triton.jit
+def l2_normalise(x, axis: tl.constexpr):
+    """x / sqrt(sum(x^2) + 1e-6) along ``axis``."""
+    n = tl.sqrt_rn(tl.sum(x * x, axis) + 1e-6)
+    return x / tl.expand_dims(n, axis)
+
+
+@triton.jit
+def ticket(ticket_ptr, slot, NPROG: tl.constexpr):
+    """True in exactly one program of a slot's ``NPROG`` programs: the last to take a ticket, which
+    then resets it for the next launch.  Called after every read of the slot's cursor: each program
+    has consumed the cursor (its loads and stores depend on it) before it issues the atomic, so the
+    last program's cursor write cannot reach a read of this launch.  A relaxed atomic suffices (an
+    acq_rel one would fence every program on its outstanding stores)."""
+    old = tl.atomic_add(ticket_ptr + slot, 1, sem="relaxed")
+    last = old == NPROG - 1
+    tl.store(ticket_ptr + slot, 0, mask=last)
+    return last
 
 
 @triton.jit(do_not_specialize=["seed", "num_slots"])
@@ -85,9 +116,8 @@ def _reset_kernel(slot_ptr, init_ptr, origin_in_ptr, st_ptr, sc_ptr, wpos_ptr, o
         s = tl.zeros([BV, BK], dtype=tl.float32)
     base = (slot * NPOS * HV + h) * V
     cnt = tl.load(sr_ptr + slot)
-    key = seed + (cnt * num_slots + slot) * HV + h
-    store_state_tile(st_ptr, sc_ptr, s, base * K + tile, base + offs_v, ms, mv, key, tile,
-                     SCALED, SR, INTERPRET)
+    store_state(st_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed, slot, cnt,
+                STREAM_RESET, SCALED, SR, INTERPRET)
     first = (h + vb) == 0
     if HAS_ORIGIN:
         org = tl.load(origin_in_ptr + r).to(tl.int32)
@@ -160,9 +190,8 @@ class TritonGDNBase(KernelUnderTest):
         self.sm_count = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
         self.A_log = config.params["A_log"].to(device=dev, dtype=torch.float32).contiguous()
         self.dt_bias = config.params["dt_bias"].to(device=dev, dtype=torch.float32).contiguous()
-        # Philox key of a state write: (mode seed << 40) + ((write count * slots + slot) * T' + t) * HV + head;
-        # the counter is the element's index in the head's [V, K] state.
-        self.seed = self.mode.seed << 40
+        # stochastic rounding: replayssm.ops.triton.rounding's Philox scheme, keyed by the mode seed
+        self.seed = self.mode.seed
         self.sr = self.mode.rounding == "stochastic"
         self.scaled = self.mode.scaled_state
         self.npos = 1 + self.NPOS_EXTRA

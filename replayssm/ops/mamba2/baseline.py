@@ -27,12 +27,11 @@ import triton.language as tl
 
 from replayssm.interface import PAD_SLOT, KernelSnapshot
 from replayssm.ops.mamba2.replay import write_state_kernel
-from replayssm.ops.mamba2.triton_common import TritonMamba2Base, softplus
-from replayssm.ops.triton_rounding import INTERPRET, cast_nearest, load_state_rows, store_state_rows
+from replayssm.ops.mamba2.triton_common import TritonMamba2Base
+from replayssm.ops.triton.math import softplus
+from replayssm.ops.triton.rounding import INTERPRET, STREAM_RESET, cast_nearest, load_state, store_state
 from replayssm.registry import register
 from replayssm.rounding import dequantize_state
-
-STREAM_RESET = tl.constexpr(1 << 16)
 
 
 @triton.jit
@@ -50,7 +49,7 @@ def _baseline_kernel(
     if slot < 0:
         return
     g = h // (H // G)
-    SCALED: tl.constexpr = STATE == "fp8"
+    SCALED: tl.constexpr = STATE.primitive_bitwidth == 8
     if NBUF > 1:
         live = tl.load(live_ptr + slot)
     else:
@@ -69,7 +68,7 @@ def _baseline_kernel(
         pm = p < P
         m2 = pm[:, None] & nm[None, :]
         hp = ((slot * NBUF + live) * H + h) * P + p
-        S = load_state_rows(st_ptr + hp[:, None] * N + n[None, :], sts_ptr + hp, m2, pm, SCALED)
+        S = load_state(st_ptr + hp[:, None] * N + n[None, :], sts_ptr + hp, m2, pm, SCALED)
         for s in tl.static_range(T):
             dt_s = tl.load(dt_ptr + (r * T + s) * H + h).to(tl.float32)
             delta = softplus(dt_s + bias)
@@ -89,8 +88,8 @@ def _baseline_kernel(
                 dst = 0
             hq = ((slot * NBUF + dst) * H + h) * P + p
             elem = (h * P + p)[:, None] * N + n[None, :]
-            store_state_rows(st_ptr + hq[:, None] * N + n[None, :], sts_ptr + hq, S, m2, pm, elem, seed, slot, ctr, s,
-                             STATE, SCALED, SR, INTERP)
+            store_state(st_ptr + hq[:, None] * N + n[None, :], sts_ptr + hq, S, m2, pm, elem, seed, slot, ctr, s,
+                        SCALED, SR, INTERP)
 
 
 @triton.jit

@@ -46,17 +46,14 @@ import torch
 import triton
 import triton.language as tl
 
-from replayssm.interface import PAD_SLOT, KernelSnapshot
+from replayssm.interface import PAD_SLOT, KernelSnapshot, next_pow2
 from replayssm.ops.mamba2.literal import ROUTES, Mamba2Math
 from replayssm.ops.mamba2.replay_split import coef_layout, launch_split
-from replayssm.ops.mamba2.triton_common import OPTIONS, TritonMamba2Base, next_pow2
+from replayssm.ops.mamba2.triton_common import OPTIONS, TritonMamba2Base
 from replayssm.ops.split_options import int_choice, prepass_option
-from replayssm.ops.triton_rounding import INTERPRET, cast_nearest, store_state_rows
+from replayssm.ops.triton.rounding import INTERPRET, STREAM_FLUSH, STREAM_RESET, cast_nearest, store_state
 from replayssm.registry import register
 from replayssm.rounding import dequantize_state
-
-STREAM_FLUSH = tl.constexpr(0)
-STREAM_RESET = tl.constexpr(1)
 
 
 @triton.jit
@@ -80,7 +77,7 @@ def _replay_kernel(
     if slot < 0:
         return
     g = h // (H // G)
-    SCALED: tl.constexpr = STATE == "fp8"
+    SCALED: tl.constexpr = STATE.primitive_bitwidth == 8
     LOOP: tl.constexpr = DOT == "ieee" and not VEC  # ieee sums as loops of fp32 multiply-reduce, not tl.dot
     NCB: tl.constexpr = BN if INTERP or BN <= 32 else 32
     n = tl.arange(0, BN)
@@ -288,8 +285,8 @@ def _replay_kernel(
                 Bf = tl.where(hist[:, None], Bf_hist.to(tl.float32), Bf_win.to(tl.float32))
                 S_new = dec_fold * S0 + tl.dot(tl.trans(X * w_fold[:, None]), Bf, input_precision="ieee")
             elem = (h * P + p)[:, None] * N + n[None, :]
-            store_state_rows(ck_ptr + hp[:, None] * N + n[None, :], cks_ptr + hp, S_new, m2, pm, elem,
-                             seed, slot, ctr, STREAM_FLUSH, STATE, SCALED, SR, INTERP)
+            store_state(ck_ptr + hp[:, None] * N + n[None, :], cks_ptr + hp, S_new, m2, pm, elem,
+                        seed, slot, ctr, STREAM_FLUSH, SCALED, SR, INTERP)
 
     # ---- fused commit(1) of standard decode: the slot's last program advances its cursor ----------
     if ADVANCE:
@@ -337,7 +334,7 @@ def write_state_kernel(slot_ptr, src_ptr, dst_ptr, dsts_ptr, cnt_ptr, seed, NBUF
     slot = tl.load(slot_ptr + r).to(tl.int64)
     if slot < 0:
         return
-    SCALED: tl.constexpr = STATE == "fp8"
+    SCALED: tl.constexpr = STATE.primitive_bitwidth == 8
     if SR:
         ctr = tl.load(cnt_ptr + slot)
     else:
@@ -354,8 +351,8 @@ def write_state_kernel(slot_ptr, src_ptr, dst_ptr, dsts_ptr, cnt_ptr, seed, NBUF
             S = tl.zeros((BP, BN), tl.float32)
         hp = (slot * NBUF * H + h) * P + p
         elem = (h * P + p)[:, None] * N + n[None, :]
-        store_state_rows(dst_ptr + hp[:, None] * N + n[None, :], dsts_ptr + hp, S, m2, pm, elem, seed, slot, ctr,
-                         STREAM, STATE, SCALED, SR, INTERP)
+        store_state(dst_ptr + hp[:, None] * N + n[None, :], dsts_ptr + hp, S, m2, pm, elem, seed, slot, ctr,
+                    STREAM, SCALED, SR, INTERP)
 
 
 class _TritonReplay(TritonMamba2Base):

@@ -33,10 +33,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.mamba2.triton_common import softplus
-from replayssm.ops.triton_rounding import cast_nearest, store_state_rows
-
-STREAM_FLUSH = tl.constexpr(0)
+from replayssm.ops.triton.math import softplus
+from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 
 
 def coef_layout(jb: int, tp: int) -> dict[str, int]:
@@ -164,7 +162,7 @@ def _stream_kernel(
     if slot < 0:
         return
     g = h // (H // G)
-    SCALED: tl.constexpr = STATE == "fp8"
+    SCALED: tl.constexpr = STATE.primitive_bitwidth == 8
     wp = tl.load(meta_ptr + r * 4)
     org = tl.load(meta_ptr + r * 4 + 1)
     flush = tl.load(meta_ptr + r * 4 + 2) != 0
@@ -263,8 +261,8 @@ def _stream_kernel(
             if KC != 1:
                 S_new = tl.reshape(tl.permute(S_new, (1, 0, 2)), (BP, BN))
             elem = (h * P + p)[:, None] * N + n[None, :]
-            store_state_rows(ck_ptr + hp[:, None] * N + n[None, :], cks_ptr + hp, S_new, m2, pm, elem,
-                             seed, slot, ctr, STREAM_FLUSH, STATE, SCALED, SR, INTERP)
+            store_state(ck_ptr + hp[:, None] * N + n[None, :], cks_ptr + hp, S_new, m2, pm, elem,
+                        seed, slot, ctr, STREAM_FLUSH, SCALED, SR, INTERP)
 
 
 def launch_split(kern, slot_ids, inputs, out, advance: bool, phases: str = "both") -> None:

@@ -1,9 +1,6 @@
 """What the Mamba-2 Triton kernels share: the mode support matrix, the launch configuration,
-the Δ (softplus) helper, the cursor kernels, and the wrapper base class.
-
-Oracle for the arithmetic: spec section 2.1 as written in ``naive.py`` (``softplus`` is
-``log1p(exp(u))``, the identity above 20).  Expected error of :func:`softplus` here: a few fp32
-ulps (log1p through the ``w = 1 + v`` correction, so small Δ keep their relative precision).
+the cursor kernels, and the wrapper base class (the Δ softplus is ``replayssm.ops.triton.math``'s,
+the rounding ``replayssm.ops.triton.rounding``'s).
 
 Every wrapper has two paths:
 
@@ -26,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest
-from replayssm.ops.triton_rounding import INTERPRET, KIND_OF_DTYPE
+from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, next_pow2
+from replayssm.ops.triton.rounding import INTERPRET, triton_dtype
 
 # options a Triton Mamba-2 kernel accepts (KernelConfig.options)
 OPTIONS = {
@@ -80,23 +77,10 @@ def mode_unsupported(mode, options: dict, dots: tuple[str, ...],
     return None
 
 
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
 def sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 132
-
-
-@triton.jit
-def softplus(u):
-    """log1p(exp(u)) for u <= 20, u above (spec 2.1); log1p(v) = log(w) * v / (w - 1), w = 1 + v."""
-    v = tl.exp(tl.minimum(u, 20.0))
-    w = 1.0 + v
-    lp = tl.where(w == 1.0, v, tl.log(w) * (v / (w - 1.0)))
-    return tl.where(u > 20.0, u, lp)
 
 
 @triton.jit
@@ -166,8 +150,8 @@ class TritonMamba2Base(KernelUnderTest):
         self.block_n = max(16, next_pow2(g.dstate))
         self.sms = sm_count(self.device)
         m = self.mode
-        self.state_kind = KIND_OF_DTYPE[m.state_dtype]
-        self.act_kind = KIND_OF_DTYPE[m.act_dtype]
+        self.state_kind = triton_dtype(m.state)
+        self.act_kind = triton_dtype(m.act)
         self.sr = m.rounding == "stochastic"
         self.seed = int(m.seed)
         p = {k: v.detach().to(device=self.device, dtype=torch.float32).contiguous() for k, v in config.params.items()}
@@ -234,4 +218,4 @@ class TritonMamba2Base(KernelUnderTest):
                              f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
 
 
-__all__ = ["OPTIONS", "PAD_SLOT", "TritonMamba2Base", "mask_and", "mode_unsupported", "next_pow2", "softplus"]
+__all__ = ["OPTIONS", "PAD_SLOT", "TritonMamba2Base", "mask_and", "mode_unsupported"]
