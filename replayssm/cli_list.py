@@ -16,11 +16,10 @@ def add_parser(subparsers):
 
 
 def load_kernels() -> None:
-    """Import everything that registers kernels: built-ins (replayssm.ops) and the mutants."""
+    """Import everything that registers kernels: built-ins (replayssm.ops) and every mutant."""
+    import replayssm.validators.mutants  # noqa: F401 - registers every mutant
     from replayssm.registry import kernels
     kernels()
-    import replayssm.validators.mutant_gallery  # noqa: F401
-    import replayssm.validators.mutants  # noqa: F401
 
 
 def collect(family: str | None = None) -> dict:

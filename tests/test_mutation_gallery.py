@@ -14,7 +14,7 @@ import pytest
 from replayssm.cli import main
 from replayssm.validators.fuzz_artifacts import load_failure
 from replayssm.validators.gallery_run import failure_class, gallery_cases, problems, run_case
-from replayssm.validators.mutant_gallery import all_mutants
+from replayssm.validators.mutants import all_mutants
 
 CASES = gallery_cases()
 

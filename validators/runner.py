@@ -35,6 +35,7 @@ from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_par
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import StepPlan, plan
 from replayssm.validators import invariants as inv
+from replayssm.validators import mutants  # noqa: F401 - registers every mutant by name
 from replayssm.validators.metrics import error_metrics
 from replayssm.validators.result import Failure, ValidationResult
 from replayssm.validators.tolerances import bound, output_unit, state_unit, tolerance_for
@@ -99,8 +100,6 @@ def build_kernel(kernel, sc: Scenario, device, params=None) -> KernelUnderTest:
     """A kernel for ``sc``: a registered name, a KernelUnderTest subclass, or an instance."""
     if isinstance(kernel, KernelUnderTest):
         return kernel
-    if isinstance(kernel, str):
-        import replayssm.validators.mutants  # noqa: F401 - registers the mutants by name
     cls = get(kernel, sc.family) if isinstance(kernel, str) else kernel
     if not (isinstance(cls, type) and issubclass(cls, KernelUnderTest)):
         raise ValueError(f"kernel: expected a registered name, a KernelUnderTest subclass or instance, got {kernel!r}")
