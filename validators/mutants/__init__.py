@@ -19,7 +19,14 @@ To add one: write a mixin overriding the literal model's methods in the module o
 
 from __future__ import annotations
 
-from replayssm.validators.mutants import arithmetic, bookkeeping, field_bugs, interface, precision  # noqa: F401
+# isort: off
+# Registration order (the order of all_mutants() and of docs/mutation_gallery.md).
+from replayssm.validators.mutants import field_bugs  # noqa: F401
+from replayssm.validators.mutants import bookkeeping  # noqa: F401
+from replayssm.validators.mutants import arithmetic  # noqa: F401
+from replayssm.validators.mutants import precision  # noqa: F401
+from replayssm.validators.mutants import interface  # noqa: F401
+# isort: on
 from replayssm.validators.mutants.field_bugs import FIELD_BUGS
 from replayssm.validators.mutants.registry import (
     BASELINE_BASES,
