@@ -21,14 +21,13 @@ def add_parser(subparsers):
 
 
 def load_kernels() -> None:
-    """Import everything that registers kernels: built-ins (replayssm.ops), the mutants and the
+    """Import everything that registers kernels: built-ins (replayssm.ops), every mutant and the
     adapters whose source is available (``replayssm.adapters``)."""
+    import replayssm.validators.mutants  # noqa: F401 - registers every mutant
     from replayssm import adapters
     from replayssm.registry import kernels
     kernels()
     adapters.load()
-    import replayssm.validators.mutant_gallery  # noqa: F401
-    import replayssm.validators.mutants  # noqa: F401
 
 
 def collect(family: str | None = None) -> dict:

@@ -40,6 +40,7 @@ from replayssm.precision import STANDARD_MODES, parse_mode
 from replayssm.registry import get
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.scenario import Scenario
+from replayssm.validators.mutants import all_mutants
 
 # Modes drawn by default: the standard sweep (reference first) plus readout and seed variants.
 FUZZ_MODES: tuple[str, ...] = ("s32a32", *[m for m in STANDARD_MODES if m != "s32a32"],
@@ -233,7 +234,6 @@ def _registered_decodes(cls) -> tuple[str, ...]:
     """The decodes a mutant is registered for (all for other kernels)."""
     if cls is None or getattr(cls, "kind", "") != "mutant":
         return ("speculative", "standard")
-    from replayssm.validators.mutant_gallery import all_mutants
     spec = all_mutants().get(cls.name)
     return tuple(spec.decodes) if spec is not None else ("speculative", "standard")
 

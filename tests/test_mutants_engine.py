@@ -11,7 +11,8 @@ import pytest
 from replayssm.registry import kernels
 from replayssm.scenarios import Scenario
 from replayssm.validators import run_scenario
-from replayssm.validators.mutants import MUTANTS, first_bad_step
+from replayssm.validators.mutants import FIELD_BUGS as MUTANTS
+from replayssm.validators.mutants import first_bad_step
 
 CASES = [(name, fam, dec) for name, spec in MUTANTS.items() for fam in ("mamba2", "gdn") for dec in spec.decodes]
 

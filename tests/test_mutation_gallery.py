@@ -1,6 +1,6 @@
 """The fuzzer catches every broken kernel under the ``ci`` profile, fast, with a small reproducer.
 
-Oracle: the mutants (validators/mutants.py, validators/mutant_gallery.py) each carry one known
+Oracle: the mutants (validators/mutants/) each carry one known
 bug, so the validation engine must fail each one; the fuzzer must find a failing scenario
 within 60 s (CPU) and shrink bookkeeping bugs to <= 2 active rows and <= 8 verify steps.  The
 shrunk reproducer is saved as a failure artifact, and ``replayssm validate --scenario FILE``
@@ -14,7 +14,7 @@ import pytest
 from replayssm.cli import main
 from replayssm.validators.fuzz_artifacts import load_failure
 from replayssm.validators.gallery_run import failure_class, gallery_cases, problems, run_case
-from replayssm.validators.mutant_gallery import all_mutants
+from replayssm.validators.mutants import all_mutants
 
 CASES = gallery_cases()
 

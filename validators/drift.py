@@ -69,12 +69,8 @@ _TINY = 1e-300
 # ---- kernels ------------------------------------------------------------------------------------------
 
 def registered() -> dict:
-    """Every registered kernel: the built-ins, the engine's mutants, and whatever was imported."""
-    import importlib
-    try:
-        importlib.import_module("replayssm.validators.mutants")
-    except ImportError:
-        pass
+    """Every registered kernel: the built-ins, every mutant (``validators/mutants/``, registered on
+    import with the runner), and whatever was imported."""
     return kernels()
 
 

@@ -22,21 +22,17 @@ from pathlib import Path
 import torch
 
 from replayssm.validators.fuzz import FuzzReport, fuzz_kernel
-from replayssm.validators.mutant_gallery import GALLERY_CLASSES, all_mutants
+from replayssm.validators.mutants import all_mutants
 
 CATCH_LIMIT_S = 60.0
 BOOKKEEPING_MAX_ROWS = 2
 BOOKKEEPING_MAX_STEPS = 8
-# The failure class of the engine's own seven mutants (validators/mutants.py).
-ENGINE_CLASSES = {
-    "mutant-stale-read": "bookkeeping", "mutant-no-commit": "bookkeeping", "mutant-clamped-accept": "bookkeeping",
-    "mutant-stale-ring-row": "bookkeeping", "mutant-late-flush": "bookkeeping",
-    "mutant-padding-writer": "bookkeeping", "mutant-low-precision-state": "precision",
-}
 
 
 def failure_class(name: str) -> str:
-    return GALLERY_CLASSES.get(name) or ENGINE_CLASSES.get(name, "other")
+    """The kind of slip a mutant stands for (its registration's ``klass``; "other" if unknown)."""
+    spec = all_mutants().get(name)
+    return spec.klass if spec is not None else "other"
 
 
 def gallery_cases() -> list[tuple[str, str]]:
@@ -79,8 +75,8 @@ def table(reports: list[FuzzReport], total_s: float) -> str:
     lines = [
         "# Mutation gallery: does the fuzzer catch real bugs?",
         "",
-        "Every broken kernel (`replayssm list kernels`, kind `mutant`: the engine's seven in",
-        "`validators/mutants.py`, the gallery's in `validators/mutant_gallery.py`) fuzzed with the `ci`",
+        "Every broken kernel (`replayssm list kernels`, kind `mutant`, all in one registry,",
+        "`validators/mutants/`: spec 7's field bugs and the gallery) fuzzed with the `ci`",
         "profile (derandomized, at most 100 scenarios, shrinking bounded to 20 s) by",
         "`python -m replayssm.validators.gallery_run --write docs/mutation_gallery.md`;",
         "`tests/test_mutation_gallery.py` asserts the same targets in the default pytest run.",

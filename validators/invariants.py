@@ -1,6 +1,7 @@
-"""Exact (bitwise) invariant checks on a kernel's outputs and stored state.
+"""Bitwise helpers of the exact invariant checks on a kernel's outputs and stored state.
 
-Oracle: spec 3-4 and 6.  These checks compare raw bits, never values with a tolerance:
+Oracle: spec 3-4 and 6.  The checks themselves are units of ``validators/checks/``; the helpers
+here compare raw bits, never values with a tolerance:
 
 * outputs are poisoned before each verify with a NaN of a fixed payload; an element still
   holding that exact bit pattern afterwards was never written;

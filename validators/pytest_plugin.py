@@ -62,8 +62,7 @@ def assert_kernel_valid(kernel, scenario=None, *, device="cpu", out_dir=None, **
             raise ValueError("scenario: pass a Scenario (a kernel name alone does not say its family)")
         scenario = Scenario.tiny(family, schedule="exhaustive")
     if isinstance(kernel, str):
-        import replayssm.validators.mutants  # noqa: F401 - registers the mutants by name
-        get(kernel, scenario.family)
+        get(kernel, scenario.family)  # importing the runner registered every mutant by name
     res = run_scenario(scenario, kernel, device=device, **options)
     if out_dir is not None:
         res.save(out_dir, stem=re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{res.kernel}-{scenario.label}"))

@@ -27,11 +27,9 @@ CORPUS = Path(__file__).resolve().parents[1] / "golden" / "regressions"
 
 def replay(path) -> tuple[bool, str]:
     """(holds, message): whether the corpus entry at ``path`` still behaves as its status says."""
-    from replayssm.cli_list import load_kernels
-    from replayssm.validators.runner import run_scenario
+    from replayssm.validators.runner import run_scenario  # registers every mutant by name
 
     sc, rec = load_failure(path)
-    load_kernels()
     res = run_scenario(sc, rec.kernel)
     if rec.status == "fixed":
         return res.passed, res.headline()

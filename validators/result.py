@@ -12,22 +12,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# Check names, in the order a report lists them.
-CHECKS = {
-    "exception": "the kernel raised",
-    "out-param": "verify must write into the out= tensor it was given",
-    "unwritten-output": "an output element still holds the NaN poison after verify",
-    "non-finite": "a non-finite output or state where the reference is finite",
-    "padding-output": "a padding row's output changed",
-    "unused-slot": "an unused slot (canary) changed",
-    "checkpoint-unchanged": "a non-flush verify changed the checkpoint",
-    "committed-ring-rows": "a verify overwrote a committed ring row",
-    "cursor": "write_pos / origin / is_flush differ from the spec's cursor rules",
-    "output": "tolerance rule on window outputs (factor x literal error + floor)",
-    "flush-checkpoint": "at a flush the checkpoint differs from the reference state at the folded count",
-    "state": "tolerance rule on the committed state after commit",
-    "repeat": "a repeated run was not bit-identical",
-}
+from replayssm.validators.checks import CHECKS as CHECK_REGISTRY
+
+# Check names and what each catches, in run order (the registry of validators/checks/).
+CHECKS = {name: c.catches for name, c in CHECK_REGISTRY.items()}
 
 
 @dataclass

@@ -7,7 +7,10 @@ window[0..s], drafts included; after each commit the kernel's committed state is
 the reference state after the accepted prefix; at every flush its checkpoint is compared with
 the reference state at the folded token count.  Tolerances come from
 ``validators/tolerances.py`` (err <= factor x literal-model error at the same mode + floor); the
-exact invariants from ``validators/invariants.py``.
+exact invariants from ``validators/invariants.py``.  Every check is a registered unit of
+``validators/checks/``; this module only orchestrates: plan -> reset rows -> verify -> the checks
+of each hook (verify-returned, after-verify, at-flush) -> commit -> the after-commit checks, and
+the end-of-run checks after the last step.
 
 :class:`Lockstep` is the step-level engine (the drift helper builds on it; ``state_dict`` /
 ``load_state_dict`` checkpoint and resume it); :func:`run_scenario` runs a whole scenario,
@@ -28,24 +31,23 @@ from collections import Counter
 import torch
 
 from replayssm.families import family
-from replayssm.interface import PAD_SLOT, KernelConfig, KernelSnapshot, KernelUnderTest
+from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest
 from replayssm.registry import get
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import StepPlan, plan
 from replayssm.validators import invariants as inv
+from replayssm.validators import mutants  # noqa: F401 - registers every mutant by name
+from replayssm.validators.checks import CHECKS, HOOKS, RunContext, StepContext, ToleranceRule, checks_at
+from replayssm.validators.checks.tolerance_rule import SR_WALK_CAP
 from replayssm.validators.metrics import error_metrics
 from replayssm.validators.result import Failure, ValidationResult
-from replayssm.validators.tolerances import bound, output_unit, state_unit, tolerance_for
 
 CANARY_GENERATION = 1 << 40
 # With stochastic rounding the literal model's error is a random draw: the bound uses the running
 # maximum over the literal and this many replicas with other rounding seeds (fp8 SR with long
 # memory: independent streams drift several ulps apart, docs/fuzzing.md).
 SR_REPLICAS = 2
-# ... and the floor grows like a random walk of one rounding per flush, up to this many flushes
-# (later the replicas' running envelope has seen enough of the noise).
-SR_WALK_CAP = 8
 
 
 def reference_step(family_name: str, state: torch.Tensor, tok: dict[str, torch.Tensor],
@@ -86,8 +88,6 @@ def build_kernel(kernel, sc: Scenario, device, params=None) -> KernelUnderTest:
     """A kernel for ``sc``: a registered name, a KernelUnderTest subclass, or an instance."""
     if isinstance(kernel, KernelUnderTest):
         return kernel
-    if isinstance(kernel, str):
-        import replayssm.validators.mutants  # noqa: F401 - registers the mutants by name
     cls = get(kernel, sc.family) if isinstance(kernel, str) else kernel
     if not (isinstance(cls, type) and issubclass(cls, KernelUnderTest)):
         raise ValueError(f"kernel: expected a registered name, a KernelUnderTest subclass or instance, got {kernel!r}")
@@ -108,6 +108,10 @@ class Lockstep:
     (0: never).  ``state_every``: committed-state check every n-th step (flush checks always run
     when invariants or state checks run on that step).  ``max_failures``: failures kept in full
     (all are counted).
+
+    The checks are the registered units of ``validators/checks/`` (``CHECKS``): each runs at its
+    hooks on the steps its schedule names, for the kernel kinds it lists; a snapshot is taken only
+    when a check due at that step needs it.
     """
 
     def __init__(self, sc: Scenario, kernel, *, device="cpu", literal_every: int = 1, invariants_every: int = 1,
@@ -149,9 +153,9 @@ class Lockstep:
         self.dec = sc.decode_config
         # A mutant built on a baseline says so in ``base_kind`` (its kind is "mutant").
         self.replay_kind = getattr(self.kernel, "base_kind", self.kernel.kind) != "baseline"
-        self.tol = tolerance_for(sc.precision)
-        self.u_out = output_unit(sc.precision)
-        self.u_state = state_unit(sc.precision)
+        self.kind = "replay" if self.replay_kind else "baseline"
+        self.hooks = {h: checks_at(h, self.kind) for h in HOOKS}
+        self.rule = ToleranceRule(sc.precision, sc.rows, self.device, label=sc.mode)
         self.step_idx = 0
         self.started = False
         self.digest = inv.RunDigest() if digest else None
@@ -166,19 +170,50 @@ class Lockstep:
         self.tokens_verified = 0
         self.notes: list[str] = []
         self.canary: dict[int, dict[str, torch.Tensor]] = {}
+        self.ran_at_end: list[str] = []
         # Stochastic rounding: the literal model's error is one random draw of the mode's noise; the
         # bound uses the running maximum (literal and replicas) per row since the row's last reset.
-        self.sr_envelope = sc.precision.rounding == "stochastic"
-        self.lit_env = {"output": torch.zeros(sc.rows, dtype=torch.float64, device=self.device),
-                        "state": torch.zeros(sc.rows, dtype=torch.float64, device=self.device),
-                        "flushes": torch.zeros(sc.rows, dtype=torch.float64, device=self.device)}
+        self.lit_env = self.rule.envelope
 
-    def _sr_walk(self, idx: torch.Tensor) -> torch.Tensor:
-        """Per row: sqrt(1 + flushes since reset) with stochastic rounding (independent rounding
-        streams drift apart like random walks of one rounding per flush), else 1."""
-        if not self.sr_envelope:
-            return torch.ones(len(idx), dtype=torch.float64, device=self.device)
-        return torch.sqrt(1.0 + self.lit_env["flushes"].index_select(0, idx).clamp(max=SR_WALK_CAP))
+    # ---- schedules --------------------------------------------------------------------------------------
+    def _enabled(self, schedule: str) -> bool:
+        """Whether checks of ``schedule`` can run at all in this run."""
+        return {"every-step": True, "invariants": bool(self.invariants_every), "literal": bool(self.literal_every),
+                "state": bool(self.state_every), "invariants-or-state": bool(self.invariants_every or self.state_every),
+                "once": True, "repeat": True}[schedule]
+
+    def _due(self, s: int) -> set[str]:
+        """The schedules due at step ``s``."""
+        inv_on = bool(self.invariants_every) and s % self.invariants_every == 0
+        st_on = bool(self.state_every) and s % self.state_every == 0
+        due = {"every-step"}
+        if inv_on:
+            due.add("invariants")
+        if bool(self.literal_every) and s % self.literal_every == 0:
+            due.add("literal")
+        if st_on:
+            due.add("state")
+        if inv_on or st_on:
+            due.add("invariants-or-state")
+        return due
+
+    def _needs(self, due: set[str]) -> set[str]:
+        """Snapshot points the checks due this step need."""
+        return {n for checks in self.hooks.values() for c in checks if c.schedule in due for n in c.needs}
+
+    def _run_hook(self, hook: str, ctx, due: set[str]) -> None:
+        """Run the due checks of ``hook``: their device flags first, in one host sync, then each
+        check whose flag is set (or that has none)."""
+        ctx.hook = hook
+        checks = [c for c in self.hooks[hook] if c.schedule in due]
+        flagged = [c for c in checks if c.flag is not None]
+        raised = set()
+        if flagged:
+            vals = torch.stack([c.flag(ctx).reshape(()) for c in flagged]).tolist()
+            raised = {c.name for c, v in zip(flagged, vals) if v}
+        for c in checks:
+            if c.flag is None or c.name in raised:
+                c.run(ctx)
 
     @property
     def literals(self) -> list[KernelUnderTest]:
@@ -216,13 +251,15 @@ class Lockstep:
         self.ref = init.clone()
         self.wp = [0] * sc.rows
         self.origin = list(sc.resolved_origins)
-        if unused and self.invariants_every:
+        if unused and any("canaries" in c.needs and self._enabled(c.schedule)
+                          for checks in self.hooks.values() for c in checks):
             snap = k.snapshot()
             self.canary = {s: {n: t.clone() for n, t in inv.slot_view(snap, s).items()} for s in unused}
         self.started = True
 
     # ---- one step -------------------------------------------------------------------------------------------
-    def _reset_rows(self, p: StepPlan) -> None:
+    def reset_rows(self, p: StepPlan) -> None:
+        """Reset the rows the plan resets (kernel, literal models, reference, cursors, envelope)."""
         if not p.reset_rows:
             return
         ids = [self.ids_list[r] if r in p.reset_rows else PAD_SLOT for r in range(self.sc.rows)]
@@ -263,55 +300,6 @@ class Lockstep:
         self.ref_magnitude = torch.stack(mags, dim=1)
         return torch.stack(outs, dim=1), new, after_first
 
-    def _check_state(self, step: int, check: str, got: torch.Tensor, want: torch.Tensor,
-                     lit: list[torch.Tensor] | None, rows: list[int]) -> tuple[float, float | None]:
-        """Tolerance rule on states of ``rows`` (non-finite values always fail); returns (max error,
-        max error / bound, None without the literal model)."""
-        if not rows:
-            return 0.0, 0.0
-        idx = torch.tensor(rows, device=self.device)
-        g, w = got.index_select(0, idx), want.index_select(0, idx)
-        m = error_metrics(g, w, self.u_state, lead=1)
-        lit_err = None
-        if lit:
-            errs = [error_metrics(x.index_select(0, idx), w, self.u_state, lead=1)["max_abs"] for x in lit]
-            lit_err = torch.stack(errs).amax(0)
-        if lit_err is not None and self.sr_envelope:
-            lit_err = torch.maximum(lit_err, self.lit_env["state"].index_select(0, idx))
-            self.lit_env["state"].index_copy_(0, idx, torch.where(torch.isfinite(lit_err), lit_err, 0.0))
-        if lit_err is not None:
-            b = bound(self.sc.precision, lit_err, m["ref_max"] * self._sr_walk(idx), state=True)
-        else:  # without the literal model only non-finite states fail
-            b = torch.full_like(m["max_abs"], float("inf"))
-        ratio = m["max_abs"] / b.clamp_min(1e-300)
-        nonfinite = ~torch.isfinite(g.reshape(len(rows), -1)).all(-1)
-        bad = (ratio > 1) | nonfinite
-        if bool(bad.any()):
-            for i in torch.nonzero(bad).flatten().tolist():
-                r = rows[i]
-                if bool(nonfinite[i]):
-                    pos = inv.first_index(~torch.isfinite(g[i]))
-                    self.fail(step, "non-finite", f"{check}: first non-finite state element at index {pos}",
-                              row=r, slot=self.ids_list[r])
-                    continue
-                e, bb, sc_r = float(m["max_abs"][i]), float(b[i]), float(m["ref_max"][i])
-                self.fail(step, check, f"max abs error {e:.3e} > bound {bb:.3e} (= {self.tol.factor} x literal "
-                                       f"{float(lit_err[i]):.3e} + {self.tol.floor_u} u x scale {sc_r:.3e}); "
-                                       f"{self._precision_hint(e, sc_r, self.u_state)}",
-                          row=r, slot=self.ids_list[r], value=e, bound=bb)
-        max_err = float(m["max_abs"].max())
-        if lit_err is None:
-            return max_err, None
-        finite_ratio = ratio[torch.isfinite(ratio)]
-        return max_err, float(finite_ratio.max()) if finite_ratio.numel() else float("inf")
-
-    def _precision_hint(self, err: float, scale: float, u: float) -> str:
-        rel = err / scale if scale > 0 else float("inf")
-        if rel >= 0.05:
-            return f"relative error {rel:.2e}: a bookkeeping error, not rounding"
-        return (f"relative error {rel:.2e} = {rel / u:.1f} u of the declared mode {self.sc.mode}: the kernel runs "
-                f"at a lower effective precision than declared")
-
     def step(self) -> dict:
         """Run the next planned step; returns its record (per-step metrics as floats when
         ``record_metrics``; failures are added to the run).  ``self.last_step`` keeps the step's
@@ -324,11 +312,11 @@ class Lockstep:
             raise ValueError(f"step: the plan has {len(self.plans)} steps, all run")
         p = self.plans[self.step_idx]
         s, sc, k, dev = p.step, self.sc, self.kernel, self.device
-        self._reset_rows(p)
+        self.reset_rows(p)
         inputs = make_inputs(sc, s, dev)
-        check_inv = bool(self.invariants_every) and s % self.invariants_every == 0
-        use_lit = bool(self.literal_every) and s % self.literal_every == 0
-        check_state = bool(self.state_every) and s % self.state_every == 0
+        due = self._due(s)
+        needs = self._needs(due)
+        use_lit = "literal" in due
         flush_rows = [r for r in self.active if self.dec.is_flush(self.wp[r])]
         for r in flush_rows:
             self.lit_env["flushes"][r] += 1
@@ -337,113 +325,36 @@ class Lockstep:
             self.coverage["flush verifies" if r in flush_rows else "non-flush verifies"] += 1
             if self.dec.speculative and r in flush_rows and self.origin[r] + self.wp[r] >= sc.ring_rows:
                 self.coverage["ring wraps"] += 1
-        snap0 = k.snapshot() if check_inv else None
+        ctx = StepContext(self, p, inputs, flush_rows, use_literal=use_lit, record={"step": s})
+        if "before-verify" in needs:
+            ctx.snapshots["before-verify"] = k.snapshot()
 
-        out = inv.poisoned_out(sc.rows, sc.window, k.out_shape, sc.precision.act_dtype, self.pad_rows, dev)
-        ret = k.verify(self.ids, inputs, out=out)
-        if ret is not out and ret is not None:
-            self.fail(s, "out-param", "verify returned a new tensor instead of writing into out=")
-            out = ret
+        # -- verify
+        ctx.out_given = inv.poisoned_out(sc.rows, sc.window, k.out_shape, sc.precision.act_dtype, self.pad_rows, dev)
+        ctx.returned = k.verify(self.ids, inputs, out=ctx.out_given)
+        self._run_hook("verify-returned", ctx, due)
+        ctx.out = ctx.out_given if ctx.returned is None else ctx.returned
         self.tokens_verified += len(self.active) * sc.window
-        snap1 = k.snapshot() if check_inv else None
-        ckpt_after_verify = k.checkpoint_state(self.ids) if (check_inv or check_state) and flush_rows else None
+        if "after-verify" in needs:
+            ctx.snapshots["after-verify"] = k.snapshot()
+        at_flush = bool(flush_rows) and any(c.schedule in due for c in self.hooks["at-flush"])
+        if at_flush and "checkpoint" in needs:
+            ctx.checkpoint = k.checkpoint_state(self.ids)
 
-        lit_outs = [lit.verify(self.ids, inputs) for lit in self.literals] if use_lit else None
-        lit_out = lit_outs[0] if lit_outs else None
-        lit_ckpt = ([lit.checkpoint_state(self.ids) for lit in self.literals]
-                    if use_lit and ckpt_after_verify is not None else None)
-        ref_out, ref_new, ref_first = self._reference_window(inputs, p.accepted)
-
-        # -- exact output checks (one host sync): padding rows, poison, non-finite
+        # -- the literal model and the fp64 reference on the same window
+        ctx.lit_outs = [lit.verify(self.ids, inputs) for lit in self.literals] if use_lit else None
+        if use_lit and ctx.checkpoint is not None:
+            ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
+        ctx.ref_state_before = self.ref
+        ctx.ref_out, ctx.ref_state, ctx.ref_first = self._reference_window(inputs, p.accepted)
+        ctx.ref_magnitude = self.ref_magnitude
         act = self.active_idx
-        o_act = out.index_select(0, act)
-        unwritten = inv.unwritten_mask(o_act)
-        nonfinite = ~torch.isfinite(o_act) & ~unwritten
-        lit_nonfinite = (~torch.isfinite(lit_out.index_select(0, act)) if lit_out is not None else None)
-        pad_bad = ((out.index_select(0, self.pad_idx) != inv.PAD_CANARY).flatten(1).any(-1) if self.pad_rows
-                   else torch.zeros(0, dtype=torch.bool, device=dev))
-        flags = torch.cat([pad_bad, unwritten.any().view(1), nonfinite.any().view(1)]).tolist()
-        for j, r in enumerate(self.pad_rows):
-            if flags[j]:
-                pos = inv.first_index(out[r] != inv.PAD_CANARY)
-                self.fail(s, "padding-output", f"padding row output changed (first at {pos})", row=r,
-                          position=pos[0])
-        if flags[-2]:
-            for i, r in enumerate(self.active):
-                if bool(unwritten[i].any()):
-                    pos = inv.first_index(unwritten[i])
-                    self.fail(s, "unwritten-output", f"output element {pos[1:]} still holds the NaN poison",
-                              row=r, slot=self.ids_list[r], position=pos[0])
-        if flags[-1]:
-            for i, r in enumerate(self.active):
-                bad = nonfinite[i]
-                if lit_nonfinite is not None:
-                    expected = bad & lit_nonfinite[i]
-                    if bool(expected.any()):
-                        self.coverage["non-finite outputs also in the literal model (mode overflow)"] += int(
-                            expected.sum())
-                    bad = bad & ~lit_nonfinite[i]
-                if bool(bad.any()):
-                    pos = inv.first_index(bad)
-                    self.fail(s, "non-finite", f"first non-finite output element {pos[1:]} "
-                                               f"(value {float(o_act[i][pos]):g}, reference "
-                                               f"{float(ref_out[r][pos]):.4g})",
-                              row=r, slot=self.ids_list[r], position=pos[0])
-
-        # -- metrics and the tolerance rule on outputs
-        ref_a = ref_out.index_select(0, act)
-        m = error_metrics(o_act, ref_a, self.u_out, lead=2)
-        dev_rec = {"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(), "rms_ratio": m["rms_ratio"],
-                   "in_u": m["in_u"].amax()}
-        if lit_out is not None:
-            mls = [error_metrics(x.index_select(0, act), ref_a, self.u_out, lead=2) for x in lit_outs]
-            ml = mls[0]
-            # The literal's envelope over the window (and over its SR replicas).
-            lit_row = torch.stack([x["max_abs"] for x in mls]).amax(0).amax(-1, keepdim=True)
-            if self.sr_envelope:
-                lit_row = torch.maximum(lit_row, self.lit_env["output"].index_select(0, act)[:, None])
-                self.lit_env["output"].index_copy_(0, act, torch.where(torch.isfinite(lit_row[:, 0]), lit_row[:, 0],
-                                                                       0.0))
-            # The floor's scale: the largest output or readout term magnitude of the row's window.
-            mag = self.ref_magnitude.index_select(0, act).flatten(2).amax(-1)
-            scale = torch.maximum(m["ref_max"], mag).amax(-1, keepdim=True)
-            b = bound(sc.precision, lit_row, scale * self._sr_walk(act)[:, None]).expand_as(m["max_abs"])
-            excess = (m["max_abs"] > b) & ~(unwritten.flatten(2).any(-1))
-            if lit_nonfinite is not None:
-                excess &= ~lit_nonfinite.flatten(2).any(-1)
-            ratio = m["max_abs"] / b.clamp_min(1e-300)
-            dev_rec["literal_max_abs"] = ml["max_abs"].amax()
-            dev_rec["bound_ratio"] = torch.where(torch.isfinite(ratio), ratio, torch.zeros_like(ratio)).amax()
-            if bool(excess.any()):
-                for i, t in torch.nonzero(excess).tolist():
-                    r = self.active[i]
-                    e, bb, sc_r = float(m["max_abs"][i, t]), float(b[i, t]), float(scale[i, 0])
-                    self.fail(s, "output", f"max abs error {e:.3e} > bound {bb:.3e} (= {self.tol.factor} x literal "
-                                           f"{float(lit_row[i, 0]):.3e} + {self.tol.floor_u} u x scale {sc_r:.3e}); "
-                                           f"{self._precision_hint(e, sc_r, self.u_out)}",
-                              row=r, slot=self.ids_list[r], position=t, value=e, bound=bb)
-
-        # -- exact invariants after verify
-        if check_inv:
-            for r in self.active:
-                slot = self.ids_list[r]
-                is_flush = r in flush_rows
-                if self.replay_kind and not is_flush and inv.checkpoint_changed(snap0, snap1, slot):
-                    self.fail(s, "checkpoint-unchanged", f"non-flush verify at write_pos {self.wp[r]} changed "
-                                                         f"the checkpoint", row=r, slot=slot)
-                if self.replay_kind and snap0.records:
-                    rows = inv.committed_rows(self.origin[r], self.wp[r], sc.ring_rows, self.dec.speculative)
-                    bad = inv.changed_ring_rows(snap0, snap1, slot, rows)
-                    if bad:
-                        self.fail(s, "committed-ring-rows", f"verify overwrote committed ring rows {bad} "
-                                                            f"(write_pos {self.wp[r]}, origin {self.origin[r]})",
-                                  row=r, slot=slot)
-            self._check_canaries(s, snap1, "verify")
-
-        # -- flush: checkpoint vs reference at the folded count
-        if ckpt_after_verify is not None and self.replay_kind:
-            folded = self.ref if self.dec.speculative else ref_first
-            self._check_state(s, "flush-checkpoint", ckpt_after_verify, folded, lit_ckpt, flush_rows)
+        m = ctx.metrics = error_metrics(ctx.o_act, ctx.ref_out.index_select(0, act), self.rule.u_out, lead=2)
+        ctx.device_record.update({"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(),
+                                  "rms_ratio": m["rms_ratio"], "in_u": m["in_u"].amax()})
+        self._run_hook("after-verify", ctx, due)
+        if at_flush:
+            self._run_hook("at-flush", ctx, due)
 
         # -- commit
         acc = torch.tensor([p.accepted[r] for r in range(sc.rows)], dtype=torch.int64, device=dev)
@@ -455,35 +366,22 @@ class Lockstep:
             self.wp[r], self.origin[r] = self.dec.commit_cursor(self.wp[r], self.origin[r], r in flush_rows,
                                                                 p.accepted[r])
             self.tokens_accepted += p.accepted[r]
-        self.ref = ref_new
+        self.ref = ctx.ref_state
+        if "after-commit" in needs:
+            ctx.snapshots["after-commit"] = k.snapshot()
+        self._run_hook("after-commit", ctx, due)
 
-        if check_inv:
-            snap2 = k.snapshot()
-            if self.replay_kind:
-                for r in self.active:
-                    slot = self.ids_list[r]
-                    got = (int(snap2.write_pos[slot]), int(snap2.origin[slot]), bool(snap2.is_flush[slot]))
-                    want = (self.wp[r], self.origin[r], self.dec.is_flush(self.wp[r]))
-                    if got != want:
-                        self.fail(s, "cursor", f"after commit({p.accepted[r]}): (write_pos, origin, is_flush) = "
-                                               f"{got}, spec rule gives {want}", row=r, slot=slot)
-            self._check_canaries(s, snap2, "commit")
-
-        rec = {"step": s}
-        if check_state:
-            got = k.committed_state(self.ids)
-            lit = [x.committed_state(self.ids) for x in self.literals] if use_lit else None
-            rec["state_err"], rec["state_bound_ratio"] = self._check_state(s, "state", got, self.ref, lit,
-                                                                           self.active)
-
+        rec = ctx.record
+        out = ctx.out
         if self.digest is not None:
             self.digest.update(out)
         full_max = torch.full((sc.rows, sc.window), float("nan"), dtype=torch.float64, device=dev)
         full_rel = full_max.clone()
         full_max[act], full_rel[act] = m["max_abs"], m["rel_l2"]
-        self.last_step = {"plan": p, "inputs": inputs, "out": out, "ref_out": ref_out, "max_abs": full_max,
+        self.last_step = {"plan": p, "inputs": inputs, "out": out, "ref_out": ctx.ref_out, "max_abs": full_max,
                           "rel_l2": full_rel, "flush_rows": flush_rows}
         if self.record_metrics:
+            dev_rec = ctx.device_record
             names = list(dev_rec)
             rec.update(zip(names, torch.stack([dev_rec[n].to(torch.float64) for n in names]).tolist()))
             for key in self.metrics:
@@ -491,11 +389,17 @@ class Lockstep:
         self.step_idx += 1
         return rec
 
-    def _check_canaries(self, step: int, snap: KernelSnapshot, when: str) -> None:
-        for slot, before in self.canary.items():
-            changed = inv.changed_fields(before, inv.slot_view(snap, slot))
-            if changed:
-                self.fail(step, "unused-slot", f"{when} changed unused slot {slot}: {', '.join(changed)}", slot=slot)
+    def finish(self, kernel, step_digests: list[str], exception: dict | None = None, repeat: bool = True) -> None:
+        """Run the end-of-run checks: ``kernel`` (a name or a class) builds the fresh instance of
+        the repeat run; ``step_digests`` are the chained output digests after each step run."""
+        ctx = RunContext(self, kernel, step_digests, exception, repeat)
+        due = {"once"}
+        if repeat and exception is None and self.step_idx:
+            due.add("repeat")
+        for c in self.hooks["end-of-run"]:
+            if c.schedule in due:
+                c.run(ctx)
+                self.ran_at_end.append(c.name)
 
     # ---- checkpoint / resume ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -555,6 +459,12 @@ class Lockstep:
             self.lit_env[k] = v.to(self.device)
         self.started = True
 
+    def _when(self, schedule: str) -> str:
+        return {"every-step": "every step", "invariants": f"every {self.invariants_every} step(s)",
+                "literal": f"every {self.literal_every} step(s), vs {self.literal_name}",
+                "state": f"every {self.state_every} step(s)", "invariants-or-state": "at flushes",
+                "once": "end of run", "repeat": "end of run"}[schedule]
+
     # ---- result -------------------------------------------------------------------------------------------------
     def result(self, wall_s: float = 0.0, exception: dict | None = None) -> ValidationResult:
         sc = self.sc
@@ -576,15 +486,9 @@ class Lockstep:
         want = {(w, kk) for w in range(hi + 1) for kk in range(1, sc.window + 1)}
         res.coverage = {**dict(self.coverage),
                         "(write_pos, k) pairs": f"{len(self.phases & want)}/{len(want)}"}
-        res.checks = ["exact every step: unwritten-output, non-finite, padding-output, out-param"]
-        if self.invariants_every:
-            res.checks.append(f"exact every {self.invariants_every} step(s): unused-slot"
-                              + (", checkpoint-unchanged, committed-ring-rows, cursor" if self.replay_kind else ""))
-        if self.literal_every:
-            res.checks.append(f"tolerance every {self.literal_every} step(s) vs {self.literal_name}: output"
-                              + (", flush-checkpoint" if self.replay_kind else ""))
-        if self.state_every:
-            res.checks.append(f"state every {self.state_every} step(s)")
+        res.checks = [f"{c.name} ({self._when(c.schedule)})" for c in CHECKS.values()
+                      if c.applies(self.kind) and self._enabled(c.schedule)
+                      and (c.schedule not in ("once", "repeat") or c.name in self.ran_at_end)]
         res.notes = list(self.notes)
         if not sc.unused_slots:
             res.notes.append("no unused slots: the canary (unused-slot) check had nothing to watch")
@@ -599,26 +503,6 @@ class Lockstep:
 def _exception_record(step: int, e: BaseException) -> dict:
     return {"step": step, "type": type(e).__name__, "message": str(e),
             "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__))[-4000:]}
-
-
-def _repeat_digest(sc: Scenario, kernel, device, plans: list[StepPlan], n: int) -> tuple[str, list[str]]:
-    ls = Lockstep(sc, kernel, device=device, literal_every=0, invariants_every=0, state_every=0,
-                  record_metrics=False, steps=plans)
-    hexes = []
-    # Kernel only: the reference is not needed to replay the outputs.
-    ls.start()
-    for _ in range(n):
-        p = ls.plans[ls.step_idx]
-        ls._reset_rows(p)
-        inputs = make_inputs(sc, p.step, ls.device)
-        out = inv.poisoned_out(sc.rows, sc.window, ls.kernel.out_shape, sc.precision.act_dtype, ls.pad_rows,
-                               ls.device)
-        ret = ls.kernel.verify(ls.ids, inputs, out=out)
-        ls.digest.update(out if ret is None else ret)
-        ls.kernel.commit(ls.ids, torch.tensor(p.accepted, dtype=torch.int64, device=ls.device))
-        hexes.append(ls.digest.hex)
-        ls.step_idx += 1
-    return inv.snapshot_digest(ls.kernel.snapshot()), hexes
 
 
 def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, repeat_check: bool = True,
@@ -655,24 +539,12 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
                 break
     except Exception as e:  # noqa: BLE001 - a kernel error is a result, not a crash
         exc = _exception_record(ls.plans[ls.step_idx].step if ls.step_idx < n else ls.step_idx, e)
-        ls.fail(exc["step"], "exception", f"{exc['type']}: {exc['message']}")
     wall = time.perf_counter() - t0
     if bar is not None:
         bar.close()
-    if repeat_check and exc is None and ls.step_idx:
-        try:
-            final, hexes = _repeat_digest(sc, type(ls.kernel) if not isinstance(kernel, str) else kernel, device,
-                                          ls.plans, ls.step_idx)
-            first_bad = next((i for i, (a, b) in enumerate(zip(step_digests, hexes)) if a != b), None)
-            if first_bad is not None:
-                ls.fail(ls.plans[first_bad].step, "repeat",
-                        "a second run on the same inputs gave different output bits")
-            elif final != inv.snapshot_digest(ls.kernel.snapshot()):
-                ls.fail(ls.plans[ls.step_idx - 1].step, "repeat",
-                        "a second run on the same inputs left different stored state bits")
-        except Exception as e:  # noqa: BLE001
-            ls.fail(0, "repeat", f"the repeat run raised {type(e).__name__}: {e}")
+    ls.finish(kernel if isinstance(kernel, str) else type(ls.kernel), step_digests, exc, repeat=repeat_check)
     return ls.result(wall_s=wall, exception=exc)
 
 
-__all__ = ["Lockstep", "build_kernel", "literal_twin_name", "reference_step", "run_scenario"]
+__all__ = ["SR_REPLICAS", "SR_WALK_CAP", "Lockstep", "build_kernel", "literal_twin_name", "reference_step",
+           "run_scenario"]

@@ -1,64 +1,19 @@
-"""Broken kernels ("mutants"): the literal replay models with one field-seen bug each (spec 7).
+"""The engine's own broken kernels: spec 7's seven field bugs, each with the step where it must show.
 
-Oracle: each mutant is the literal model plus exactly one deliberate bug; the validation engine
-must fail it (exit 1) and name the first step where the bug shows.  ``first_bad_step(name, sc)``
-says, from the scenario's plan alone, which step that is; tests/test_mutants_engine.py checks the
-engine names exactly that step.  Mutants register with ``kind = "mutant"`` for both families, so
-``replayssm list`` shows them apart and ``replayssm validate --kernel mutant-...`` runs them.
-
-To add one: write a mixin class overriding the literal model's methods, then
-``register_mutant(Mixin, "mutant-<name>", "what is wrong", decodes=(...), first_bad=fn)``.
+Oracle: each mutant is the literal replay model plus exactly one field-seen bug; the validation
+engine must fail it (exit 1) and name the first step where the bug shows.  ``first_bad_step(name,
+sc)`` (``registry.py``) says, from the scenario's plan alone, which step that is;
+tests/test_mutants_engine.py checks the engine names exactly that step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
 
-from replayssm.families import families
 from replayssm.interface import PAD_SLOT, DecodeConfig
 from replayssm.ops.literal import LiteralReplayKernel
-from replayssm.registry import register
 from replayssm.rounding import FP8_MAX
-
-BASES = {name: fam.literal_replay for name, fam in families().items()}
-
-
-@dataclass(frozen=True)
-class MutantSpec:
-    name: str
-    description: str
-    decodes: tuple[str, ...]
-    first_bad: Callable | None  # (scenario, plan) -> first step the engine must flag, or None
-    classes: dict
-
-
-MUTANTS: dict[str, MutantSpec] = {}
-
-
-def register_mutant(mixin: type, name: str, description: str, *, decodes=("speculative", "standard"),
-                    first_bad: Callable | None = None) -> MutantSpec:
-    """Register ``mixin`` on top of each family's literal replay model as kernel ``name``."""
-    classes = {}
-    for fam, base in BASES.items():
-        cls = type(f"{mixin.__name__}_{fam}", (mixin, base),
-                   {"name": name, "family": fam, "kind": "mutant", "description": description,
-                    "literal_twin": "literal-replay", "__module__": __name__})
-        classes[fam] = register(cls, replace=True)
-    spec = MutantSpec(name, description, tuple(decodes), first_bad, classes)
-    MUTANTS[name] = spec
-    return spec
-
-
-def first_bad_step(name: str, sc, steps=None) -> int | None:
-    """The first step at which mutant ``name`` must be flagged on scenario ``sc`` (None: unknown)."""
-    from replayssm.scenarios.schedules import plan
-    spec = MUTANTS[name]
-    if spec.first_bad is None:
-        return None
-    return spec.first_bad(sc, steps if steps is not None else plan(sc))
+from replayssm.validators.mutants.registry import MUTANTS, register_mutant
 
 
 # ---- helpers: each row's cursor history under the plan (spec rules) -----------------------------------------
@@ -257,26 +212,36 @@ class PaddingSlotWriter:
 register_mutant(StaleReadAfterAccept, "mutant-stale-read",
                 "after accepting drafts (k >= 2) the next verify reads the pre-commit history (stale slot read)",
                 decodes=("speculative",),
+                klass="bookkeeping", field_bug=True,
                 first_bad=lambda sc, st: _first(sc, st, lambda sc, w, f, k: k >= 2 and not f, offset=1))
 register_mutant(CommitNeverApplied, "mutant-no-commit", "commit never advances the cursor (accepted never committed)",
+                klass="bookkeeping", field_bug=True,
                 first_bad=lambda sc, st: st[0].step)
 register_mutant(ClampedAccept, "mutant-clamped-accept", "accepted count clamped to T' - 1 (bonus token dropped)",
                 decodes=("speculative",),
+                klass="bookkeeping", field_bug=True,
                 first_bad=lambda sc, st: _first(sc, st, lambda sc, w, f, k: k == sc.window))
 register_mutant(StaleRingRowAfterShortWindow, "mutant-stale-ring-row",
                 "ring row of window position 0 left stale after a shorter accepted window",
                 decodes=("speculative",),
+                klass="bookkeeping", field_bug=True,
                 first_bad=lambda sc, st: _first(sc, st, lambda sc, w, f, k: k < sc.window and not f, offset=1))
 register_mutant(LowPrecisionState, "mutant-low-precision-state",
                 "state rounded through the next lower format than declared (fp32->bf16, 16/8-bit->fp8, fp8->fp4)",
                 # A random initial state is fp32-representable: only an fp64 state stores it exactly.
+                klass="precision", field_bug=True,
                 first_bad=lambda sc, st: st[0].step if sc.initial_state == "random" and not sc.precision.is_reference
                 else _first(sc, st, lambda sc, w, f, k: f))
 register_mutant(LateFlush, "mutant-late-flush", "flush one verify later than the spec's rule",
+                klass="bookkeeping", field_bug=True,
                 first_bad=lambda sc, st: _first(sc, st, lambda sc, w, f, k: f))
 register_mutant(PaddingSlotWriter, "mutant-padding-writer",
                 "correct outputs, but padding rows write records into slot -1 (the last slot)",
+                klass="bookkeeping", field_bug=True,
                 first_bad=lambda sc, st: st[0].step if PAD_SLOT in sc.resolved_slot_ids else None)
 
 
-__all__ = ["MUTANTS", "MutantSpec", "first_bad_step", "register_mutant"]
+# The field bugs, name -> spec (a view of the one registry).
+FIELD_BUGS = {n: m for n, m in MUTANTS.items() if m.field_bug}
+
+__all__ = ["FIELD_BUGS"]

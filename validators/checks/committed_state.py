@@ -1,0 +1,26 @@
+"""Check ``state``: after each commit the committed state equals the reference after the accepted prefix.
+
+Oracle: the fp64 token-by-token recurrence on the accepted stream and the tolerance rule
+(:class:`~replayssm.validators.checks.tolerance_rule.ToleranceRule`: factor x the literal
+model's state error + floor, relative to the reference state's size).  A non-finite state fails
+as ``non-finite``.
+"""
+
+from __future__ import annotations
+
+from replayssm.validators.checks.registry import BOTH, register_check
+
+
+@register_check("state", hooks="after-commit", schedule="state", kinds=BOTH,
+                catches="after a commit the committed state differs from the reference after the accepted prefix "
+                        "by more than the tolerance rule allows",
+                mutant="mutant-exclusive-cumsum")
+def state(ctx) -> None:
+    run = ctx.run
+    got = ctx.kernel.committed_state(run.ids)
+    lit = [x.committed_state(run.ids) for x in run.literals] if ctx.use_literal else None
+    ctx.record["state_err"], ctx.record["state_bound_ratio"] = ctx.rule.check_states(
+        ctx, "state", got, ctx.ref_state, lit, run.active)
+
+
+__all__ = ["state"]

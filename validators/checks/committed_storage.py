@@ -1,0 +1,50 @@
+"""Checks ``checkpoint-unchanged``, ``committed-ring-rows``: a verify leaves committed storage alone.
+
+Oracle: spec 3-4, on bits (snapshots taken just before and just after the verify).  Only a flush
+verify may rewrite a slot's checkpoint (and its scales); no verify may change a ring row holding
+committed history (logical positions 0..write_pos-1 from the origin).  Replay kernels only: a
+baseline rewrites its state every step and keeps no ring.
+"""
+
+from __future__ import annotations
+
+from replayssm.validators import invariants as inv
+from replayssm.validators.checks.registry import REPLAY, register_check
+
+
+@register_check("checkpoint-unchanged", hooks="after-verify", schedule="invariants", kinds=REPLAY,
+                needs=("before-verify", "after-verify"),
+                catches="a non-flush verify changed a slot's checkpoint (or its scales)",
+                mutant="mutant-stale-cursor-on-reuse",
+                witness={"window": 1, "buffer": 1, "schedule": "explicit", "steps": 3,
+                         "schedule_params": {"accepted": [[1, 0, 1]] * 3, "resets": [[1, 0, 0]]}})
+def checkpoint_unchanged(ctx) -> None:
+    run = ctx.run
+    before, after = ctx.snapshots["before-verify"], ctx.snapshots["after-verify"]
+    for r in run.active:
+        slot = run.ids_list[r]
+        if r not in ctx.flush_rows and inv.checkpoint_changed(before, after, slot):
+            ctx.fail("checkpoint-unchanged", f"non-flush verify at write_pos {run.wp[r]} changed the checkpoint",
+                     row=r, slot=slot)
+
+
+@register_check("committed-ring-rows", hooks="after-verify", schedule="invariants", kinds=REPLAY,
+                needs=("before-verify", "after-verify"),
+                catches="a verify overwrote a ring row that holds committed history",
+                mutant="mutant-ring-wrap-off-by-one",
+                witness={"window": 1, "buffer": 1, "schedule": "always-1", "steps": 4})
+def committed_ring_rows(ctx) -> None:
+    run = ctx.run
+    before, after = ctx.snapshots["before-verify"], ctx.snapshots["after-verify"]
+    if not before.records:
+        return
+    for r in run.active:
+        slot = run.ids_list[r]
+        rows = inv.committed_rows(run.origin[r], run.wp[r], run.sc.ring_rows, run.dec.speculative)
+        bad = inv.changed_ring_rows(before, after, slot, rows)
+        if bad:
+            ctx.fail("committed-ring-rows", f"verify overwrote committed ring rows {bad} "
+                                            f"(write_pos {run.wp[r]}, origin {run.origin[r]})", row=r, slot=slot)
+
+
+__all__ = ["checkpoint_unchanged", "committed_ring_rows"]

@@ -1,0 +1,99 @@
+"""What a check sees: the step (or the run) it is called for, and where it reports.
+
+Oracle: none; a container.  :class:`StepContext` is built once per step by the Lockstep and
+filled as the step goes (verify, reference, literal model, snapshots, commit); checks read it and
+report through :meth:`StepContext.fail`.  Values several checks share (the outputs of the active
+rows, the NaN-poison mask) are computed once, on first use, on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import torch
+
+from replayssm.interface import KernelSnapshot
+from replayssm.scenarios.schedules import StepPlan
+from replayssm.validators import invariants as inv
+
+
+@dataclass(eq=False)
+class StepContext:
+    """One step.  ``run`` is the :class:`~replayssm.validators.runner.Lockstep` (scenario, rows,
+    cursors ``wp`` / ``origin`` after the commit, the tolerance rule ``rule``, canaries)."""
+
+    run: Any
+    plan: StepPlan
+    inputs: dict[str, torch.Tensor]
+    flush_rows: list[int]
+    hook: str = ""
+    out_given: torch.Tensor | None = None  # the poisoned buffer passed as out=
+    returned: Any = None  # what verify returned
+    out: torch.Tensor | None = None  # the outputs checked: the return value, else the out= buffer
+    snapshots: dict[str, KernelSnapshot] = field(default_factory=dict)
+    checkpoint: torch.Tensor | None = None  # kernel.checkpoint_state after a flush verify (fp64, all rows)
+    lit_checkpoints: list[torch.Tensor] | None = None
+    ref_out: torch.Tensor | None = None  # fp64 reference outputs [R, T', ...]
+    ref_state: torch.Tensor | None = None  # fp64 reference state after each row's accepted prefix
+    ref_first: torch.Tensor | None = None  # ... after window position 0
+    ref_state_before: torch.Tensor | None = None  # ... before the window (the committed prefix)
+    ref_magnitude: torch.Tensor | None = None  # readout magnitudes [R, T', ...]
+    lit_outs: list[torch.Tensor] | None = None  # literal model (and SR replicas) outputs
+    use_literal: bool = False
+    metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # error_metrics of the active outputs
+    device_record: dict[str, torch.Tensor] = field(default_factory=dict)  # per-step metrics, on the device
+    record: dict = field(default_factory=dict)  # per-step metrics, host floats
+
+    @property
+    def step(self) -> int:
+        return self.plan.step
+
+    @property
+    def kernel(self):
+        return self.run.kernel
+
+    @property
+    def rule(self):
+        return self.run.rule
+
+    def fail(self, check: str, message: str, **where) -> None:
+        self.run.fail(self.step, check, message, **where)
+
+    # ---- shared, computed once -------------------------------------------------------------------------
+    @cached_property
+    def o_act(self) -> torch.Tensor:
+        """The outputs of the active rows."""
+        return self.out.index_select(0, self.run.active_idx)
+
+    @cached_property
+    def unwritten(self) -> torch.Tensor:
+        """Active outputs still holding the exact NaN poison."""
+        return inv.unwritten_mask(self.o_act)
+
+    @cached_property
+    def lit_nonfinite(self) -> torch.Tensor | None:
+        """Non-finite outputs of the literal model in the active rows (None without it)."""
+        if not self.lit_outs:
+            return None
+        return ~torch.isfinite(self.lit_outs[0].index_select(0, self.run.active_idx))
+
+
+@dataclass(eq=False)
+class RunContext:
+    """The end of a run: the Lockstep, the kernel as given (to build a fresh one), the chained
+    output digest after each step, and the exception record if a step raised."""
+
+    run: Any
+    kernel: Any
+    step_digests: list[str]
+    exception: dict | None = None
+    repeat: bool = True
+    hook: str = "end-of-run"
+
+    def fail(self, step: int, check: str, message: str, **where) -> None:
+        self.run.fail(step, check, message, **where)
+
+
+__all__ = ["RunContext", "StepContext"]

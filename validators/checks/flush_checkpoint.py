@@ -1,0 +1,25 @@
+"""Check ``flush-checkpoint``: at a flush the checkpoint equals the reference at the folded count.
+
+Oracle: the fp64 token-by-token recurrence on the accepted stream and the tolerance rule
+(:class:`~replayssm.validators.checks.tolerance_rule.ToleranceRule`: factor x the literal
+model's checkpoint error + floor, relative to the reference state's size).  The folded count is
+the committed prefix (speculative) or the prefix plus window position 0 (standard).  Replay
+kernels only (a baseline has no checkpoint apart from its state).  A non-finite checkpoint fails
+as ``non-finite``.
+"""
+
+from __future__ import annotations
+
+from replayssm.validators.checks.registry import REPLAY, register_check
+
+
+@register_check("flush-checkpoint", hooks="at-flush", schedule="invariants-or-state", kinds=REPLAY,
+                needs=("checkpoint",),
+                catches="at a flush the checkpoint differs from the reference state at the folded token count",
+                mutant="mutant-late-flush")
+def flush_checkpoint(ctx) -> None:
+    folded = ctx.ref_state_before if ctx.run.dec.speculative else ctx.ref_first
+    ctx.rule.check_states(ctx, "flush-checkpoint", ctx.checkpoint, folded, ctx.lit_checkpoints, ctx.flush_rows)
+
+
+__all__ = ["flush_checkpoint"]

@@ -1,0 +1,49 @@
+"""Check ``output``: the tolerance rule on every window position's outputs.
+
+Oracle: the fp64 reference run on the committed prefix + window[0..s] (drafts included), and the
+literal model at the same precision mode: per row and window position, the max abs error must be
+<= factor x the literal's error (its envelope over the window and its stochastic-rounding
+replicas) + floor_u x u x scale, where scale is the largest output or readout-term magnitude of
+the row's window (``runner.readout_magnitude``).  Positions the unwritten-output or non-finite
+checks already explain (poison left, or the literal model non-finite too) are not judged here.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from replayssm.validators.checks.registry import BOTH, register_check
+from replayssm.validators.metrics import error_metrics
+from replayssm.validators.tolerances import bound
+
+
+@register_check("output", hooks="after-verify", schedule="literal", kinds=BOTH,
+                catches="a window output further from the fp64 reference than factor x the literal model's error "
+                        "+ the floor (wrong arithmetic, or a lower precision than declared)",
+                mutant="mutant-readout-without-skip")
+def output(ctx) -> None:
+    run, rule, m = ctx.run, ctx.rule, ctx.metrics
+    act = run.active_idx
+    ref_a = ctx.ref_out.index_select(0, act)
+    mls = [error_metrics(x.index_select(0, act), ref_a, rule.u_out, lead=2) for x in ctx.lit_outs]
+    # The literal's envelope over the window (and over its SR replicas).
+    lit_row = rule.running_max("output", act, torch.stack([x["max_abs"] for x in mls]).amax(0).amax(-1, keepdim=True))
+    # The floor's scale: the largest output or readout term magnitude of the row's window.
+    mag = ctx.ref_magnitude.index_select(0, act).flatten(2).amax(-1)
+    scale = torch.maximum(m["ref_max"], mag).amax(-1, keepdim=True)
+    b = bound(run.sc.precision, lit_row, scale * rule.sr_walk(act)[:, None]).expand_as(m["max_abs"])
+    excess = (m["max_abs"] > b) & ~(ctx.unwritten.flatten(2).any(-1))
+    if ctx.lit_nonfinite is not None:
+        excess &= ~ctx.lit_nonfinite.flatten(2).any(-1)
+    ratio = m["max_abs"] / b.clamp_min(1e-300)
+    ctx.device_record["literal_max_abs"] = mls[0]["max_abs"].amax()
+    ctx.device_record["bound_ratio"] = torch.where(torch.isfinite(ratio), ratio, torch.zeros_like(ratio)).amax()
+    if bool(excess.any()):
+        for i, t in torch.nonzero(excess).tolist():
+            r = run.active[i]
+            e, bb = float(m["max_abs"][i, t]), float(b[i, t])
+            ctx.fail("output", rule.explain(e, bb, float(lit_row[i, 0]), float(scale[i, 0]), rule.u_out),
+                     row=r, slot=run.ids_list[r], position=t, value=e, bound=bb)
+
+
+__all__ = ["output"]

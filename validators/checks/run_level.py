@@ -1,0 +1,68 @@
+"""Checks ``exception``, ``repeat``: what only the whole run shows.
+
+Oracle: spec 6.  A kernel that raises fails at the step it raised (the run keeps the metrics of
+the steps before).  A second run of a fresh instance on the same inputs and plan must give
+bit-identical outputs at every step (chained sha256 over the output bytes) and leave
+bit-identical stored state (sha256 of the final snapshot); the repeat run drives the kernel
+alone (no reference, no literal model).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from replayssm.scenarios.inputs import make_inputs
+from replayssm.validators import invariants as inv
+from replayssm.validators.checks.registry import BOTH, register_check
+
+
+@register_check("exception", hooks="end-of-run", schedule="once", kinds=BOTH,
+                catches="the kernel raised (the run stops at that step and keeps the metrics before it)",
+                mutant="mutant-ring-index-unwrapped")
+def exception(ctx) -> None:
+    e = ctx.exception
+    if e is not None:
+        ctx.fail(e["step"], "exception", f"{e['type']}: {e['message']}")
+
+
+def repeat_digests(run, kernel, n: int) -> tuple[str, list[str]]:
+    """Run a fresh ``kernel`` (a name or a class) through the first ``n`` planned steps of ``run``
+    (a Lockstep): (digest of the final snapshot, the chained output digest after each step)."""
+    sc = run.sc
+    ls = type(run)(sc, kernel, device=run.device, literal_every=0, invariants_every=0, state_every=0,
+                   record_metrics=False, steps=run.plans)
+    hexes = []
+    ls.start()
+    for _ in range(n):
+        p = ls.plans[ls.step_idx]
+        ls.reset_rows(p)
+        inputs = make_inputs(sc, p.step, ls.device)
+        out = inv.poisoned_out(sc.rows, sc.window, ls.kernel.out_shape, sc.precision.act_dtype, ls.pad_rows,
+                               ls.device)
+        ret = ls.kernel.verify(ls.ids, inputs, out=out)
+        ls.digest.update(out if ret is None else ret)
+        ls.kernel.commit(ls.ids, torch.tensor(p.accepted, dtype=torch.int64, device=ls.device))
+        hexes.append(ls.digest.hex)
+        ls.step_idx += 1
+    return inv.snapshot_digest(ls.kernel.snapshot()), hexes
+
+
+@register_check("repeat", hooks="end-of-run", schedule="repeat", kinds=BOTH,
+                catches="a second run of a fresh instance on the same inputs was not bit-identical (outputs or "
+                        "stored state)",
+                mutant="mutant-nondeterministic-output")
+def repeat(ctx) -> None:
+    run = ctx.run
+    try:
+        final, hexes = repeat_digests(run, ctx.kernel, run.step_idx)
+        first_bad = next((i for i, (a, b) in enumerate(zip(ctx.step_digests, hexes)) if a != b), None)
+        if first_bad is not None:
+            ctx.fail(run.plans[first_bad].step, "repeat", "a second run on the same inputs gave different output bits")
+        elif final != inv.snapshot_digest(run.kernel.snapshot()):
+            ctx.fail(run.plans[run.step_idx - 1].step, "repeat",
+                     "a second run on the same inputs left different stored state bits")
+    except Exception as e:  # noqa: BLE001 - the repeat run's error is this check's failure
+        ctx.fail(0, "repeat", f"the repeat run raised {type(e).__name__}: {e}")
+
+
+__all__ = ["exception", "repeat", "repeat_digests"]

@@ -1,0 +1,108 @@
+"""The tolerance rule as the checks apply it: the bound on an error, the stochastic-rounding envelope.
+
+Oracle: ``validators/tolerances.py`` (err <= factor x literal-model error + floor_u x u x scale,
+factor and floor per precision mode).  With stochastic rounding the literal model's error is one
+random draw of the mode's noise: the bound uses the running maximum, per row since its last
+reset, over the literal model and its replicas with other rounding seeds, and the floor grows
+like a random walk of one rounding per flush (``SR_WALK_CAP`` flushes at most).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from replayssm.precision import PrecisionMode
+from replayssm.validators import invariants as inv
+from replayssm.validators.metrics import error_metrics
+from replayssm.validators.tolerances import bound, output_unit, state_unit, tolerance_for
+
+# ... the floor grows like a random walk of one rounding per flush, up to this many flushes
+# (later the replicas' running envelope has seen enough of the noise).
+SR_WALK_CAP = 8
+
+
+class ToleranceRule:
+    """The rule for one run at ``mode`` over ``rows`` rows; ``envelope`` (per-row running maxima
+    and flush counts) is part of the run's resumable state."""
+
+    def __init__(self, mode: PrecisionMode, rows: int, device, label: str | None = None) -> None:
+        self.mode = mode
+        self.label = label or mode.id
+        self.device = device
+        self.tol = tolerance_for(mode)
+        self.u_out = output_unit(mode)
+        self.u_state = state_unit(mode)
+        self.sr_envelope = mode.rounding == "stochastic"
+        self.envelope = {k: torch.zeros(rows, dtype=torch.float64, device=device)
+                         for k in ("output", "state", "flushes")}
+
+    def sr_walk(self, idx: torch.Tensor) -> torch.Tensor:
+        """Per row: sqrt(1 + flushes since reset) with stochastic rounding (independent rounding
+        streams drift apart like random walks of one rounding per flush), else 1."""
+        if not self.sr_envelope:
+            return torch.ones(len(idx), dtype=torch.float64, device=self.device)
+        return torch.sqrt(1.0 + self.envelope["flushes"].index_select(0, idx).clamp(max=SR_WALK_CAP))
+
+    def running_max(self, key: str, idx: torch.Tensor, lit_err: torch.Tensor) -> torch.Tensor:
+        """With stochastic rounding: the literal error raised to the row's running maximum (which
+        is updated); otherwise ``lit_err`` unchanged.  ``lit_err`` is [len(idx)] or [len(idx), 1]."""
+        if not self.sr_envelope:
+            return lit_err
+        flat = lit_err.reshape(len(idx))
+        flat = torch.maximum(flat, self.envelope[key].index_select(0, idx))
+        self.envelope[key].index_copy_(0, idx, torch.where(torch.isfinite(flat), flat, 0.0))
+        return flat.reshape(lit_err.shape)
+
+    def hint(self, err: float, scale: float, u: float) -> str:
+        """What an error of ``err`` on values of size ``scale`` means: bookkeeping or precision."""
+        rel = err / scale if scale > 0 else float("inf")
+        if rel >= 0.05:
+            return f"relative error {rel:.2e}: a bookkeeping error, not rounding"
+        return (f"relative error {rel:.2e} = {rel / u:.1f} u of the declared mode {self.label}: the kernel runs "
+                f"at a lower effective precision than declared")
+
+    def explain(self, err: float, b: float, lit: float, scale: float, u: float) -> str:
+        return (f"max abs error {err:.3e} > bound {b:.3e} (= {self.tol.factor} x literal {lit:.3e} + "
+                f"{self.tol.floor_u} u x scale {scale:.3e}); {self.hint(err, scale, u)}")
+
+    def check_states(self, ctx, check: str, got: torch.Tensor, want: torch.Tensor,
+                     lit: list[torch.Tensor] | None, rows: list[int]) -> tuple[float, float | None]:
+        """The rule on the states of ``rows`` (a non-finite state always fails, as ``non-finite``);
+        failures go to ``ctx.fail`` under ``check``.  Returns (max error, max error / bound; None
+        without the literal model)."""
+        if not rows:
+            return 0.0, 0.0
+        run = ctx.run
+        idx = torch.tensor(rows, device=self.device)
+        g, w = got.index_select(0, idx), want.index_select(0, idx)
+        m = error_metrics(g, w, self.u_state, lead=1)
+        lit_err = None
+        if lit:
+            errs = [error_metrics(x.index_select(0, idx), w, self.u_state, lead=1)["max_abs"] for x in lit]
+            lit_err = self.running_max("state", idx, torch.stack(errs).amax(0))
+        if lit_err is not None:
+            b = bound(self.mode, lit_err, m["ref_max"] * self.sr_walk(idx), state=True)
+        else:  # without the literal model only non-finite states fail
+            b = torch.full_like(m["max_abs"], float("inf"))
+        ratio = m["max_abs"] / b.clamp_min(1e-300)
+        nonfinite = ~torch.isfinite(g.reshape(len(rows), -1)).all(-1)
+        bad = (ratio > 1) | nonfinite
+        if bool(bad.any()):
+            for i in torch.nonzero(bad).flatten().tolist():
+                r = rows[i]
+                if bool(nonfinite[i]):
+                    pos = inv.first_index(~torch.isfinite(g[i]))
+                    ctx.fail("non-finite", f"{check}: first non-finite state element at index {pos}",
+                             row=r, slot=run.ids_list[r])
+                    continue
+                e, bb = float(m["max_abs"][i]), float(b[i])
+                ctx.fail(check, self.explain(e, bb, float(lit_err[i]), float(m["ref_max"][i]), self.u_state),
+                         row=r, slot=run.ids_list[r], value=e, bound=bb)
+        max_err = float(m["max_abs"].max())
+        if lit_err is None:
+            return max_err, None
+        finite_ratio = ratio[torch.isfinite(ratio)]
+        return max_err, float(finite_ratio.max()) if finite_ratio.numel() else float("inf")
+
+
+__all__ = ["SR_WALK_CAP", "ToleranceRule"]

@@ -1,0 +1,48 @@
+"""Every broken kernel ("mutant") in one registry, loaded one way by every entry point.
+
+Oracle: each mutant is a literal model plus exactly one deliberate bug; the validation engine
+must fail every one (tests/test_mutants_engine.py names the step for spec 7's field bugs,
+tests/test_mutation_gallery.py has the fuzzer find and shrink each; docs/mutation_gallery.md).
+
+Importing this package registers every mutant with the kernel registry (``kind = "mutant"``), so
+``replayssm list`` shows them and ``replayssm validate --kernel mutant-...`` runs them;
+:func:`all_mutants` returns them, name -> :class:`MutantSpec`.  The modules:
+
+* ``registry.py``: :data:`MUTANTS`, :func:`register_mutant`, :func:`first_bad_step`, the base tables;
+* ``field_bugs.py``: spec 7's seven field bugs, each with its first-bad-step rule;
+* ``bookkeeping.py``, ``arithmetic.py``, ``precision.py``: the gallery, by kind of slip;
+* ``interface.py``: interface slips, each the witness of one exact check (``validators/checks/``).
+
+To add one: write a mixin overriding the literal model's methods in the module of its kind, then
+``register_mutant(Mixin, "mutant-<name>", "what is wrong", klass=..., decodes=(...))``.
+"""
+
+from __future__ import annotations
+
+# isort: off
+# Registration order (the order of all_mutants() and of docs/mutation_gallery.md).
+from replayssm.validators.mutants import field_bugs  # noqa: F401
+from replayssm.validators.mutants import bookkeeping  # noqa: F401
+from replayssm.validators.mutants import arithmetic  # noqa: F401
+from replayssm.validators.mutants import precision  # noqa: F401
+from replayssm.validators.mutants import interface  # noqa: F401
+# isort: on
+from replayssm.validators.mutants.field_bugs import FIELD_BUGS
+from replayssm.validators.mutants.registry import (
+    BASELINE_BASES,
+    CLASSES,
+    MUTANTS,
+    REPLAY_BASES,
+    MutantSpec,
+    first_bad_step,
+    register_mutant,
+)
+
+
+def all_mutants() -> dict[str, MutantSpec]:
+    """Every registered mutant, name -> spec, in registration order."""
+    return dict(MUTANTS)
+
+
+__all__ = ["BASELINE_BASES", "CLASSES", "FIELD_BUGS", "MUTANTS", "REPLAY_BASES", "MutantSpec", "all_mutants",
+           "first_bad_step", "register_mutant"]

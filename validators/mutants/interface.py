@@ -1,0 +1,103 @@
+"""Interface mutants: right arithmetic, but one rule of the kernel interface (spec 3, 6) broken.
+
+Oracle: each mutant is the literal replay model plus exactly one slip in how it hands results
+back: the ``out=`` buffer, padding rows, every output element written, finite outputs, bitwise
+determinism.  Each is caught by exactly one exact check of the engine, the one its registration
+in ``validators/checks/`` names as its witness (tests/test_checks.py); they are registered for
+Mamba-2 only, since the checks they witness do not depend on the family.
+"""
+
+from __future__ import annotations
+
+from replayssm.interface import PAD_SLOT
+from replayssm.validators.invariants import int_view
+from replayssm.validators.mutants.registry import register_mutant
+
+MAMBA2_ONLY = ("mamba2",)
+
+
+class WritesIntoCopy:
+    """verify writes its outputs into a private copy of the ``out=`` buffer and returns the copy:
+    the values are right, but the caller's buffer is never written."""
+
+    def verify(self, slot_ids, inputs, out=None):
+        if out is None:
+            return super().verify(slot_ids, inputs, out)
+        return super().verify(slot_ids, inputs, out.clone())
+
+
+class ZeroFillsOutput:
+    """verify zero-fills the whole ``out=`` buffer before writing the active rows (a memset over
+    the batch, padding rows included)."""
+
+    def verify(self, slot_ids, inputs, out=None):
+        if out is not None:
+            out.zero_()
+        return super().verify(slot_ids, inputs, out)
+
+
+class LastElementUnwritten:
+    """The output tile loop stops one element short: the last element of every window
+    position's output is never written."""
+
+    def verify(self, slot_ids, inputs, out=None):
+        if out is None:
+            return super().verify(slot_ids, inputs, out)
+        flat = out.view(out.shape[0], out.shape[1], -1)
+        before = flat[:, :, -1].clone()
+        res = super().verify(slot_ids, inputs, out)
+        flat[:, :, -1] = before
+        return res
+
+
+class UninitialisedAccumulator:
+    """The readout accumulator of the last window position starts from uninitialised memory
+    instead of zero (modelled as NaN, as a NaN-filling allocator returns it): that output is NaN
+    although the reference is finite; the state is right."""
+
+    def verify(self, slot_ids, inputs, out=None):
+        res = super().verify(slot_ids, inputs, out)
+        for r, s in enumerate(slot_ids.tolist()):
+            if s != PAD_SLOT:
+                res[r, -1] += float("nan")
+        return res
+
+
+class AlternatingLastBit:
+    """Run-to-run non-determinism, as from a reduction whose order depends on the launch (atomics):
+    every second instance of the kernel flips the lowest bit of its first output element; each
+    run alone is within the tolerance, two runs are not bit-identical."""
+
+    instances = 0
+
+    def __init__(self, config):
+        super().__init__(config)
+        type(self).instances += 1
+        self.flips = type(self).instances % 2 == 0
+
+    def verify(self, slot_ids, inputs, out=None):
+        res = super().verify(slot_ids, inputs, out)
+        if self.flips:
+            r = next((i for i, s in enumerate(slot_ids.tolist()) if s != PAD_SLOT), None)
+            if r is not None:
+                int_view(res[r]).view(-1)[0] ^= 1
+        return res
+
+
+register_mutant(WritesIntoCopy, "mutant-out-param-copy",
+                "verify writes into a private copy of out= and returns it (the caller's buffer is never written)",
+                klass="interface", families=MAMBA2_ONLY)
+register_mutant(ZeroFillsOutput, "mutant-padding-output-zeroed",
+                "verify zero-fills the whole out= buffer, padding rows included", klass="interface",
+                families=MAMBA2_ONLY)
+register_mutant(LastElementUnwritten, "mutant-output-element-unwritten",
+                "the output tile loop stops one short: the last element of each window position is never written",
+                klass="interface", families=MAMBA2_ONLY)
+register_mutant(UninitialisedAccumulator, "mutant-output-accumulator-nan",
+                "the last window position's readout accumulator starts from uninitialised memory (NaN)",
+                klass="interface", families=MAMBA2_ONLY)
+register_mutant(AlternatingLastBit, "mutant-nondeterministic-output",
+                "every second run flips the lowest bit of one output (launch-order-dependent reduction)",
+                klass="interface", families=MAMBA2_ONLY)
+
+__all__: list[str] = []

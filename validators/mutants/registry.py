@@ -1,0 +1,83 @@
+"""The one mutant registry: every broken kernel, registered once, on the literal models of each family.
+
+Oracle: none here; this only builds and records the mutant classes.  A mutant is a mixin with
+exactly one deliberate bug, put on top of a family's literal replay model (or literal baseline)
+and registered with the kernel registry as ``kind = "mutant"`` (so ``replayssm list`` shows it
+and ``replayssm validate --kernel mutant-...`` runs it).  The validation engine must fail every
+one of them (tests/test_mutants_engine.py, tests/test_mutation_gallery.py).
+
+Load the registry through the package, never this module alone: ``from
+replayssm.validators.mutants import all_mutants`` imports every mutant module, so every entry
+point sees the same set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from replayssm.families import families
+from replayssm.registry import register
+from replayssm.scenarios.schedules import plan
+
+# The literal models a mutant is built on, per family (replay: ``base="replay"``, the default;
+# baseline: ``base="baseline"``).
+# The literal models each mutant is built on, per family (the family registry's).
+REPLAY_BASES = {name: fam.literal_replay for name, fam in families().items()}
+BASELINE_BASES = {name: fam.literal_baseline for name, fam in families().items()}
+
+# What kind of slip a mutant stands for (docs/mutation_gallery.md groups them so); "bookkeeping"
+# reproducers must shrink to <= 2 rows and <= 8 steps (validators/gallery_run.py).
+CLASSES = ("bookkeeping", "arithmetic", "precision", "interface")
+
+
+@dataclass(frozen=True)
+class MutantSpec:
+    name: str
+    description: str
+    decodes: tuple[str, ...]
+    first_bad: Callable | None  # (scenario, plan) -> first step the engine must flag, or None
+    classes: dict  # family -> registered kernel class
+    klass: str = "bookkeeping"  # one of CLASSES
+    field_bug: bool = False  # one of spec 7's field bugs (each with a first_bad rule)
+
+
+MUTANTS: dict[str, MutantSpec] = {}
+
+
+def register_mutant(mixin: type, name: str, description: str, *, klass: str, families=("mamba2", "gdn"),
+                    base: str = "replay", decodes=("speculative", "standard"), first_bad: Callable | None = None,
+                    field_bug: bool = False) -> MutantSpec:
+    """Register ``mixin`` on the literal replay (or baseline) model of each family in ``families``
+    as kernel ``name`` (``kind = "mutant"``) and record it in :data:`MUTANTS`.
+
+    Mutants built on the literal *baseline* set ``base_kind = "baseline"`` so the runner applies
+    the baseline's checks to them (a baseline keeps no cursors)."""
+    if klass not in CLASSES:
+        raise ValueError(f"klass: expected one of {CLASSES}, got {klass!r}")
+    if base not in ("replay", "baseline"):
+        raise ValueError(f"base: expected 'replay' or 'baseline', got {base!r}")
+    if name in MUTANTS:
+        raise ValueError(f"name: mutant {name!r} is already registered")
+    bases = REPLAY_BASES if base == "replay" else BASELINE_BASES
+    classes = {}
+    for fam in families:
+        attrs = {"name": name, "family": fam, "kind": "mutant", "description": description,
+                 "literal_twin": "literal-baseline" if base == "baseline" else "literal-replay",
+                 "base_kind": base, "__module__": mixin.__module__}
+        classes[fam] = register(type(f"{mixin.__name__}_{fam}", (mixin, bases[fam]), attrs), replace=True)
+    spec = MutantSpec(name, description, tuple(decodes), first_bad, classes, klass, field_bug)
+    MUTANTS[name] = spec
+    return spec
+
+
+def first_bad_step(name: str, sc, steps=None) -> int | None:
+    """The first step at which mutant ``name`` must be flagged on scenario ``sc`` (None: unknown)."""
+    spec = MUTANTS[name]
+    if spec.first_bad is None:
+        return None
+    return spec.first_bad(sc, steps if steps is not None else plan(sc))
+
+
+__all__ = ["BASELINE_BASES", "CLASSES", "MUTANTS", "REPLAY_BASES", "MutantSpec", "first_bad_step",
+           "register_mutant"]
