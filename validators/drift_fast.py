@@ -43,6 +43,8 @@ import torch
 from replayssm.families import family
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators import invariants as inv
+from replayssm.validators.checks.context import StepContext
+from replayssm.validators.checks.output_bits import non_finite, unwritten_output
 from replayssm.validators.metrics import rel_l2_into, row_rel_l2
 
 MAX_GRAPHS = 48
@@ -330,28 +332,16 @@ class FastCell:
         for j in flagged:
             out, ro = self.out_v[a + j], self.ref_out_v[a + j]
             self._rel(out, ro, self.rel_v[a + j], exact=True)
-            self._output_failures(self.cell.plans[lo + j].step, out, ro)
+            self._output_failures(self.cell.plans[lo + j], out, ro)
         self.checked = hi
 
-    def _output_failures(self, s: int, out: torch.Tensor, ref_out: torch.Tensor) -> None:
-        """Lockstep.step's unwritten-output and non-finite checks (no literal model, no padding)."""
-        ls = self.ls
-        unwritten = inv.unwritten_mask(out)
-        nonfinite = ~torch.isfinite(out) & ~unwritten
-        if bool(unwritten.any()):
-            for i, r in enumerate(ls.active):
-                if bool(unwritten[i].any()):
-                    pos = inv.first_index(unwritten[i])
-                    ls.fail(s, "unwritten-output", f"output element {pos[1:]} still holds the NaN poison",
-                            row=r, slot=ls.ids_list[r], position=pos[0])
-        if bool(nonfinite.any()):
-            for i, r in enumerate(ls.active):
-                bad = nonfinite[i]
-                if bool(bad.any()):
-                    pos = inv.first_index(bad)
-                    ls.fail(s, "non-finite", f"first non-finite output element {pos[1:]} "
-                                             f"(value {float(out[i][pos]):g}, reference {float(ref_out[r][pos]):.4g})",
-                            row=r, slot=ls.ids_list[r], position=pos[0])
+    def _output_failures(self, plan, out: torch.Tensor, ref_out: torch.Tensor) -> None:
+        """The engine's own unwritten-output and non-finite checks on one flagged step (no literal
+        model, no padding rows on the fast path)."""
+        ctx = StepContext(run=self.ls, plan=plan, inputs={}, flush_rows=[], hook="after-verify", out=out,
+                          ref_out=ref_out)
+        unwritten_output(ctx)
+        non_finite(ctx)
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def _sync_static(self) -> None:
