@@ -19,6 +19,8 @@ import importlib.util
 import os
 import sys
 
+from replayssm import __version__
+
 COMMANDS = [
     "replayssm.cli_list",
     "replayssm.cli_validate",
@@ -54,7 +56,6 @@ def _report_broken(module: str, err: BaseException) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="replayssm", description="Numerical validation and drift testing for ReplaySSM-style "
                                                    "decode kernels (Mamba-2, Gated DeltaNet).")
-    from replayssm import __version__
     parser.add_argument("--version", action="version", version=f"replayssm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in COMMANDS:

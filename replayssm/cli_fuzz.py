@@ -15,7 +15,10 @@ import time
 from pathlib import Path
 
 from replayssm.cli import check_device
+from replayssm.cli_list import load_kernels
 from replayssm.families import family, family_names
+from replayssm.registry import get
+from replayssm.validators.fuzz import fuzz_kernel, fuzzable_kernels, profile_name
 
 
 def add_parser(subparsers):
@@ -46,9 +49,6 @@ def _report_dict(r) -> dict:
 
 
 def run(args) -> int:
-    from replayssm.cli_list import load_kernels
-    from replayssm.registry import get
-    from replayssm.validators.fuzz import fuzz_kernel, fuzzable_kernels, profile_name
 
     load_kernels()
     profile = profile_name(args.profile)

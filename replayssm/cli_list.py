@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import json
 
+from replayssm import adapters
 from replayssm.families import families
 from replayssm.families import family as family_of
+from replayssm.precision import STANDARD_MODES, VALID_FORMS
+from replayssm.registry import kernels
+from replayssm.scenarios.inputs import DISTRIBUTIONS
+from replayssm.scenarios.schedules import SCHEDULES
+from replayssm.validators import mutants  # noqa: F401 - registers every mutant
 
 
 def add_parser(subparsers):
@@ -23,19 +29,11 @@ def add_parser(subparsers):
 def load_kernels() -> None:
     """Import everything that registers kernels: built-ins (replayssm.ops), every mutant and the
     adapters whose source is available (``replayssm.adapters``)."""
-    import replayssm.validators.mutants  # noqa: F401 - registers every mutant
-    from replayssm import adapters
-    from replayssm.registry import kernels
     kernels()
     adapters.load()
 
 
 def collect(family: str | None = None) -> dict:
-    from replayssm import adapters
-    from replayssm.precision import STANDARD_MODES, VALID_FORMS
-    from replayssm.registry import kernels
-    from replayssm.scenarios.inputs import DISTRIBUTIONS
-    from replayssm.scenarios.schedules import SCHEDULES
     load_kernels()
     if family is not None:
         family_of(family)  # ValueError naming the registered families -> exit 2
@@ -60,7 +58,6 @@ def use_vllm_src(args) -> None:
     if getattr(args, "vllm_src", None):
         import os
 
-        from replayssm import adapters
         os.environ["REPLAYSSM_VLLM_SRC"] = args.vllm_src
         adapters.load(force=True)
 

@@ -10,8 +10,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from replayssm.adapters import availability
 from replayssm.cli import check_device
+from replayssm.cli_list import load_kernels, use_vllm_src
 from replayssm.families import family_names
+from replayssm.registry import get
+from replayssm.scenarios.scenario import Scenario
+from replayssm.scenarios.schedules import default_steps
+from replayssm.validators.fuzz_artifacts import kernel_of_file
+from replayssm.validators.runner import run_scenario
 
 # Flags that map onto scenario fields (dest -> field).  Their argparse default is None so an
 # explicit flag can override a --scenario file.
@@ -76,7 +83,6 @@ def _option_value(text: str):
 
 
 def scenario_from_args(args):
-    from replayssm.scenarios.scenario import Scenario
     given = {field: getattr(args, dest) for dest, field in _FIELDS.items() if getattr(args, dest) is not None}
     opts = {}
     for kv in args.kernel_options:
@@ -107,24 +113,17 @@ def scenario_from_args(args):
 
 
 def run(args) -> int:
-    from replayssm.cli_list import load_kernels
-    from replayssm.registry import get
-    from replayssm.scenarios.schedules import default_steps
-    from replayssm.validators.runner import run_scenario
 
     sc = scenario_from_args(args)
-    from replayssm.cli_list import use_vllm_src
     use_vllm_src(args)
     load_kernels()
     if args.kernel is None:
-        from replayssm.validators.fuzz_artifacts import kernel_of_file
         args.kernel = kernel_of_file(args.scenario) if args.scenario else None
         if args.kernel is None:
             raise ValueError("--kernel: required (or a --scenario failure artifact that names its kernel)")
     try:
         get(args.kernel, sc.family)  # ValueError naming the choices -> exit 2
     except ValueError as e:
-        from replayssm.adapters import availability
         missing = [f"{n}: {line}" for n, (ok, line) in availability().items() if not ok]
         raise ValueError("; ".join([str(e), *(f"adapter {m}" for m in missing)])) from None
     dev = check_device(args.device)

@@ -20,6 +20,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from replayssm import __version__
+from replayssm.validators import drift as D
+from replayssm.validators.drift import SweepConfig, default_devices
+from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
+from replayssm.validators.drift_report import analyse, write_reports
+
 DEFAULTS = {"families": "mamba2,gdn", "kernels": "literal-replay",
             "modes": "s32a32,s32a16,s16a16,sfp16a16,sfp16a16-sr,sfp8a16", "scenarios": "long-memory",
             "schedules": "standard,spec-random,spec-always-1,spec-always-T", "geometry": "tiny"}
@@ -97,7 +103,6 @@ def _geometry(text: str, families) -> dict:
 
 
 def config_from_args(args):
-    from replayssm.validators.drift import SweepConfig
     families = _list(args.families, "families")
     return SweepConfig(families=families, kernels=_list(args.kernels, "kernels"), modes=_list(args.modes, "modes"),
                        distributions=_list(args.scenarios, "scenarios"), schedules=_list(args.schedules, "schedules"),
@@ -109,7 +114,6 @@ def config_from_args(args):
 def _devices(text: str) -> list[str]:
     import torch
     if text == "auto":
-        from replayssm.validators.drift import default_devices
         return default_devices()
     if text == "cpu":
         return ["cpu"]
@@ -128,7 +132,6 @@ def environment(devices: list[str]) -> dict:
     import torch
     import triton
 
-    from replayssm import __version__
     dev = devices[0]
     name = torch.cuda.get_device_name(torch.device(dev)) if dev.startswith("cuda") else "cpu"
     return {"replayssm": __version__, "torch": torch.__version__, "triton": triton.__version__, "device": name}
@@ -153,7 +156,6 @@ def git_commit() -> str:
 def derive_budgets(report: dict, factor: float, kernel: str = "literal-replay", env: dict | None = None):
     """Budgets from a report: ``factor`` x the largest peak of ``kernel`` per family x mode over
     the report's scenarios and schedules; allowed laws = bounded + every law chosen there."""
-    from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget
     if not factor >= 1:
         raise ValueError(f"--budget-factor: expected >= 1, got {factor!r}")
     sw = report["sweep"]
@@ -194,9 +196,6 @@ def derive_budgets(report: dict, factor: float, kernel: str = "literal-replay", 
 
 
 def run(args) -> int:
-    from replayssm.validators import drift as D
-    from replayssm.validators.drift_budgets import format_budgets, load_budgets
-    from replayssm.validators.drift_report import analyse, write_reports
 
     shard = D.parse_shard(args.shard)
     if args.merge and shard != (0, 1):

@@ -178,6 +178,7 @@ class KernelUnderTest(abc.ABC):
     name: ClassVar[str] = ""
     family: ClassVar[str] = ""
     kind: ClassVar[str] = "replay"  # "replay" or "baseline"
+    decodes: ClassVar[tuple[str, ...]] = ("speculative", "standard")  # what it implements (scenarios draw these)
     description: ClassVar[str] = ""
 
     def __init__(self, config: KernelConfig) -> None:

@@ -21,13 +21,13 @@ import re
 from pathlib import Path
 
 from replayssm.validators.fuzz_artifacts import artifact_json, load_failure
+from replayssm.validators.runner import run_scenario
 
 CORPUS = Path(__file__).resolve().parents[1] / "golden" / "regressions"
 
 
 def replay(path) -> tuple[bool, str]:
     """(holds, message): whether the corpus entry at ``path`` still behaves as its status says."""
-    from replayssm.validators.runner import run_scenario  # registers every mutant by name
 
     sc, rec = load_failure(path)
     res = run_scenario(sc, rec.kernel)

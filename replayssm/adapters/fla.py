@@ -36,6 +36,7 @@ import torch
 from replayssm.adapters._base import SlotAdapter, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
+from replayssm.registry import register
 
 NAME = "fla"
 VERSION = "0.6.0"
@@ -145,6 +146,5 @@ def load(path: str | None = None) -> list[str]:
     if have != VERSION:
         raise RuntimeError(f"flash-linear-attention: fla-core {have} installed, the adapter is written against "
                            f"fla-core {VERSION}; {HOW}")
-    from replayssm.registry import register
     register(FLABaselineGDN, replace=True)
     return [f"{FLABaselineGDN.family}/{FLABaselineGDN.name} (fla-core {have})"]

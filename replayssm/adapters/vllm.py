@@ -16,7 +16,8 @@ Each module's docstring lists the conventions it bridges and the precision modes
 
 from __future__ import annotations
 
-from replayssm.adapters import _vllm_source
+from replayssm.adapters import _vllm_source, vllm_baselines, vllm_gdn, vllm_mamba2
+from replayssm.registry import register
 
 NAME = "vllm"
 
@@ -25,8 +26,6 @@ def load(path: str | None = None) -> list[str]:
     """Import the kernels and register the adapters; returns the registered ``family/name`` list.
     Raises :class:`_vllm_source.SourceUnavailable` (one line) when the source is missing or unusable."""
     mods = _vllm_source.load(path)
-    from replayssm.adapters import vllm_baselines, vllm_gdn, vllm_mamba2
-    from replayssm.registry import register
     classes = [vllm_mamba2.VllmMamba2Replay, vllm_mamba2.VllmMamba2ReplayState, vllm_gdn.VllmGDNReplay,
                vllm_baselines.VllmMamba2Baseline, vllm_baselines.VllmGDNBaseline]
     done = []
