@@ -21,7 +21,8 @@ from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.runner import run_scenario
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
-PEERS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm"
+PEERS = pathlib.Path(os.environ.get(_vllm_source.ENV)
+                     or pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm")
 TOLERANCE_CHECKS = {"output", "state", "flush-checkpoint"}
 CASES = [  # family, kernel, decode, mode
     ("mamba2", "vllm-replay", "standard", "s32a16"), ("mamba2", "vllm-replay-state", "standard", "s32a16"),
