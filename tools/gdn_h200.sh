@@ -17,11 +17,8 @@ stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 echo "commit ${GDN_COMMIT:-unknown}"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
-pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
-if ! python -c "import replayssm.validators.runner" 2>/dev/null; then
-  ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios; export PYTHONPATH=$PWD
-fi
-python -c "import replayssm.validators.runner, replayssm.ops.gdn.bench_cases" || { echo "replayssm does not import"; exit 1; }
+source tools/device_env.sh
+python -c "import replayssm.ops.gdn.bench_cases" || { echo "replayssm does not import"; exit 1; }
 stamp "setup done"
 Q=${GDN_QUICK:+--quick}
 python -m replayssm.ops.gdn.bench_cases warm $Q --workers 4 > "$OUT/gdn_warm.txt" 2>&1 &

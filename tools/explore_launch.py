@@ -1,7 +1,7 @@
 """Launch-shape exploration on a GPU (one device call): full-cursor-cycle time of replay kernel
 configurations against the default baseline, each checked against fp64 first.
 
-Usage: python scripts/explore_launch.py [mamba2|gdn|all] [--batches 128,512] [--rep-ms 150]
+Usage: python tools/explore_launch.py [mamba2|gdn|all] [--batches 128,512] [--rep-ms 150]
 Prints one line per (family, case, batch, options); the JSON of all lines goes to $OUT/explore.json.
 """
 
