@@ -30,6 +30,8 @@ import pytest
 from replayssm.validators.drift_budgets import load_budgets
 
 ROOT = Path(__file__).resolve().parents[1]
+# One wheel build and install for the module: its tests share one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("install")
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
