@@ -25,6 +25,7 @@ import sys
 import venv
 from pathlib import Path
 
+import pip
 import pytest
 
 from replayssm.validators.drift_budgets import load_budgets
@@ -83,13 +84,15 @@ def installed(tmp_path_factory):
     _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(src), "-w", tmp / "wheel"], tmp, env)
     (wheel,) = (tmp / "wheel").glob("replayssm-*.whl")
     target = tmp / "venv"
-    venv.EnvBuilder(with_pip=False, system_site_packages=False, clear=True).create(target)
+    # pip >= 22.3 installs into another interpreter (--python); an older one needs pip in the venv.
+    pip_targets = tuple(int(x) for x in pip.__version__.split(".")[:2]) >= (22, 3)
+    venv.EnvBuilder(with_pip=not pip_targets, system_site_packages=False, clear=True).create(target)
     python = target / "bin" / "python"
+    pip_cmd = [sys.executable, "-m", "pip", "--python", python] if pip_targets else [python, "-I", "-m", "pip"]
     purelib = Path(_run([python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp,
                         env).stdout.strip())
     (purelib / "_replayssm_test_dependencies.pth").write_text("\n".join(_dependency_dirs()) + "\n")
-    _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-index", wheel], tmp,
-         env)
+    _run([*pip_cmd, "install", "-q", "--no-deps", "--no-index", wheel], tmp, env)
     run_dir = tmp / "run"
     run_dir.mkdir()
     return python, target / "bin" / "replayssm", run_dir, env, target

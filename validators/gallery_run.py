@@ -60,11 +60,9 @@ def run_case(name: str, family: str, failures_dir=None) -> FuzzReport:
 def problems(report: FuzzReport) -> list[str]:
     """Which targets a gallery run misses (empty: all met)."""
     out = []
-    if not report.caught:
-        out.append(f"not caught in {report.examples} scenarios")
+    if not report.caught:  # the ci profile generates at most CATCH_LIMIT_EXAMPLES scenarios
+        out.append(f"not caught in {report.examples} scenarios (limit {CATCH_LIMIT_EXAMPLES})")
         return out
-    if report.examples_to_first_failure > CATCH_LIMIT_EXAMPLES:
-        out.append(f"first failure at scenario {report.examples_to_first_failure} > {CATCH_LIMIT_EXAMPLES}")
     if failure_class(report.kernel) == "bookkeeping":
         if report.reproducer_rows > BOOKKEEPING_MAX_ROWS:
             out.append(f"reproducer has {report.reproducer_rows} active rows > {BOOKKEEPING_MAX_ROWS}")
