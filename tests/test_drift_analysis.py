@@ -191,14 +191,15 @@ def test_speculation_test_merges_autocorrelated_blocks():
 
 
 def test_h200_fp32_checkpoint_error_that_rises_then_plateaus_is_bounded():
-    """Measured curve (docs/reports/drift_h200_nano4b_1e6.json, triton-replay s32a16 nano4b, 10^6
-    tokens): the state error rises like t^0.8 for three decades, then stays flat for 1.5 decades.
-    A sqrt(t) rise before the plateau could not follow it (RSS 37 vs 3 in log space); the law
-    must be bounded, with the plateau where the data flattens."""
+    """Measured curve (tests/fixtures/drift_h200_nano4b_state_curve.json: the state curve of an H200
+    drift report, triton-replay s32a16 nano4b, 10^6 tokens; the fixture says how it was cut): the
+    state error rises like t^0.8 for three decades, then stays flat for 1.5 decades.  A sqrt(t)
+    rise before the plateau could not follow it (RSS 37 vs 3 in log space); the law must be
+    bounded, with the plateau where the data flattens."""
     import pathlib
 
-    report = pathlib.Path(__file__).resolve().parents[1] / "docs" / "reports" / "drift_h200_nano4b_1e6.json"
-    curve = json.loads(report.read_text())["cells"][0]["state"]["curve"]
+    fixture = pathlib.Path(__file__).resolve().parent / "fixtures" / "drift_h200_nano4b_state_curve.json"
+    curve = json.loads(fixture.read_text())
     t, rms = np.array(curve["t"]), np.array(curve["rms"])
     fit = fit_growth(t, rms)
     assert fit.law == "bounded"

@@ -27,6 +27,8 @@ SMALL = ["--families", "mamba2,gdn", "--modes", "s32a16,sfp8a16", "--schedules",
          "--tokens", "256", "--rows", "2", "--no-progress", "--checkpoint-every", "0"]
 FILES = ("drift_report.json", "drift_report.md", "drift_report.html")
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+# The module's reference run is shared: its tests run in one pytest-xdist worker.
+pytestmark = pytest.mark.xdist_group("drift-runner")
 
 
 def _cli(*args: str) -> list[str]:

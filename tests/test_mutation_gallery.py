@@ -1,8 +1,10 @@
-"""The fuzzer catches every broken kernel under the ``ci`` profile, fast, with a small reproducer.
+"""The fuzzer catches every broken kernel under the ``ci`` profile, in few scenarios, with a small reproducer.
 
 Oracle: the mutants (validators/mutants/) each carry one known
 bug, so the validation engine must fail each one; the fuzzer must find a failing scenario
-within 60 s (CPU) and shrink bookkeeping bugs to <= 2 active rows and <= 8 verify steps.  The
+within the first 100 generated scenarios (the ``ci`` profile's bound; work, not wall clock:
+a loaded machine reaches the same verdict) and, with shrinking bounded to 150 more scenarios,
+shrink bookkeeping bugs to <= 2 active rows and <= 8 verify steps.  The
 shrunk reproducer is saved as a failure artifact, and ``replayssm validate --scenario FILE``
 (no --kernel) must replay it: exit 1 with the same first failing check at the same step.
 """
@@ -12,6 +14,7 @@ import json
 import pytest
 
 from replayssm.cli import main
+from replayssm.validators.fuzz import fuzz_kernel
 from replayssm.validators.fuzz_artifacts import load_failure
 from replayssm.validators.gallery_run import failure_class, gallery_cases, problems, run_case
 from replayssm.validators.mutants import all_mutants
@@ -46,3 +49,13 @@ def test_fuzzer_catches_mutant(name, family, tmp_path, capsys):
     first = json.loads(res_file.read_text())["first_failure"]
     assert (first["check"], first["step"]) == (record.check, record.first_bad_step)
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_shrinking_stops_after_its_scenario_budget():
+    # The count bound the gallery relies on: after the first failure at most the budget of new
+    # scenarios runs (0 here, so the first failing scenario is the reproducer).
+    full = fuzz_kernel("mutant-stale-read", "gdn", profile="ci", shrink_budget_s=None)
+    cut = fuzz_kernel("mutant-stale-read", "gdn", profile="ci", shrink_budget_s=None, shrink_budget_examples=0)
+    assert full.caught and cut.caught and cut.shrink_stopped_by_budget and not full.shrink_stopped_by_budget
+    assert cut.examples == cut.examples_to_first_failure == full.examples_to_first_failure < full.examples
+    assert cut.scenario is not None and cut.record is not None

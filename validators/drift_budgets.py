@@ -27,6 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from replayssm import golden
 from replayssm.families import family_names
 from replayssm.precision import parse_mode
 
@@ -40,7 +41,7 @@ BUDGET_LAWS = ("bounded", "sqrt", "linear")
 PROVENANCE_FIELDS = ("derived", "hardware", "date", "commit")
 ENTRY_FIELDS = ("output_error", "state_error", "growth", "horizon", "provenance")
 DECISIVE = 0.95
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "golden" / "tolerances.toml"
+DEFAULT_PATH = golden.path("tolerances.toml")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ the property reports the engine's first failure (step, row, window position, che
 * :func:`check_scenario` the property itself; on failure it saves the scenario as a failure
   artifact (``validators/fuzz_artifacts.py``) that ``replayssm validate --scenario FILE`` replays.
 * :func:`fuzz_kernel` runs the property for one kernel and reports what happened: examples run,
-  time to the first failure, the shrunk reproducer and its size.  ``shrink_budget_s`` bounds
+  time to the first failure, the shrunk reproducer and its size.  ``shrink_budget_examples``
+  (a count of scenarios run after the first failure: what tests use, so a loaded machine reaches
+  the same result) or ``shrink_budget_s`` (wall clock: the command line's time-boxed runs) bounds
   shrinking: past it, candidates not already seen failing are treated as passing, so Hypothesis
   stops improving and reports the best failing scenario found so far (a real failure, replayed).
 * ``replayssm fuzz`` (``replayssm/cli_fuzz.py``) and the nox ``fuzz`` session run it over every
@@ -20,6 +22,7 @@ the property reports the engine's first failure (step, row, window position, che
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -137,6 +140,7 @@ class FuzzReport:
     examples: int = 0
     caught: bool = False
     time_to_first_failure_s: float | None = None
+    examples_to_first_failure: int | None = None
     wall_s: float = 0.0
     shrink_stopped_by_budget: bool = False
     scenario: Scenario | None = None
@@ -167,8 +171,8 @@ class FuzzReport:
 
 def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None, device: str = "cpu",
                 failures_dir=None, max_examples: int | None = None, seed: int | None = None,
-                shrink_budget_s: float | None = 20.0, strategy: dict | None = None,
-                overrides: dict | None = None) -> FuzzReport:
+                shrink_budget_s: float | None = 20.0, shrink_budget_examples: int | None = None,
+                strategy: dict | None = None, overrides: dict | None = None) -> FuzzReport:
     """Fuzz one kernel with Hypothesis under ``profile``; never raises for a kernel failure.
 
     ``strategy`` overrides :data:`STRATEGY` (keyword arguments of :func:`scenarios`); ``seed``
@@ -205,10 +209,28 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
         # One raise site: Hypothesis identifies a failure by where it was raised.
         raise AssertionError(res.headline())
 
+    # Derandomized profiles seed Hypothesis from the property's source, so the count bound wraps
+    # ``prop`` (functools.wraps: Hypothesis reads the source through ``__wrapped__``) instead of
+    # editing it: the ci profile draws the same scenarios with or without the bound.
+    @functools.wraps(prop)
+    def bounded(sc: Scenario) -> None:
+        n_first = report.examples_to_first_failure
+        if (shrink_budget_examples is not None and n_first is not None
+                and report.examples - n_first >= shrink_budget_examples
+                and sc.to_json(indent=None) not in failing):
+            report.shrink_stopped_by_budget = True
+            return
+        try:
+            prop(sc)
+        except AssertionError:
+            if report.examples_to_first_failure is None:
+                report.examples_to_first_failure = report.examples
+            raise
+
     hyp = dict(overrides or {})
     if max_examples is not None:
         hyp["max_examples"] = max_examples
-    test = given(scenarios(kernel=cls, **skw))(prop)
+    test = given(scenarios(kernel=cls, **skw))(bounded)
     test = fuzz_settings(name, **hyp)(test)
     if seed is not None:
         test = hypothesis_seed(seed)(test)

@@ -20,10 +20,11 @@ import dataclasses
 import re
 from pathlib import Path
 
+from replayssm import golden
 from replayssm.validators.fuzz_artifacts import artifact_json, load_failure
 from replayssm.validators.runner import run_scenario
 
-CORPUS = Path(__file__).resolve().parents[1] / "golden" / "regressions"
+CORPUS = golden.path("regressions")
 
 
 def replay(path) -> tuple[bool, str]:

@@ -11,7 +11,7 @@ runs the fast path in the pieces a CUDA graph captures on a GPU (fixed buffers, 
 counts the calls inside a piece apart: what is left is the host work per step when each piece is
 one graph replay.
 
-    python scripts/drift_host_ops.py --geometry nano4b --rows 8 --steps 32 --fake-kernel
+    python tools/drift_host_ops.py --geometry nano4b --rows 8 --steps 32 --fake-kernel
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 #      slow path (Lockstep.step), the fast path with CUDA graphs and the fast path eager: the cell
 #      results must be the same text; the tokens/s of each;
 #   2. validated tokens/s through `replayssm drift` at nano4b, batch 8, s32a16, standard decode, fp64
-#      reference included (the issue-7 target, >= 10^4), same settings as scripts/h200_drift.sh;
+#      reference included (the issue-7 target, >= 10^4), same settings as tools/h200_drift.sh;
 #   3. if 2 reaches FAST_MIN tokens/s: one 10^6-token cell (8 rows x 125,000 tokens) with its report;
 #   4. literal-replay at nano4b (the literal model, fp32 state) for ~10^4 tokens, to compare its state
 #      error growth with the kernel's.
@@ -29,8 +29,7 @@ t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>/dev/null || echo "no nvidia-smi"
 python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
-ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+source tools/device_env.sh
 cat COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || true
 stamp "setup done"
 

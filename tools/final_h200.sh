@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Device calls for the record (issues 4 and 5), from a copy of a committed tree:
-#   scripts/final_h200.sh tests   GPU engine tests of the replay kernels' pre-pass path (every mode),
+#   tools/final_h200.sh tests   GPU engine tests of the replay kernels' pre-pass path (every mode),
 #                                 batch sizes 1-512, CUDA graphs, exhaustive schedules
-#   scripts/final_h200.sh bench   the benchmark tables of both families (replayssm bench; GDN harness)
+#   tools/final_h200.sh bench   the benchmark tables of both families (replayssm bench --family mamba2|gdn)
 # Logs and JSON go to $OUT.  REPLAYSSM_COMMIT names the commit (the device copy has no .git).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -13,7 +13,7 @@ stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 echo "commit ${REPLAYSSM_COMMIT:-unknown}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
-source scripts/device_env.sh
+source tools/device_env.sh
 case "${1:-tests}" in
   tests)
     # small cases 6 workers in parallel; batch 512 and super120b one at a time (six such processes
@@ -34,7 +34,7 @@ case "${1:-tests}" in
     timeout ${BENCH_LIMIT:-270} python -m replayssm bench --family mamba2 ${BENCH_QUICK:+--no-sweep --rep-ms 100} \
       --json "$OUT/m2_bench.json" > "$OUT/m2_bench.txt" 2>&1
     stamp "mamba2 bench (exit $?)"; cat "$OUT/m2_bench.txt" | tail -20
-    timeout ${BENCH_LIMIT:-270} python -m replayssm.ops.gdn.bench_cases bench ${BENCH_QUICK:+--quick --rep-ms 100} \
+    timeout ${BENCH_LIMIT:-270} python -m replayssm bench --family gdn ${BENCH_QUICK:+--no-sweep --rep-ms 100} \
       --json "$OUT/gdn_bench.json" > "$OUT/gdn_bench.txt" 2>&1
     stamp "gdn bench (exit $?)"; tail -22 "$OUT/gdn_bench.txt"
     ;;

@@ -4,7 +4,7 @@
 set -uo pipefail
 OUT=${OUT:-out/ncu}
 mkdir -p "$OUT"
-source scripts/device_env.sh
+source tools/device_env.sh
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 i=0
 while read -r fam dec batch opts mode; do
@@ -13,7 +13,7 @@ while read -r fam dec batch opts mode; do
   echo "== $fam $dec $batch $opts ${mode:-s32a16}"
   timeout 150 "$NCU" --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section WarpStateStats --section SchedulerStats -k "regex:coef_kernel|stream_kernel" -s 2 -c 2 \
-    python scripts/profile_split.py "$fam" "$dec" "$batch" "$opts" ${mode:-s32a16} > "$OUT/ncu_$i.txt" 2>&1
+    python tools/split_phases.py profile "$fam" "$dec" "$batch" "$opts" ${mode:-s32a16} > "$OUT/ncu_$i.txt" 2>&1
   grep -E "^  _|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp Per|No Eligible|Stall|One or More" "$OUT/ncu_$i.txt" | head -40
   grep -E -A3 "WRN|OPT" "$OUT/ncu_$i.txt" | grep -iE "stall|cycles|waiting|barrier|latency" | head -8
 done

@@ -25,12 +25,7 @@ t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
-# No install: the two top-level folders installed as replayssm.validators / replayssm.scenarios are
-# linked into the package and the tree goes on PYTHONPATH (works offline, touches nothing else).
-ln -sfn ../validators replayssm/validators; ln -sfn ../scenarios replayssm/scenarios
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-python -c "import replayssm.validators.drift, replayssm; print('replayssm from', replayssm.__file__)" \
-  || { echo "replayssm does not import"; exit 1; }
+source tools/device_env.sh
 cat COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || true
 stamp "setup done"
 

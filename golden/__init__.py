@@ -1,0 +1,22 @@
+"""Golden data of replayssm, installed as package data of ``replayssm.golden``.
+
+* ``tolerances.toml``: the drift budgets (validators/drift_budgets.py, ``replayssm drift --check``);
+* ``regressions/*.json``: the regression corpus (validators/regressions.py).
+
+The folder stays at the top level of the repository; pyproject.toml maps it to
+``replayssm.golden`` and lists its data files, so an editable and a wheel install find the same
+files through :func:`path`.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+
+def path(*parts: str) -> Path:
+    """The file-system path of ``parts`` under the installed golden data (it may not exist yet)."""
+    return Path(str(files(__name__).joinpath(*parts)))
+
+
+__all__ = ["path"]
