@@ -1,0 +1,82 @@
+"""Issue 13's validate findings in one process (imports and Triton compiles paid once): each case runs
+``run_scenario`` -- the comparison path of ``replayssm validate`` -- at the family's real geometry,
+batch 8, on the exhaustive schedule and on a long random one, and prints one JSON line per run:
+verdict, first failures (check, step, row, position, message), worst error in units of the bound and
+of u, tokens, wall time.  Our kernels run beside the adapters on the same scenarios: a verdict on an
+external kernel counts only where ours (a correct implementation) passes the same run.
+
+Usage: python tools/findings.py [--steps 150] [--cases FILE] > findings_validate.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from replayssm import adapters
+from replayssm.families import family
+from replayssm.scenarios.scenario import Scenario
+from replayssm.validators.runner import run_scenario
+
+CASES = """
+mamba2 vllm-replay standard s32a16
+mamba2 vllm-replay-state standard s32a16
+mamba2 triton-replay standard s32a16
+mamba2 vllm-baseline standard s32a16
+mamba2 triton-baseline standard s32a16
+mamba2 vllm-replay speculative s32a16-tf32
+mamba2 triton-replay speculative s32a16-tf32
+mamba2 vllm-baseline speculative s32a16
+mamba2 triton-baseline speculative s32a16
+gdn vllm-replay standard s32a16
+gdn triton-replay standard s32a16
+gdn vllm-replay speculative s32a16
+gdn triton-replay speculative s32a16
+gdn vllm-baseline speculative s32a16
+gdn fla-baseline speculative s32a16
+gdn triton-baseline speculative s32a16
+"""
+
+
+def one(fam: str, kernel: str, decode: str, mode: str, schedule: str, steps: int, device: str) -> dict:
+    geometry = {"mamba2": "nano4b", "gdn": "qwen35-4b"}.get(fam, family(fam).bench_geometry)
+    kw = dict(window=4, buffer=12) if decode == "speculative" else dict(buffer=16)
+    if schedule != "exhaustive":
+        kw["steps"] = steps
+    sc = Scenario.build(fam, decode=decode, mode=mode, geometry=geometry, batch=8, schedule=schedule, **kw)
+    t0 = time.perf_counter()
+    res = run_scenario(sc, kernel, device=device)
+    rec = {"family": fam, "kernel": kernel, "decode": decode, "mode": mode, "schedule": schedule,
+           "geometry": geometry, "passed": res.passed, "headline": res.headline(), "steps": res.steps_run,
+           "tokens": res.tokens_accepted, "wall_s": round(time.perf_counter() - t0, 1),
+           "failure_counts": res.failure_counts, "summary": res.summary,
+           "first_failures": [{"check": f.check, "step": f.step, "row": f.row, "position": f.position,
+                               "message": f.message[:400]} for f in res.failures[:3]]}
+    if res.exception:
+        rec["exception"] = res.exception.get("message", "")[:400]
+    return rec
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--schedules", default="exhaustive,random")
+    a = ap.parse_args()
+    print(json.dumps({"adapters": {k: v[1] for k, v in adapters.load().items()}}), flush=True)
+    for line in CASES.strip().splitlines():
+        fam, kernel, decode, mode = line.split()
+        for schedule in a.schedules.split(","):
+            try:
+                rec = one(fam, kernel, decode, mode, schedule, a.steps, a.device)
+            except Exception as e:  # noqa: BLE001 - a case that cannot run is reported, the rest go on
+                rec = {"family": fam, "kernel": kernel, "decode": decode, "mode": mode, "schedule": schedule,
+                       "error": f"{type(e).__name__}: {str(e)[:400]}"}
+            print(json.dumps(rec), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
