@@ -84,10 +84,14 @@ def _values(fmt, n=4096, seed=0):
     return x
 
 
+# Under the interpreter the kernels run on CPU tensors; on a GPU (TRITON_INTERPRET=0) compiled, on CUDA.
+DEV = "cuda" if torch.cuda.is_available() and not INTERPRET else "cpu"
+
+
 def _run(kernel, x, dtype, block=1024, **kw):
-    y = torch.empty(x.shape, dtype=dtype)
-    kernel[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), BLOCK=block, **kw)
-    return y
+    y = torch.empty(x.shape, dtype=dtype, device=DEV)
+    kernel[(triton.cdiv(x.numel(), block),)](x.to(DEV), y, x.numel(), BLOCK=block, **kw)
+    return y.cpu()
 
 
 def _bit_mismatches(a, b):
@@ -178,11 +182,11 @@ def _state(seed=1):
 
 
 def _store_rows(s, fmt, sr=False):
-    y = torch.empty(s.shape, dtype=fmt.dtype)
-    sc = torch.full((s.shape[0],), float("nan"))
-    back = torch.empty(s.shape)
-    _rows_kernel[(1,)](s, y, sc, back, 5, s.shape[0], s.shape[1], SCALED=fmt.scaled, SR=sr, INTERP=INTERPRET)
-    return y, sc, back
+    y = torch.empty(s.shape, dtype=fmt.dtype, device=DEV)
+    sc = torch.full((s.shape[0],), float("nan"), device=DEV)
+    back = torch.empty(s.shape, device=DEV)
+    _rows_kernel[(1,)](s.to(DEV), y, sc, back, 5, s.shape[0], s.shape[1], SCALED=fmt.scaled, SR=sr, INTERP=INTERPRET)
+    return y.cpu(), sc.cpu(), back.cpu()
 
 
 @pytest.mark.parametrize("fmt", SCALED, ids=_ids(SCALED))
@@ -220,8 +224,8 @@ def test_unscaled_rows_are_plain_nearest_casts(fmt):
 def test_store_state_refuses_a_scale_flag_that_contradicts_the_format():
     s = _state()
     with pytest.raises(Exception, match="8-bit formats are scaled"):
-        _rows_kernel[(1,)](s, torch.empty(8, 16, dtype=torch.bfloat16), torch.ones(8), torch.empty(8, 16), 0, 8, 16,
-                           SCALED=True, SR=False, INTERP=INTERPRET)
+        _rows_kernel[(1,)](s.to(DEV), torch.empty(8, 16, dtype=torch.bfloat16, device=DEV), torch.ones(8, device=DEV),
+                           torch.empty(8, 16, device=DEV), 0, 8, 16, SCALED=True, SR=False, INTERP=INTERPRET)
 
 
 def test_triton_dtype_of_every_format():
