@@ -1,6 +1,6 @@
 """Issue 13's validate findings in one process (imports and Triton compiles paid once): each case runs
 ``run_scenario`` -- the comparison path of ``replayssm validate`` -- at the family's real geometry,
-batch 8, on the exhaustive schedule and on a long random one, and prints one JSON line per run:
+batch 8 (``--batch``), on the exhaustive schedule and on a long random one, and prints one JSON line per run:
 verdict, first failures (check, step, row, position, message), worst error in units of the bound and
 of u, tokens, wall time.  Our kernels run beside the adapters on the same scenarios: a verdict on an
 external kernel counts only where ours (a correct implementation) passes the same run.
@@ -40,12 +40,12 @@ gdn triton-baseline speculative s32a16
 """
 
 
-def one(fam: str, kernel: str, decode: str, mode: str, schedule: str, steps: int, device: str) -> dict:
+def one(fam: str, kernel: str, decode: str, mode: str, schedule: str, steps: int, device: str, batch: int = 8) -> dict:
     geometry = {"mamba2": "nano4b", "gdn": "qwen35-4b"}.get(fam, family(fam).bench_geometry)
     kw = dict(window=4, buffer=12) if decode == "speculative" else dict(buffer=16)
     if schedule != "exhaustive":
         kw["steps"] = steps
-    sc = Scenario.build(fam, decode=decode, mode=mode, geometry=geometry, batch=8, schedule=schedule, **kw)
+    sc = Scenario.build(fam, decode=decode, mode=mode, geometry=geometry, batch=batch, schedule=schedule, **kw)
     t0 = time.perf_counter()
     res = run_scenario(sc, kernel, device=device)
     rec = {"family": fam, "kernel": kernel, "decode": decode, "mode": mode, "schedule": schedule,
@@ -64,13 +64,17 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--schedules", default="exhaustive,random")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--skip", default="", help="comma list of kernel names to leave out")
     a = ap.parse_args()
     print(json.dumps({"adapters": {k: v[1] for k, v in adapters.load().items()}}), flush=True)
     for line in CASES.strip().splitlines():
         fam, kernel, decode, mode = line.split()
+        if kernel in a.skip.split(","):
+            continue
         for schedule in a.schedules.split(","):
             try:
-                rec = one(fam, kernel, decode, mode, schedule, a.steps, a.device)
+                rec = one(fam, kernel, decode, mode, schedule, a.steps, a.device, a.batch)
             except Exception as e:  # noqa: BLE001 - a case that cannot run is reported, the rest go on
                 rec = {"family": fam, "kernel": kernel, "decode": decode, "mode": mode, "schedule": schedule,
                        "error": f"{type(e).__name__}: {str(e)[:400]}"}

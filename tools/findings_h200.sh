@@ -26,7 +26,7 @@ if [ "${FINDINGS_TESTS:-1}" = 1 ]; then
     > "$OUT/findings_tests.txt" 2>&1; echo "adapter GPU tests rc=$?" | tee -a "$OUT/log.txt"
 fi
 if [ "${FINDINGS_VALIDATE:-1}" = 1 ]; then
-  timeout ${FINDINGS_VALIDATE_LIMIT:-330} python tools/findings.py --steps "$STEPS" > "$OUT/findings_validate.jsonl" \
+  timeout ${FINDINGS_VALIDATE_LIMIT:-330} python tools/findings.py --steps "$STEPS" ${FINDINGS_ARGS:-} > "$OUT/findings_validate.jsonl" \
     2> "$OUT/findings_validate.err"; echo "validate rc=$?" | tee -a "$OUT/log.txt"
   cut -c1-260 "$OUT/findings_validate.jsonl" | tee -a "$OUT/log.txt"
 fi
