@@ -20,7 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from replayssm import __version__
+from replayssm import __version__, adapters
+from replayssm.cli_list import use_vllm_src
 from replayssm.validators import drift as D
 from replayssm.validators.drift import SweepConfig, default_devices
 from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
@@ -73,6 +74,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                    help="merge the shard folders DIR... into one report in --out (no runs)")
     r.add_argument("--device", default="auto", help="auto (every visible GPU, else cpu), cpu, cuda, cuda:N")
+    r.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
+                   "(sets REPLAYSSM_VLLM_SRC)")
     r.add_argument("--workers", type=int, default=None,
                    help="processes (default: one per GPU; on CPU one per core, at most 4)")
     r.add_argument("--checkpoint-every", type=float, default=30.0, help="seconds between cell checkpoints")
@@ -196,7 +199,8 @@ def derive_budgets(report: dict, factor: float, kernel: str = "literal-replay", 
 
 
 def run(args) -> int:
-
+    use_vllm_src(args)
+    adapters.load()  # the adapters whose source is available register their kernels
     shard = D.parse_shard(args.shard)
     if args.merge and shard != (0, 1):
         raise ValueError("--merge: merging takes no --shard")

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from replayssm import adapters
 from replayssm.families import family_names, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
@@ -103,6 +104,7 @@ def import_kernel_modules(mods: list[tuple[str, str | None]]) -> None:
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)
+    adapters.load()  # adapter kernels register on load, not on import
 
 
 # ---- the sweep ----------------------------------------------------------------------------------------
