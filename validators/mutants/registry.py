@@ -13,6 +13,7 @@ point sees the same set.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,11 +65,25 @@ def register_mutant(mixin: type, name: str, description: str, *, klass: str, fam
     for fam in families:
         attrs = {"name": name, "family": fam, "kind": "mutant", "description": description,
                  "literal_twin": "literal-baseline" if base == "baseline" else "literal-replay",
-                 "base_kind": base, "__module__": mixin.__module__}
+                 "base_kind": base, "__module__": mixin.__module__, **_declarations(mixin)}
         classes[fam] = register(type(f"{mixin.__name__}_{fam}", (mixin, bases[fam]), attrs), replace=True)
     spec = MutantSpec(name, description, tuple(decodes), first_bad, classes, klass, field_bug)
     MUTANTS[name] = spec
     return spec
+
+
+def _declarations(mixin: type) -> dict:
+    """What a mutant declares beyond its literal base: a mixin overriding ``verify`` without a
+    ``window_lens`` parameter cannot run ragged windows, one overriding ``commit`` refuses k = 0
+    (its one bug is elsewhere), unless the mixin says otherwise."""
+    out = {}
+    verify = mixin.__dict__.get("verify")
+    if verify is not None and "window_lens" not in inspect.signature(verify).parameters \
+            and "supports_ragged_windows" not in mixin.__dict__:
+        out["supports_ragged_windows"] = False
+    if "commit" in mixin.__dict__ and "zero_accept" not in mixin.__dict__:
+        out["zero_accept"] = "refuse"
+    return out
 
 
 def first_bad_step(name: str, sc, steps=None) -> int | None:
