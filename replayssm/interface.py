@@ -484,7 +484,8 @@ class KernelUnderTest(abc.ABC):
             rows = self.decode.ring_rows
             for r, v in enumerate(o):
                 if not self.decode.uses_ring and v != 0:
-                    raise ValueError(f"origin[{r}]: standard decode uses a linear buffer, expected 0, got {v}")
+                    raise ValueError(f"origin[{r}]: {self.decode.decode} decode under the {self.decode.policy!r} "
+                                     f"bookkeeping uses a linear buffer, expected 0, got {v}")
                 if not 0 <= v < rows:
                     raise ValueError(f"origin[{r}]: expected a ring row in [0, {rows}), got {v}")
         return ids

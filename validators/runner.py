@@ -302,18 +302,22 @@ class Lockstep:
             k.verify(cids, make_inputs(csc, 0, self.device, stream="canary"))
             k.commit(cids, torch.full((len(unused),), min(2, sc.window), dtype=torch.int64, device=self.device))
         init = make_initial_state(sc, 0, self.device)
-        origins = torch.tensor(sc.resolved_origins, dtype=torch.int64, device=self.device)
+        origins = torch.tensor(self._origins(sc.resolved_origins), dtype=torch.int64, device=self.device)
         k.reset(self.ids, init, origins)
         for lit in self.literals:
             lit.reset(self.ids, init, origins)
         self.ref = init.clone()
         self.wp = [0] * sc.rows
-        self.origin = list(sc.resolved_origins)
+        self.origin = self._origins(sc.resolved_origins)
         if unused and any("canaries" in c.needs and self._enabled(c.schedule)
                           for checks in self.hooks.values() for c in checks):
             snap = k.snapshot()
             self.canary = {s: {n: t.clone() for n, t in inv.slot_view(snap, s).items()} for s in unused}
         self.started = True
+
+    def _origins(self, origins) -> list[int]:
+        """The scenario's ring origins, or zeros when the kernel's policy keeps a linear buffer."""
+        return list(origins) if self.dec.uses_ring else [0] * len(origins)
 
     # ---- one step -------------------------------------------------------------------------------------------
     def reset_rows(self, p: StepPlan) -> None:
@@ -325,7 +329,7 @@ class Lockstep:
         init = make_initial_state(self.sc, generation=p.step + 1, device=self.device)
         orig = [0] * self.sc.rows
         for r, o in zip(p.reset_rows, p.reset_origins):
-            orig[r] = o
+            orig[r] = o if self.dec.uses_ring else 0
         torig = torch.tensor(orig, dtype=torch.int64, device=self.device)
         if p.poison != "none" and self.kernel.supports_restore:
             self._poison_slots([self.ids_list[r] for r in p.reset_rows], p.poison)

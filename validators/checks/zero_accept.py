@@ -32,6 +32,7 @@ def _probe_refusal(ctx) -> None:
     before = ctx.snapshots["after-verify"]
     acc = [0 if r in ctx.probe_rows else a for r, a in enumerate(ctx.plan.accepted)]
     first = min(ctx.probe_rows)
+    run.coverage["k = 0 refusals probed"] += 1
     try:
         k.commit(run.ids, torch.tensor(acc, dtype=torch.int64, device=run.device))
     except ValueError as e:
@@ -52,6 +53,7 @@ def _probe_refusal(ctx) -> None:
 def _check_noop(ctx) -> None:
     run = ctx.run
     before, after = ctx.snapshots["after-verify"], ctx.snapshots["after-commit"]
+    run.coverage["k = 0 commits (noop)"] += len(ctx.zero_rows)
     for r in ctx.zero_rows:
         slot = run.ids_list[r]
         bad = _storage_changes(before, after, slot, cursors=r not in ctx.flush_rows)

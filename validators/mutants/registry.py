@@ -41,6 +41,9 @@ class MutantSpec:
     classes: dict  # family -> registered kernel class
     klass: str = "bookkeeping"  # one of CLASSES
     field_bug: bool = False  # one of spec 7's field bugs (each with a first_bad rule)
+    # Fuzzed by the CI gallery (tests/test_mutation_gallery.py); False: caught in CI by a direct
+    # run of a named scenario instead (tests/test_serving.py), to keep CI time small.
+    gallery: bool = True
 
 
 MUTANTS: dict[str, MutantSpec] = {}
@@ -48,7 +51,7 @@ MUTANTS: dict[str, MutantSpec] = {}
 
 def register_mutant(mixin: type, name: str, description: str, *, klass: str, families=("mamba2", "gdn"),
                     base: str = "replay", decodes=("speculative", "standard"), first_bad: Callable | None = None,
-                    field_bug: bool = False) -> MutantSpec:
+                    field_bug: bool = False, gallery: bool = True) -> MutantSpec:
     """Register ``mixin`` on the literal replay (or baseline) model of each family in ``families``
     as kernel ``name`` (``kind = "mutant"``) and record it in :data:`MUTANTS`.
 
@@ -67,7 +70,7 @@ def register_mutant(mixin: type, name: str, description: str, *, klass: str, fam
                  "literal_twin": "literal-baseline" if base == "baseline" else "literal-replay",
                  "base_kind": base, "__module__": mixin.__module__, **_declarations(mixin)}
         classes[fam] = register(type(f"{mixin.__name__}_{fam}", (mixin, bases[fam]), attrs), replace=True)
-    spec = MutantSpec(name, description, tuple(decodes), first_bad, classes, klass, field_bug)
+    spec = MutantSpec(name, description, tuple(decodes), first_bad, classes, klass, field_bug, gallery)
     MUTANTS[name] = spec
     return spec
 
