@@ -11,6 +11,7 @@ Tiny geometry, literal models (Python), few steps.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 import torch
@@ -278,3 +279,36 @@ def test_the_strategies_never_draw_what_a_kernel_does_not_declare(sc):
     p = sc.schedule_params
     assert "window_lens" not in p
     assert all(a >= 1 for row in p["accepted"] for a, s in zip(row, sc.resolved_slot_ids) if s >= 0)
+
+
+# ---- the field catalogue (docs/field_bugs.md): each report's mechanism caught on its named scenario ---------
+FIELD = [
+    # (mutant, family, Scenario.tiny overrides, the check that catches it first)
+    ("mutant-nonspec-reads-draft-slot-0", "gdn", {"schedule": "ragged", "steps": 12}, "state"),
+    ("mutant-zero-accept-commits-drafts", "mamba2",
+     {"schedule": "zero-accept", "steps": 4, "schedule_params": {"zero_prob": 0.5}}, "zero-accept"),
+    ("mutant-zero-accept-reads-draft-minus-1", "gdn",
+     {"schedule": "zero-accept", "steps": 4, "schedule_params": {"zero_prob": 0.5}}, "zero-accept"),
+    ("mutant-accepted-for-compacted-rows", "mamba2", {"schedule": "per-row", "steps": 4}, "cursor"),
+    ("mutant-low-precision-state", "mamba2", {"schedule": "random", "steps": 4}, "state"),
+    ("mutant-padding-lane-writes", "gdn", {"schedule": "ragged", "steps": 3}, "window-tail"),
+    ("mutant-recycled-slot-keeps-state", "mamba2",
+     {"schedule": "slot-reuse", "steps": 12, "schedule_params": {"reset_prob": 0.3, "poison": "nan"}}, "non-finite"),
+    ("mutant-recycled-slot-keeps-state", "mamba2",
+     {"schedule": "slot-reuse", "steps": 12, "schedule_params": {"reset_prob": 0.3, "poison": "large"}}, "state"),
+]
+FIELD_DOC = Path(__file__).resolve().parents[1] / "docs" / "field_bugs.md"
+
+
+@pytest.mark.parametrize("mutant,family,overrides,check", FIELD,
+                         ids=[f"{m.removeprefix('mutant-')}-{o.get('schedule_params', {}).get('poison', o['schedule'])}"
+                              for m, _f, o, _c in FIELD])
+def test_field_bug_mechanism_is_caught_on_its_named_scenario(mutant, family, overrides, check):
+    res = run_scenario(Scenario.tiny(family, **overrides), mutant)
+    assert not res.passed and res.first_failure.check == check, res.to_markdown()
+
+
+def test_the_field_catalogue_names_every_mutant_and_check():
+    text = FIELD_DOC.read_text()
+    for mutant, _family, overrides, check in FIELD:
+        assert f"`{mutant}`" in text and f"`{check}`" in text and f"`{overrides['schedule']}`" in text, mutant

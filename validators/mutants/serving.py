@@ -5,6 +5,12 @@ must fail it on the scenario docs/field_bugs.md names (tests/test_serving.py run
 
 * ``mutant-zero-accept-commits-drafts`` (vLLM #56419): declares ``zero_accept = "noop"`` but a
   commit with k = 0 commits the whole window, rejected drafts included.
+* ``mutant-zero-accept-reads-draft-minus-1`` (vLLM #56419, the out-of-bounds read): a baseline
+  that declares ``"noop"`` but copies draft state ``k - 1`` on every commit: with k = 0 that is
+  index -1 (the last draft slot; out of bounds in a kernel without Python's wrap-around).
+* ``mutant-accepted-for-compacted-rows`` (vLLM PR #55504, PR #47428): the accepted counts are
+  read for the active rows compacted (padding rows dropped) while the tensor holds one entry per
+  batch row: every active row after a padding row gets its neighbour's count.
 * ``mutant-recycled-slot-keeps-state`` (tpu-inference PR #2408): re-admitting a slot that held a
   sequence keeps that sequence's checkpoint instead of loading the new initial state.
 * ``mutant-padding-lane-writes`` (SGLang ``gdn_replayssm_spec_decode``): a ragged verify stores
@@ -33,6 +39,35 @@ class ZeroAcceptCommitsDrafts:
         for r, s in enumerate(ids):
             if s != PAD_SLOT and int(acc[r]) == 0:
                 acc[r] = self.win_len[s]
+        super().commit(slot_ids, acc)
+
+
+class ZeroAcceptReadsDraftMinus1:
+    """commit(k) copies draft state k - 1 whatever k is: k = 0 reads index -1."""
+
+    zero_accept = "noop"
+
+    def commit(self, slot_ids, accepted):
+        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending, self.win_len)
+        for s, k in zip(ids, ks):
+            if s == PAD_SLOT:
+                continue
+            self.ckpt[s].copy_(self.draft[s, k - 1])
+            if self.ckpt_scale is not None:
+                self.ckpt_scale[s].copy_(self.draft_scale[s, k - 1])
+            self.pending[s] = False
+
+
+class AcceptedForCompactedRows:
+    """The i-th active row commits ``accepted[i]`` (indexing the batch-row tensor by the active
+    rows' compacted index)."""
+
+    def commit(self, slot_ids, accepted):
+        ids = slot_ids.tolist()
+        active = [r for r, s in enumerate(ids) if s != PAD_SLOT]
+        acc = accepted.clone()
+        for i, r in enumerate(active):
+            acc[r] = max(1, int(accepted[i]))  # a padding row's 0 is read as "at least 1"
         super().commit(slot_ids, acc)
 
 
@@ -105,6 +140,12 @@ class NonSpecReadsDraftSlot0:
 # machine); ``replayssm fuzz --kernel <name>`` still finds each.
 register_mutant(ZeroAcceptCommitsDrafts, "mutant-zero-accept-commits-drafts",
                 "commit(k = 0) commits the whole window, rejected drafts included (vLLM #56419)",
+                klass="bookkeeping", families=("mamba2",), decodes=SPEC_ONLY, gallery=False)
+register_mutant(ZeroAcceptReadsDraftMinus1, "mutant-zero-accept-reads-draft-minus-1",
+                "commit(k) copies draft state k - 1 even for k = 0: index -1 (vLLM #56419, out-of-bounds read)",
+                klass="bookkeeping", families=("gdn",), base="baseline", decodes=SPEC_ONLY, gallery=False)
+register_mutant(AcceptedForCompactedRows, "mutant-accepted-for-compacted-rows",
+                "accepted counts read by compacted active-row index, not batch row (vLLM PR #55504, PR #47428)",
                 klass="bookkeeping", families=("mamba2",), decodes=SPEC_ONLY, gallery=False)
 register_mutant(RecycledSlotKeepsState, "mutant-recycled-slot-keeps-state",
                 "a re-admitted slot keeps its previous tenant's checkpoint (tpu-inference PR #2408)",
