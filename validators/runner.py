@@ -42,7 +42,7 @@ from collections import Counter
 
 import torch
 
-from replayssm.families import family
+from replayssm.families import families, family
 from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, policy
 from replayssm.ops.literal import LiteralFlushWhenFullKernel, LiteralFoldEveryCommitKernel
 from replayssm.registry import get, register
@@ -99,9 +99,13 @@ def policy_literal_name(family_name: str, policy_name: str) -> str:
         base = family(family_name).literal_replay
         mixin = POLICY_LITERALS[pol]
         register(type(f"{mixin.__name__}_{family_name}", (mixin, base),
-                      {"name": name, "family": family_name, "description": f"{mixin.__doc__.split('.')[0]}.",
-                       "__module__": mixin.__module__}), replace=True)
+                      {"name": name, "family": family_name, "__module__": mixin.__module__}), replace=True)
     return name
+
+
+for _fam in families():
+    for _pol in POLICY_LITERALS:
+        policy_literal_name(_fam, _pol)
 
 
 def declared_policy(cls: type[KernelUnderTest]) -> str:

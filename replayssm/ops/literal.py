@@ -263,6 +263,7 @@ class LiteralFlushWhenFullKernel(LiteralReplayKernel):
 
     implements = "flush-when-full"
     bookkeeping = "flush-when-full"
+    description = "literal ReplaySSM, flush-when-full bookkeeping (standard decode as the speculative rule, T' = 1)"
 
 
 class LiteralFoldEveryCommitKernel(LiteralReplayKernel):
@@ -272,6 +273,7 @@ class LiteralFoldEveryCommitKernel(LiteralReplayKernel):
 
     implements = "fold-every-commit"
     bookkeeping = "fold-every-commit"
+    description = "literal ReplaySSM, fold-every-commit bookkeeping (commit folds the accepted prefix, no history)"
 
     def commit(self, slot_ids, accepted) -> None:
         ids, ks = self.check_commit_args(slot_ids, accepted, self.pending, self.win_len)
