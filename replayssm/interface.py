@@ -370,6 +370,7 @@ class KernelUnderTest(abc.ABC):
     name: ClassVar[str] = ""
     family: ClassVar[str] = ""
     kind: ClassVar[str] = "replay"  # "replay" or "baseline"
+    decodes: ClassVar[tuple[str, ...]] = ("speculative", "standard")  # what it implements (scenarios draw these)
     description: ClassVar[str] = ""
     zero_accept: ClassVar[str] = "refuse"  # what commit does with k = 0: "refuse" | "noop" (ZERO_ACCEPT)
     supports_ragged_windows: ClassVar[bool] = False  # verify(..., window_lens=) in the padded layout

@@ -46,7 +46,6 @@ from replayssm.registry import get
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import POISONS
-from replayssm.validators.mutants import all_mutants
 
 # Modes drawn by default: the standard sweep (reference first) plus readout and seed variants.
 FUZZ_MODES: tuple[str, ...] = ("s32a32", *[m for m in STANDARD_MODES if m != "s32a32"],
@@ -299,11 +298,8 @@ def supported_decodes(kernel: type[KernelUnderTest] | None, decodes: tuple[str, 
 
 
 def _registered_decodes(cls) -> tuple[str, ...]:
-    """The decodes a mutant is registered for (all for other kernels)."""
-    if cls is None or getattr(cls, "kind", "") != "mutant":
-        return ("speculative", "standard")
-    spec = all_mutants().get(cls.name)
-    return tuple(spec.decodes) if spec is not None else ("speculative", "standard")
+    """The decode kinds a kernel implements (``KernelUnderTest.decodes``; all without a kernel)."""
+    return ("speculative", "standard") if cls is None else tuple(cls.decodes)
 
 
 __all__ = ["FUZZ_DISTRIBUTIONS", "FUZZ_MODES", "accepted_plans", "batch_layouts", "decode_configs", "distributions",

@@ -258,11 +258,6 @@ def test_fuzz_runs_a_kernel_that_supports_one_decode_kind():
     assert not report.caught and report.examples == 3, report.summary()
 
 
-@pytest.mark.parametrize("pol", ["flush-when-full", "fold-every-commit"])
-def test_fuzz_runs_the_literal_model_of_each_policy(pol):
-    report = fuzz_kernel(f"literal-replay-{pol}", "gdn", max_examples=3)
-    assert not report.caught and report.examples == 3, report.summary()
-
 
 @pytest.mark.parametrize("option", ["window_lens", "zero", "permute_rows", "poison"])
 def test_the_strategies_draw_serving_options_where_declared(option):
