@@ -69,8 +69,9 @@ def register_mutant(mixin: type, name: str, description: str, *, klass: str, fam
         attrs = {"name": name, "family": fam, "kind": "mutant", "description": description,
                  "literal_twin": "literal-baseline" if base == "baseline" else "literal-replay",
                  "base_kind": base, "decodes": tuple(decodes), "__module__": mixin.__module__}
-        attrs.update(_declarations(mixin))
         classes[fam] = register(type(f"{mixin.__name__}_{fam}", (mixin, bases[fam]), attrs), replace=True)
+        for key, value in _declarations(mixin).items():
+            setattr(classes[fam], key, value)
     spec = MutantSpec(name, description, tuple(decodes), first_bad, classes, klass, field_bug, gallery)
     MUTANTS[name] = spec
     return spec
