@@ -9,6 +9,21 @@ A kernel under test is a stateful object owning the per-slot state of one layer 
 Standard (autoregressive) decode is ``verify`` with T' = 1 followed by ``commit(1)``.
 ``slot_ids[r] = -1`` marks a padding row: its outputs and every slot not named are untouched.
 
+What a kernel declares, as class attributes (the engine tests each declared behaviour):
+
+* ``zero_accept`` ``"refuse"`` (default) | ``"noop"``: what ``commit`` does with k = 0 (every
+  draft rejected, bonus token included: constrained decoding).  ``"refuse"``: ``ValueError``
+  naming ``accepted[r]`` before anything changes.  ``"noop"`` (speculative decode only): the
+  commit changes nothing (checkpoint, ring, cursors; a flush verify's fold is kept, so the
+  cursors move by the policy's rule with k = 0).
+* ``supports_ragged_windows`` (default False): ``verify(..., window_lens=L)`` with ``L[r]`` in
+  1..T' (T' = ``decode.window`` is then T'max) in the padded ``[R, T'max]`` layout: row r's
+  positions ``L[r]..T'max-1`` of the inputs are padding (any values) and of the outputs must stay
+  untouched; the following ``commit`` accepts ``1 <= k <= L[r]`` (0 with ``zero_accept="noop"``).
+  A row with ``L[r] = 1`` is a non-speculative step of that sequence inside the batch.
+* ``bookkeeping`` (default ``"spec"``): the cursor policy, a name of :data:`POLICIES`; the
+  engine builds the kernel's ``DecodeConfig`` with it and checks every invariant against it.
+
 Besides the step calls a kernel exposes, for invariant checks: ``committed_state`` (the state
 after the committed prefix, materialised, fp64), ``checkpoint_state`` (the stored checkpoint,
 dequantised, fp64) and ``snapshot`` (raw copies of checkpoint, buffer/ring records and cursors).
@@ -50,26 +65,182 @@ class Geometry(Protocol):
 
 PAD_SLOT = -1
 DECODES = ("standard", "speculative")
+ZERO_ACCEPT = ("refuse", "noop")
 
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+class BookkeepingPolicy:
+    """A cursor policy: when a verify flushes, what the flush folds, where the records go and how
+    commit moves the cursors.  Every method takes the :class:`DecodeConfig` it runs under.  The
+    engine's invariants (cursor, flush detection, checkpoint unchanged on a non-flush verify,
+    committed ring rows, the checkpoint at a flush) ask the policy, never a hard-coded rule."""
+
+    name = ""
+    description = ""
+
+    def uses_ring(self, dec: DecodeConfig) -> bool:
+        """Whether record rows are addressed ``(origin + p) mod ring_rows`` (else linear, origin 0)."""
+        raise NotImplementedError
+
+    def lspec(self, dec: DecodeConfig) -> int:
+        raise NotImplementedError
+
+    def ring_rows(self, dec: DecodeConfig) -> int:
+        raise NotImplementedError
+
+    def is_flush(self, dec: DecodeConfig, write_pos: int) -> bool:
+        raise NotImplementedError
+
+    def max_write_pos(self, dec: DecodeConfig) -> int:
+        raise NotImplementedError
+
+    def flush_folds_first(self, dec: DecodeConfig) -> bool:
+        """Whether a flush's checkpoint includes window position 0 (else: the history only)."""
+        raise NotImplementedError
+
+    def commit_cursor(self, dec: DecodeConfig, write_pos: int, origin: int, flushed: bool, k: int) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def checkpoint_moves_at_commit(self, dec: DecodeConfig) -> bool:
+        """Whether commit may rewrite the checkpoint (fold-every-commit)."""
+        return False
+
+
+class SpecPolicy(BookkeepingPolicy):
+    """Spec sections 3-4: standard decode runs a linear buffer of L records (flush at write_pos
+    L-1 folds L-1 records + the current token); speculative decode a ring of next_pow2(B + T')
+    rows (flush when write_pos + 2 T' > B + T', folding the history; origin moves)."""
+
+    name = "spec"
+    description = "spec 3-4 (standard: linear buffer, flush at L-1; speculative: ring, flush at wp + 2T' > B + T')"
+
+    def uses_ring(self, dec):
+        return dec.speculative
+
+    def lspec(self, dec):
+        return dec.buffer + dec.window if dec.speculative else dec.buffer
+
+    def ring_rows(self, dec):
+        return next_pow2(self.lspec(dec)) if dec.speculative else dec.buffer
+
+    def is_flush(self, dec, write_pos):
+        if dec.speculative:
+            return write_pos + 2 * dec.window > self.lspec(dec)
+        return write_pos == dec.buffer - 1
+
+    def max_write_pos(self, dec):
+        return dec.buffer if dec.speculative else dec.buffer - 1
+
+    def flush_folds_first(self, dec):
+        return not dec.speculative
+
+    def commit_cursor(self, dec, write_pos, origin, flushed, k):
+        if not dec.speculative:
+            return (0 if flushed else write_pos + 1), 0
+        if flushed:
+            return k, (origin + write_pos) % self.ring_rows(dec)
+        return write_pos + k, origin
+
+
+class FlushWhenFullPolicy(SpecPolicy):
+    """The speculative rule for every decode: standard decode is the speculative rule with
+    T' = 1 and B = L: a ring of next_pow2(L + 1) rows, the flush when the history is full
+    (write_pos = L) folds the history only, the window token is written, then write_pos = 1 and
+    the origin moves by L.  Speculative decode: the spec rule unchanged."""
+
+    name = "flush-when-full"
+    description = "standard decode as the speculative rule with T' = 1 (flush when L records are held)"
+
+    def uses_ring(self, dec):
+        return True
+
+    def lspec(self, dec):
+        return dec.buffer + dec.window
+
+    def ring_rows(self, dec):
+        return next_pow2(self.lspec(dec))
+
+    def is_flush(self, dec, write_pos):
+        return write_pos + 2 * dec.window > self.lspec(dec)
+
+    def max_write_pos(self, dec):
+        return dec.buffer
+
+    def flush_folds_first(self, dec):
+        return False
+
+    def commit_cursor(self, dec, write_pos, origin, flushed, k):
+        if flushed:
+            return k, (origin + write_pos) % self.ring_rows(dec)
+        return write_pos + k, origin
+
+
+class FoldEveryCommitPolicy(BookkeepingPolicy):
+    """No history: every commit folds the accepted prefix of the window into the checkpoint; the
+    window's records go to rows 0..T'-1, write_pos is 0 before every verify, no verify flushes."""
+
+    name = "fold-every-commit"
+    description = "the checkpoint absorbs every accepted prefix at commit (write_pos always 0)"
+
+    def uses_ring(self, dec):
+        return False
+
+    def lspec(self, dec):
+        return dec.window
+
+    def ring_rows(self, dec):
+        return dec.window
+
+    def is_flush(self, dec, write_pos):
+        return False
+
+    def max_write_pos(self, dec):
+        return 0
+
+    def flush_folds_first(self, dec):
+        return False
+
+    def commit_cursor(self, dec, write_pos, origin, flushed, k):
+        return 0, 0
+
+    def checkpoint_moves_at_commit(self, dec):
+        return True
+
+
+POLICIES: dict[str, BookkeepingPolicy] = {p.name: p for p in (SpecPolicy(), FlushWhenFullPolicy(),
+                                                              FoldEveryCommitPolicy())}
+
+
+def policy(name: str) -> BookkeepingPolicy:
+    """The bookkeeping policy called ``name``; ValueError naming the known ones."""
+    if not isinstance(name, str) or name not in POLICIES:
+        raise ValueError(f"policy: expected one of {sorted(POLICIES)}, got {name!r}")
+    return POLICIES[name]
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
-    """How a kernel's buffer is run.
+    """How a kernel's buffer is run: decode kind, window T' (T'max with ragged windows), buffer,
+    and the bookkeeping ``policy`` (a name of :data:`POLICIES`, default the spec's rule).
+
+    Under ``spec``:
 
     * ``standard``: window 1, linear buffer of ``buffer`` = L records; ``write_pos = step mod L``;
       the step with ``write_pos == L - 1`` is the flush (folds L-1 records + the current token).
     * ``speculative``: window T' = ``window``; history block B = ``buffer`` >= T'; logical
       threshold ``Lspec = B + T'``; ring of ``next_pow2(Lspec)`` rows; row of logical position p
       is ``(origin + p) mod ring``; ``is_flush = write_pos + 2 T' > Lspec``.
+
+    Every rule below asks the policy object.
     """
 
     decode: str = "standard"
     window: int = 1
     buffer: int = 16
+    policy: str = "spec"
 
     def __post_init__(self) -> None:
         if self.decode not in DECODES:
@@ -82,41 +253,62 @@ class DecodeConfig:
             raise ValueError(f"window: standard decode has T' = 1, got {self.window}")
         if self.decode == "speculative" and self.buffer < self.window:
             raise ValueError(f"buffer: the history block B must be >= T' = {self.window}, got {self.buffer}")
+        policy(self.policy)
+
+    @property
+    def rule(self) -> BookkeepingPolicy:
+        return POLICIES[self.policy]
+
+    def with_policy(self, name: str) -> DecodeConfig:
+        return DecodeConfig(self.decode, self.window, self.buffer, policy(name).name)
 
     @property
     def speculative(self) -> bool:
         return self.decode == "speculative"
 
     @property
+    def uses_ring(self) -> bool:
+        """Record rows addressed from a moving origin (else a linear buffer, origin always 0)."""
+        return self.rule.uses_ring(self)
+
+    @property
     def lspec(self) -> int:
-        """The logical threshold B + T' (speculative); L for standard decode."""
-        return self.buffer + self.window if self.speculative else self.buffer
+        """The logical threshold B + T' (speculative); L for standard decode (spec policy)."""
+        return self.rule.lspec(self)
 
     @property
     def ring_rows(self) -> int:
-        """Physical buffer rows: next_pow2(B + T') for speculative, L for standard."""
-        return next_pow2(self.lspec) if self.speculative else self.buffer
+        """Physical buffer rows: next_pow2(B + T') for speculative, L for standard (spec policy)."""
+        return self.rule.ring_rows(self)
 
     def is_flush(self, write_pos: int) -> bool:
         """Whether the next verify at ``write_pos`` is a flush."""
-        if self.speculative:
-            return write_pos + 2 * self.window > self.lspec
-        return write_pos == self.buffer - 1
+        return self.rule.is_flush(self, write_pos)
 
     def max_write_pos(self) -> int:
         """Largest valid committed history length before a verify."""
-        return self.buffer if self.speculative else self.buffer - 1
+        return self.rule.max_write_pos(self)
+
+    @property
+    def flush_folds_first(self) -> bool:
+        """Whether a flush's checkpoint includes window position 0 (else the history only)."""
+        return self.rule.flush_folds_first(self)
 
     def commit_cursor(self, write_pos: int, origin: int, flushed: bool, k: int) -> tuple[int, int]:
-        """Cursor update after commit(k) (spec 3-4): returns (write_pos, origin)."""
-        if not self.speculative:
-            return (0 if flushed else write_pos + 1), 0
-        if flushed:
-            return k, (origin + write_pos) % self.ring_rows
-        return write_pos + k, origin
+        """Cursor update after commit(k) (spec 3-4 under the default policy): returns (write_pos, origin)."""
+        return self.rule.commit_cursor(self, write_pos, origin, flushed, k)
+
+    def committed_rows(self, origin: int, write_pos: int) -> list[int]:
+        """Physical record rows holding committed history (logical positions 0..write_pos-1)."""
+        if self.uses_ring:
+            return [(origin + p) % self.ring_rows for p in range(write_pos)]
+        return list(range(write_pos))
 
     def to_dict(self) -> dict:
-        return {"decode": self.decode, "window": self.window, "buffer": self.buffer}
+        d = {"decode": self.decode, "window": self.window, "buffer": self.buffer}
+        if self.policy != "spec":
+            d["policy"] = self.policy
+        return d
 
 
 @dataclass
@@ -180,11 +372,20 @@ class KernelUnderTest(abc.ABC):
     kind: ClassVar[str] = "replay"  # "replay" or "baseline"
     decodes: ClassVar[tuple[str, ...]] = ("speculative", "standard")  # what it implements (scenarios draw these)
     description: ClassVar[str] = ""
+    zero_accept: ClassVar[str] = "refuse"  # what commit does with k = 0: "refuse" | "noop" (ZERO_ACCEPT)
+    supports_ragged_windows: ClassVar[bool] = False  # verify(..., window_lens=) in the padded layout
+    bookkeeping: ClassVar[str] = "spec"  # the cursor policy (POLICIES)
 
     def __init__(self, config: KernelConfig) -> None:
         if config.geometry.family != self.family:
             raise ValueError(f"geometry: kernel {self.name!r} is for family {self.family!r}, "
                              f"got a {config.geometry.family!r} geometry")
+        if self.zero_accept not in ZERO_ACCEPT:
+            raise ValueError(f"zero_accept: kernel {self.name!r} declares {self.zero_accept!r}, expected one of "
+                             f"{ZERO_ACCEPT}")
+        if config.decode.policy != policy(self.bookkeeping).name:
+            raise ValueError(f"decode.policy: kernel {self.name!r} keeps its books by {self.bookkeeping!r}, "
+                             f"got a decode config for {config.decode.policy!r}")
         reason = self.unsupported_reason(config.mode, config.decode, config.options)
         if reason:
             raise ValueError(f"mode: kernel {self.name!r} does not support {config.mode.id} "
@@ -214,11 +415,14 @@ class KernelUnderTest(abc.ABC):
     @abc.abstractmethod
     def verify(self, slot_ids: torch.Tensor, inputs: dict[str, torch.Tensor],
                out: torch.Tensor | None = None) -> torch.Tensor:
-        """Outputs ``[R, T', *out_shape]`` (act dtype) for every window position."""
+        """Outputs ``[R, T', *out_shape]`` (act dtype) for every window position.  Kernels with
+        ``supports_ragged_windows`` also take ``window_lens`` (keyword, ``[R]`` integers, 1..T'
+        per active row): positions past ``window_lens[r]`` are padding, their outputs untouched."""
 
     @abc.abstractmethod
     def commit(self, slot_ids: torch.Tensor, accepted: torch.Tensor) -> None:
-        """Accept ``accepted[r]`` (1..T') tokens of the last window of each active row."""
+        """Accept ``accepted[r]`` (1..T'_r; 0 too with ``zero_accept = "noop"``) tokens of the
+        last window of each active row."""
 
     # ---- inspection ----------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -280,18 +484,43 @@ class KernelUnderTest(abc.ABC):
             o = origin.tolist()
             rows = self.decode.ring_rows
             for r, v in enumerate(o):
-                if not self.decode.speculative and v != 0:
-                    raise ValueError(f"origin[{r}]: standard decode uses a linear buffer, expected 0, got {v}")
+                if not self.decode.uses_ring and v != 0:
+                    raise ValueError(f"origin[{r}]: {self.decode.decode} decode under the {self.decode.policy!r} "
+                                     f"bookkeeping uses a linear buffer, expected 0, got {v}")
                 if not 0 <= v < rows:
                     raise ValueError(f"origin[{r}]: expected a ring row in [0, {rows}), got {v}")
         return ids
 
+    def check_window_lens(self, ids: list[int], window_lens) -> list[int]:
+        """Per-row window lengths of a verify: T' for every row when ``window_lens`` is None, else
+        ``window_lens[r]`` in 1..T' for each active row (padding rows: ignored, reported as 0)."""
+        R, T = len(ids), self.decode.window
+        if window_lens is None:
+            return [0 if s == PAD_SLOT else T for s in ids]
+        if not self.supports_ragged_windows:
+            raise ValueError(f"window_lens: kernel {self.name!r} does not support ragged windows "
+                             f"(supports_ragged_windows is False); every row verifies T' = {T} tokens")
+        if (not isinstance(window_lens, torch.Tensor) or tuple(window_lens.shape) != (R,)
+                or window_lens.is_floating_point() or window_lens.dtype == torch.bool):
+            raise ValueError(f"window_lens: expected an integer tensor of shape ({R},), got "
+                             f"{getattr(window_lens, 'dtype', type(window_lens).__name__)} "
+                             f"{tuple(getattr(window_lens, 'shape', ()))}")
+        if window_lens.device != self.device:
+            raise ValueError(f"window_lens: expected device {self.device}, got {window_lens.device}")
+        lens = window_lens.tolist()
+        for r, (s, n) in enumerate(zip(ids, lens)):
+            if s != PAD_SLOT and not 1 <= n <= T:
+                raise ValueError(f"window_lens[{r}]: expected a window length 1 <= T'_r <= T'max = {T}, got {n}")
+        return [0 if s == PAD_SLOT else int(n) for s, n in zip(ids, lens)]
+
     def check_verify_args(self, slot_ids, inputs, out, write_pos: list[int] | None = None,
-                          ready: list[bool] | None = None) -> list[int]:
+                          ready: list[bool] | None = None, window_lens=None) -> list[int]:
         """Validate a verify call.  ``write_pos``/``ready`` (per slot, host lists) when the kernel
-        keeps its cursors on the host: checks each active slot is reset and its cursor valid."""
+        keeps its cursors on the host: checks each active slot is reset and its cursor valid.
+        ``window_lens`` is checked by :meth:`check_window_lens` (call it for the lengths)."""
         ids = self._check_slot_ids(slot_ids)
         R, T = len(ids), self.decode.window
+        self.check_window_lens(ids, window_lens)
         if not isinstance(inputs, dict):
             raise ValueError(f"inputs: expected a dict of tensors, got {type(inputs).__name__}")
         shapes = self.geometry.input_shapes()
@@ -333,19 +562,29 @@ class KernelUnderTest(abc.ABC):
                                      f"(write_pos + T' <= B + T'), got {write_pos[s]}")
         return ids
 
-    def check_commit_args(self, slot_ids, accepted, pending: list[bool] | None = None) -> tuple[list[int], list[int]]:
+    def check_commit_args(self, slot_ids, accepted, pending: list[bool] | None = None,
+                          window_lens: list[int] | None = None) -> tuple[list[int], list[int]]:
+        """Validate a commit.  ``window_lens`` (per slot, host list): the window length of each
+        slot's last verify, the largest k it may accept.  k = 0 is accepted only when the kernel
+        declares ``zero_accept = "noop"`` under speculative decode."""
         ids = self._check_slot_ids(slot_ids)
         R, T = len(ids), self.decode.window
-        if not isinstance(accepted, torch.Tensor) or tuple(accepted.shape) != (R,) or accepted.is_floating_point():
+        if (not isinstance(accepted, torch.Tensor) or tuple(accepted.shape) != (R,) or accepted.is_floating_point()
+                or accepted.dtype == torch.bool):
             raise ValueError(f"accepted: expected an integer tensor of shape ({R},), got "
                              f"{getattr(accepted, 'dtype', type(accepted).__name__)} "
                              f"{tuple(getattr(accepted, 'shape', ()))}")
         ks = accepted.tolist()
+        lo = 0 if self.zero_accept == "noop" and self.decode.speculative else 1
         for r, (s, k) in enumerate(zip(ids, ks)):
             if s == PAD_SLOT:
                 continue
-            if not 1 <= k <= T:
-                raise ValueError(f"accepted[{r}]: expected 1 <= k <= T' = {T} (the bonus token counts), got {k}")
+            hi = T if window_lens is None else window_lens[s]
+            if not lo <= k <= hi:
+                what = f"T'_r = {hi} (the row's window length)" if hi != T else f"T' = {T}"
+                why = ("" if lo == 0 else " (the bonus token counts; this kernel refuses k = 0: zero_accept = "
+                       f"{self.zero_accept!r}{', standard decode' if self.zero_accept == 'noop' else ''})")
+                raise ValueError(f"accepted[{r}]: expected {lo} <= k <= {what}{why}, got {k}")
             if pending is not None and not pending[s]:
                 raise ValueError(f"slot_ids[{r}]: slot {s} has no verify to commit")
         return ids, ks

@@ -20,15 +20,27 @@ Schedules (``plan(sc)`` returns a list of :class:`StepPlan`):
   step of one k per row (0 for padding rows, 1 in standard decode), optional ``resets`` a list of
   ``[step, row, origin]`` (row re-admitted before that step's verify, at that ring origin);
 * ``long``: per-row random k over a long run (default 4,096 steps; set ``steps`` for >= 1e5
-  tokens on a GPU).
+  tokens on a GPU);
+* ``zero-accept``: per-row k in 0..T' where k = 0 (every draft rejected, bonus token included:
+  constrained decoding) has probability ``zero_prob`` (default 0.3); speculative decode only;
+* ``ragged``: per-row window lengths T'_r in 1..T' (T'_r = 1: the request drafts nothing this
+  step) and k in 1..T'_r (0..T'_r with ``zero_prob``): one verify with a different window per row.
 
-Standard decode accepts k = 1 always.  Padding rows get k = 0 (kernels must ignore it).
+Options of every schedule (``schedule_params``): ``permute_rows`` (true: the batch row of each
+slot is permuted at every step, as a server reorders its batch; the engine un-permutes the
+outputs) and ``poison`` (``"nan"`` | ``"large"``: before a mid-run reset the recycled slot's
+previous checkpoint and records are overwritten with NaN or with 2^100, so a kernel reading its
+previous tenant's storage cannot hide it; ``"none"``, the default, leaves them).
+
+Standard decode accepts k = 1 always.  Padding rows get k = 0 (kernels must ignore it).  The
+explicit schedule may also give ``window_lens`` (one list per step of one T'_r per row, 0 for
+padding rows) and k = 0 for active rows (speculative decode).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -44,10 +56,16 @@ class StepPlan:
     accepted: list[int]
     reset_rows: list[int] = field(default_factory=list)
     reset_origins: list[int] = field(default_factory=list)
+    window_lens: list[int] | None = None  # T'_r per row (0 for padding rows); None: T' for every row
+    perm: list[int] | None = None  # batch row i of this step's kernel calls is scenario row perm[i]
+    poison: str = "none"  # what the recycled slots of this step's resets are filled with first
 
 
 _DEFAULT_STEPS = {"random": 64, "per-row": 64, "always-1": 32, "always-T": 32, "fixed": 32, "slot-reuse": 96,
-                  "long": 4096}
+                  "long": 4096, "zero-accept": 48, "ragged": 48}
+POISONS = ("none", "nan", "large")
+POISON_LARGE = 2.0 ** 100
+_COMMON = {"permute_rows", "poison"}
 _PARAMS = {
     "exhaustive": set(),
     "random": {"k_weights"},
@@ -55,10 +73,13 @@ _PARAMS = {
     "always-1": set(),
     "always-T": set(),
     "fixed": {"k"},
-    "explicit": {"accepted", "resets"},
+    "explicit": {"accepted", "resets", "window_lens"},
     "slot-reuse": {"k_weights", "reset_prob"},
     "long": {"k_weights"},
+    "zero-accept": {"zero_prob"},
+    "ragged": {"zero_prob"},
 }
+_PARAMS = {k: v | _COMMON for k, v in _PARAMS.items()}
 SCHEDULES = {
     "exhaustive": "every k in 1..T' at every ring phase (empty, mid, last non-flush, flush, wrap)",
     "random": "one random k per step, shared by all rows",
@@ -69,6 +90,8 @@ SCHEDULES = {
     "explicit": "the plan written out: schedule_params accepted[step][row], resets [[step, row, origin]]",
     "slot-reuse": "per-row random k; rows reset mid-run with new origins (preemption)",
     "long": "per-row random k over a long run",
+    "zero-accept": "per-row k in 0..T' (k = 0 with probability zero_prob: every draft rejected)",
+    "ragged": "per-row window lengths T'_r in 1..T' and k in 1..T'_r (one verify, a window per row)",
 }
 
 
@@ -97,6 +120,17 @@ def check_schedule_params(sc) -> None:
             raise _fail(f"k: expected an accepted count 1 <= k <= T' = {T}, got {k!r}")
     if sc.schedule == "explicit":
         _check_explicit(sc, p)
+    if "zero_prob" in p:
+        q = p["zero_prob"]
+        if not isinstance(q, (int, float)) or isinstance(q, bool) or not 0.0 <= q <= 1.0:
+            raise _fail(f"zero_prob: expected a probability in [0, 1], got {q!r}")
+    if sc.schedule == "zero-accept" and sc.decode != "speculative":
+        raise ValueError("scenario.schedule: 'zero-accept' needs speculative decode (standard decode commits "
+                         "exactly 1 token)")
+    if "permute_rows" in p and not isinstance(p["permute_rows"], bool):
+        raise _fail(f"permute_rows: expected true or false, got {p['permute_rows']!r}")
+    if "poison" in p and p["poison"] not in POISONS:
+        raise _fail(f"poison: expected one of {POISONS}, got {p['poison']!r}")
     if "reset_prob" in p:
         q = p["reset_prob"]
         if not isinstance(q, (int, float)) or isinstance(q, bool) or not 0.0 < q <= 1.0:
@@ -115,6 +149,22 @@ def _check_explicit(sc, p: dict) -> None:
                     f"counts, got {type(acc).__name__} {acc!r}"[:300])
     ids = sc.resolved_slot_ids
     T = sc.window if sc.decode == "speculative" else 1
+    lo = 0 if sc.decode == "speculative" else 1
+    wls = p.get("window_lens")
+    if wls is not None:
+        if not isinstance(wls, list) or len(wls) != len(acc):
+            raise _fail(f"window_lens: expected one list of {sc.rows} window lengths per step ({len(acc)} steps), "
+                        f"got {wls!r}"[:300])
+        for s, row in enumerate(wls):
+            if not isinstance(row, list) or len(row) != sc.rows:
+                raise _fail(f"window_lens[{s}]: expected a list of {sc.rows} window lengths, got {row!r}")
+            for r, n in enumerate(row):
+                if ids[r] == PAD_SLOT:
+                    if n != 0 or not _is_int(n):
+                        raise _fail(f"window_lens[{s}][{r}]: row {r} is a padding row, expected 0, got {n!r}")
+                elif not _is_int(n) or not 1 <= n <= T:
+                    raise _fail(f"window_lens[{s}][{r}]: expected a window length 1 <= T'_r <= T'max = {T}, "
+                                f"got {n!r}")
     for s, row in enumerate(acc):
         if not isinstance(row, list) or len(row) != sc.rows:
             raise _fail(f"accepted[{s}]: expected a list of {sc.rows} accepted counts (one per row), got {row!r}")
@@ -122,8 +172,12 @@ def _check_explicit(sc, p: dict) -> None:
             if ids[r] == PAD_SLOT:
                 if k != 0 or not _is_int(k):
                     raise _fail(f"accepted[{s}][{r}]: row {r} is a padding row, expected 0, got {k!r}")
-            elif not _is_int(k) or not 1 <= k <= T:
-                raise _fail(f"accepted[{s}][{r}]: expected an accepted count 1 <= k <= T' = {T}, got {k!r}")
+                continue
+            hi = T if wls is None else wls[s][r]
+            if not _is_int(k) or not lo <= k <= hi:
+                what = f"T' = {T}" if wls is None else f"window_lens[{s}][{r}] = {hi}"
+                raise _fail(f"accepted[{s}][{r}]: expected an accepted count {lo} <= k <= {what}"
+                            + (" (standard decode)" if lo else "") + f", got {k!r}")
     if sc.steps is not None and sc.steps > len(acc):
         raise ValueError(f"scenario.steps: the explicit plan has {len(acc)} steps, got steps = {sc.steps}")
     resets = p.get("resets", [])
@@ -274,15 +328,33 @@ def _explicit(sc) -> list[StepPlan]:
     resets: dict[int, list[tuple[int, int]]] = {}
     for step, r, o in sc.schedule_params.get("resets", []):
         resets.setdefault(step, []).append((r, o))
+    wls = sc.schedule_params.get("window_lens")
     plans = []
     for s in range(n):
         rr = sorted(resets.get(s, []))
-        plans.append(StepPlan(s, [int(k) for k in acc[s]], [r for r, _ in rr], [o for _, o in rr]))
+        plans.append(StepPlan(s, [int(k) for k in acc[s]], [r for r, _ in rr], [o for _, o in rr],
+                              window_lens=None if wls is None else [int(x) for x in wls[s]]))
     return plans
+
+
+def _with_options(sc, plans: list[StepPlan]) -> list[StepPlan]:
+    """The schedule options every schedule takes: per-step row permutations, recycled-slot poison."""
+    p = sc.schedule_params
+    poison = p.get("poison", "none")
+    rng = _rng(sc, 4)
+    out = []
+    for pl in plans:
+        perm = [int(i) for i in rng.permutation(sc.rows)] if p.get("permute_rows") else None
+        out.append(replace(pl, perm=perm, poison=poison))
+    return out
 
 
 def plan(sc) -> list[StepPlan]:
     """The step plan of scenario ``sc`` (``sc.steps`` steps, or the schedule's own length)."""
+    return _with_options(sc, _plan(sc))
+
+
+def _plan(sc) -> list[StepPlan]:
     ids = sc.resolved_slot_ids
     rows = len(ids)
     active = [r for r, i in enumerate(ids) if i != PAD_SLOT]
@@ -306,7 +378,9 @@ def plan(sc) -> list[StepPlan]:
     n = sc.steps if sc.steps is not None else _DEFAULT_STEPS[name]
     T = sc.window if sc.decode == "speculative" else 1
     rng = _rng(sc, 2)
-    if T == 1 or name == "always-1":
+    if name == "zero-accept":
+        ks = rng.integers(1, T + 1, size=(n, rows))
+    elif T == 1 or name == "always-1":
         ks = np.ones((n, rows), dtype=np.int64)
     elif name == "always-T":
         ks = np.full((n, rows), T, dtype=np.int64)
@@ -325,12 +399,21 @@ def plan(sc) -> list[StepPlan]:
         resets[0] = False
         if sc.decode == "speculative":
             origins = rr.integers(0, sc.ring_rows, size=(n, rows))
+    wls = None
+    if name == "ragged":
+        wls = rng.integers(1, T + 1, size=(n, rows))
+        # k uniform in 1..T'_r
+        ks = 1 + np.floor(rng.random((n, rows)) * wls).astype(np.int64)
+    if name in ("zero-accept", "ragged") and sc.decode == "speculative":
+        q = float(sc.schedule_params.get("zero_prob", 0.3 if name == "zero-accept" else 0.0))
+        ks = np.where(_rng(sc, 5).random((n, rows)) < q, 0, ks)
     plans = []
     for s in range(n):
         acc = [int(ks[s, r]) if r in active else 0 for r in range(rows)]
         rr_s = [r for r in active if resets[s, r]]
-        plans.append(StepPlan(s, acc, rr_s, [int(origins[s, r]) for r in rr_s]))
+        wl = None if wls is None else [int(wls[s, r]) if r in active else 0 for r in range(rows)]
+        plans.append(StepPlan(s, acc, rr_s, [int(origins[s, r]) for r in rr_s], window_lens=wl))
     return plans
 
 
-__all__ = ["SCHEDULES", "StepPlan", "check_schedule_params", "default_steps", "plan"]
+__all__ = ["POISONS", "POISON_LARGE", "SCHEDULES", "StepPlan", "check_schedule_params", "default_steps", "plan"]

@@ -16,6 +16,10 @@ Building blocks (each a strategy, usable alone in a kernel author's own ``@given
   accumulated error), plus mid-run slot reuse (resets);
 * :func:`distributions` input regimes, from mild to extreme-but-finite (``near-fp16-limit``,
   ``heavy-tailed``, ``large-delta``);
+* :func:`serving_options` what a serving engine does to a plan, each only where the kernel
+  declares it (drawn last, each behind a boolean, so shrinking drops what a failure does not
+  need): ragged windows (``window_lens``, with k <= T'_r), rows accepting nothing (k = 0, for
+  ``zero_accept = "noop"``), the batch permuted every step, recycled slots poisoned (NaN or 2^100);
 * :func:`scenarios` all of the above into one Scenario, optionally for one registered kernel.
 
 Example::
@@ -31,15 +35,17 @@ Example::
 
 from __future__ import annotations
 
+from hypothesis import reject
 from hypothesis import strategies as st
 
 from replayssm.families import family as family_of
 from replayssm.families import family_names
-from replayssm.interface import PAD_SLOT, DecodeConfig, KernelUnderTest
+from replayssm.interface import PAD_SLOT, DecodeConfig, KernelUnderTest, policy
 from replayssm.precision import STANDARD_MODES, parse_mode
 from replayssm.registry import get
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.scenario import Scenario
+from replayssm.scenarios.schedules import POISONS
 
 # Modes drawn by default: the standard sweep (reference first) plus readout and seed variants.
 FUZZ_MODES: tuple[str, ...] = ("s32a32", *[m for m in STANDARD_MODES if m != "s32a32"],
@@ -205,9 +211,14 @@ def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, ma
         family = draw(families())
     if decodes is None:
         decodes = _registered_decodes(cls)
+    decodes = supported_decodes(cls, decodes, modes, kernel_options)
     dec = draw(decode_configs(decodes=decodes, max_window=max_window, max_extra_buffer=max_extra_buffer,
                               max_standard_buffer=max_standard_buffer))
-    mode = draw(precision_modes(cls, dec, modes=modes, options=kernel_options))
+    pol = "spec" if cls is None else policy(getattr(cls, "bookkeeping", "spec")).name
+    try:
+        mode = draw(precision_modes(cls, dec.with_policy(pol), modes=modes, options=kernel_options))
+    except ValueError:
+        reject()  # this T' / buffer is outside what the kernel supports; other draws are not
     drift = sr_drift and parse_mode(mode).rounding == "stochastic" and draw(st.booleans())
     if drift:
         dec = DecodeConfig(dec.decode, dec.window, dec.window if dec.speculative else 1)
@@ -222,11 +233,68 @@ def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, ma
                                  min_steps=max(min_steps, max_steps) if drift else min_steps,
                                  max_resets=max_resets))
     dist = "long-memory" if drift and "long-memory" in dists else draw(distributions(dists))
+    seed = draw(st.integers(0, 2**32 - 1))
+    init = draw(st.sampled_from(("random", "zeros")))
+    params = draw(serving_options(cls, dec, layout["slot_ids"], params))
     return Scenario(family=family, geometry=geo, mode=mode, decode=dec.decode, window=dec.window,
                     buffer=dec.buffer, distribution=dist, schedule="explicit",
-                    schedule_params=params, steps=None, seed=draw(st.integers(0, 2**32 - 1)),
-                    initial_state=draw(st.sampled_from(("random", "zeros"))),
+                    schedule_params=params, steps=None, seed=seed, initial_state=init,
                     kernel_options=dict(kernel_options or {}), **layout)
+
+
+def serving_options(kernel: type[KernelUnderTest] | None, decode: DecodeConfig, slot_ids: tuple[int, ...],
+                    params: dict) -> st.SearchStrategy[dict]:
+    """``params`` (an explicit plan) with what a serving engine does, each behind a boolean and
+    only where ``kernel`` declares it (everything when ``kernel`` is None): ragged windows
+    (``window_lens`` per step and row, accepted counts clamped to them; speculative, T' >= 2,
+    ``supports_ragged_windows``), rows accepting nothing (some k set to 0; speculative,
+    ``zero_accept = "noop"``), ``permute_rows`` (two or more rows) and ``poison`` (plans with
+    resets)."""
+    active = [r for r, s in enumerate(slot_ids) if s != PAD_SLOT]
+    T = decode.window
+    ragged_ok = decode.speculative and T >= 2 and (kernel is None or kernel.supports_ragged_windows)
+    zero_ok = decode.speculative and (kernel is None or kernel.zero_accept == "noop")
+
+    @st.composite
+    def draw_options(draw):
+        out = {k: [list(row) for row in v] if k == "accepted" else v for k, v in params.items()}
+        acc = out["accepted"]
+        n = len(acc)
+        if ragged_ok and draw(st.booleans()):
+            wls = [[draw(st.integers(1, T)) if r in active else 0 for r in range(len(slot_ids))] for _ in range(n)]
+            out["window_lens"] = wls
+            for s in range(n):
+                for r in active:
+                    acc[s][r] = min(acc[s][r], wls[s][r])
+        if zero_ok and draw(st.booleans()):
+            for s, r in draw(st.lists(st.tuples(st.integers(0, n - 1), st.sampled_from(active)), min_size=1,
+                                      max_size=max(1, n))):
+                acc[s][r] = 0
+        if len(slot_ids) >= 2 and draw(st.booleans()):
+            out["permute_rows"] = True
+        if out.get("resets"):
+            how = draw(st.sampled_from(POISONS))
+            if how != "none":
+                out["poison"] = how
+        return out
+
+    return draw_options()
+
+
+def supported_decodes(kernel: type[KernelUnderTest] | None, decodes: tuple[str, ...], modes: tuple[str, ...],
+                      options: dict | None = None) -> tuple[str, ...]:
+    """The decode kinds of ``decodes`` under which ``kernel`` supports some mode of ``modes`` (at
+    a small probe configuration, under its declared bookkeeping policy); ValueError when none."""
+    if kernel is None:
+        return tuple(decodes)
+    pol = policy(getattr(kernel, "bookkeeping", "spec")).name
+    probes = {"speculative": DecodeConfig("speculative", 2, 2, pol), "standard": DecodeConfig("standard", 1, 4, pol)}
+    keep = tuple(d for d in decodes if any(
+        kernel.unsupported_reason(parse_mode(m), probes[d], options or {}) is None for m in modes))
+    if not keep:
+        raise ValueError(f"kernel: {getattr(kernel, 'name', kernel)!r} supports none of the modes {list(modes)} "
+                         f"under {' or '.join(decodes)} decode")
+    return keep
 
 
 def _registered_decodes(cls) -> tuple[str, ...]:
@@ -235,4 +303,4 @@ def _registered_decodes(cls) -> tuple[str, ...]:
 
 
 __all__ = ["FUZZ_DISTRIBUTIONS", "FUZZ_MODES", "accepted_plans", "batch_layouts", "decode_configs", "distributions",
-           "families", "geometries", "precision_modes", "scenarios"]
+           "families", "geometries", "precision_modes", "scenarios", "serving_options", "supported_decodes"]

@@ -103,8 +103,8 @@ def _kernel(family="gdn", mode="s32a16", decode=SPEC_T3_B4, name="literal-replay
     ("verify_bad_slot", r"slot_ids\[1\]: expected a slot in \[0, 3\)"),
     ("verify_dup_slot", "appears twice"),
     ("verify_strided", "contiguous"),
-    ("commit_k0", r"accepted\[0\]: expected 1 <= k <= T' = 3"),
-    ("commit_k4", r"accepted\[1\]: expected 1 <= k <= T' = 3"),
+    ("commit_k_negative", r"accepted\[0\]: expected 0 <= k <= T' = 3"),
+    ("commit_k4", r"accepted\[1\]: expected 0 <= k <= T' = 3"),
     ("reset_bad_origin", r"origin\[0\]: expected a ring row"),
     ("reset_bad_state", "initial_state: expected shape"),
     ("verify_never_reset", "never reset"),
@@ -131,8 +131,8 @@ def test_bad_input_is_refused_without_mutation(call, match):
         elif call == "verify_strided":
             bad["v"] = inp["v"].transpose(-1, -2).contiguous().transpose(-1, -2)
             k.verify(slots, bad)
-        elif call == "commit_k0":
-            k.commit(slots, torch.tensor([0, 1]))
+        elif call == "commit_k_negative":
+            k.commit(slots, torch.tensor([-1, 1]))
         elif call == "commit_k4":
             k.commit(slots, torch.tensor([1, 4]))
         elif call == "reset_bad_origin":

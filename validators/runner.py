@@ -16,6 +16,18 @@ the end-of-run checks after the last step.
 ``load_state_dict`` checkpoint and resume it); :func:`run_scenario` runs a whole scenario,
 repeats it for the bit-identity check and returns a :class:`ValidationResult`.
 
+Serving-engine steps (issue 14): what the kernel declares decides how a step is driven.  Rows
+that accept nothing (k = 0 in the plan) are committed as k = 0 to a ``zero_accept = "noop"``
+kernel (the ``zero-accept`` check: nothing changed) and, for a refusing kernel, probed (commit
+must raise ``ValueError`` naming ``accepted[r]`` and change nothing), then committed as k = 1.
+Ragged windows (``window_lens`` in the plan) need ``supports_ragged_windows``: positions past
+T'_r must keep the poison (the ``window-tail`` check); the value checks then see those positions
+filled with the fp64 reference rounded to the activation dtype (for kernel and literal alike: a
+position that does not exist is neither right nor wrong).  Every cursor rule is the kernel's
+declared ``bookkeeping`` policy.  A plan's ``perm`` reorders the batch rows of the kernel's calls
+(the engine un-permutes its outputs); ``poison`` fills a recycled slot's previous storage with NaN
+or 2^100 (through ``snapshot``/``restore``) before it is reset.
+
 The reference is batched over rows on the kernel's device in fp64 (no per-element Python loops).
 The literal model (per-row Python) is only needed for the tolerance rule: ``literal_every``
 samples it (0 turns it off: then only exact checks and metrics are reported).
@@ -30,12 +42,13 @@ from collections import Counter
 
 import torch
 
-from replayssm.families import family
-from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest
-from replayssm.registry import get
+from replayssm.families import families, family
+from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, policy
+from replayssm.ops.literal import LiteralFlushWhenFullKernel, LiteralFoldEveryCommitKernel
+from replayssm.registry import get, register
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
-from replayssm.scenarios.schedules import StepPlan, plan
+from replayssm.scenarios.schedules import POISON_LARGE, StepPlan, plan
 from replayssm.validators import invariants as inv
 from replayssm.validators import mutants  # noqa: F401 - registers every mutant by name
 from replayssm.validators.checks import CHECKS, HOOKS, RunContext, StepContext, ToleranceRule, checks_at
@@ -69,12 +82,49 @@ def readout_magnitude(family_name: str, state: torch.Tensor, tok: dict[str, torc
     return family(family_name).readout_magnitude(S, tok, params)
 
 
+# The literal replay model of each non-default bookkeeping policy (a mixin over the family's).
+POLICY_LITERALS = {"flush-when-full": LiteralFlushWhenFullKernel, "fold-every-commit": LiteralFoldEveryCommitKernel}
+
+
+def policy_literal_name(family_name: str, policy_name: str) -> str:
+    """The registered literal replay model of ``policy_name`` for the family (``literal-replay``
+    for the spec's rule, else ``literal-replay-<policy>``, registered on first use)."""
+    pol = policy(policy_name).name
+    if pol == "spec":
+        return "literal-replay"
+    name = f"literal-replay-{pol}"
+    try:
+        get(name, family_name)
+    except ValueError:
+        base = family(family_name).literal_replay
+        mixin = POLICY_LITERALS[pol]
+        register(type(f"{mixin.__name__}_{family_name}", (mixin, base),
+                      {"name": name, "family": family_name, "__module__": mixin.__module__}), replace=True)
+    return name
+
+
+for _fam in families():
+    for _pol in POLICY_LITERALS:
+        policy_literal_name(_fam, _pol)
+
+
+def declared_policy(cls: type[KernelUnderTest]) -> str:
+    """The bookkeeping policy a kernel class declares (ValueError naming it when unknown)."""
+    try:
+        return policy(getattr(cls, "bookkeeping", "spec")).name
+    except ValueError as e:
+        raise ValueError(f"bookkeeping: kernel {getattr(cls, 'name', cls)!r} declares an unknown policy "
+                         f"({str(e).split(': ', 1)[1]})") from None
+
+
 def literal_twin_name(cls: type[KernelUnderTest], sc: Scenario) -> str | None:
     """The literal model a kernel is compared with: ``cls.literal_twin`` if set, else the literal
-    baseline for baseline kernels and the literal replay model otherwise; None when it cannot run
-    the scenario's mode."""
-    name = getattr(cls, "literal_twin", None) or ("literal-baseline" if cls.kind == "baseline" else "literal-replay")
-    for cand in (name, "literal-replay"):
+    baseline for baseline kernels and the literal replay model of the kernel's declared policy
+    otherwise; None when it cannot run the scenario's mode."""
+    pol = declared_policy(cls)
+    default = "literal-baseline" if cls.kind == "baseline" else policy_literal_name(sc.family, pol)
+    name = getattr(cls, "literal_twin", None) or default
+    for cand in (name, default):
         try:
             lit = get(cand, sc.family)
         except ValueError:
@@ -94,7 +144,8 @@ def build_kernel(kernel, sc: Scenario, device, params=None) -> KernelUnderTest:
     if params is None:
         params = make_params(sc)
     cfg = KernelConfig(sc.geometry_obj, {k: v.to(device) for k, v in params.items()}, sc.precision,
-                       sc.decode_config, num_slots=sc.num_slots, device=torch.device(device),
+                       sc.decode_config.with_policy(declared_policy(cls)), num_slots=sc.num_slots,
+                       device=torch.device(device),
                        options=dict(sc.kernel_options))
     return cls(cfg)
 
@@ -149,8 +200,20 @@ class Lockstep:
         self.active_idx = torch.tensor(self.active, dtype=torch.long, device=self.device)
         self.pad_idx = torch.tensor(self.pad_rows, dtype=torch.long, device=self.device)
         self.last_step: dict = {}
+        self.notes: list[str] = []
         self.ref_params = {k: v.to(self.device, torch.float64) for k, v in self.params.items()}
-        self.dec = sc.decode_config
+        # The declared policy of the kernel's class (an instance may have swapped its own rule).
+        self.dec = sc.decode_config.with_policy(declared_policy(type(self.kernel)))
+        self.ragged = any(p.window_lens is not None for p in self.plans)
+        self.zero_noop = self.kernel.zero_accept == "noop" and self.dec.speculative
+        if self.ragged:
+            for who, obj in (("kernel", self.kernel), ("literal model", self.literal)):
+                if obj is not None and not getattr(obj, "supports_ragged_windows", False):
+                    raise ValueError(f"scenario.schedule: the plan has ragged windows (window_lens) and the {who} "
+                                     f"{obj.name or type(obj).__name__!r} does not support them "
+                                     f"(supports_ragged_windows is False)")
+        if any(p.poison != "none" and p.reset_rows for p in self.plans) and not self.kernel.supports_restore:
+            self.notes.append("the kernel cannot restore a snapshot: recycled slots were not poisoned before reuse")
         # A mutant built on a baseline says so in ``base_kind`` (its kind is "mutant").
         self.replay_kind = getattr(self.kernel, "base_kind", self.kernel.kind) != "baseline"
         self.kind = "replay" if self.replay_kind else "baseline"
@@ -168,7 +231,6 @@ class Lockstep:
         self.phases: set = set()
         self.tokens_accepted = 0
         self.tokens_verified = 0
-        self.notes: list[str] = []
         self.canary: dict[int, dict[str, torch.Tensor]] = {}
         self.ran_at_end: list[str] = []
         # Stochastic rounding: the literal model's error is one random draw of the mode's noise; the
@@ -237,25 +299,29 @@ class Lockstep:
             cids = torch.tensor(unused, dtype=torch.int64, device=self.device)
             cinit = make_initial_state(csc, generation=CANARY_GENERATION, device=self.device)
             corig = None
-            if self.dec.speculative:
-                corig = torch.tensor([(3 + 5 * i) % sc.ring_rows for i in range(len(unused))], dtype=torch.int64,
+            if self.dec.uses_ring:
+                corig = torch.tensor([(3 + 5 * i) % self.dec.ring_rows for i in range(len(unused))], dtype=torch.int64,
                                      device=self.device)
             k.reset(cids, cinit, corig)
             k.verify(cids, make_inputs(csc, 0, self.device, stream="canary"))
             k.commit(cids, torch.full((len(unused),), min(2, sc.window), dtype=torch.int64, device=self.device))
         init = make_initial_state(sc, 0, self.device)
-        origins = torch.tensor(sc.resolved_origins, dtype=torch.int64, device=self.device)
+        origins = torch.tensor(self._origins(sc.resolved_origins), dtype=torch.int64, device=self.device)
         k.reset(self.ids, init, origins)
         for lit in self.literals:
             lit.reset(self.ids, init, origins)
         self.ref = init.clone()
         self.wp = [0] * sc.rows
-        self.origin = list(sc.resolved_origins)
+        self.origin = self._origins(sc.resolved_origins)
         if unused and any("canaries" in c.needs and self._enabled(c.schedule)
                           for checks in self.hooks.values() for c in checks):
             snap = k.snapshot()
             self.canary = {s: {n: t.clone() for n, t in inv.slot_view(snap, s).items()} for s in unused}
         self.started = True
+
+    def _origins(self, origins) -> list[int]:
+        """The scenario's ring origins, or zeros when the kernel's policy keeps a linear buffer."""
+        return list(origins) if self.dec.uses_ring else [0] * len(origins)
 
     # ---- one step -------------------------------------------------------------------------------------------
     def reset_rows(self, p: StepPlan) -> None:
@@ -267,8 +333,10 @@ class Lockstep:
         init = make_initial_state(self.sc, generation=p.step + 1, device=self.device)
         orig = [0] * self.sc.rows
         for r, o in zip(p.reset_rows, p.reset_origins):
-            orig[r] = o
+            orig[r] = o if self.dec.uses_ring else 0
         torig = torch.tensor(orig, dtype=torch.int64, device=self.device)
+        if p.poison != "none" and self.kernel.supports_restore:
+            self._poison_slots([self.ids_list[r] for r in p.reset_rows], p.poison)
         self.kernel.reset(tids, init, torig)
         for lit in self.literals:
             lit.reset(tids, init, torig)
@@ -278,6 +346,85 @@ class Lockstep:
             for env in self.lit_env.values():
                 env[r] = 0.0
         self.coverage["resets"] += len(p.reset_rows)
+
+    # ---- driving the kernel as the plan says (the main run and the repeat run) --------------------------
+    def effective_plan(self, p: StepPlan) -> tuple[StepPlan, list[int], list[int]]:
+        """The plan as this kernel runs it, the rows committing k = 0 (``zero_accept = "noop"``)
+        and the rows to probe (k = 0 in the plan, refusing kernel: they commit k = 1)."""
+        zero_rows = [r for r in self.active if p.accepted[r] == 0]
+        if not zero_rows or self.zero_noop:
+            return p, zero_rows, []
+        acc = [1 if r in zero_rows else a for r, a in enumerate(p.accepted)]
+        return dataclasses.replace(p, accepted=acc), [], zero_rows
+
+    def _perm(self, p: StepPlan) -> torch.Tensor:
+        return torch.tensor(p.perm, dtype=torch.long, device=self.device)
+
+    def kernel_verify(self, p: StepPlan, inputs: dict[str, torch.Tensor]):
+        """Call the kernel's verify for step ``p`` (rows permuted as ``p.perm`` says, ``window_lens``
+        when the plan has them) into a fresh poisoned buffer: (the buffer given, what verify returned)."""
+        sc, dev = self.sc, self.device
+        ids, kw, pads = self.ids, {}, self.pad_rows
+        if p.window_lens is not None:
+            kw["window_lens"] = torch.tensor(p.window_lens, dtype=torch.int64, device=dev)
+        if p.perm:
+            idx = self._perm(p)
+            ids = ids.index_select(0, idx)
+            inputs = {n: v.index_select(0, idx).contiguous() for n, v in inputs.items()}
+            kw = {n: v.index_select(0, idx) for n, v in kw.items()}
+            pads = [i for i, r in enumerate(p.perm) if r in self.pad_rows]
+        out = inv.poisoned_out(sc.rows, sc.window, self.kernel.out_shape, sc.precision.act_dtype, pads, dev)
+        return out, self.kernel.verify(ids, inputs, out=out, **kw)
+
+    def unpermuted(self, p: StepPlan, out: torch.Tensor) -> torch.Tensor:
+        """The kernel's outputs back in scenario row order."""
+        return out.index_select(0, torch.argsort(self._perm(p))) if p.perm else out
+
+    def kernel_commit(self, p: StepPlan) -> torch.Tensor:
+        """Commit ``p.accepted`` (scenario order) to the kernel, rows permuted as at the verify;
+        returns the accepted tensor in scenario order."""
+        acc = torch.tensor(p.accepted, dtype=torch.int64, device=self.device)
+        if p.perm:
+            idx = self._perm(p)
+            self.kernel.commit(self.ids.index_select(0, idx), acc.index_select(0, idx))
+        else:
+            self.kernel.commit(self.ids, acc)
+        return acc
+
+    def _fill_window_tails(self, ctx: StepContext, lens: list[int]) -> None:
+        """Positions past each active row's T'_r do not exist: ``ctx.tail`` marks them (the
+        ``window-tail`` check reads ``ctx.out_raw`` there), and the outputs the value checks see,
+        the kernel's and the literal models', hold the fp64 reference rounded to the activation
+        dtype there."""
+        T = self.sc.window
+        t_idx = torch.arange(T, device=self.device)
+        wl = torch.tensor([lens[r] if r in self.active else T for r in range(self.sc.rows)], device=self.device)
+        ctx.tail = t_idx[None, :] >= wl[:, None]
+        fill = ctx.ref_out.to(self.sc.precision.act_dtype)
+        mask = ctx.tail.view(*ctx.tail.shape, *([1] * (fill.dim() - 2))).expand_as(fill)
+        ctx.out = torch.where(mask, fill, ctx.out)
+        if ctx.lit_outs:
+            ctx.lit_outs = [torch.where(mask, fill, x) for x in ctx.lit_outs]
+
+    def _poison_slots(self, slots: list[int], how: str) -> None:
+        """Overwrite the previous tenant's checkpoint and records of ``slots`` with NaN or 2^100
+        (the largest finite value where the storage format cannot hold it; integer storage: its
+        maximum), through the kernel's snapshot / restore."""
+        snap = self.kernel.snapshot()
+
+        def fill(t: torch.Tensor) -> None:
+            if t.is_floating_point():
+                v = float("nan") if how == "nan" else min(POISON_LARGE, float(torch.finfo(t.dtype).max))
+            else:
+                v = torch.iinfo(t.dtype).max
+            for sl in slots:
+                t[sl] = v
+
+        fill(snap.checkpoint)
+        for t in snap.records.values():
+            fill(t)
+        self.kernel.restore(snap)
+        self.coverage[f"recycled slots poisoned ({how})"] += len(slots)
 
     def _reference_window(self, inputs: dict[str, torch.Tensor], accepted: list[int]):
         """fp64 outputs [R, T', ...] and the state after each row's accepted prefix; the readout
@@ -310,7 +457,7 @@ class Lockstep:
             self.start()
         if self.step_idx >= len(self.plans):
             raise ValueError(f"step: the plan has {len(self.plans)} steps, all run")
-        p = self.plans[self.step_idx]
+        p, zero_rows, probe_rows = self.effective_plan(self.plans[self.step_idx])
         s, sc, k, dev = p.step, self.sc, self.kernel, self.device
         self.reset_rows(p)
         inputs = make_inputs(sc, s, dev)
@@ -323,18 +470,23 @@ class Lockstep:
         for r in self.active:
             self.phases.add((self.wp[r], p.accepted[r]))
             self.coverage["flush verifies" if r in flush_rows else "non-flush verifies"] += 1
-            if self.dec.speculative and r in flush_rows and self.origin[r] + self.wp[r] >= sc.ring_rows:
+            if self.dec.uses_ring and r in flush_rows and self.origin[r] + self.wp[r] >= self.dec.ring_rows:
                 self.coverage["ring wraps"] += 1
         ctx = StepContext(self, p, inputs, flush_rows, use_literal=use_lit, record={"step": s})
+        ctx.zero_rows, ctx.probe_rows = zero_rows, probe_rows
         if "before-verify" in needs:
             ctx.snapshots["before-verify"] = k.snapshot()
 
-        # -- verify
-        ctx.out_given = inv.poisoned_out(sc.rows, sc.window, k.out_shape, sc.precision.act_dtype, self.pad_rows, dev)
-        ctx.returned = k.verify(self.ids, inputs, out=ctx.out_given)
+        # -- verify (the kernel's batch rows in the plan's order, when it permutes them)
+        ctx.out_given, ctx.returned = self.kernel_verify(p, inputs)
         self._run_hook("verify-returned", ctx, due)
-        ctx.out = ctx.out_given if ctx.returned is None else ctx.returned
-        self.tokens_verified += len(self.active) * sc.window
+        ctx.out = self.unpermuted(p, ctx.out_given if ctx.returned is None else ctx.returned)
+        lit_kw = {} if p.window_lens is None else {
+            "window_lens": torch.tensor(p.window_lens, dtype=torch.int64, device=dev)}
+        if p.perm:
+            self.coverage["permuted batches"] += 1
+        self.tokens_verified += (sum(p.window_lens[r] for r in self.active) if p.window_lens is not None
+                                 else len(self.active) * sc.window)
         if "after-verify" in needs:
             ctx.snapshots["after-verify"] = k.snapshot()
         at_flush = bool(flush_rows) and any(c.schedule in due for c in self.hooks["at-flush"])
@@ -342,12 +494,15 @@ class Lockstep:
             ctx.checkpoint = k.checkpoint_state(self.ids)
 
         # -- the literal model and the fp64 reference on the same window
-        ctx.lit_outs = [lit.verify(self.ids, inputs) for lit in self.literals] if use_lit else None
+        ctx.lit_outs = [lit.verify(self.ids, inputs, **lit_kw) for lit in self.literals] if use_lit else None
         if use_lit and ctx.checkpoint is not None:
             ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
         ctx.ref_state_before = self.ref
         ctx.ref_out, ctx.ref_state, ctx.ref_first = self._reference_window(inputs, p.accepted)
         ctx.ref_magnitude = self.ref_magnitude
+        ctx.out_raw = ctx.out
+        if p.window_lens is not None:
+            self._fill_window_tails(ctx, p.window_lens)
         act = self.active_idx
         m = ctx.metrics = error_metrics(ctx.o_act, ctx.ref_out.index_select(0, act), self.rule.u_out, lead=2)
         ctx.device_record.update({"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(),
@@ -357,8 +512,7 @@ class Lockstep:
             self._run_hook("at-flush", ctx, due)
 
         # -- commit
-        acc = torch.tensor([p.accepted[r] for r in range(sc.rows)], dtype=torch.int64, device=dev)
-        k.commit(self.ids, acc)
+        acc = self.kernel_commit(p)
         if use_lit:
             for lit in self.literals:
                 lit.commit(self.ids, acc)
@@ -374,7 +528,7 @@ class Lockstep:
         rec = ctx.record
         out = ctx.out
         if self.digest is not None:
-            self.digest.update(out)
+            self.digest.update(ctx.out_raw)
         full_max = torch.full((sc.rows, sc.window), float("nan"), dtype=torch.float64, device=dev)
         full_rel = full_max.clone()
         full_max[act], full_rel[act] = m["max_abs"], m["rel_l2"]

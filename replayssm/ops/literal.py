@@ -9,6 +9,13 @@ At ``s64a64`` these models equal the fp64 token-by-token recurrence to ~1e-12
 (tests/test_literal_models.py).
 
 A family plugs in through a :class:`FamilyMath` object (see ``ops/mamba2/naive.py``).
+
+Serving-engine behaviour (issue 14): both models accept k = 0 as a no-op commit
+(``zero_accept = "noop"``, speculative decode) and ragged windows (``window_lens``: row r
+verifies only its first T'_r positions, writes only their outputs and records).  The replay
+model's bookkeeping is the policy named by its class attribute ``implements`` (the spec's by
+default): :class:`LiteralFlushWhenFullKernel` and :class:`LiteralFoldEveryCommitKernel` are the
+literal models of the other policies of ``replayssm.interface.POLICIES``.
 """
 
 from __future__ import annotations
@@ -60,9 +67,16 @@ class _LiteralBase(KernelUnderTest):
     """Storage and checks common to the literal replay and baseline models."""
 
     math: FamilyMath
+    zero_accept = "noop"
+    supports_ragged_windows = True
+    # The bookkeeping policy this model's code implements (what it declares is ``bookkeeping``;
+    # the two differ only in tests that check a wrong declaration is caught).
+    implements: str = "spec"
 
     def __init__(self, config: KernelConfig) -> None:
         super().__init__(config)
+        if self.decode.policy != self.implements:
+            self.decode = self.decode.with_policy(self.implements)
         m, dev, S = self.mode, self.device, self.num_slots
         self.ct = m.compute_dtype
         self.params = {k: v.to(device=dev, dtype=torch.float32).to(self.ct) for k, v in config.params.items()}
@@ -74,6 +88,7 @@ class _LiteralBase(KernelUnderTest):
         self.ready = [False] * S
         self.pending = [False] * S
         self.flushed = [False] * S
+        self.win_len = [self.decode.window] * S  # window length of each slot's last verify
         self.calls = 0
 
     # ---- storage helpers -------------------------------------------------------------------------------
@@ -140,6 +155,10 @@ class _LiteralBase(KernelUnderTest):
         self.flushed = [bool(v) for v in snap.extra["flushed"].tolist()]
         self.calls = int(snap.extra["calls"][0])
 
+    def _row_window(self, inputs: dict[str, torch.Tensor], r: int, n: int) -> dict[str, torch.Tensor]:
+        """Row r's first ``n`` window positions (its T'_r), in the compute dtype."""
+        return {k: v[r, :n].to(self.ct) for k, v in inputs.items()}
+
     def _alloc_out(self, R: int, out):
         if out is None:
             out = torch.full((R, self.decode.window, *self.out_shape), float("nan"),
@@ -170,33 +189,34 @@ class LiteralReplayKernel(_LiteralBase):
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
         return {k: v[slot].index_select(0, idx).to(self.ct) for k, v in self.records.items()}
 
-    def verify(self, slot_ids, inputs, out=None):
-        ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos, self.ready)
+    def verify(self, slot_ids, inputs, out=None, window_lens=None):
+        ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos, self.ready, window_lens)
+        lens = self.check_window_lens(ids, window_lens)
         out = self._alloc_out(len(ids), out)
         self.calls += 1
         for r, s in enumerate(ids):
             if s == PAD_SLOT:
                 continue
-            wp = self.write_pos[s]
+            wp, n = self.write_pos[s], lens[r]
             flush = self.decode.is_flush(wp)
-            res = self.math.window(self._load_checkpoint(s), self._history(s, wp), self._row_inputs(inputs, r),
+            res = self.math.window(self._load_checkpoint(s), self._history(s, wp), self._row_window(inputs, r, n),
                                    self.params, self.mode, self.config.options)
-            out[r].copy_(res.outputs.to(self.mode.act_dtype))
-            if self.decode.speculative or not flush:
-                T = self.decode.window
-                for t in range(T):
+            out[r, :n].copy_(res.outputs.to(self.mode.act_dtype))
+            # A flush that folds window position 0 (the spec's standard decode) keeps no record of it.
+            if not (flush and self.decode.flush_folds_first):
+                for t in range(n):
                     row = self._row_of(s, wp + t)
                     for name, rec in self.records.items():
                         rec[s, row].copy_(res.records[name][t].to(rec.dtype))
             if flush:
-                folded = res.state_before if self.decode.speculative else res.state_after_first
+                folded = res.state_after_first if self.decode.flush_folds_first else res.state_before
                 scale = None if self.ckpt_scale is None else self.ckpt_scale[s]
                 self._store_state(s, folded, self.ckpt[s], scale)
-            self.flushed[s], self.pending[s] = flush, True
+            self.flushed[s], self.pending[s], self.win_len[s] = flush, True, n
         return out
 
     def commit(self, slot_ids, accepted) -> None:
-        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending)
+        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending, self.win_len)
         if not self.decode.speculative and any(k != 1 for s, k in zip(ids, ks) if s != PAD_SLOT):
             raise ValueError("accepted: standard decode commits exactly 1 token per row")
         for s, k in zip(ids, ks):
@@ -235,6 +255,41 @@ class LiteralReplayKernel(_LiteralBase):
             v.copy_(snapshot.records[k].to(self.device))
 
 
+class LiteralFlushWhenFullKernel(LiteralReplayKernel):
+    """Literal ReplaySSM under ``flush-when-full``: standard decode runs the speculative rule with
+    T' = 1: a ring of next_pow2(L + 1) rows; the verify at write_pos = L (history full) folds the
+    history only into the checkpoint and writes its token's record; then write_pos = 1 and the
+    origin moves by L.  Speculative decode is the spec's rule."""
+
+    implements = "flush-when-full"
+    bookkeeping = "flush-when-full"
+    description = "literal ReplaySSM, flush-when-full bookkeeping (standard decode as the speculative rule, T' = 1)"
+
+
+class LiteralFoldEveryCommitKernel(LiteralReplayKernel):
+    """Literal ReplaySSM under ``fold-every-commit``: no history is kept across steps; verify
+    writes the window's records at rows 0..T'_r-1 and never flushes; commit(k) folds the first k
+    records into the checkpoint (k = 0: nothing) and write_pos stays 0."""
+
+    implements = "fold-every-commit"
+    bookkeeping = "fold-every-commit"
+    description = "literal ReplaySSM, fold-every-commit bookkeeping (commit folds the accepted prefix, no history)"
+
+    def commit(self, slot_ids, accepted) -> None:
+        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending, self.win_len)
+        if not self.decode.speculative and any(k != 1 for s, k in zip(ids, ks) if s != PAD_SLOT):
+            raise ValueError("accepted: standard decode commits exactly 1 token per row")
+        for s, k in zip(ids, ks):
+            if s == PAD_SLOT:
+                continue
+            if k:
+                folded = self.math.fold(self._load_checkpoint(s), self._history(s, k), self.params, self.mode)
+                scale = None if self.ckpt_scale is None else self.ckpt_scale[s]
+                self._store_state(s, folded, self.ckpt[s], scale)
+            self.write_pos[s], self.origin[s] = 0, 0
+            self.pending[s] = False
+
+
 class LiteralBaselineKernel(_LiteralBase):
     """Literal baseline: the state is read and written every token.
 
@@ -258,8 +313,9 @@ class LiteralBaselineKernel(_LiteralBase):
         self.draft_scale = (torch.ones((self.num_slots, T, *self.state_shape[:-1]), dtype=torch.float32,
                                        device=self.device) if self.mode.scaled_state else None)
 
-    def verify(self, slot_ids, inputs, out=None):
-        ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos, self.ready)
+    def verify(self, slot_ids, inputs, out=None, window_lens=None):
+        ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos, self.ready, window_lens)
+        lens = self.check_window_lens(ids, window_lens)
         out = self._alloc_out(len(ids), out)
         self.calls += 1
         for r, s in enumerate(ids):
@@ -267,7 +323,8 @@ class LiteralBaselineKernel(_LiteralBase):
                 continue
             st = self._load_checkpoint(s)
             row = self._row_inputs(inputs, r)
-            for t in range(self.decode.window):
+            self.win_len[s] = lens[r]
+            for t in range(lens[r]):
                 y, st = self.math.step(st, {k: v[t] for k, v in row.items()}, self.params)
                 out[r, t].copy_(y.to(self.mode.act_dtype))
                 if self.decode.speculative:
@@ -280,11 +337,11 @@ class LiteralBaselineKernel(_LiteralBase):
         return out
 
     def commit(self, slot_ids, accepted) -> None:
-        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending)
+        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending, self.win_len)
         for s, k in zip(ids, ks):
             if s == PAD_SLOT:
                 continue
-            if self.decode.speculative:
+            if self.decode.speculative and k >= 1:
                 self.ckpt[s].copy_(self.draft[s, k - 1])
                 if self.ckpt_scale is not None:
                     self.ckpt_scale[s].copy_(self.draft_scale[s, k - 1])
@@ -315,4 +372,5 @@ class LiteralBaselineKernel(_LiteralBase):
             self.draft_scale.copy_(snapshot.extra["draft_scales"].to(self.device))
 
 
-__all__ = ["DecodeConfig", "FamilyMath", "LiteralBaselineKernel", "LiteralReplayKernel", "WindowResult"]
+__all__ = ["DecodeConfig", "FamilyMath", "LiteralBaselineKernel", "LiteralFlushWhenFullKernel",
+           "LiteralFoldEveryCommitKernel", "LiteralReplayKernel", "WindowResult"]

@@ -1,8 +1,9 @@
 """Checks ``checkpoint-unchanged``, ``committed-ring-rows``: a verify leaves committed storage alone.
 
-Oracle: spec 3-4, on bits (snapshots taken just before and just after the verify).  Only a flush
-verify may rewrite a slot's checkpoint (and its scales); no verify may change a ring row holding
-committed history (logical positions 0..write_pos-1 from the origin).  Replay kernels only: a
+Oracle: spec 3-4 under the kernel's declared bookkeeping policy, on bits (snapshots taken just
+before and just after the verify).  Only a flush verify (the policy's ``is_flush``) may rewrite a
+slot's checkpoint (and its scales); no verify may change a record row holding committed history
+(the policy's ``committed_rows``: logical positions 0..write_pos-1 from the origin).  Replay kernels only: a
 baseline rewrites its state every step and keeps no ring.
 """
 
@@ -40,7 +41,7 @@ def committed_ring_rows(ctx) -> None:
         return
     for r in run.active:
         slot = run.ids_list[r]
-        rows = inv.committed_rows(run.origin[r], run.wp[r], run.sc.ring_rows, run.dec.speculative)
+        rows = run.dec.committed_rows(run.origin[r], run.wp[r])
         bad = inv.changed_ring_rows(before, after, slot, rows)
         if bad:
             ctx.fail("committed-ring-rows", f"verify overwrote committed ring rows {bad} "

@@ -32,6 +32,10 @@ class StepContext:
     out_given: torch.Tensor | None = None  # the poisoned buffer passed as out=
     returned: Any = None  # what verify returned
     out: torch.Tensor | None = None  # the outputs checked: the return value, else the out= buffer
+    out_raw: torch.Tensor | None = None  # ``out`` before the tails of ragged windows were filled
+    tail: torch.Tensor | None = None  # [R, T'] True past each active row's window length (ragged steps)
+    zero_rows: list[int] = field(default_factory=list)  # rows committing k = 0 (zero_accept "noop")
+    probe_rows: list[int] = field(default_factory=list)  # rows with k = 0 in the plan, refusing kernel
     snapshots: dict[str, KernelSnapshot] = field(default_factory=dict)
     checkpoint: torch.Tensor | None = None  # kernel.checkpoint_state after a flush verify (fp64, all rows)
     lit_checkpoints: list[torch.Tensor] | None = None

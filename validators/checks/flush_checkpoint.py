@@ -3,7 +3,8 @@
 Oracle: the fp64 token-by-token recurrence on the accepted stream and the tolerance rule
 (:class:`~replayssm.validators.checks.tolerance_rule.ToleranceRule`: factor x the literal
 model's checkpoint error + floor, relative to the reference state's size).  The folded count is
-the committed prefix (speculative) or the prefix plus window position 0 (standard).  Replay
+what the declared policy's flush folds: the committed prefix, or the prefix plus window position 0
+(the spec's standard decode).  Replay
 kernels only (a baseline has no checkpoint apart from its state).  A non-finite checkpoint fails
 as ``non-finite``.
 """
@@ -18,7 +19,7 @@ from replayssm.validators.checks.registry import REPLAY, register_check
                 catches="at a flush the checkpoint differs from the reference state at the folded token count",
                 mutant="mutant-late-flush")
 def flush_checkpoint(ctx) -> None:
-    folded = ctx.ref_state_before if ctx.run.dec.speculative else ctx.ref_first
+    folded = ctx.ref_first if ctx.run.dec.flush_folds_first else ctx.ref_state_before
     ctx.rule.check_states(ctx, "flush-checkpoint", ctx.checkpoint, folded, ctx.lit_checkpoints, ctx.flush_rows)
 
 

@@ -9,8 +9,6 @@ alone (no reference, no literal model).
 
 from __future__ import annotations
 
-import torch
-
 from replayssm.scenarios.inputs import make_inputs
 from replayssm.validators import invariants as inv
 from replayssm.validators.checks.registry import BOTH, register_check
@@ -34,14 +32,12 @@ def repeat_digests(run, kernel, n: int) -> tuple[str, list[str]]:
     hexes = []
     ls.start()
     for _ in range(n):
-        p = ls.plans[ls.step_idx]
+        p, _zero, _probe = ls.effective_plan(ls.plans[ls.step_idx])
         ls.reset_rows(p)
         inputs = make_inputs(sc, p.step, ls.device)
-        out = inv.poisoned_out(sc.rows, sc.window, ls.kernel.out_shape, sc.precision.act_dtype, ls.pad_rows,
-                               ls.device)
-        ret = ls.kernel.verify(ls.ids, inputs, out=out)
-        ls.digest.update(out if ret is None else ret)
-        ls.kernel.commit(ls.ids, torch.tensor(p.accepted, dtype=torch.int64, device=ls.device))
+        out, ret = ls.kernel_verify(p, inputs)
+        ls.digest.update(ls.unpermuted(p, out if ret is None else ret))
+        ls.kernel_commit(p)
         hexes.append(ls.digest.hex)
         ls.step_idx += 1
     return inv.snapshot_digest(ls.kernel.snapshot()), hexes

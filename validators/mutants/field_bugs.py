@@ -187,9 +187,9 @@ class LateFlush:
                 self.decode = real
         return out
 
-    def check_verify_args(self, slot_ids, inputs, out, write_pos=None, ready=None):
+    def check_verify_args(self, slot_ids, inputs, out, write_pos=None, ready=None, window_lens=None):
         # The late flush lets write_pos run one window past the spec's bound: check the rest.
-        return super().check_verify_args(slot_ids, inputs, out, None, ready)
+        return super().check_verify_args(slot_ids, inputs, out, None, ready, window_lens)
 
 
 class PaddingSlotWriter:

@@ -13,6 +13,7 @@ point sees the same set.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,6 +41,9 @@ class MutantSpec:
     classes: dict  # family -> registered kernel class
     klass: str = "bookkeeping"  # one of CLASSES
     field_bug: bool = False  # one of spec 7's field bugs (each with a first_bad rule)
+    # Fuzzed by the CI gallery (tests/test_mutation_gallery.py); False: caught in CI by a direct
+    # run of a named scenario instead (tests/test_serving.py), to keep CI time small.
+    gallery: bool = True
 
 
 MUTANTS: dict[str, MutantSpec] = {}
@@ -47,7 +51,7 @@ MUTANTS: dict[str, MutantSpec] = {}
 
 def register_mutant(mixin: type, name: str, description: str, *, klass: str, families=("mamba2", "gdn"),
                     base: str = "replay", decodes=("speculative", "standard"), first_bad: Callable | None = None,
-                    field_bug: bool = False) -> MutantSpec:
+                    field_bug: bool = False, gallery: bool = True) -> MutantSpec:
     """Register ``mixin`` on the literal replay (or baseline) model of each family in ``families``
     as kernel ``name`` (``kind = "mutant"``) and record it in :data:`MUTANTS`.
 
@@ -66,9 +70,25 @@ def register_mutant(mixin: type, name: str, description: str, *, klass: str, fam
                  "literal_twin": "literal-baseline" if base == "baseline" else "literal-replay",
                  "base_kind": base, "decodes": tuple(decodes), "__module__": mixin.__module__}
         classes[fam] = register(type(f"{mixin.__name__}_{fam}", (mixin, bases[fam]), attrs), replace=True)
-    spec = MutantSpec(name, description, tuple(decodes), first_bad, classes, klass, field_bug)
+        for key, value in _declarations(mixin).items():
+            setattr(classes[fam], key, value)
+    spec = MutantSpec(name, description, tuple(decodes), first_bad, classes, klass, field_bug, gallery)
     MUTANTS[name] = spec
     return spec
+
+
+def _declarations(mixin: type) -> dict:
+    """What a mutant declares beyond its literal base: a mixin overriding ``verify`` without a
+    ``window_lens`` parameter cannot run ragged windows, one overriding ``commit`` refuses k = 0
+    (its one bug is elsewhere), unless the mixin says otherwise."""
+    out = {}
+    verify = mixin.__dict__.get("verify")
+    if verify is not None and "window_lens" not in inspect.signature(verify).parameters \
+            and "supports_ragged_windows" not in mixin.__dict__:
+        out["supports_ragged_windows"] = False
+    if "commit" in mixin.__dict__ and "zero_accept" not in mixin.__dict__:
+        out["zero_accept"] = "refuse"
+    return out
 
 
 def first_bad_step(name: str, sc, steps=None) -> int | None:

@@ -1,0 +1,318 @@
+"""Kernels driven the way serving engines drive them (issue 14).
+
+Oracle: the contract of ``replayssm/interface.py`` (``zero_accept``, ``supports_ragged_windows``
+and ``window_lens``, ``bookkeeping`` policies) and the engine's checks of it: the literal models,
+which declare every behaviour, pass; kernels that break one declared behaviour fail with the
+check that guards it; kernels that do not declare a behaviour are never driven with it; bad
+arguments are refused with one line naming the argument and the row, before anything changes.
+Tiny geometry, literal models (Python), few steps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+from core_drive import make_inputs, make_params
+from hypothesis import HealthCheck, find, given, settings
+
+from replayssm.families import preset
+from replayssm.interface import POLICIES, DecodeConfig, KernelConfig
+from replayssm.registry import get
+from replayssm.scenarios import Scenario
+from replayssm.scenarios.strategies import scenarios, serving_options
+from replayssm.validators import run_scenario
+from replayssm.validators.fuzz import fuzz_kernel
+from replayssm.validators.runner import policy_literal_name
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _literal(family="mamba2", name="literal-replay"):
+    return get(name, family)
+
+
+# ---- rows that accept nothing --------------------------------------------------------------------------
+@pytest.mark.parametrize("kernel,family", [("literal-replay", "mamba2"), ("literal-baseline", "gdn")],
+                         ids=["replay-mamba2", "baseline-gdn"])
+def test_literal_models_commit_nothing_as_a_noop(kernel, family):
+    sc = Scenario.tiny(family, schedule="zero-accept", steps=6, schedule_params={"zero_prob": 0.5})
+    res = run_scenario(sc, kernel)
+    assert res.passed, res.to_markdown()
+    assert res.coverage["k = 0 commits (noop)"] > 0
+
+
+def _zero_in_active(slot_ids, accepted) -> bool:
+    return any(k == 0 for s, k in zip(slot_ids.tolist(), accepted.tolist()) if s >= 0)
+
+
+class _Refusing(_literal()):
+    name = "refusing"
+    zero_accept = "refuse"
+
+
+class _RefusesAfterMoving(_Refusing):
+    """Refuses k = 0, but only after advancing the cursor of the rows before it."""
+
+    name = "refuses-after-moving"
+
+    def commit(self, slot_ids, accepted):
+        if _zero_in_active(slot_ids, accepted):
+            for s in slot_ids.tolist():
+                if s >= 0:
+                    self.write_pos[s] += 1
+        super().commit(slot_ids, accepted)
+
+
+class _RefusesVaguely(_Refusing):
+    name = "refuses-vaguely"
+
+    def commit(self, slot_ids, accepted):
+        if _zero_in_active(slot_ids, accepted):
+            raise ValueError("bad accepted counts")
+        super().commit(slot_ids, accepted)
+
+
+@pytest.mark.parametrize("cls,passes", [(_Refusing, True), (_RefusesAfterMoving, False), (_RefusesVaguely, False)],
+                         ids=["refuses", "refuses-after-moving", "refuses-vaguely"])
+def test_a_refusing_kernel_is_probed_before_anything_changes(cls, passes):
+    sc = Scenario.tiny("mamba2", schedule="zero-accept", steps=4, schedule_params={"zero_prob": 0.5})
+    res = run_scenario(sc, cls)
+    assert res.passed == passes, res.to_markdown()
+    assert res.coverage.get("k = 0 refusals probed", 0) > 0
+    if not passes:
+        assert res.first_failure.check == "zero-accept"
+
+
+# ---- ragged windows, permuted batches, recycled slots ----------------------------------------------------
+@pytest.mark.parametrize("kernel,family", [("literal-replay", "gdn"), ("literal-baseline", "mamba2")],
+                         ids=["replay-gdn", "baseline-mamba2"])
+def test_literal_models_run_ragged_permuted_batches(kernel, family):
+    sc = Scenario.tiny(family, schedule="ragged", steps=8, schedule_params={"zero_prob": 0.2, "permute_rows": True})
+    res = run_scenario(sc, kernel)
+    assert res.passed, res.to_markdown()
+    assert res.coverage["permuted batches"] == 8
+    assert res.tokens_verified < 8 * 2 * sc.window  # the rows' windows really were shorter
+
+
+@pytest.mark.parametrize("poison", ["nan", "large"])
+def test_recycled_slots_are_poisoned_and_a_correct_kernel_never_sees_it(poison):
+    sc = Scenario.tiny("mamba2", schedule="slot-reuse", steps=10,
+                       schedule_params={"reset_prob": 0.3, "poison": poison})
+    res = run_scenario(sc, "literal-replay")
+    assert res.passed, res.to_markdown()
+    assert res.coverage[f"recycled slots poisoned ({poison})"] > 0
+
+
+class _NoRagged(_literal()):
+    name = "no-ragged"
+    supports_ragged_windows = False
+
+
+def test_a_kernel_without_ragged_windows_is_refused_a_ragged_plan():
+    with pytest.raises(ValueError, match=r"scenario.schedule: .*'no-ragged' does not support them"):
+        run_scenario(Scenario.tiny("mamba2", schedule="ragged", steps=2), _NoRagged)
+
+
+class _FirstLayout(_literal()):
+    """Keys its storage on the batch layout of its first verify (row r is always that slot)."""
+
+    name = "first-layout"
+
+    def verify(self, slot_ids, inputs, out=None, window_lens=None):
+        self._ids = getattr(self, "_ids", None)
+        if self._ids is None and slot_ids.numel() == 3 and int((slot_ids >= 0).sum()) == 2:
+            self._ids = slot_ids.clone()
+        return super().verify(self._ids if self._ids is not None else slot_ids, inputs, out, window_lens)
+
+    def commit(self, slot_ids, accepted):
+        return super().commit(self._ids if getattr(self, "_ids", None) is not None else slot_ids, accepted)
+
+
+def test_a_kernel_keyed_on_batch_rows_fails_only_when_rows_are_permuted():
+    sc = Scenario.tiny("mamba2", schedule="per-row", steps=4)
+    assert run_scenario(sc, _FirstLayout).passed
+    res = run_scenario(sc.replace(schedule_params={"permute_rows": True}), _FirstLayout)
+    assert not res.passed
+
+
+# ---- bookkeeping policies ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("impl,declared", list(itertools.product(POLICIES, POLICIES)),
+                         ids=[f"{a}-as-{b}" for a, b in itertools.product(POLICIES, POLICIES)])
+def test_each_policy_literal_passes_under_its_own_policy_only(impl, declared):
+    base = get(policy_literal_name("mamba2", impl), "mamba2")
+    cls = type("Declared", (base,), {"name": f"{impl}-as-{declared}", "bookkeeping": declared})
+    sc = Scenario.tiny("mamba2", "standard", buffer=3, schedule="always-1", steps=7)
+    res = run_scenario(sc, cls, repeat_check=False)
+    assert res.passed == (impl == declared), res.to_markdown()
+    if impl != declared:
+        # (a linear-buffer kernel declared flush-when-full refuses the ring origins that policy allows)
+        assert res.first_failure.check in ("cursor", "checkpoint-unchanged", "committed-ring-rows",
+                                           "flush-checkpoint", "exception"), res.to_markdown()
+
+
+@pytest.mark.parametrize("pol", ["flush-when-full", "fold-every-commit"])
+def test_policy_literals_run_speculative_ragged_plans(pol):
+    sc = Scenario.tiny("gdn", schedule="ragged", steps=8, schedule_params={"zero_prob": 0.2})
+    res = run_scenario(sc, policy_literal_name("gdn", pol))
+    assert res.passed, res.to_markdown()
+
+
+def test_flush_when_full_is_standard_decode_as_the_speculative_rule_with_one_token():
+    dec = DecodeConfig("standard", 1, 4, "flush-when-full")
+    assert dec.ring_rows == 8 and [dec.is_flush(w) for w in range(5)] == [False] * 4 + [True]
+    assert dec.commit_cursor(4, 2, True, 1) == (1, 6) and not dec.flush_folds_first
+    assert DecodeConfig("standard", 1, 4).commit_cursor(3, 0, True, 1) == (0, 0)
+
+
+# ---- bad input: one line naming the argument and the row, nothing changed -------------------------------------
+SPEC_T3_B4 = DecodeConfig("speculative", 3, 4)
+
+
+def _kernel(cls=None, decode=SPEC_T3_B4):
+    g = preset("tiny", "mamba2")
+    cls = cls or _literal()
+    k = cls(KernelConfig(g, make_params(g, torch.Generator().manual_seed(0)), "s32a16", decode, num_slots=3))
+    slots = torch.tensor([0, 1])
+    k.reset(slots)
+    return k, g, slots
+
+
+@pytest.mark.parametrize("call,match", [
+    ("lens_zero", r"window_lens\[1\]: expected a window length 1 <= T'_r <= T'max = 3, got 0"),
+    ("lens_big", r"window_lens\[0\]: expected a window length 1 <= T'_r <= T'max = 3, got 4"),
+    ("lens_shape", r"window_lens: expected an integer tensor of shape \(2,\)"),
+    ("lens_float", r"window_lens: expected an integer tensor of shape \(2,\)"),
+    ("lens_unsupported", r"window_lens: kernel 'no-ragged' does not support ragged windows"),
+    ("k_past_window", r"accepted\[1\]: expected 0 <= k <= T'_r = 2 \(the row's window length\), got 3"),
+    ("k0_refused", r"accepted\[0\]: expected 1 <= k <= T' = 3 .*zero_accept = 'refuse'"),
+    ("k0_standard", r"accepted\[0\]: expected 1 <= k <= T' = 1 .*standard decode"),
+], ids=["lens-zero", "lens-too-long", "lens-shape", "lens-float", "lens-unsupported", "k-past-window",
+        "k0-refused", "k0-standard"])
+def test_bad_serving_arguments_are_refused_before_anything_changes(call, match):
+    cls = {"lens_unsupported": _NoRagged, "k0_refused": _Refusing}.get(call)
+    decode = DecodeConfig("standard", 1, 4) if call == "k0_standard" else DecodeConfig("speculative", 3, 4)
+    k, g, slots = _kernel(cls, decode)
+    T = decode.window
+    inp = make_inputs(g, 2, T, torch.bfloat16, torch.Generator().manual_seed(1))
+    if call.startswith("k"):
+        lens = torch.tensor([3, 2]) if call == "k_past_window" else None
+        k.verify(slots, inp, window_lens=lens) if lens is not None else k.verify(slots, inp)
+    before = k.snapshot()
+    with pytest.raises(ValueError, match=match):
+        if call == "lens_zero":
+            k.verify(slots, inp, window_lens=torch.tensor([2, 0]))
+        elif call == "lens_big":
+            k.verify(slots, inp, window_lens=torch.tensor([4, 1]))
+        elif call == "lens_shape":
+            k.verify(slots, inp, window_lens=torch.tensor([1, 1, 1]))
+        elif call == "lens_float":
+            k.verify(slots, inp, window_lens=torch.tensor([1.0, 1.0]))
+        elif call == "lens_unsupported":
+            k.verify(slots, inp, window_lens=torch.tensor([1, 1]))
+        elif call == "k_past_window":
+            k.commit(slots, torch.tensor([3, 3]))
+        else:
+            k.commit(slots, torch.tensor([0, 1]))
+    after = k.snapshot()
+    assert torch.equal(before.checkpoint, after.checkpoint)
+    assert all(torch.equal(before.records[n], after.records[n]) for n in before.records)
+    assert torch.equal(before.write_pos, after.write_pos) and torch.equal(before.origin, after.origin)
+    assert torch.equal(before.extra["pending"], after.extra["pending"])
+
+
+def test_unknown_policy_names_are_refused():
+    with pytest.raises(ValueError, match=r"policy: expected one of \['flush-when-full', 'fold-every-commit', "
+                                         r"'spec'\], got 'lru'"):
+        DecodeConfig("standard", 1, 4, "lru")
+    bad = type("BadPolicy", (_literal(),), {"name": "bad-policy", "bookkeeping": "lru"})
+    with pytest.raises(ValueError, match=r"bookkeeping: kernel 'bad-policy' declares an unknown policy"):
+        run_scenario(Scenario.tiny("mamba2", steps=1), bad)
+    with pytest.raises(ValueError, match=r"decode.policy: kernel 'literal-replay' keeps its books by 'spec'"):
+        _kernel(_literal(), DecodeConfig("speculative", 3, 4, "fold-every-commit"))
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"accepted": [[2, 0, 1]], "window_lens": [[1, 0, 3]]},
+     r"accepted\[0\]\[0\]: expected an accepted count 0 <= k <= window_lens\[0\]\[0\] = 1, got 2"),
+    ({"accepted": [[1, 0, 1]], "window_lens": [[5, 0, 3]]},
+     r"window_lens\[0\]\[0\]: expected a window length 1 <= T'_r <= T'max = 4, got 5"),
+    ({"accepted": [[1, 0, 1]], "window_lens": [[1, 2, 3]]}, r"window_lens\[0\]\[1\]: row 1 is a padding row"),
+    ({"accepted": [[1, 0, 1]], "poison": "zero"}, r"poison: expected one of"),
+], ids=["k-past-window", "window-too-long", "padding-window", "unknown-poison"])
+def test_bad_serving_plans_name_the_entry(params, match):
+    with pytest.raises(ValueError, match=match):
+        Scenario.tiny("mamba2", schedule="explicit", schedule_params=params)
+
+
+# ---- fuzzing -----------------------------------------------------------------------------------------------
+class _SpecOnly(_literal()):
+    name = "spec-only"
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        return None if decode.speculative else "speculative decode only"
+
+
+def test_fuzz_runs_a_kernel_that_supports_one_decode_kind():
+    report = fuzz_kernel(_SpecOnly, max_examples=3)
+    assert not report.caught and report.examples == 3, report.summary()
+
+
+
+@pytest.mark.parametrize("option", ["window_lens", "zero", "permute_rows", "poison"])
+def test_the_strategies_draw_serving_options_where_declared(option):
+    slot_ids = (3, -1, 1)
+    plan = {"accepted": [[2, 0, 1], [1, 0, 2], [2, 0, 2]], "resets": [[1, 0, 4]]}
+    strat = serving_options(_literal(), DecodeConfig("speculative", 2, 4), slot_ids, plan)
+    preds = {"window_lens": lambda p: "window_lens" in p and all(
+                 a <= n for rows in zip(p["accepted"], p["window_lens"]) for a, n in zip(*rows)),
+             "zero": lambda p: any(row[0] == 0 or row[2] == 0 for row in p["accepted"]),
+             "permute_rows": lambda p: p.get("permute_rows", False),
+             "poison": lambda p: p.get("poison") in ("nan", "large")}
+    find(strat, preds[option], settings=settings(max_examples=200, database=None))
+    # the shrunk example turned every other option off
+    assert plan["accepted"][0] == [2, 0, 1]
+
+
+@settings(max_examples=25, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+@given(scenarios(kernel=type("Plain", (_NoRagged,), {"zero_accept": "refuse", "name": "plain"}), max_steps=6))
+def test_the_strategies_never_draw_what_a_kernel_does_not_declare(sc):
+    p = sc.schedule_params
+    assert "window_lens" not in p
+    assert all(a >= 1 for row in p["accepted"] for a, s in zip(row, sc.resolved_slot_ids) if s >= 0)
+
+
+# ---- the field catalogue (docs/field_bugs.md): each report's mechanism caught on its named scenario ---------
+FIELD = [
+    # (mutant, family, Scenario.tiny overrides, the check that catches it first)
+    ("mutant-nonspec-reads-draft-slot-0", "gdn", {"schedule": "ragged", "steps": 12}, "state"),
+    ("mutant-zero-accept-commits-drafts", "mamba2",
+     {"schedule": "zero-accept", "steps": 4, "schedule_params": {"zero_prob": 0.5}}, "zero-accept"),
+    ("mutant-zero-accept-reads-draft-minus-1", "gdn",
+     {"schedule": "zero-accept", "steps": 4, "schedule_params": {"zero_prob": 0.5}}, "zero-accept"),
+    ("mutant-accepted-for-compacted-rows", "mamba2", {"schedule": "per-row", "steps": 4}, "cursor"),
+    ("mutant-low-precision-state", "mamba2", {"schedule": "random", "steps": 4}, "state"),
+    ("mutant-padding-lane-writes", "gdn", {"schedule": "ragged", "steps": 3}, "window-tail"),
+    ("mutant-recycled-slot-keeps-state", "mamba2",
+     {"schedule": "slot-reuse", "steps": 12, "schedule_params": {"reset_prob": 0.3, "poison": "nan"}}, "non-finite"),
+    ("mutant-recycled-slot-keeps-state", "mamba2",
+     {"schedule": "slot-reuse", "steps": 12, "schedule_params": {"reset_prob": 0.3, "poison": "large"}}, "state"),
+]
+FIELD_DOC = Path(__file__).resolve().parents[1] / "docs" / "field_bugs.md"
+
+
+@pytest.mark.parametrize("mutant,family,overrides,check", FIELD,
+                         ids=[f"{m.removeprefix('mutant-')}-{o.get('schedule_params', {}).get('poison', o['schedule'])}"
+                              for m, _f, o, _c in FIELD])
+def test_field_bug_mechanism_is_caught_on_its_named_scenario(mutant, family, overrides, check):
+    res = run_scenario(Scenario.tiny(family, **overrides), mutant)
+    assert not res.passed and res.first_failure.check == check, res.to_markdown()
+
+
+def test_the_field_catalogue_names_every_mutant_and_check():
+    text = FIELD_DOC.read_text()
+    for mutant, _family, overrides, check in FIELD:
+        assert f"`{mutant}`" in text and f"`{check}`" in text and f"`{overrides['schedule']}`" in text, mutant
