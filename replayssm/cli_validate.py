@@ -2,7 +2,8 @@
 
 Builds the scenario from flags (or ``--scenario FILE``, flags given explicitly override its
 fields), runs :func:`replayssm.validators.run_scenario`, writes ``<out>/<stem>.json`` and
-``<stem>.md``, prints the verdict and the throughput.  Exit 0 pass, 1 mismatch, 2 usage error.
+``<stem>.md``, prints the verdict and the throughput.  Exit codes: :data:`replayssm.cli.EXIT_CONTRACT`
+(the output folder's writability and the run's memory are checked before any work).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from replayssm.adapters import availability
 from replayssm.cli import check_device
+from replayssm.cli_guard import check_memory, check_writable, run_bytes, state_elems
 from replayssm.cli_list import load_kernels, use_vllm_src
 from replayssm.families import family_names
 from replayssm.registry import get
@@ -130,13 +132,21 @@ def run(args) -> int:
     import math
 
     import torch
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads: expected a positive integer, got {args.threads}")
+    for flag in ("literal_every", "invariants_every", "state_every"):
+        if getattr(args, flag) < 0:
+            raise ValueError(f"--{flag.replace('_', '-')}: expected an integer >= 0 (0: never), got {getattr(args, flag)}")
+    check_writable(args.out, "--out")
+    if args.save_scenario:
+        check_writable(args.save_scenario, "--save-scenario", is_dir=False)
+    n = sc.steps if sc.steps is not None else default_steps(sc)
+    check_memory(run_bytes(n, sc.rows, state_elems(sc.geometry_obj)), "--steps" if sc.steps is not None else "--schedule",
+                 f"{n:,} steps x {sc.rows} rows")
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads: expected a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
     elif dev == "cpu" and math.prod(sc.geometry_obj.state_shape) * sc.rows < SMALL_STATE:
         torch.set_num_threads(1)
-    n = sc.steps if sc.steps is not None else default_steps(sc)
     progress = args.progress if args.progress is not None else (n >= 200 and sys.stderr.isatty())
     if args.save_scenario:
         sc.save(args.save_scenario)

@@ -105,7 +105,7 @@ def test_a_broken_subcommand_module_does_not_break_the_others(capsys, monkeypatc
     code, out, _ = run(capsys, "list", "schedules")
     assert code == 0 and "exhaustive" in out
     code, _, err = run(capsys, "no_such_module")
-    assert code == 2 and "failed to import" in err
+    assert code == 3 and "failed to import" in err
 
 
 def test_entry_points_are_installed_and_run(tmp_path):

@@ -182,7 +182,7 @@ class SweepConfig:
             if not found:
                 have = sorted({n for (f, n) in reg if f in self.families})
                 raise bad("kernels", f"no kernel {k!r} is registered for {list(self.families)}; expected one of {have}")
-        for name, lo in (("rows", 1), ("tokens", 64), ("buffer", 1), ("window", 2), ("history", 2),
+        for name, lo in (("rows", 1), ("tokens", self.blocks if _is_count(self.blocks) else 64), ("buffer", 1), ("window", 2), ("history", 2),
                          ("state_samples", 2), ("local_every", 1), ("nbins", 8), ("blocks", 2)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -192,7 +192,8 @@ class SweepConfig:
         if self.history < self.window:
             raise bad("history", f"the speculative history block B must be >= T' = {self.window}, got {self.history}")
         if self.blocks > self.tokens:
-            raise bad("blocks", f"expected at most tokens={self.tokens} blocks, got {self.blocks}")
+            raise bad("tokens", f"expected at least {self.blocks} tokens (one per error block of the report), "
+                                f"got {self.tokens}")
 
     # ---- cells ----------------------------------------------------------------------------------------
     def cells(self) -> tuple[list[CellSpec], list[dict]]:
@@ -240,6 +241,10 @@ class SweepConfig:
     @property
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 2
 
 
 @dataclass(frozen=True)
