@@ -375,8 +375,14 @@ class KernelUnderTest(abc.ABC):
     zero_accept: ClassVar[str] = "refuse"  # what commit does with k = 0: "refuse" | "noop" (ZERO_ACCEPT)
     supports_ragged_windows: ClassVar[bool] = False  # verify(..., window_lens=) in the padded layout
     bookkeeping: ClassVar[str] = "spec"  # the cursor policy (POLICIES)
+    accepted_options: ClassVar[tuple[str, ...]] = ()  # the KernelConfig.options names it reads; others are refused
 
     def __init__(self, config: KernelConfig) -> None:
+        unknown = sorted(set(config.options) - set(self.accepted_options))
+        if unknown:
+            accepts = f"accepts {sorted(self.accepted_options)}" if self.accepted_options else "accepts no option"
+            raise ValueError(f"options: kernel {self.name!r} {accepts}; got unknown option(s) {unknown} "
+                             f"(--kernel-option / scenario kernel_options)")
         if config.geometry.family != self.family:
             raise ValueError(f"geometry: kernel {self.name!r} is for family {self.family!r}, "
                              f"got a {config.geometry.family!r} geometry")
