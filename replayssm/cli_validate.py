@@ -136,13 +136,14 @@ def run(args) -> int:
         raise ValueError(f"--threads: expected a positive integer, got {args.threads}")
     for flag in ("literal_every", "invariants_every", "state_every"):
         if getattr(args, flag) < 0:
-            raise ValueError(f"--{flag.replace('_', '-')}: expected an integer >= 0 (0: never), got {getattr(args, flag)}")
+            raise ValueError(f"--{flag.replace('_', '-')}: expected an integer >= 0 (0: never), "
+                             f"got {getattr(args, flag)}")
     check_writable(args.out, "--out")
     if args.save_scenario:
         check_writable(args.save_scenario, "--save-scenario", is_dir=False)
     n = sc.steps if sc.steps is not None else default_steps(sc)
-    check_memory(run_bytes(n, sc.rows, state_elems(sc.geometry_obj)), "--steps" if sc.steps is not None else "--schedule",
-                 f"{n:,} steps x {sc.rows} rows")
+    check_memory(run_bytes(n, sc.rows, state_elems(sc.geometry_obj)),
+                 "--steps" if sc.steps is not None else "--schedule", f"{n:,} steps x {sc.rows} rows")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     elif dev == "cpu" and math.prod(sc.geometry_obj.state_shape) * sc.rows < SMALL_STATE:

@@ -28,8 +28,15 @@ from pathlib import Path
 
 from replayssm import __version__, adapters
 from replayssm.cli import EXIT_CONTRACT
-from replayssm.cli_guard import (EnvironmentProblem, check_memory, check_writable, float_in, int_at_least, run_bytes,
-                                 state_elems)
+from replayssm.cli_guard import (
+    EnvironmentProblem,
+    check_memory,
+    check_writable,
+    float_in,
+    int_at_least,
+    run_bytes,
+    state_elems,
+)
 from replayssm.cli_list import use_vllm_src
 from replayssm.families import preset
 from replayssm.validators import drift as D
@@ -64,20 +71,27 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                                                        "spec-always-T (default: all)")
     g.add_argument("--geometry", default=DEFAULTS["geometry"],
                    help="a preset for every family (tiny) or family=preset pairs (mamba2=nano4b,gdn=qwen35-4b)")
-    g.add_argument("--rows", type=int_at_least(1), default=2, help="sequences per cell (batch rows; default: %(default)s)")
-    g.add_argument("--tokens", type=int_at_least(SweepConfig.blocks), default=2048, help="accepted tokens per sequence (default: %(default)s)")
+    g.add_argument("--rows", type=int_at_least(1), default=2,
+                   help="sequences per cell (batch rows; default: %(default)s)")
+    g.add_argument("--tokens", type=int_at_least(SweepConfig.blocks), default=2048,
+                   help="accepted tokens per sequence (default: %(default)s)")
     g.add_argument("--buffer", type=int_at_least(1), default=16, help="standard-decode buffer L (default: %(default)s)")
     g.add_argument("--window", type=int_at_least(2), default=4, help="speculative window T' (default: %(default)s)")
-    g.add_argument("--history", type=int_at_least(2), default=12, help="speculative history block B (default: %(default)s)")
+    g.add_argument("--history", type=int_at_least(2), default=12,
+                   help="speculative history block B (default: %(default)s)")
     g.add_argument("--seed", type=int_at_least(0), default=0)
-    g.add_argument("--state-samples", type=int_at_least(2), default=48, help="log-spaced committed-state samples per row")
+    g.add_argument("--state-samples", type=int_at_least(2), default=48,
+                   help="log-spaced committed-state samples per row")
     g.add_argument("--local-every", type=int_at_least(1), default=1,
                    help="measure the error one flush injects at every n-th flush (default: every flush)")
     a = p.add_argument_group("analysis")
-    a.add_argument("--budget", type=float_in(0, what="an error level"), default=1e-2, help="your output-error budget (default: %(default)s)")
-    a.add_argument("--horizon", type=float_in(1, lo_open=False, what="a horizon in tokens"), default=None, help="your horizon in tokens (default: --tokens)")
+    a.add_argument("--budget", type=float_in(0, what="an error level"), default=1e-2,
+                   help="your output-error budget (default: %(default)s)")
+    a.add_argument("--horizon", type=float_in(1, lo_open=False, what="a horizon in tokens"), default=None,
+                   help="your horizon in tokens (default: --tokens)")
     a.add_argument("--criterion", choices=("aic", "bic"), default="aic")
-    a.add_argument("--alpha", type=float_in(0, 1, what="a significance level"), default=0.01, help="significance level of the speculation test")
+    a.add_argument("--alpha", type=float_in(0, 1, what="a significance level"), default=0.01,
+                   help="significance level of the speculation test")
     a.add_argument("--check", action="store_true", help="fail (exit 1) when a kernel exceeds its budget")
     a.add_argument("--budgets", default=None, help="budget file (default: golden/tolerances.toml)")
     a.add_argument("--write-budgets", default=None, metavar="PATH",
@@ -94,11 +108,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    "(sets REPLAYSSM_VLLM_SRC)")
     r.add_argument("--workers", type=int_at_least(1), default=None,
                    help="processes (default: one per GPU; on CPU one per core, at most 4)")
-    r.add_argument("--checkpoint-every", type=float_in(0, what="a number of seconds"), default=30.0, help="seconds between cell checkpoints")
+    r.add_argument("--checkpoint-every", type=float_in(0, lo_open=False, what="a number of seconds"), default=30.0,
+                   help="seconds between cell checkpoints")
     r.add_argument("--deadline", type=float_in(0, what="a number of seconds"), default=None, metavar="SECONDS",
                    help="time-box the run: cells stop at this wall-clock budget and the report says how many "
                         "tokens each reached (not bit-comparable with other runs)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--allow-incomplete", action="store_true",
+                   help="exit 0 although a cell raised, stopped early (--deadline) or never started")
     return p
 
 
@@ -297,6 +314,15 @@ def run(args) -> int:
         for n in notes:
             print(f"drift: {n}", file=sys.stderr)
         print(f"drift: wrote {len(bs)} budget(s) to {args.write_budgets}", file=sys.stderr)
+    incomplete = [(r["id"], r.get("tokens_run", 0), D.stop_reason(r)) for r in results
+                  if D.cell_status(r) != "complete"]
+    incomplete += [(x["id"], 0, x["reason"]) for x in skipped if "deadline" in x.get("reason", "")]
+    for cid, tok, why in incomplete:
+        print(f"drift: INCOMPLETE {cid}: stopped at token {tok:,}: {why}", file=sys.stderr)
+    if incomplete and not args.allow_incomplete:
+        print(f"drift: {len(incomplete)} cell(s) incomplete: exit 1 (rerun the same command to resume, or "
+              f"--allow-incomplete)", file=sys.stderr)
+        return 1
     chk = report["check"]
     if chk["enabled"]:
         if chk["pass"]:

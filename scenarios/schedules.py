@@ -40,7 +40,6 @@ padding rows) and k = 0 for active rows (speculative decode).
 from __future__ import annotations
 
 import math
-
 from collections import deque
 from dataclasses import dataclass, field, replace
 

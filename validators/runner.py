@@ -182,7 +182,8 @@ class Lockstep:
                              f"the scenario needs {sc.geometry_obj} {sc.mode}")
         self.kernel_name = self.kernel.name or type(self.kernel).__name__
         self.literal_name = literal_twin_name(type(self.kernel), sc) if literal_every else None
-        self.literal = build_kernel(self.literal_name, sc, self.device, self.params, twin=True) if self.literal_name else None
+        self.literal = (build_kernel(self.literal_name, sc, self.device, self.params, twin=True)
+                        if self.literal_name else None)
         self.literal_every = literal_every if self.literal is not None else 0
         self.replicas = []
         if self.literal is not None and sc.precision.rounding == "stochastic":
