@@ -13,9 +13,12 @@ literal model, fp64 reference: ``STATE_COPIES`` fp64 copies of one row's state p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 
 class EnvironmentProblem(Exception):
@@ -93,6 +96,27 @@ def check_writable(path: str | os.PathLike, flag: str, *, is_dir: bool = True) -
         raise EnvironmentProblem(f"{flag} {path}: cannot be created, {base} is not writable (permission denied)")
 
 
+LOCK_NAME = ".replayssm.lock"
+
+
+@contextlib.contextmanager
+def output_lock(path: str | os.PathLike, flag: str):
+    """Hold ``<path>/.replayssm.lock`` (created with the folder) while writing into ``path``: one
+    writer per output; a second one is refused at once (exit 3) instead of mixing files."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder / LOCK_NAME), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise EnvironmentProblem(f"{flag} {path}: another replayssm process is writing there (it holds "
+                                 f"{folder / LOCK_NAME}); wait for it to finish or give another {flag}") from None
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
 def available_memory() -> int | None:
     """Bytes of host memory available (``MemAvailable`` of /proc/meminfo, else free pages); None
     when the platform does not say."""
@@ -132,5 +156,5 @@ def state_elems(geometry) -> int:
     return math.prod(geometry.state_shape)
 
 
-__all__ = ["EnvironmentProblem", "available_memory", "check_memory", "check_writable", "float_in", "int_at_least",
-           "run_bytes", "state_elems"]
+__all__ = ["LOCK_NAME", "EnvironmentProblem", "available_memory", "check_memory", "check_writable", "float_in",
+           "int_at_least", "output_lock", "run_bytes", "state_elems"]

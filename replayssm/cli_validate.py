@@ -13,7 +13,7 @@ from pathlib import Path
 
 from replayssm.adapters import availability
 from replayssm.cli import check_device
-from replayssm.cli_guard import check_memory, check_writable, run_bytes, state_elems
+from replayssm.cli_guard import check_memory, check_writable, output_lock, run_bytes, state_elems
 from replayssm.cli_list import load_kernels, use_vllm_src
 from replayssm.families import family_names
 from replayssm.registry import get
@@ -124,10 +124,11 @@ def run(args) -> int:
         if args.kernel is None:
             raise ValueError("--kernel: required (or a --scenario failure artifact that names its kernel)")
     try:
-        get(args.kernel, sc.family)  # ValueError naming the choices -> exit 2
+        cls = get(args.kernel, sc.family)  # ValueError naming the choices -> exit 2
     except ValueError as e:
         missing = [f"{n}: {line}" for n, (ok, line) in availability().items() if not ok]
         raise ValueError("; ".join([str(e), *(f"adapter {m}" for m in missing)])) from None
+    cls.check_options(sc.kernel_options)  # before any work
     dev = check_device(args.device)
     import math
 
@@ -151,18 +152,19 @@ def run(args) -> int:
     progress = args.progress if args.progress is not None else (n >= 200 and sys.stderr.isatty())
     if args.save_scenario:
         sc.save(args.save_scenario)
-    res = run_scenario(sc, args.kernel, device=dev, progress=progress, repeat_check=not args.no_repeat,
-                       literal_every=args.literal_every, invariants_every=args.invariants_every,
-                       state_every=args.state_every, stop_on_failure=args.stop_on_failure)
-    stem = f"{sc.family}-{args.kernel}-{sc.mode}-{sc.decode}-{sc.schedule}-seed{sc.seed}"
-    pj, pm = res.save(Path(args.out), stem)
-    print(res.headline())
-    if not args.quiet:
-        if not res.passed:
-            for c, k in sorted(res.failure_counts.items()):
-                print(f"  {c}: {k} failure(s)")
-        print(f"throughput: {res.tokens_per_s:,.0f} tokens/s ({res.tokens_accepted} accepted tokens, "
-              f"{res.tokens_verified} verified, {res.steps_run} steps in {res.wall_s:.2f} s on {dev}, "
-              f"including the fp64 reference and checks)")
-        print(f"result: {pj}  summary: {pm}")
-    return 0 if res.passed else 1
+    with output_lock(args.out, "--out"):
+        res = run_scenario(sc, args.kernel, device=dev, progress=progress, repeat_check=not args.no_repeat,
+                           literal_every=args.literal_every, invariants_every=args.invariants_every,
+                           state_every=args.state_every, stop_on_failure=args.stop_on_failure)
+        stem = f"{sc.family}-{args.kernel}-{sc.mode}-{sc.decode}-{sc.schedule}-seed{sc.seed}"
+        pj, pm = res.save(Path(args.out), stem)
+        print(res.headline())
+        if not args.quiet:
+            if not res.passed:
+                for c, k in sorted(res.failure_counts.items()):
+                    print(f"  {c}: {k} failure(s)")
+            print(f"throughput: {res.tokens_per_s:,.0f} tokens/s ({res.tokens_accepted} accepted tokens, "
+                  f"{res.tokens_verified} verified, {res.steps_run} steps in {res.wall_s:.2f} s on {dev}, "
+                  f"including the fp64 reference and checks)")
+            print(f"result: {pj}  summary: {pm}")
+        return 0 if res.passed else 1

@@ -34,6 +34,7 @@ from replayssm.cli_guard import (
     check_writable,
     float_in,
     int_at_least,
+    output_lock,
     run_bytes,
     state_elems,
 )
@@ -276,63 +277,64 @@ def run(args) -> int:
         check_memory(min(n_workers, len(cells)) * run_bytes(2 * cfg.tokens, cfg.rows, state), "--tokens",
                      f"{min(n_workers, len(cells))} worker(s) x {cfg.rows} rows x {cfg.tokens:,} tokens")
     env = environment(devices)
-    outcome = None
-    if args.merge:
-        D.prepare_out(cfg, out)
-    else:
-        workers = args.workers
-        if workers is None:
-            workers = len(devices) if devices[0] != "cpu" else max(1, min(4, len(os.sched_getaffinity(0))))
-        outcome = D.run_sweep(cfg, out, shard=shard, workers=workers, devices=devices,
-                              progress=not args.no_progress, checkpoint_every_s=args.checkpoint_every,
-                              deadline_s=args.deadline)
-        results = []
-        for c in D.shard_cells(cells, shard):
-            p = D.cell_path(out, c.id)
-            if p.exists():
-                results.append(json.loads(p.read_text()))
-            else:
-                skipped.append({"id": c.id, "reason": "the --deadline passed before this cell started"})
-    report = analyse(cfg, results, skipped=skipped, budget=args.budget, horizon=args.horizon, budgets=budgets,
-                     criterion=args.criterion, alpha=args.alpha, environment=env)
-    stem = "drift_report" if shard == (0, 1) else f"drift_report.shard-{shard[0]}-of-{shard[1]}"
-    paths = write_reports(report, out, stem)
-    if outcome is not None:
-        timing = {"cells": len(outcome.cells), "cells_run": len(outcome.ran), "wall_s": round(outcome.wall_s, 3),
-                  "tokens": outcome.tokens, "tokens_per_s": round(outcome.tokens_per_s, 1), "devices": devices,
-                  "workers": workers, **env}
-        D.atomic_write(out / f"timing.shard-{shard[0]}-of-{shard[1]}.json", json.dumps(timing, indent=1) + "\n")
-        print(f"drift: {len(outcome.ran)} of {len(outcome.cells)} cell(s) run, {outcome.tokens:,} tokens in "
-              f"{outcome.wall_s:.1f} s ({outcome.tokens_per_s:,.0f} validated tokens/s)", file=sys.stderr)
-    print(f"drift: reports {paths['html']} {paths['json']} {paths['md']}", file=sys.stderr)
-    if args.write_budgets:
-        bs, notes = derive_budgets(report, args.budget_factor, env=env)
-        header = ("Drift budgets per family x precision mode (replayssm drift --check).\n"
-                  "Fields: docs/drift_report_schema.md (Budgets); written by replayssm drift --write-budgets.")
-        D.atomic_write(Path(args.write_budgets), format_budgets(bs, header))
-        load_budgets(args.write_budgets)
-        for n in notes:
-            print(f"drift: {n}", file=sys.stderr)
-        print(f"drift: wrote {len(bs)} budget(s) to {args.write_budgets}", file=sys.stderr)
-    incomplete = [(r["id"], r.get("tokens_run", 0), D.stop_reason(r)) for r in results
-                  if D.cell_status(r) != "complete"]
-    incomplete += [(x["id"], 0, x["reason"]) for x in skipped if "deadline" in x.get("reason", "")]
-    for cid, tok, why in incomplete:
-        print(f"drift: INCOMPLETE {cid}: stopped at token {tok:,}: {why}", file=sys.stderr)
-    if incomplete and not args.allow_incomplete:
-        print(f"drift: {len(incomplete)} cell(s) incomplete: exit 1 (rerun the same command to resume, or "
-              f"--allow-incomplete)", file=sys.stderr)
-        return 1
-    chk = report["check"]
-    if chk["enabled"]:
-        if chk["pass"]:
-            print(f"drift: budget check PASS ({chk['cells']} cells)", file=sys.stderr)
-            return 0
-        for c in report["cells"]:
-            for f in (c["check"] or {}).get("failures", []):
-                print(f"drift: FAIL {c['id']}: {f}", file=sys.stderr)
-        return 1
-    return 0
+    with output_lock(out, "--out"):  # one writer per output folder
+        outcome = None
+        if args.merge:
+            D.prepare_out(cfg, out)
+        else:
+            workers = args.workers
+            if workers is None:
+                workers = len(devices) if devices[0] != "cpu" else max(1, min(4, len(os.sched_getaffinity(0))))
+            outcome = D.run_sweep(cfg, out, shard=shard, workers=workers, devices=devices,
+                                  progress=not args.no_progress, checkpoint_every_s=args.checkpoint_every,
+                                  deadline_s=args.deadline)
+            results = []
+            for c in D.shard_cells(cells, shard):
+                p = D.cell_path(out, c.id)
+                if p.exists():
+                    results.append(json.loads(p.read_text()))
+                else:
+                    skipped.append({"id": c.id, "reason": "the --deadline passed before this cell started"})
+        report = analyse(cfg, results, skipped=skipped, budget=args.budget, horizon=args.horizon, budgets=budgets,
+                         criterion=args.criterion, alpha=args.alpha, environment=env)
+        stem = "drift_report" if shard == (0, 1) else f"drift_report.shard-{shard[0]}-of-{shard[1]}"
+        paths = write_reports(report, out, stem)
+        if outcome is not None:
+            timing = {"cells": len(outcome.cells), "cells_run": len(outcome.ran), "wall_s": round(outcome.wall_s, 3),
+                      "tokens": outcome.tokens, "tokens_per_s": round(outcome.tokens_per_s, 1), "devices": devices,
+                      "workers": workers, **env}
+            D.atomic_write(out / f"timing.shard-{shard[0]}-of-{shard[1]}.json", json.dumps(timing, indent=1) + "\n")
+            print(f"drift: {len(outcome.ran)} of {len(outcome.cells)} cell(s) run, {outcome.tokens:,} tokens in "
+                  f"{outcome.wall_s:.1f} s ({outcome.tokens_per_s:,.0f} validated tokens/s)", file=sys.stderr)
+        print(f"drift: reports {paths['html']} {paths['json']} {paths['md']}", file=sys.stderr)
+        if args.write_budgets:
+            bs, notes = derive_budgets(report, args.budget_factor, env=env)
+            header = ("Drift budgets per family x precision mode (replayssm drift --check).\n"
+                      "Fields: docs/drift_report_schema.md (Budgets); written by replayssm drift --write-budgets.")
+            D.atomic_write(Path(args.write_budgets), format_budgets(bs, header))
+            load_budgets(args.write_budgets)
+            for n in notes:
+                print(f"drift: {n}", file=sys.stderr)
+            print(f"drift: wrote {len(bs)} budget(s) to {args.write_budgets}", file=sys.stderr)
+        incomplete = [(r["id"], r.get("tokens_run", 0), D.stop_reason(r)) for r in results
+                      if D.cell_status(r) != "complete"]
+        incomplete += [(x["id"], 0, x["reason"]) for x in skipped if "deadline" in x.get("reason", "")]
+        for cid, tok, why in incomplete:
+            print(f"drift: INCOMPLETE {cid}: stopped at token {tok:,}: {why}", file=sys.stderr)
+        if incomplete and not args.allow_incomplete:
+            print(f"drift: {len(incomplete)} cell(s) incomplete: exit 1 (rerun the same command to resume, or "
+                  f"--allow-incomplete)", file=sys.stderr)
+            return 1
+        chk = report["check"]
+        if chk["enabled"]:
+            if chk["pass"]:
+                print(f"drift: budget check PASS ({chk['cells']} cells)", file=sys.stderr)
+                return 0
+            for c in report["cells"]:
+                for f in (c["check"] or {}).get("failures", []):
+                    print(f"drift: FAIL {c['id']}: {f}", file=sys.stderr)
+            return 1
+        return 0
 
 
 __all__ = ["add_parser", "config_from_args", "derive_budgets", "run"]

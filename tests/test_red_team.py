@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from replayssm.cli import EXIT_ENV, EXIT_USAGE, main
+from replayssm.cli_guard import output_lock
 from replayssm.scenarios import Scenario
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -147,3 +148,14 @@ def test_every_help_states_the_contract_and_import(capsys):
             main([sub, "--help"])
         out = " ".join(capsys.readouterr().out.split())
         assert "3 environment" in out and "--import" in out, sub
+
+
+@pytest.mark.parametrize("sub", ["validate", "drift"])
+def test_a_second_writer_of_one_output_is_refused(env, capsys, sub):
+    argv = [_sub(env, a) for a in (VALIDATE if sub == "validate" else DRIFT)]
+    with output_lock(env / "out", "--out"):
+        before = _tree(env)
+        assert main(argv) == EXIT_ENV
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "--out" in err and "another replayssm process" in err
+        assert _tree(env) == before
