@@ -27,7 +27,8 @@ def add_parser(subparsers):
     p = subparsers.add_parser("fuzz", help="property-based search for failing scenarios (Hypothesis)",
                               description="Fuzz registered kernels: Hypothesis draws scenarios, the validation "
                                           "engine judges them; failures are shrunk and saved as replayable JSON.")
-    p.add_argument("--kernel", action="append", default=[], help="kernel name (repeatable; default: every "
+    p.add_argument("--kernel", action="append", default=[], help="kernel name (repeatable; a kernel of your own: "
+                                                                 "--import FILE.py|MODULE first; default: every "
                                                                  "registered kernel that is not a mutant)")
     p.add_argument("--family", help="only this family (a registered family)")
     p.add_argument("--include-mutants", action="store_true", help="also fuzz the mutants (they must fail)")

@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 
 from replayssm.adapters import availability
-from replayssm.cli import check_device
+from replayssm.cli import check_device, import_kernels
 from replayssm.cli_guard import check_memory, check_writable, output_lock, run_bytes, state_elems
 from replayssm.cli_list import load_kernels, use_vllm_src
 from replayssm.families import family_names
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import default_steps
-from replayssm.validators.fuzz_artifacts import kernel_of_file
+from replayssm.validators.fuzz_artifacts import kernel_of_file, module_of_file
 from replayssm.validators.runner import run_scenario
 
 # Flags that map onto scenario fields (dest -> field).  Their argparse default is None so an
@@ -38,9 +38,11 @@ SMALL_STATE = 1 << 16
 def add_parser(subparsers):
     p = subparsers.add_parser("validate", help="validate a kernel against the fp64 reference on a scenario",
                               description="Validate one kernel on one scenario. Exit 0 pass, 1 mismatch, 2 usage.")
-    p.add_argument("--kernel", help="registered kernel name (see `replayssm list kernels`); optional with a "
-                                    "--scenario failure artifact saved by the fuzzer, which names its kernel")
-    p.add_argument("--scenario", metavar="FILE", help="scenario JSON; flags given explicitly override its fields")
+    p.add_argument("--kernel", help="registered kernel name (see `replayssm list kernels`; a kernel of your own: "
+                                    "--import FILE.py|MODULE first); optional with a --scenario failure artifact "
+                                    "saved by the fuzzer, which names its kernel and the module to import")
+    p.add_argument("--scenario", metavar="FILE", help="scenario JSON naming every field (--save-scenario writes "
+                                                         "one); flags given explicitly override its fields")
     p.add_argument("--family", help="op family (a registered family; default: the first, mamba2)")
     p.add_argument("--precision", metavar="MODE", help="precision mode id, e.g. s32a16 (default)")
     p.add_argument("--geometry", metavar="NAME", help="preset geometry (default tiny)")
@@ -119,6 +121,9 @@ def run(args) -> int:
     sc = scenario_from_args(args)
     use_vllm_src(args)
     load_kernels()
+    module = module_of_file(args.scenario) if args.scenario else None
+    if module is not None:  # a failure artifact of a user kernel: import it as --import would
+        import_kernels(module)
     if args.kernel is None:
         args.kernel = kernel_of_file(args.scenario) if args.scenario else None
         if args.kernel is None:

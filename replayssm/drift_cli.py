@@ -63,7 +63,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                + EXIT_CONTRACT)
     g = p.add_argument_group("sweep")
     g.add_argument("--families", default=DEFAULTS["families"], help="comma list (default: %(default)s)")
-    g.add_argument("--kernels", default=DEFAULTS["kernels"], help="registered kernel names (default: %(default)s)")
+    g.add_argument("--kernels", default=DEFAULTS["kernels"],
+                   help="registered kernel names (kernels of your own: --import FILE.py|MODULE first; "
+                        "default: %(default)s)")
     g.add_argument("--modes", default=DEFAULTS["modes"], help="precision-mode ids (default: %(default)s)")
     g.add_argument("--scenarios", default=DEFAULTS["scenarios"],
                    help="input regimes (mild, long-memory, fast-forget, large-delta, heavy-tailed, near-fp16-limit; "
