@@ -31,6 +31,7 @@ COMMANDS = [
     "replayssm.cli_fuzz",
     "replayssm.drift_cli",
     "replayssm.cli_bench",
+    "replayssm.cli_golden",
 ]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
