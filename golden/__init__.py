@@ -1,7 +1,9 @@
 """Golden data of replayssm, installed as package data of ``replayssm.golden``.
 
 * ``tolerances.toml``: the drift budgets (validators/drift_budgets.py, ``replayssm drift --check``);
-* ``regressions/*.json``: the regression corpus (validators/regressions.py).
+* ``regressions/*.json``: the regression corpus (validators/regressions.py);
+* ``trajectories/``: fp64 golden trajectories of the reference on the canonical scenarios, with a
+  sha256 manifest and provenance (``replayssm golden verify|regenerate``, replayssm/cli_golden.py).
 
 The folder stays at the top level of the repository; pyproject.toml maps it to
 ``replayssm.golden`` and lists its data files, so an editable and a wheel install find the same

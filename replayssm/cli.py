@@ -6,9 +6,11 @@ write ``replayssm/cli_<name>.py`` and add one line to :data:`COMMANDS`.  A subco
 that fails to import does not break the others: calling it reports the import error (exit 2).
 
 ``--import MODULE|FILE.py`` (any subcommand, repeatable) imports outside code first, so the kernels
-it registers can be named with ``--kernel``.
+it registers can be named with ``--kernel``.  ``--debug`` (anywhere) prints the traceback of an error.
 
-Exit codes: 0 pass, 1 mismatch (validation failed), 2 usage error (one-line message).
+Exit codes (every subcommand, :data:`EXIT_CONTRACT`): 0 pass, 1 a verdict failed, 2 bad usage or
+input, 3 environment (a user module failed to import, output not writable, device missing, the run
+would not fit in memory).  Errors are one line on stderr, no traceback unless ``--debug``.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import importlib
 import importlib.util
 import os
 import sys
+import traceback
 
 from replayssm import __version__
+from replayssm.cli_guard import EnvironmentProblem
 
 COMMANDS = [
     "replayssm.cli_list",
@@ -27,9 +31,15 @@ COMMANDS = [
     "replayssm.cli_fuzz",
     "replayssm.drift_cli",
     "replayssm.cli_bench",
+    "replayssm.cli_golden",
 ]
 
-EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
+
+EXIT_CONTRACT = ("exit codes: 0 pass; 1 a verdict failed; 2 bad usage or input; 3 environment (an --import "
+                 "module failed to import, output not writable, device missing, the run would not fit in "
+                 "memory). Errors are one line; --debug prints the traceback. --import MODULE|FILE.py "
+                 "(repeatable) first imports outside code that registers kernels.")
 
 
 class UsageError(Exception):
@@ -50,12 +60,12 @@ def _broken_command(subparsers, module: str, err: BaseException) -> None:
 
 def _report_broken(module: str, err: BaseException) -> int:
     print(f"replayssm: subcommand module {module} failed to import: {type(err).__name__}: {err}", file=sys.stderr)
-    return EXIT_USAGE
+    return EXIT_ENV
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="replayssm", description="Numerical validation and drift testing for ReplaySSM-style "
-                                                   "decode kernels (Mamba-2, Gated DeltaNet).")
+                                                   "decode kernels (Mamba-2, Gated DeltaNet).", epilog=EXIT_CONTRACT)
     parser.add_argument("--version", action="version", version=f"replayssm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module in COMMANDS:
@@ -65,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
             _broken_command(sub, module, e)
             continue
         p = mod.add_parser(sub)
+        if not p.epilog:
+            p.epilog = EXIT_CONTRACT
         p.set_defaults(_run=mod.run)
     return parser
 
@@ -83,7 +95,7 @@ def check_device(dev: str) -> str:
     if dev.startswith("cuda"):
         import torch
         if not torch.cuda.is_available():
-            raise ValueError(f"--device: {dev} requested but no CUDA device is available (use --device cpu)")
+            raise EnvironmentProblem(f"--device: {dev} requested but no CUDA device is available (use --device cpu)")
     elif dev != "cpu":
         raise ValueError(f"--device: expected cpu or cuda[:N], got {dev!r}")
     return dev
@@ -120,12 +132,27 @@ def import_kernels(target: str) -> None:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001 - any failure of user code is the environment's (exit 3)
+            sys.modules.pop(name, None)
+            raise EnvironmentProblem(f"--import {target}: failed to import: {_one_line(e)}") from e
     else:
         try:
             importlib.import_module(target)
-        except ImportError as e:
-            raise UsageError(f"replayssm: --import {target}: {e}") from None
+        except Exception as e:  # noqa: BLE001 - as above
+            raise EnvironmentProblem(f"--import {target}: failed to import: {_one_line(e)}") from e
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, SyntaxError):
+        return f"SyntaxError: {e.msg} ({os.path.basename(e.filename or '?')}, line {e.lineno})"
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
+def _take_flag(argv: list[str], flag: str) -> tuple[list[str], bool]:
+    rest = [a for a in argv if a != flag]
+    return rest, len(rest) != len(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     # module imports triton (replayssm/__init__ only sets it when no CUDA device exists).
     if _device_from_argv(argv) == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
+    argv, debug = _take_flag(argv, "--debug")
     try:
         argv, imports = _take_imports(argv)
         for target in imports:
@@ -145,15 +173,38 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         return int(args._run(args))
     except UsageError as e:
+        _debug(debug)
         print(str(e).splitlines()[0] if str(e) else "replayssm: usage error", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as e:
-        msg = " ".join(str(e).split())
-        print(f"replayssm: error: {msg}", file=sys.stderr)
+        _debug(debug)
+        print(f"replayssm: error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_USAGE
+    except EnvironmentProblem as e:
+        _debug(debug)
+        print(f"replayssm: environment: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_ENV
+    except MemoryError:
+        _debug(debug)
+        print("replayssm: environment: out of memory (lower --steps, --tokens or --rows)", file=sys.stderr)
+        return EXIT_ENV
+    except OSError as e:
+        _debug(debug)
+        print(f"replayssm: environment: {_one_line(e)}", file=sys.stderr)
+        return EXIT_ENV
     except KeyboardInterrupt:
         print("replayssm: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - the contract: one line, the traceback only with --debug
+        _debug(debug)
+        print(f"replayssm: internal error: {_one_line(e)} (rerun with --debug for the traceback)", file=sys.stderr)
+        return EXIT_ENV
 
 
-__all__ = ["COMMANDS", "EXIT_FAIL", "EXIT_PASS", "EXIT_USAGE", "UsageError", "build_parser", "main"]
+def _debug(on: bool) -> None:
+    if on:
+        traceback.print_exc()
+
+
+__all__ = ["COMMANDS", "EXIT_CONTRACT", "EXIT_ENV", "EXIT_FAIL", "EXIT_PASS", "EXIT_USAGE", "EnvironmentProblem",
+           "UsageError", "build_parser", "main"]

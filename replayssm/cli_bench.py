@@ -1,5 +1,7 @@
 """``replayssm bench``: time a family's Triton baseline and ReplaySSM kernels on a CUDA GPU against
-the copy bandwidth and the bytes model (the job is ``replayssm.validators.bench``)."""
+the copy bandwidth and the bytes model (the job is ``replayssm.validators.bench``).
+
+Exit codes: :data:`replayssm.cli.EXIT_CONTRACT` (3 without a CUDA device or with an unwritable ``--json``)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import json
 
 import torch
 
+from replayssm.cli_guard import EnvironmentProblem, check_writable
 from replayssm.families import family, family_names
 from replayssm.validators.bench import bench_family, table
 
@@ -41,9 +44,15 @@ def run(args) -> int:
     fam = family(args.family or family_names()[0])
     batches = _ints("--batches", args.batches)
     spec_batches = _ints("--spec-batches", args.spec_batches)
+    for flag, v, lo in (("--buffer", args.buffer, 1), ("--window", args.window, 1)):
+        if v < lo:
+            raise ValueError(f"{flag}: expected an integer >= {lo}, got {v}")
+    if not args.rep_ms > 0:
+        raise ValueError(f"--rep-ms: expected a positive number of milliseconds, got {args.rep_ms}")
+    if args.json:
+        check_writable(args.json, "--json", is_dir=False)
     if not torch.cuda.is_available():
-        print("replayssm bench: no CUDA device visible; the benchmark needs an NVIDIA GPU")
-        return 2
+        raise EnvironmentProblem("bench: no CUDA device visible; the benchmark needs an NVIDIA GPU")
     res = bench_family(fam.name, args.geometry, args.precision, args.buffer, batches, spec_batches, args.window,
                        rep_ms=args.rep_ms, sweep=not args.no_sweep)
     print()

@@ -4,7 +4,8 @@ Every drawn scenario is judged by ``run_scenario`` (the path of ``replayssm vali
 failure is shrunk and saved as ``<failures>/<family>-<kernel>.json``, which ``replayssm
 validate --scenario FILE`` replays.  ``--budget-s`` spreads a time budget over the kernels and
 runs each in chunks of examples with fresh seeds until its share is spent (Hypothesis itself has
-no time limit).  Exit 0 when nothing failed, 1 when some kernel failed, 2 on usage errors.
+no time limit).  Exit codes: :data:`replayssm.cli.EXIT_CONTRACT` (0 when nothing failed, 1 when some
+kernel failed; ``--failures`` and ``--json`` are checked writable before the budget is spent).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 from replayssm.cli import check_device
+from replayssm.cli_guard import check_writable
 from replayssm.cli_list import load_kernels
 from replayssm.families import family, family_names
 from replayssm.registry import get
@@ -25,7 +27,8 @@ def add_parser(subparsers):
     p = subparsers.add_parser("fuzz", help="property-based search for failing scenarios (Hypothesis)",
                               description="Fuzz registered kernels: Hypothesis draws scenarios, the validation "
                                           "engine judges them; failures are shrunk and saved as replayable JSON.")
-    p.add_argument("--kernel", action="append", default=[], help="kernel name (repeatable; default: every "
+    p.add_argument("--kernel", action="append", default=[], help="kernel name (repeatable; a kernel of your own: "
+                                                                 "--import FILE.py|MODULE first; default: every "
                                                                  "registered kernel that is not a mutant)")
     p.add_argument("--family", help="only this family (a registered family)")
     p.add_argument("--include-mutants", action="store_true", help="also fuzz the mutants (they must fail)")
@@ -56,7 +59,12 @@ def run(args) -> int:
         raise ValueError(f"--max-examples: expected a positive integer, got {args.max_examples}")
     if args.budget_s is not None and args.budget_s <= 0:
         raise ValueError(f"--budget-s: expected a positive number of seconds, got {args.budget_s}")
+    if args.seed is not None and args.seed < 0:
+        raise ValueError(f"--seed: expected an integer >= 0, got {args.seed}")
     dev = check_device(args.device)
+    check_writable(args.failures, "--failures")
+    if args.json:
+        check_writable(args.json, "--json", is_dir=False)
     if args.kernel:
         fams = [family(args.family).name] if args.family else list(family_names())
         targets = []

@@ -2,7 +2,8 @@
 
 Builds the scenario from flags (or ``--scenario FILE``, flags given explicitly override its
 fields), runs :func:`replayssm.validators.run_scenario`, writes ``<out>/<stem>.json`` and
-``<stem>.md``, prints the verdict and the throughput.  Exit 0 pass, 1 mismatch, 2 usage error.
+``<stem>.md``, prints the verdict and the throughput.  Exit codes: :data:`replayssm.cli.EXIT_CONTRACT`
+(the output folder's writability and the run's memory are checked before any work).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import sys
 from pathlib import Path
 
 from replayssm.adapters import availability
-from replayssm.cli import check_device
+from replayssm.cli import check_device, import_kernels
+from replayssm.cli_guard import check_memory, check_writable, output_lock, run_bytes, state_elems
 from replayssm.cli_list import load_kernels, use_vllm_src
 from replayssm.families import family_names
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import default_steps
-from replayssm.validators.fuzz_artifacts import kernel_of_file
+from replayssm.validators.fuzz_artifacts import kernel_of_file, module_of_file
 from replayssm.validators.runner import run_scenario
 
 # Flags that map onto scenario fields (dest -> field).  Their argparse default is None so an
@@ -36,9 +38,11 @@ SMALL_STATE = 1 << 16
 def add_parser(subparsers):
     p = subparsers.add_parser("validate", help="validate a kernel against the fp64 reference on a scenario",
                               description="Validate one kernel on one scenario. Exit 0 pass, 1 mismatch, 2 usage.")
-    p.add_argument("--kernel", help="registered kernel name (see `replayssm list kernels`); optional with a "
-                                    "--scenario failure artifact saved by the fuzzer, which names its kernel")
-    p.add_argument("--scenario", metavar="FILE", help="scenario JSON; flags given explicitly override its fields")
+    p.add_argument("--kernel", help="registered kernel name (see `replayssm list kernels`; a kernel of your own: "
+                                    "--import FILE.py|MODULE first); optional with a --scenario failure artifact "
+                                    "saved by the fuzzer, which names its kernel and the module to import")
+    p.add_argument("--scenario", metavar="FILE", help="scenario JSON naming every field (--save-scenario writes "
+                                                         "one); flags given explicitly override its fields")
     p.add_argument("--family", help="op family (a registered family; default: the first, mamba2)")
     p.add_argument("--precision", metavar="MODE", help="precision mode id, e.g. s32a16 (default)")
     p.add_argument("--geometry", metavar="NAME", help="preset geometry (default tiny)")
@@ -117,41 +121,55 @@ def run(args) -> int:
     sc = scenario_from_args(args)
     use_vllm_src(args)
     load_kernels()
+    module = module_of_file(args.scenario) if args.scenario else None
+    if module is not None:  # a failure artifact of a user kernel: import it as --import would
+        import_kernels(module)
     if args.kernel is None:
         args.kernel = kernel_of_file(args.scenario) if args.scenario else None
         if args.kernel is None:
             raise ValueError("--kernel: required (or a --scenario failure artifact that names its kernel)")
     try:
-        get(args.kernel, sc.family)  # ValueError naming the choices -> exit 2
+        cls = get(args.kernel, sc.family)  # ValueError naming the choices -> exit 2
     except ValueError as e:
         missing = [f"{n}: {line}" for n, (ok, line) in availability().items() if not ok]
         raise ValueError("; ".join([str(e), *(f"adapter {m}" for m in missing)])) from None
+    cls.check_options(sc.kernel_options)  # before any work
     dev = check_device(args.device)
     import math
 
     import torch
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads: expected a positive integer, got {args.threads}")
+    for flag in ("literal_every", "invariants_every", "state_every"):
+        if getattr(args, flag) < 0:
+            raise ValueError(f"--{flag.replace('_', '-')}: expected an integer >= 0 (0: never), "
+                             f"got {getattr(args, flag)}")
+    check_writable(args.out, "--out")
+    if args.save_scenario:
+        check_writable(args.save_scenario, "--save-scenario", is_dir=False)
+    n = sc.steps if sc.steps is not None else default_steps(sc)
+    check_memory(run_bytes(n, sc.rows, state_elems(sc.geometry_obj)),
+                 "--steps" if sc.steps is not None else "--schedule", f"{n:,} steps x {sc.rows} rows")
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads: expected a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
     elif dev == "cpu" and math.prod(sc.geometry_obj.state_shape) * sc.rows < SMALL_STATE:
         torch.set_num_threads(1)
-    n = sc.steps if sc.steps is not None else default_steps(sc)
     progress = args.progress if args.progress is not None else (n >= 200 and sys.stderr.isatty())
     if args.save_scenario:
         sc.save(args.save_scenario)
-    res = run_scenario(sc, args.kernel, device=dev, progress=progress, repeat_check=not args.no_repeat,
-                       literal_every=args.literal_every, invariants_every=args.invariants_every,
-                       state_every=args.state_every, stop_on_failure=args.stop_on_failure)
-    stem = f"{sc.family}-{args.kernel}-{sc.mode}-{sc.decode}-{sc.schedule}-seed{sc.seed}"
-    pj, pm = res.save(Path(args.out), stem)
-    print(res.headline())
-    if not args.quiet:
-        if not res.passed:
-            for c, k in sorted(res.failure_counts.items()):
-                print(f"  {c}: {k} failure(s)")
-        print(f"throughput: {res.tokens_per_s:,.0f} tokens/s ({res.tokens_accepted} accepted tokens, "
-              f"{res.tokens_verified} verified, {res.steps_run} steps in {res.wall_s:.2f} s on {dev}, "
-              f"including the fp64 reference and checks)")
-        print(f"result: {pj}  summary: {pm}")
-    return 0 if res.passed else 1
+    with output_lock(args.out, "--out"):
+        res = run_scenario(sc, args.kernel, device=dev, progress=progress, repeat_check=not args.no_repeat,
+                           literal_every=args.literal_every, invariants_every=args.invariants_every,
+                           state_every=args.state_every, stop_on_failure=args.stop_on_failure)
+        stem = f"{sc.family}-{args.kernel}-{sc.mode}-{sc.decode}-{sc.schedule}-seed{sc.seed}"
+        pj, pm = res.save(Path(args.out), stem)
+        print(res.headline())
+        if not args.quiet:
+            if not res.passed:
+                for c, k in sorted(res.failure_counts.items()):
+                    print(f"  {c}: {k} failure(s)")
+            print(f"throughput: {res.tokens_per_s:,.0f} tokens/s ({res.tokens_accepted} accepted tokens, "
+                  f"{res.tokens_verified} verified, {res.steps_run} steps in {res.wall_s:.2f} s on {dev}, "
+                  f"including the fp64 reference and checks)")
+            print(f"result: {pj}  summary: {pm}")
+        return 0 if res.passed else 1

@@ -7,7 +7,13 @@ families, the literal ReplaySSM models, six precision modes, the long-memory sce
 decode and three speculative schedules, tiny geometry, 2 rows x 2,048 tokens per cell; reports
 land in ``out/drift/``.
 
-Exit codes: 0 pass, 1 a kernel exceeds its budget (``--check``), 2 usage error.
+Exit codes (:data:`replayssm.cli.EXIT_CONTRACT`): 0 pass, 1 a kernel exceeds its budget (``--check``)
+or a cell raised or stopped early (unless ``--allow-incomplete``), 2 bad usage or input, 3 environment
+(unwritable ``--out``, no device, a sweep that would not fit in memory, another writer on ``--out``).
+
+Resume: a killed or time-boxed run continues where it stopped when run again with the same
+arguments and ``--out`` (each cell checkpoints every ``--checkpoint-every`` seconds); finished cells
+are reused only when their recorded configuration, kernel code and versions match exactly.
 """
 
 from __future__ import annotations
@@ -21,7 +27,19 @@ import sys
 from pathlib import Path
 
 from replayssm import __version__, adapters
+from replayssm.cli import EXIT_CONTRACT
+from replayssm.cli_guard import (
+    EnvironmentProblem,
+    check_memory,
+    check_writable,
+    float_in,
+    int_at_least,
+    output_lock,
+    run_bytes,
+    state_elems,
+)
 from replayssm.cli_list import use_vllm_src
+from replayssm.families import preset
 from replayssm.validators import drift as D
 from replayssm.validators.drift import SweepConfig, default_devices
 from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
@@ -37,10 +55,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "drift", help="long lock-step drift runs against fp64: growth laws, budgets, reports",
         description="Run kernels x precision modes x scenarios in lock-step with the fp64 reference for many "
                     "tokens (standard decode and speculative schedules), fit the growth law of the error, and "
-                    "write JSON/Markdown/HTML reports. --check fails when a kernel exceeds its budget.")
+                    "write JSON/Markdown/HTML reports. --check fails when a kernel exceeds its budget.",
+        epilog="resume: after a kill or a --deadline, run the same command again with the same --out: finished "
+               "cells whose recorded configuration, kernel code and versions match are reused, cut-short cells "
+               "continue from their checkpoint, crashed cells rerun; a folder holding another sweep is refused. "
+               "A cell that raised or stopped early fails the run (exit 1) unless --allow-incomplete. "
+               + EXIT_CONTRACT)
     g = p.add_argument_group("sweep")
     g.add_argument("--families", default=DEFAULTS["families"], help="comma list (default: %(default)s)")
-    g.add_argument("--kernels", default=DEFAULTS["kernels"], help="registered kernel names (default: %(default)s)")
+    g.add_argument("--kernels", default=DEFAULTS["kernels"],
+                   help="registered kernel names (kernels of your own: --import FILE.py|MODULE first; "
+                        "default: %(default)s)")
     g.add_argument("--modes", default=DEFAULTS["modes"], help="precision-mode ids (default: %(default)s)")
     g.add_argument("--scenarios", default=DEFAULTS["scenarios"],
                    help="input regimes (mild, long-memory, fast-forget, large-delta, heavy-tailed, near-fp16-limit; "
@@ -49,25 +74,33 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                                                        "spec-always-T (default: all)")
     g.add_argument("--geometry", default=DEFAULTS["geometry"],
                    help="a preset for every family (tiny) or family=preset pairs (mamba2=nano4b,gdn=qwen35-4b)")
-    g.add_argument("--rows", type=int, default=2, help="sequences per cell (batch rows; default: %(default)s)")
-    g.add_argument("--tokens", type=int, default=2048, help="accepted tokens per sequence (default: %(default)s)")
-    g.add_argument("--buffer", type=int, default=16, help="standard-decode buffer L (default: %(default)s)")
-    g.add_argument("--window", type=int, default=4, help="speculative window T' (default: %(default)s)")
-    g.add_argument("--history", type=int, default=12, help="speculative history block B (default: %(default)s)")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--state-samples", type=int, default=48, help="log-spaced committed-state samples per row")
-    g.add_argument("--local-every", type=int, default=1,
+    g.add_argument("--rows", type=int_at_least(1), default=2,
+                   help="sequences per cell (batch rows; default: %(default)s)")
+    g.add_argument("--tokens", type=int_at_least(SweepConfig.blocks), default=2048,
+                   help="accepted tokens per sequence (default: %(default)s)")
+    g.add_argument("--buffer", type=int_at_least(1), default=16, help="standard-decode buffer L (default: %(default)s)")
+    g.add_argument("--window", type=int_at_least(2), default=4, help="speculative window T' (default: %(default)s)")
+    g.add_argument("--history", type=int_at_least(2), default=12,
+                   help="speculative history block B (default: %(default)s)")
+    g.add_argument("--seed", type=int_at_least(0), default=0)
+    g.add_argument("--state-samples", type=int_at_least(2), default=48,
+                   help="log-spaced committed-state samples per row")
+    g.add_argument("--local-every", type=int_at_least(1), default=1,
                    help="measure the error one flush injects at every n-th flush (default: every flush)")
     a = p.add_argument_group("analysis")
-    a.add_argument("--budget", type=float, default=1e-2, help="your output-error budget (default: %(default)s)")
-    a.add_argument("--horizon", type=float, default=None, help="your horizon in tokens (default: --tokens)")
+    a.add_argument("--budget", type=float_in(0, what="an error level"), default=1e-2,
+                   help="your output-error budget (default: %(default)s)")
+    a.add_argument("--horizon", type=float_in(1, lo_open=False, what="a horizon in tokens"), default=None,
+                   help="your horizon in tokens (default: --tokens)")
     a.add_argument("--criterion", choices=("aic", "bic"), default="aic")
-    a.add_argument("--alpha", type=float, default=0.01, help="significance level of the speculation test")
+    a.add_argument("--alpha", type=float_in(0, 1, what="a significance level"), default=0.01,
+                   help="significance level of the speculation test")
     a.add_argument("--check", action="store_true", help="fail (exit 1) when a kernel exceeds its budget")
     a.add_argument("--budgets", default=None, help="budget file (default: golden/tolerances.toml)")
     a.add_argument("--write-budgets", default=None, metavar="PATH",
                    help="derive a budget file from this run's literal-replay cells (x --budget-factor)")
-    a.add_argument("--budget-factor", type=float, default=4.0)
+    a.add_argument("--budget-factor", type=float_in(1, lo_open=False, what="a factor"), default=4.0,
+                   help="budgets = this x the run's peaks (>= 1; default: %(default)s)")
     r = p.add_argument_group("running")
     r.add_argument("--out", default="out/drift", help="output folder (default: %(default)s)")
     r.add_argument("--shard", default="0/1", help="run shard i of n of the cells (a CI matrix; default 0/1)")
@@ -76,13 +109,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     r.add_argument("--device", default="auto", help="auto (every visible GPU, else cpu), cpu, cuda, cuda:N")
     r.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
                    "(sets REPLAYSSM_VLLM_SRC)")
-    r.add_argument("--workers", type=int, default=None,
+    r.add_argument("--workers", type=int_at_least(1), default=None,
                    help="processes (default: one per GPU; on CPU one per core, at most 4)")
-    r.add_argument("--checkpoint-every", type=float, default=30.0, help="seconds between cell checkpoints")
-    r.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
+    r.add_argument("--checkpoint-every", type=float_in(0, lo_open=False, what="a number of seconds"), default=30.0,
+                   help="seconds between cell checkpoints")
+    r.add_argument("--deadline", type=float_in(0, what="a number of seconds"), default=None, metavar="SECONDS",
                    help="time-box the run: cells stop at this wall-clock budget and the report says how many "
                         "tokens each reached (not bit-comparable with other runs)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--allow-incomplete", action="store_true",
+                   help="exit 0 although a cell raised, stopped early (--deadline) or never started")
     return p
 
 
@@ -105,7 +141,21 @@ def _geometry(text: str, families) -> dict:
     return out
 
 
+_CONFIG_FLAGS = ("families", "kernels", "modes", "scenarios", "schedules", "geometry", "rows", "tokens", "buffer",
+                 "window", "history", "seed", "state_samples", "local_every")
+
+
 def config_from_args(args):
+    try:
+        return _config(args)
+    except ValueError as e:
+        field, _, rest = str(e).partition(": ")
+        if field in _CONFIG_FLAGS:
+            raise ValueError(f"--{field.replace('_', '-')}: {rest}") from None
+        raise
+
+
+def _config(args):
     families = _list(args.families, "families")
     return SweepConfig(families=families, kernels=_list(args.kernels, "kernels"), modes=_list(args.modes, "modes"),
                        distributions=_list(args.scenarios, "scenarios"), schedules=_list(args.schedules, "schedules"),
@@ -122,11 +172,11 @@ def _devices(text: str) -> list[str]:
         return ["cpu"]
     if text == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError("--device: cuda asked for but no CUDA device is visible")
+            raise EnvironmentProblem("--device: cuda asked for but no CUDA device is visible")
         return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
     if text.startswith("cuda:"):
         if not torch.cuda.is_available():
-            raise ValueError(f"--device: {text} asked for but no CUDA device is visible")
+            raise EnvironmentProblem(f"--device: {text} asked for but no CUDA device is visible")
         return [text]
     raise ValueError(f"--device: expected auto, cpu, cuda or cuda:N, got {text!r}")
 
@@ -204,12 +254,6 @@ def run(args) -> int:
     shard = D.parse_shard(args.shard)
     if args.merge and shard != (0, 1):
         raise ValueError("--merge: merging takes no --shard")
-    if not args.budget > 0:
-        raise ValueError(f"--budget: expected a positive error level, got {args.budget!r}")
-    if args.horizon is not None and not args.horizon >= 1:
-        raise ValueError(f"--horizon: expected >= 1 token, got {args.horizon!r}")
-    if not 0 < args.alpha < 1:
-        raise ValueError(f"--alpha: expected a level in (0, 1), got {args.alpha!r}")
     results = None
     if args.merge:
         cfg, results = D.load_cells(args.merge)
@@ -225,57 +269,74 @@ def run(args) -> int:
             budgets.get_budget(f, m)  # a missing entry fails here, before any work
     devices = _devices(args.device)
     out = Path(args.out)
-    env = environment(devices)
-    outcome = None
-    if args.merge:
-        D.prepare_out(cfg, out)
-    else:
-        workers = args.workers
-        if workers is None:
-            workers = len(devices) if devices[0] != "cpu" else max(1, min(4, len(os.sched_getaffinity(0))))
-        if args.deadline is not None and not args.deadline > 0:
-            raise ValueError(f"--deadline: expected a positive number of seconds, got {args.deadline!r}")
-        outcome = D.run_sweep(cfg, out, shard=shard, workers=workers, devices=devices,
-                              progress=not args.no_progress, checkpoint_every_s=args.checkpoint_every,
-                              deadline_s=args.deadline)
-        results = []
-        for c in D.shard_cells(cells, shard):
-            p = D.cell_path(out, c.id)
-            if p.exists():
-                results.append(json.loads(p.read_text()))
-            else:
-                skipped.append({"id": c.id, "reason": "the --deadline passed before this cell started"})
-    report = analyse(cfg, results, skipped=skipped, budget=args.budget, horizon=args.horizon, budgets=budgets,
-                     criterion=args.criterion, alpha=args.alpha, environment=env)
-    stem = "drift_report" if shard == (0, 1) else f"drift_report.shard-{shard[0]}-of-{shard[1]}"
-    paths = write_reports(report, out, stem)
-    if outcome is not None:
-        timing = {"cells": len(outcome.cells), "cells_run": len(outcome.ran), "wall_s": round(outcome.wall_s, 3),
-                  "tokens": outcome.tokens, "tokens_per_s": round(outcome.tokens_per_s, 1), "devices": devices,
-                  "workers": workers, **env}
-        D.atomic_write(out / f"timing.shard-{shard[0]}-of-{shard[1]}.json", json.dumps(timing, indent=1) + "\n")
-        print(f"drift: {len(outcome.ran)} of {len(outcome.cells)} cell(s) run, {outcome.tokens:,} tokens in "
-              f"{outcome.wall_s:.1f} s ({outcome.tokens_per_s:,.0f} validated tokens/s)", file=sys.stderr)
-    print(f"drift: reports {paths['html']} {paths['json']} {paths['md']}", file=sys.stderr)
+    check_writable(out, "--out")
     if args.write_budgets:
-        bs, notes = derive_budgets(report, args.budget_factor, env=env)
-        header = ("Drift budgets per family x precision mode (replayssm drift --check).\n"
-                  "Fields: docs/drift_report_schema.md (Budgets); written by replayssm drift --write-budgets.")
-        D.atomic_write(Path(args.write_budgets), format_budgets(bs, header))
-        load_budgets(args.write_budgets)
-        for n in notes:
-            print(f"drift: {n}", file=sys.stderr)
-        print(f"drift: wrote {len(bs)} budget(s) to {args.write_budgets}", file=sys.stderr)
-    chk = report["check"]
-    if chk["enabled"]:
-        if chk["pass"]:
-            print(f"drift: budget check PASS ({chk['cells']} cells)", file=sys.stderr)
-            return 0
-        for c in report["cells"]:
-            for f in (c["check"] or {}).get("failures", []):
-                print(f"drift: FAIL {c['id']}: {f}", file=sys.stderr)
-        return 1
-    return 0
+        check_writable(args.write_budgets, "--write-budgets", is_dir=False)
+    if not args.merge:
+        n_workers = args.workers or (len(devices) if devices[0] != "cpu" else 4)
+        state = max(state_elems(preset(dict(cfg.geometry)[f], f)) for f in cfg.families)
+        # A cell's plan is at most about 2 x --tokens steps (the doubling search for the random schedules).
+        check_memory(min(n_workers, len(cells)) * run_bytes(2 * cfg.tokens, cfg.rows, state), "--tokens",
+                     f"{min(n_workers, len(cells))} worker(s) x {cfg.rows} rows x {cfg.tokens:,} tokens")
+    env = environment(devices)
+    with output_lock(out, "--out"):  # one writer per output folder
+        outcome = None
+        if args.merge:
+            D.prepare_out(cfg, out)
+        else:
+            workers = args.workers
+            if workers is None:
+                workers = len(devices) if devices[0] != "cpu" else max(1, min(4, len(os.sched_getaffinity(0))))
+            outcome = D.run_sweep(cfg, out, shard=shard, workers=workers, devices=devices,
+                                  progress=not args.no_progress, checkpoint_every_s=args.checkpoint_every,
+                                  deadline_s=args.deadline)
+            results = []
+            for c in D.shard_cells(cells, shard):
+                p = D.cell_path(out, c.id)
+                if p.exists():
+                    results.append(json.loads(p.read_text()))
+                else:
+                    skipped.append({"id": c.id, "reason": "the --deadline passed before this cell started"})
+        report = analyse(cfg, results, skipped=skipped, budget=args.budget, horizon=args.horizon, budgets=budgets,
+                         criterion=args.criterion, alpha=args.alpha, environment=env)
+        stem = "drift_report" if shard == (0, 1) else f"drift_report.shard-{shard[0]}-of-{shard[1]}"
+        paths = write_reports(report, out, stem)
+        if outcome is not None:
+            timing = {"cells": len(outcome.cells), "cells_run": len(outcome.ran), "wall_s": round(outcome.wall_s, 3),
+                      "tokens": outcome.tokens, "tokens_per_s": round(outcome.tokens_per_s, 1), "devices": devices,
+                      "workers": workers, **env}
+            D.atomic_write(out / f"timing.shard-{shard[0]}-of-{shard[1]}.json", json.dumps(timing, indent=1) + "\n")
+            print(f"drift: {len(outcome.ran)} of {len(outcome.cells)} cell(s) run, {outcome.tokens:,} tokens in "
+                  f"{outcome.wall_s:.1f} s ({outcome.tokens_per_s:,.0f} validated tokens/s)", file=sys.stderr)
+        print(f"drift: reports {paths['html']} {paths['json']} {paths['md']}", file=sys.stderr)
+        if args.write_budgets:
+            bs, notes = derive_budgets(report, args.budget_factor, env=env)
+            header = ("Drift budgets per family x precision mode (replayssm drift --check).\n"
+                      "Fields: docs/drift_report_schema.md (Budgets); written by replayssm drift --write-budgets.")
+            D.atomic_write(Path(args.write_budgets), format_budgets(bs, header))
+            load_budgets(args.write_budgets)
+            for n in notes:
+                print(f"drift: {n}", file=sys.stderr)
+            print(f"drift: wrote {len(bs)} budget(s) to {args.write_budgets}", file=sys.stderr)
+        incomplete = [(r["id"], r.get("tokens_run", 0), D.stop_reason(r)) for r in results
+                      if D.cell_status(r) != "complete"]
+        incomplete += [(x["id"], 0, x["reason"]) for x in skipped if "deadline" in x.get("reason", "")]
+        for cid, tok, why in incomplete:
+            print(f"drift: INCOMPLETE {cid}: stopped at token {tok:,}: {why}", file=sys.stderr)
+        if incomplete and not args.allow_incomplete:
+            print(f"drift: {len(incomplete)} cell(s) incomplete: exit 1 (rerun the same command to resume, or "
+                  f"--allow-incomplete)", file=sys.stderr)
+            return 1
+        chk = report["check"]
+        if chk["enabled"]:
+            if chk["pass"]:
+                print(f"drift: budget check PASS ({chk['cells']} cells)", file=sys.stderr)
+                return 0
+            for c in report["cells"]:
+                for f in (c["check"] or {}).get("failures", []):
+                    print(f"drift: FAIL {c['id']}: {f}", file=sys.stderr)
+            return 1
+        return 0
 
 
 __all__ = ["add_parser", "config_from_args", "derive_budgets", "run"]

@@ -375,8 +375,19 @@ class KernelUnderTest(abc.ABC):
     zero_accept: ClassVar[str] = "refuse"  # what commit does with k = 0: "refuse" | "noop" (ZERO_ACCEPT)
     supports_ragged_windows: ClassVar[bool] = False  # verify(..., window_lens=) in the padded layout
     bookkeeping: ClassVar[str] = "spec"  # the cursor policy (POLICIES)
+    accepted_options: ClassVar[tuple[str, ...]] = ()  # the KernelConfig.options names it reads; others are refused
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Refuse an option the kernel does not declare in :attr:`accepted_options` (no typo is ignored)."""
+        unknown = sorted(set(options) - set(cls.accepted_options))
+        if unknown:
+            accepts = f"accepts {sorted(cls.accepted_options)}" if cls.accepted_options else "accepts no option"
+            raise ValueError(f"options: kernel {cls.name!r} {accepts}; got unknown option(s) {unknown} "
+                             f"(--kernel-option / scenario kernel_options)")
 
     def __init__(self, config: KernelConfig) -> None:
+        self.check_options(config.options)
         if config.geometry.family != self.family:
             raise ValueError(f"geometry: kernel {self.name!r} is for family {self.family!r}, "
                              f"got a {config.geometry.family!r} geometry")

@@ -258,12 +258,25 @@ class Scenario:
 
     @classmethod
     def load(cls, path: str | Path) -> Scenario:
+        """A scenario file: every field must be named (no default is applied silently; files
+        written by :meth:`save`, ``--save-scenario`` and the fuzzer name them all)."""
         p = Path(path)
         try:
             text = p.read_text()
         except OSError as e:
             raise ValueError(f"scenario: cannot read {p} ({e.strerror})") from None
-        return cls.from_json(text)
+        except UnicodeDecodeError:
+            raise ValueError(f"scenario: {p} is not a UTF-8 text file (a scenario JSON is expected)") from None
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"scenario: {p} is not valid JSON ({e})") from None
+        if isinstance(d, dict):
+            missing = [f.name for f in dataclasses.fields(cls) if f.name not in d]
+            if missing:
+                raise _fail(missing[0], f"missing from {p}: a scenario file names every field that changes the "
+                                        f"result; missing {missing} (write one with --save-scenario)")
+        return cls.from_dict(d)
 
     # ---- constructors ---------------------------------------------------------------------------------
     @classmethod

@@ -39,6 +39,7 @@ padding rows) and k = 0 for active rows (speculative decode).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
@@ -109,10 +110,11 @@ def check_schedule_params(sc) -> None:
     if "k_weights" in p:
         w = p["k_weights"]
         if (not isinstance(w, list) or len(w) != sc.window
-                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in w)
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+                           for x in w)
                 or sum(w) <= 0):
-            raise _fail(f"k_weights: expected {sc.window} non-negative numbers (one per k = 1..T') with a "
-                        f"positive sum, got {w!r}")
+            raise _fail(f"k_weights: expected {sc.window} finite non-negative numbers (one per k = 1..T') with "
+                        f"a positive sum, got {w!r}")
     if sc.schedule == "fixed":
         k = p.get("k")
         T = sc.window

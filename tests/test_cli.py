@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from replayssm import cli
+from replayssm.cli_guard import LOCK_NAME
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -30,7 +31,7 @@ def test_validate_literal_exhaustive_passes(capsys, tmp_path, family):
     assert code == 0, out + err
     assert out.startswith(f"PASS literal-replay [{family}, s16a16]")
     assert "tokens/s" in out and "throughput:" in out
-    files = sorted(p.name for p in tmp_path.iterdir())
+    files = sorted(p.name for p in tmp_path.iterdir() if p.name != LOCK_NAME)
     assert len(files) == 2 and files[0].endswith(".json") and files[1].endswith(".md")
     d = json.loads((tmp_path / files[0]).read_text())
     assert d["passed"] and d["scenario"]["schedule"] == "exhaustive" and d["tokens_per_s"] > 0
@@ -105,7 +106,7 @@ def test_a_broken_subcommand_module_does_not_break_the_others(capsys, monkeypatc
     code, out, _ = run(capsys, "list", "schedules")
     assert code == 0 and "exhaustive" in out
     code, _, err = run(capsys, "no_such_module")
-    assert code == 2 and "failed to import" in err
+    assert code == 3 and "failed to import" in err
 
 
 def test_entry_points_are_installed_and_run(tmp_path):

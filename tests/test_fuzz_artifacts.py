@@ -114,3 +114,55 @@ def test_unknown_kernel_in_record_is_a_usage_error(tmp_path, capsys):
     p = _artifact(tmp_path, _set(("failure", "kernel"), "no-such-kernel"))
     assert main(["validate", "--scenario", str(p), "--out", str(tmp_path / "o")]) == 2
     assert "no-such-kernel" in capsys.readouterr().err
+
+
+USER_KERNEL = '''
+from replayssm.ops.mamba2.literal import Mamba2LiteralReplay
+from replayssm.registry import register
+
+
+@register
+class UserBroken(Mamba2LiteralReplay):
+    name = "user-broken-replay"
+    description = "a user kernel whose outputs are 1.5x too large"
+
+    def verify(self, *a, **k):
+        out = super().verify(*a, **k)
+        out.mul_(1.5)
+        return out
+'''
+
+
+def test_artifact_of_a_user_kernel_records_its_module_and_replays_without_import(tmp_path, capsys):
+    import sys
+
+    from replayssm import registry
+    from replayssm.cli import import_kernels
+    from replayssm.validators.fuzz_artifacts import module_of_file, record_of
+    from replayssm.validators.runner import run_scenario
+
+    src = tmp_path / "user_kernels.py"
+    src.write_text(USER_KERNEL)
+    key = ("mamba2", "user-broken-replay")
+    try:
+        import_kernels(str(src))
+        res = run_scenario(SC, "user-broken-replay", repeat_check=False, stop_on_failure=True)
+        assert not res.passed
+        rec = record_of(res, "user-broken-replay")
+        assert rec.module == str(src.resolve())
+        p = save_failure(tmp_path, SC, rec)
+        assert module_of_file(p) == str(src.resolve())
+        # A fresh process: the user module is neither imported nor registered.
+        registry._REGISTRY.pop(key)
+        sys.modules.pop("replayssm_user_user_kernels")
+        assert main(["validate", "--scenario", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 1
+        assert capsys.readouterr().out.startswith("FAIL user-broken-replay")
+    finally:
+        registry._REGISTRY.pop(key, None)
+        sys.modules.pop("replayssm_user_user_kernels", None)
+
+
+def test_builtin_kernel_records_no_module():
+    from replayssm.registry import get
+    from replayssm.validators.fuzz_artifacts import module_to_import
+    assert module_to_import(get("literal-replay", "mamba2")) is None

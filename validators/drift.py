@@ -33,15 +33,17 @@ import json
 import math
 import os
 import queue
+import sys
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from replayssm import adapters
+from replayssm import __version__, adapters
 from replayssm.families import family_names, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
@@ -55,7 +57,7 @@ from replayssm.validators.metrics import row_rel_l2
 from replayssm.validators.runner import Lockstep, reference_step
 
 CONFIG_SCHEMA = 1
-CELL_SCHEMA = 1
+CELL_SCHEMA = 2  # 2: provenance (cell config digest, kernel code digest, versions, device) and history
 # Drift schedule -> (decode, scenario schedule).
 SCHEDULES = {
     "standard": ("standard", "always-1"),
@@ -182,7 +184,8 @@ class SweepConfig:
             if not found:
                 have = sorted({n for (f, n) in reg if f in self.families})
                 raise bad("kernels", f"no kernel {k!r} is registered for {list(self.families)}; expected one of {have}")
-        for name, lo in (("rows", 1), ("tokens", 64), ("buffer", 1), ("window", 2), ("history", 2),
+        min_tokens = self.blocks if _is_count(self.blocks) else 64  # one token per error block at least
+        for name, lo in (("rows", 1), ("tokens", min_tokens), ("buffer", 1), ("window", 2), ("history", 2),
                          ("state_samples", 2), ("local_every", 1), ("nbins", 8), ("blocks", 2)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
@@ -192,7 +195,8 @@ class SweepConfig:
         if self.history < self.window:
             raise bad("history", f"the speculative history block B must be >= T' = {self.window}, got {self.history}")
         if self.blocks > self.tokens:
-            raise bad("blocks", f"expected at most tokens={self.tokens} blocks, got {self.blocks}")
+            raise bad("tokens", f"expected at least {self.blocks} tokens (one per error block of the report), "
+                                f"got {self.tokens}")
 
     # ---- cells ----------------------------------------------------------------------------------------
     def cells(self) -> tuple[list[CellSpec], list[dict]]:
@@ -240,6 +244,10 @@ class SweepConfig:
     @property
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 2
 
 
 @dataclass(frozen=True)
@@ -538,6 +546,100 @@ class CellRun:
         }
 
 
+# ---- provenance ------------------------------------------------------------------------------------------
+
+def kernel_code_digest(cls) -> str:
+    """sha256 (16 hex digits) of the source of the module defining ``cls`` and of the modules of
+    its bases in the replayssm package: a fixed kernel gets a new digest, so its old cells rerun."""
+    h = hashlib.sha256()
+    seen = []
+    for k in cls.__mro__:
+        name = k.__module__
+        if name in seen or not (k is cls or name == "replayssm" or name.startswith("replayssm.")):
+            continue
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if not path:
+            continue
+        seen.append(name)
+        h.update(name.encode() + b"\0" + Path(path).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def device_name(device) -> str:
+    d = torch.device(device)
+    return torch.cuda.get_device_name(d) if d.type == "cuda" else d.type
+
+
+def cell_config(spec: CellSpec, cfg: SweepConfig) -> dict:
+    """What one cell's numbers depend on in the sweep configuration (its own slice of it)."""
+    return {**spec.to_dict(), "geometry": dict(cfg.geometry)[spec.family],
+            **{k: getattr(cfg, k) for k in ("rows", "tokens", "buffer", "window", "history", "seed", "state_samples",
+                                            "local_every", "nbins", "blocks")}}
+
+
+def cell_provenance(spec: CellSpec, cfg: SweepConfig, device="cpu") -> dict:
+    """The record a cell result must match exactly to be reused: a digest of the cell's
+    configuration, the kernel's name and code digest, the versions and the device."""
+    conf = json.dumps(cell_config(spec, cfg), sort_keys=True).encode()
+    return {"cell_config": hashlib.sha256(conf).hexdigest()[:16], "kernel": spec.kernel,
+            "kernel_code": kernel_code_digest(get(spec.kernel, spec.family)),
+            "versions": {"replayssm": __version__, "torch": torch.__version__, "triton": _version("triton")},
+            "device": device_name(device)}
+
+
+def cell_status(res: dict) -> str:
+    """``complete``, ``raised`` (the kernel raised) or ``stopped`` (cut short before every row
+    reached its tokens, e.g. by ``--deadline``)."""
+    if res.get("exception"):
+        return "raised"
+    if res.get("truncated") or res.get("tokens_run", res.get("tokens")) < res.get("tokens", 0):
+        return "stopped"
+    return "complete"
+
+
+def stop_reason(res: dict) -> str | None:
+    """``None`` for a complete cell, else why it stopped (one line)."""
+    st = cell_status(res)
+    if st == "raised":
+        return "the kernel raised: " + res["exception"].strip().splitlines()[0]
+    if st == "stopped":
+        return "the --deadline passed" if res.get("truncated") else "stopped early"
+    return None
+
+
+def _read_json(p: Path) -> dict | None:
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def reusable(res: dict | None, prov: dict, cfg: SweepConfig) -> bool:
+    """A cell result is reused only when complete and its provenance matches exactly."""
+    return (res is not None and res.get("schema") == CELL_SCHEMA and res.get("config") == cfg.digest
+            and res.get("provenance") == prov and cell_status(res) == "complete")
+
+
+def _history(old: dict | None, prov: dict) -> list:
+    """The earlier runs of a cell kept when it reruns: failures, and results of other provenance."""
+    if old is None:
+        return []
+    hist = list(old.get("history") or [])
+    st = cell_status(old) if "tokens" in old else "unreadable"
+    if st == "raised" or old.get("provenance") != prov:
+        hist.append({"status": st, "tokens_run": old.get("tokens_run"), "exception": old.get("exception"),
+                     "provenance": old.get("provenance")})
+    return hist
+
+
 # ---- running cells ------------------------------------------------------------------------------------------
 
 def cell_path(out: Path, cell_id: str) -> Path:
@@ -555,13 +657,17 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
     ``truncated`` and how many tokens every row reached (``tokens_run``)."""
     out = Path(out)
     cp = ckpt_path(out, spec.id)
+    prov = cell_provenance(spec, cfg, device)
+    history = _history(_read_json(cell_path(out, spec.id)), prov)
     run = CellRun(spec, cfg, device, chunk)
     if cp.exists() and run.can_checkpoint:
-        run.load_state_dict(torch.load(cp, map_location="cpu", weights_only=False))
-        if on_progress:
-            on_progress(int(np.minimum(run.pos, cfg.tokens).sum()))
+        ck = torch.load(cp, map_location="cpu", weights_only=False)
+        if ck.pop("provenance", None) == prov:  # a checkpoint of other code or versions is not resumed
+            run.load_state_dict(ck)
+            if on_progress:
+                on_progress(int(np.minimum(run.pos, cfg.tokens).sum()))
     last = time.monotonic()
-    while not run.done:
+    while not run.done and run.exception is None:
         if deadline is not None and time.time() >= deadline:
             run.truncated = True
             break
@@ -569,11 +675,13 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
         if on_progress:
             on_progress(got)
         if run.can_checkpoint and not run.done and time.monotonic() - last >= checkpoint_every_s:
-            atomic_torch_save(run.state_dict(), cp)
+            atomic_torch_save({**run.state_dict(), "provenance": prov}, cp)
             last = time.monotonic()
-    res = run.result()
+    if run.truncated and run.can_checkpoint and run.exception is None:
+        atomic_torch_save({**run.state_dict(), "provenance": prov}, cp)  # a cut-short cell resumes from here
+    res = {**run.result(), "provenance": prov, "history": history}
     atomic_write(cell_path(out, spec.id), json.dumps(res, sort_keys=True, allow_nan=False) + "\n")
-    if cp.exists():
+    if cp.exists() and not (run.truncated and run.exception is None):
         cp.unlink()
     return res
 
@@ -625,9 +733,12 @@ class SweepOutcome:
 
 def prepare_out(cfg: SweepConfig, out: Path) -> None:
     """Create ``out`` with its ``config.json``, or check an existing one holds the same sweep."""
-    out.mkdir(parents=True, exist_ok=True)
     cp = out / "config.json"
     text = json.dumps(cfg.to_dict(), sort_keys=True, indent=1) + "\n"
+    if not cp.exists() and any(p.is_file() for d in ("cells", "checkpoints") for p in (out / d).glob("*")):
+        raise ValueError(f"out: {out} holds drift cells but no config.json, so their configuration cannot be "
+                         f"proven; use another --out or delete it")
+    out.mkdir(parents=True, exist_ok=True)
     if cp.exists():
         try:
             old = SweepConfig.from_dict(json.loads(cp.read_text()))
@@ -655,7 +766,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
     devices = devices or default_devices()
     prepare_out(cfg, out)
     cells = shard_cells(cfg.cells()[0], shard)
-    todo = [c for c in cells if not cell_path(out, c.id).exists()]
+    todo = [c for c in cells
+            if not reusable(_read_json(cell_path(out, c.id)), cell_provenance(c, cfg, devices[0]), cfg)]
     per_cell = cfg.rows * cfg.tokens
     bar = None
     if progress:
@@ -757,5 +869,6 @@ def load_cells(dirs: list[str | Path], cfg: SweepConfig | None = None) -> tuple[
 
 
 __all__ = ["CellRun", "CellSpec", "DEFAULT_MODES", "SCHEDULES", "SweepConfig", "SweepOutcome", "atomic_write",
-           "default_devices", "import_kernel_modules", "kernel_modules", "load_cells", "parse_shard", "prepare_out",
-           "registered", "run_cell", "run_sweep", "shard_cells"]
+           "cell_config", "cell_provenance", "cell_status", "default_devices", "device_name", "import_kernel_modules",
+           "kernel_code_digest", "kernel_modules", "load_cells", "parse_shard", "prepare_out", "registered",
+           "reusable", "run_cell", "run_sweep", "shard_cells", "stop_reason"]

@@ -151,6 +151,8 @@ def load_budgets(path: str | Path | None = None) -> Budgets:
         text = p.read_text()
     except OSError as e:
         raise ValueError(f"budgets: cannot read {p} ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"budgets: {p} is not a UTF-8 text file (a TOML budget file is expected)") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

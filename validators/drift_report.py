@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from replayssm.precision import parse_mode
-from replayssm.validators.drift import atomic_write
+from replayssm.validators.drift import atomic_write, stop_reason
 from replayssm.validators.drift_analysis import (
     BinnedCurve,
     compare_speculative,
@@ -177,6 +177,8 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
             "calibrated_by": lit["id"] if calibrate else None,
             "output": out_block, "state": state_block, "draft": draft, "flush": flush,
             "traffic": _traffic(c, mode), "exact_failures": c["failure_counts"], "exception": c["exception"],
+            "stopped": (None if stop_reason(c) is None
+                        else {"token": int(c.get("tokens_run", 0)), "reason": stop_reason(c)}),
             "check": None,
         }
         if budgets is not None:
@@ -312,7 +314,8 @@ def _law_text(block: dict) -> str:
 
 
 def _cell_name(c: dict) -> str:
-    return c["id"] + (f" (stopped at {c['tokens_run']:,} tokens)" if c.get("truncated") else "")
+    st = c.get("stopped")
+    return c["id"] + (f" (stopped at token {st['token']:,}: {st['reason']})" if st else "")
 
 
 def _cells_table_md(cells: list[dict]) -> list[str]:

@@ -4,7 +4,9 @@ Oracle: the file is the scenario's own JSON (``Scenario.to_json``) plus one ``fa
 recording what failed: the kernel and family, the first failing check, step, row and window
 position, and the engine's message.  ``replayssm validate --scenario FILE`` (without
 ``--kernel``) reads the kernel from that record and replays the run exactly: the scenario fixes
-every input bit and the whole acceptance plan (``explicit`` schedule).
+every input bit and the whole acceptance plan (``explicit`` schedule).  A kernel defined outside
+the replayssm package is recorded with the module to import (``module``: the file of a module
+loaded by ``--import FILE.py``, else the dotted module name), which the replay imports first.
 
 A corrupt or hand-edited file raises ``ValueError`` naming the field (``failure.kernel``,
 ``failure.first_bad_step``, ``scenario.schedule_params: accepted[2][0]`` ...).
@@ -14,15 +16,17 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
 
 ARTIFACT_KIND = "replayssm-failure"
 _REQUIRED = {"kind": str, "kernel": str, "family": str, "check": str, "first_bad_step": int}
 _OPTIONAL = {"row": int, "position": int, "slot": int, "message": str, "found_by": str, "status": str,
-             "note": str}
+             "note": str, "module": str}
 STATUSES = ("open", "fixed", "mutant")
 
 
@@ -43,6 +47,7 @@ class FailureRecord:
     found_by: str = "replayssm fuzzer (Hypothesis, shrunk)"
     status: str = "open"
     note: str = ""
+    module: str | None = None  # what to --import before replaying (None: a replayssm kernel)
     kind: str = ARTIFACT_KIND
 
     def to_dict(self) -> dict:
@@ -74,11 +79,29 @@ class FailureRecord:
         return cls(**d)
 
 
+def module_to_import(cls) -> str | None:
+    """What ``--import`` loads ``cls``: None for a replayssm kernel, the file of a module loaded
+    from a file (``--import FILE.py``, a script), else the dotted module name."""
+    name = cls.__module__
+    if name == "replayssm" or name.startswith("replayssm."):
+        return None
+    path = getattr(sys.modules.get(name), "__file__", None)
+    if path and (name == "__main__" or name.startswith("replayssm_user_")):
+        return str(Path(path).resolve())
+    return name
+
+
 def record_of(result, kernel_name: str, **extra) -> FailureRecord:
-    """The failure record of a failed :class:`ValidationResult`."""
+    """The failure record of a failed :class:`ValidationResult` (with the module to import when the
+    kernel is registered from outside replayssm)."""
     f = result.first_failure
     if f is None:
         raise ValueError("result: it has no failure to record")
+    if "module" not in extra:
+        try:
+            extra["module"] = module_to_import(get(kernel_name, result.family))
+        except ValueError:
+            extra["module"] = None
     return FailureRecord(kernel=kernel_name, family=result.family, check=f.check, first_bad_step=int(f.step),
                          row=f.row, position=f.position, slot=f.slot, message=f.message[:400], **extra)
 
@@ -127,6 +150,18 @@ def load_failure(path) -> tuple[Scenario, FailureRecord]:
     return parse_failure(text, str(p))
 
 
+def module_of_file(path) -> str | None:
+    """The module a failure artifact says to import (``failure.module``), or None."""
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or not isinstance(d.get("failure"), dict):
+        return None
+    return parse_failure(json.dumps(d), str(p))[1].module
+
+
 def kernel_of_file(path) -> str | None:
     """The kernel named by a failure artifact's record, or None for a plain scenario file.
     A malformed record raises ValueError naming its field."""
@@ -141,4 +176,4 @@ def kernel_of_file(path) -> str | None:
 
 
 __all__ = ["ARTIFACT_KIND", "STATUSES", "FailureRecord", "artifact_json", "kernel_of_file", "load_failure",
-           "parse_failure", "record_of", "save_failure"]
+           "module_of_file", "module_to_import", "parse_failure", "record_of", "save_failure"]

@@ -134,8 +134,9 @@ def literal_twin_name(cls: type[KernelUnderTest], sc: Scenario) -> str | None:
     return None
 
 
-def build_kernel(kernel, sc: Scenario, device, params=None) -> KernelUnderTest:
-    """A kernel for ``sc``: a registered name, a KernelUnderTest subclass, or an instance."""
+def build_kernel(kernel, sc: Scenario, device, params=None, twin: bool = False) -> KernelUnderTest:
+    """A kernel for ``sc``: a registered name, a KernelUnderTest subclass, or an instance.  A literal
+    ``twin`` gets only the scenario's kernel options it declares (the rest are the kernel under test's)."""
     if isinstance(kernel, KernelUnderTest):
         return kernel
     cls = get(kernel, sc.family) if isinstance(kernel, str) else kernel
@@ -146,7 +147,7 @@ def build_kernel(kernel, sc: Scenario, device, params=None) -> KernelUnderTest:
     cfg = KernelConfig(sc.geometry_obj, {k: v.to(device) for k, v in params.items()}, sc.precision,
                        sc.decode_config.with_policy(declared_policy(cls)), num_slots=sc.num_slots,
                        device=torch.device(device),
-                       options=dict(sc.kernel_options))
+                       options={k: v for k, v in sc.kernel_options.items() if not twin or k in cls.accepted_options})
     return cls(cfg)
 
 
@@ -181,13 +182,14 @@ class Lockstep:
                              f"the scenario needs {sc.geometry_obj} {sc.mode}")
         self.kernel_name = self.kernel.name or type(self.kernel).__name__
         self.literal_name = literal_twin_name(type(self.kernel), sc) if literal_every else None
-        self.literal = build_kernel(self.literal_name, sc, self.device, self.params) if self.literal_name else None
+        self.literal = (build_kernel(self.literal_name, sc, self.device, self.params, twin=True)
+                        if self.literal_name else None)
         self.literal_every = literal_every if self.literal is not None else 0
         self.replicas = []
         if self.literal is not None and sc.precision.rounding == "stochastic":
             for i in range(1, SR_REPLICAS + 1):
                 rsc = sc.replace(mode=dataclasses.replace(sc.precision, seed=sc.precision.seed + 7919 * i).id)
-                self.replicas.append(build_kernel(self.literal_name, rsc, self.device, self.params))
+                self.replicas.append(build_kernel(self.literal_name, rsc, self.device, self.params, twin=True))
         self.invariants_every = invariants_every
         self.state_every = state_every
         self.max_failures = max_failures

@@ -42,6 +42,7 @@ def float_mode_reason(mode: PrecisionMode, what: str, dots: tuple[str, ...] = ("
 class SlotAdapter(KernelUnderTest):
     """Base of the adapters: block mapping, scratch outputs, reset/pending flags on the host."""
 
+    accepted_options: ClassVar[tuple[str, ...]] = ()  # the adapters read no KernelConfig option
     modules: ClassVar[dict] = {}  # filled by the adapter's register(): short module name -> module
 
     def __init__(self, config) -> None:

@@ -113,6 +113,7 @@ class Mamba2LiteralReplay(LiteralReplayKernel):
     family = "mamba2"
     description = "literal ReplaySSM model, output_only route (never builds the state to read out)"
     math = _MATH
+    accepted_options = ("route",)
 
     def __init__(self, config):
         super().__init__(replace(config, options={"route": "output_only", **config.options}))
@@ -124,8 +125,12 @@ class Mamba2LiteralReplayState(LiteralReplayKernel):
     family = "mamba2"
     description = "literal ReplaySSM model, state_and_output route (rebuilds S each step, y = S C)"
     math = _MATH
+    accepted_options = ("route",)
 
     def __init__(self, config):
+        if config.options.get("route", "state_and_output") != "state_and_output":
+            raise ValueError(f"options['route']: kernel {self.name!r} implements the state_and_output route, "
+                             f"got {config.options['route']!r}")
         super().__init__(replace(config, options={**config.options, "route": "state_and_output"}))
 
 

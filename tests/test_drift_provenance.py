@@ -1,0 +1,118 @@
+"""Drift cells are reused only when proven current; incomplete cells fail the run.
+
+Oracle: issue 16 items 1-2: a cell result records its provenance (cell configuration digest, kernel
+name and code digest, versions, device) and is reused only on an exact match with complete status;
+a cell cut short by the deadline keeps its checkpoint and resumes; a crashed cell reruns with its
+failure kept in ``history``; a folder of cells without ``config.json`` is refused; a cell that raised
+makes ``replayssm drift`` exit 1 (0 with ``--allow-incomplete``) and the report marks it
+"stopped at token N: reason".  One tiny cell (1 row x 128 tokens, standard decode).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from replayssm import registry
+from replayssm.cli import main
+from replayssm.ops.mamba2.literal import Mamba2LiteralReplay
+from replayssm.validators import drift as D
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class _Raiser(Mamba2LiteralReplay):
+    """literal-replay that raises at its ``raise_at``-th verify (None: never)."""
+
+    name = "test-drift-raiser"
+    raise_at: int | None = 20
+
+    def verify(self, *a, **k):
+        self.verifies = getattr(self, "verifies", 0) + 1
+        if type(self).raise_at is not None and self.verifies == type(self).raise_at:
+            raise RuntimeError("boom in verify")
+        return super().verify(*a, **k)
+
+
+@pytest.fixture
+def raiser(monkeypatch):
+    monkeypatch.setitem(registry._REGISTRY, ("mamba2", _Raiser.name), _Raiser)
+    monkeypatch.setattr(_Raiser, "raise_at", 20)
+    return _Raiser
+
+
+def _cfg(kernel="literal-replay"):
+    return D.SweepConfig(families=("mamba2",), kernels=(kernel,), modes=("s32a32",), schedules=("standard",),
+                         geometry=(("mamba2", "tiny"),), rows=1, tokens=128)
+
+
+def _cell(out, cfg):
+    spec = cfg.cells()[0][0]
+    return spec, json.loads(D.cell_path(out, spec.id).read_text())
+
+
+def test_complete_cell_is_reused_only_with_matching_provenance(tmp_path):
+    cfg, out = _cfg(), tmp_path / "o"
+    assert D.run_sweep(cfg, out, progress=False).ran
+    spec, res = _cell(out, cfg)
+    prov = res["provenance"]
+    assert prov == D.cell_provenance(spec, cfg, "cpu") and res["history"] == []
+    assert set(prov) == {"cell_config", "kernel", "kernel_code", "versions", "device"}
+    assert prov["kernel"] == "literal-replay" and set(prov["versions"]) == {"replayssm", "torch", "triton"}
+    assert D.run_sweep(cfg, out, progress=False).ran == []  # exact match, complete: reused
+    # Another kernel code digest (a fixed kernel): the cell reruns, the old provenance kept in history.
+    res["provenance"] = {**prov, "kernel_code": "0" * 16}
+    D.cell_path(out, spec.id).write_text(json.dumps(res))
+    assert D.run_sweep(cfg, out, progress=False).ran == [spec.id]
+    _, again = _cell(out, cfg)
+    assert again["provenance"] == prov and again["history"][0]["provenance"]["kernel_code"] == "0" * 16
+
+
+def test_kernel_code_digest_covers_the_kernel_module():
+    base = D.kernel_code_digest(Mamba2LiteralReplay)
+    assert base == D.kernel_code_digest(Mamba2LiteralReplay)
+    assert D.kernel_code_digest(_Raiser) != base  # this module's source is part of it
+
+
+def test_cut_short_cell_keeps_its_checkpoint_and_resumes(tmp_path):
+    cfg, out = _cfg(), tmp_path / "o"
+    D.prepare_out(cfg, out)
+    spec = cfg.cells()[0][0]
+    res = D.run_cell(spec, cfg, out, checkpoint_every_s=0.0, deadline=time.time())  # the deadline has passed
+    assert D.cell_status(res) == "stopped" and D.ckpt_path(out, spec.id).exists()
+    assert D.run_sweep(cfg, out, progress=False).ran == [spec.id]  # not reused: resumed to the end
+    _, done = _cell(out, cfg)
+    assert D.cell_status(done) == "complete" and done["tokens_run"] == 128
+    assert not D.ckpt_path(out, spec.id).exists()
+
+
+def test_folder_of_cells_without_config_is_refused(tmp_path):
+    cfg, out = _cfg(), tmp_path / "o"
+    (out / "cells").mkdir(parents=True)
+    (out / "cells" / "x.json").write_text("{}")
+    with pytest.raises(ValueError, match="cannot be proven"):
+        D.prepare_out(cfg, out)
+    assert sorted(p.name for p in out.rglob("*")) == ["cells", "x.json"]
+
+
+def test_crashed_cell_fails_the_run_then_reruns_keeping_its_failure(tmp_path, capsys, raiser):
+    out = tmp_path / "o"
+    argv = ["drift", "--families", "mamba2", "--kernels", raiser.name, "--modes", "s32a32", "--schedules",
+            "standard", "--tokens", "128", "--rows", "1", "--workers", "1", "--no-progress", "--out", str(out)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "INCOMPLETE" in err and "stopped at token" in err and "boom in verify" in err
+    md = (out / "drift_report.md").read_text()
+    assert "stopped at token" in md and "the kernel raised" in md
+    assert main([*argv, "--allow-incomplete"]) == 0  # reruns, raises again, allowed
+    capsys.readouterr()
+    raiser.raise_at = None  # the kernel is fixed
+    assert main(argv) == 0
+    assert "1 of 1 cell(s) run" in capsys.readouterr().err
+    spec_id = f"mamba2.{raiser.name}.s32a32.long-memory.standard"
+    res = json.loads(D.cell_path(out, spec_id).read_text())
+    assert D.cell_status(res) == "complete"
+    assert [h["status"] for h in res["history"]] == ["raised", "raised"]
+    assert "boom in verify" in res["history"][0]["exception"]
