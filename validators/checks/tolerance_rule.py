@@ -65,11 +65,17 @@ class ToleranceRule:
         return (f"max abs error {err:.3e} > bound {b:.3e} (= {self.tol.factor} x literal {lit:.3e} + "
                 f"{self.tol.floor_u} u x scale {scale:.3e}); {self.hint(err, scale, u)}")
 
+    def explain_fp64(self, err: float, b: float, fp64: float, scale: float, u: float) -> str:
+        return (f"max abs error {err:.3e} > bound {b:.3e} (= fp64 running-error bound {fp64:.3e} + "
+                f"{self.tol.floor_u} u x scale {scale:.3e}; no literal model this step); {self.hint(err, scale, u)}")
+
     def check_states(self, ctx, check: str, got: torch.Tensor, want: torch.Tensor,
-                     lit: list[torch.Tensor] | None, rows: list[int]) -> tuple[float, float | None]:
-        """The rule on the states of ``rows`` (a non-finite state always fails, as ``non-finite``);
-        failures go to ``ctx.fail`` under ``check``.  Returns (max error, max error / bound; None
-        without the literal model)."""
+                     lit: list[torch.Tensor] | None, rows: list[int],
+                     fp64: torch.Tensor | None = None) -> tuple[float, float | None]:
+        """The rule on the states of ``rows`` (a non-finite state always fails, as ``non-finite``):
+        against the literal models' error ``lit``, else against ``fp64`` (the running-error bound
+        of all rows, ``checks/fp64_bound.py``); failures go to ``ctx.fail`` under ``check``.
+        Returns (max error, max error / bound; None with neither)."""
         if not rows:
             return 0.0, 0.0
         run = ctx.run
@@ -80,9 +86,13 @@ class ToleranceRule:
         if lit:
             errs = [error_metrics(x.index_select(0, idx), w, self.u_state, lead=1)["max_abs"] for x in lit]
             lit_err = self.running_max("state", idx, torch.stack(errs).amax(0))
+        fp_err = None
         if lit_err is not None:
             b = bound(self.mode, lit_err, m["ref_max"] * self.sr_walk(idx), state=True)
-        else:  # without the literal model only non-finite states fail
+        elif fp64 is not None:
+            fp_err = fp64.index_select(0, idx)
+            b = fp_err + self.tol.floor_u * self.u_state * m["ref_max"]
+        else:  # a family without an error model and no literal model: only non-finite states fail
             b = torch.full_like(m["max_abs"], float("inf"))
         ratio = m["max_abs"] / b.clamp_min(1e-300)
         nonfinite = ~torch.isfinite(g.reshape(len(rows), -1)).all(-1)
@@ -96,10 +106,12 @@ class ToleranceRule:
                              row=r, slot=run.ids_list[r])
                     continue
                 e, bb = float(m["max_abs"][i]), float(b[i])
-                ctx.fail(check, self.explain(e, bb, float(lit_err[i]), float(m["ref_max"][i]), self.u_state),
-                         row=r, slot=run.ids_list[r], value=e, bound=bb)
+                msg = (self.explain(e, bb, float(lit_err[i]), float(m["ref_max"][i]), self.u_state)
+                       if lit_err is not None else
+                       self.explain_fp64(e, bb, float(fp_err[i]), float(m["ref_max"][i]), self.u_state))
+                ctx.fail(check, msg, row=r, slot=run.ids_list[r], value=e, bound=bb)
         max_err = float(m["max_abs"].max())
-        if lit_err is None:
+        if lit_err is None and fp_err is None:
             return max_err, None
         finite_ratio = ratio[torch.isfinite(ratio)]
         return max_err, float(finite_ratio.max()) if finite_ratio.numel() else float("inf")

@@ -92,6 +92,21 @@ class GDNMath(FamilyMath):
         return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
                             state_after_first=after_first)
 
+    def error_terms(self, norm, tok, params):
+        """The running-error model of one token (fp64, all rows), norms being the largest row
+        2-norm of a head's state ``[V, K]`` (>= its max |S|): per value head, the factor an existing
+        error is scaled by (exp(g); ``I - beta k k^T`` has 2-norm <= 1 for unit k and beta in
+        [0, 1]), a bound on the new state's norm (``exp(g) |S| + beta max|v|``), and the magnitude
+        of the contributions built from records rounded to the activation format (d and the
+        normalised k: ``2 max|d| <= 2 beta (max|v| + exp(g) |S|)``)."""
+        g, beta = gdn_gates(tok["a"], tok["b"], params["A_log"], params["dt_bias"])  # [R, HV]
+        rho = torch.exp(g)
+        nv = norm.shape[-1]
+        vmax = tok["v"].abs().amax(-1)
+        vmax = vmax.repeat_interleave(nv // vmax.shape[-1], dim=-1) if vmax.shape[-1] != nv else vmax
+        new = rho * norm + beta * vmax
+        return rho, new, 2 * beta * (vmax + rho * norm)
+
     def step(self, s, tok, params):
         return gdn_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"])
 

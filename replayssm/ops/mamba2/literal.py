@@ -99,6 +99,18 @@ class Mamba2Math(FamilyMath):
             state_after_first=after_first,
         )
 
+    def error_terms(self, norm, tok, params):
+        """The running-error model of one token (fp64, all rows): per head, the factor an existing
+        state error is scaled by (exp(A Δ)), a bound on the new state's max |S| (the sum of absolute
+        contributions ``exp(A Δ) |S| + Δ max|x| max|B|``), and the magnitude of the contributions
+        built from records the kernel rounds to the activation format (none: x and B are inputs,
+        already in it; Δ is kept in the compute format)."""
+        delta = softplus(tok["dt"] + params["dt_bias"])  # [R, H]
+        rho = torch.exp(params["A"] * delta)
+        Bh = _per_head(tok["B"], norm.shape[-1]).abs().amax(-1)  # [R, H]
+        new = rho * norm + delta * tok["x"].abs().amax(-1) * Bh
+        return rho, new, torch.zeros_like(new)
+
     def step(self, s, tok, params):
         return mamba2_step(s, tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"],
                            params["D"], tok.get("z"))
