@@ -19,7 +19,8 @@ compute format's u, ``u_a`` the activation format's and ``u_s`` the state format
 
 The state bound of a row is ``FACTOR x`` the largest head bound; the output bound is the
 family's readout magnitude of that state bound (``runner.readout_magnitude`` on a state of
-per-head bound values), plus the tolerance rule's floor.  Expected: a correct kernel stays below
+per-head bound values), plus the tolerance rule's floor.  ``fold_terms`` (``K_SUM n + K_EXP L`` of
+a flush's fold) sizes the arithmetic the ``flush-increment`` check allows.  Expected: a correct kernel stays below
 it at every mode (measured in ``tests/test_fp64_bound.py``); a state stored one format coarser
 than declared exceeds it wherever the declared format's u dominates the bound (an fp32 state
 whose records are exact inputs: Mamba-2; GDN's own bf16 d records make its state bound bf16-level
@@ -106,8 +107,9 @@ class RunningBound:
         [R, T'], on the state after the accepted prefix ``state`` [R] and on a checkpoint written
         by this verify ``checkpoint`` [R]."""
         st = self.cur
-        ckpt = None
+        ckpt = terms = None
         if self.replay and speculative:
+            terms = self.fold_terms(st)
             st = self.stored(st, flush)
             ckpt = st["E"]
         kept, out = st, []
@@ -118,6 +120,7 @@ class RunningBound:
             if not self.replay:
                 st = self.stored(st)
             elif t == 0 and not speculative:
+                terms = self.fold_terms(st)
                 st = self.stored(st, flush)
                 ckpt = st["E"]
             per_head = self.value(st).reshape(shape).expand_as(like)
@@ -127,8 +130,15 @@ class RunningBound:
         self.cur = kept
         if ckpt is None:
             ckpt = self.value(kept)
+        if terms is None:
+            terms = self.fold_terms(kept)
         return {"output": FACTOR * torch.stack(out, dim=1), "state": FACTOR * self.value(kept).amax(-1),
-                "checkpoint": FACTOR * ckpt.amax(-1)}
+                "checkpoint": FACTOR * ckpt.amax(-1), "fold_terms": terms}
+
+    @staticmethod
+    def fold_terms(st: dict) -> torch.Tensor:
+        """Per row: ``K_SUM n + K_EXP L`` of the fold ``st`` describes (largest over heads)."""
+        return (K_SUM * st["n"] + K_EXP * st["L"]).amax(-1)
 
     def state_dict(self) -> dict:
         return {k: v.detach().cpu() for k, v in self.cur.items()}
