@@ -91,7 +91,9 @@ def test_tolerance_table_separates_legit_variants(mode, family):
     res = run_scenario(sc, low, repeat_check=False, stop_on_failure=True)
     assert not res.passed
     assert res.first_failure.check in ("state", "output", "flush-checkpoint", "stored-precision", "flush-increment")
-    if sc.precision.rounding == "nearest":
+    if (family, mode) == ("gdn", "s32a16"):  # named at the first flush, not at the reset's store
+        assert res.first_failure.check == "stored-precision"
+    elif sc.precision.rounding == "nearest":
         assert res.first_failure.step == first_bad_step("mutant-low-precision-state", sc)
 
 
