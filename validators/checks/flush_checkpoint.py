@@ -21,7 +21,8 @@ from replayssm.validators.checks.registry import REPLAY, register_check
 def flush_checkpoint(ctx) -> None:
     folded = ctx.ref_state_before if ctx.run.dec.speculative else ctx.ref_first
     ctx.rule.check_states(ctx, "flush-checkpoint", ctx.checkpoint, folded, ctx.lit_checkpoints, ctx.flush_rows,
-                          None if ctx.fp64 is None else ctx.fp64["checkpoint"])
+                          None if ctx.fp64 is None else ctx.fp64["checkpoint"],
+                          None if ctx.fp64 is None else ctx.fp64["checkpoint_arith"])
 
 
 __all__ = ["flush_checkpoint"]

@@ -6,8 +6,9 @@ literal model at the same precision mode: per row and window position, the max a
 replicas) + floor_u x u x scale, where scale is the largest output or readout-term magnitude of
 the row's window (``runner.readout_magnitude``).  Positions the unwritten-output or non-finite
 checks already explain (poison left, or the literal model non-finite too) are not judged here.
-On steps without the literal model the bound is the fp64 running-error bound of
-``checks/fp64_bound.py`` (the readout of the state's bound) + the same floor.
+The fp64 running-error bound of ``checks/fp64_bound.py`` (the readout of the state's bound) +
+the same floor applies alone on steps without the literal model; on literal steps its
+arithmetic-only part + floor where it is larger (another operation order, tolerance_rule.py).
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ def _against_literal(ctx) -> None:
     # The floor's scale: the largest output or readout term magnitude of the row's window.
     scale = _scale(ctx, act)
     b = bound(run.sc.precision, lit_row, scale * rule.sr_walk(act)[:, None]).expand_as(m["max_abs"])
+    fp = None
+    if ctx.fp64 is not None:  # the envelope with the fp64 running-error bound (tolerance_rule.py)
+        fp = ctx.fp64["output_arith"].index_select(0, act)
+        b = torch.maximum(b, fp + rule.tol.floor_u * rule.u_out * scale * rule.sr_walk(act)[:, None])
     excess = (m["max_abs"] > b) & ~(ctx.unwritten.flatten(2).any(-1))
     if ctx.lit_nonfinite is not None:
         excess &= ~ctx.lit_nonfinite.flatten(2).any(-1)
@@ -75,7 +80,8 @@ def _against_literal(ctx) -> None:
         for i, t in torch.nonzero(excess).tolist():
             r = run.active[i]
             e, bb = float(m["max_abs"][i, t]), float(b[i, t])
-            ctx.fail("output", rule.explain(e, bb, float(lit_row[i, 0]), float(scale[i, 0]), rule.u_out),
+            ctx.fail("output", rule.explain(e, bb, float(lit_row[i, 0]), float(scale[i, 0]), rule.u_out,
+                                            None if fp is None else float(fp[i, t])),
                      row=r, slot=run.ids_list[r], position=t, value=e, bound=bb)
 
 
