@@ -122,6 +122,9 @@ def _traffic(cell: dict, mode) -> dict:
             "saved_bytes_per_token": fp32 - per_tok, "saved_fraction": (fp32 - per_tok) / fp32, "model": model}
 
 
+LITERAL_OF_KIND = {"replay": "literal-replay", "baseline": "literal-baseline"}
+
+
 def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget: float = 1e-2,
             horizon: float | None = None, budgets: Budgets | None = None, criterion: str = "aic",
             alpha: float = 0.01, precision_factor: float = 2.0, environment: dict | None = None) -> dict:
@@ -132,16 +135,20 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
     H = float(horizon) if horizon is not None else float(cfg.tokens)
     if not H >= 1:
         raise ValueError(f"horizon: expected >= 1 token, got {horizon!r}")
+    # The calibrating literal model of each cell: the literal model of the cell's own kind (a
+    # baseline rounds its state every token, a replay kernel every flush), else literal-replay.
     literal = {}
     for c in cells:
-        if c["kernel"] == "literal-replay":
-            key = (c["family"], c["mode"], c["distribution"], c["schedule"])
+        if c["kernel"] in LITERAL_OF_KIND.values():
+            key = (c["kernel"], c["family"], c["mode"], c["distribution"], c["schedule"])
             literal[key] = c
     out_cells = []
     for c in cells:
         mode = parse_mode(c["mode"])
         curves = {k: BinnedCurve.from_dict(v) for k, v in c["curves"].items()}
-        lit = literal.get((c["family"], c["mode"], c["distribution"], c["schedule"]))
+        where = (c["family"], c["mode"], c["distribution"], c["schedule"])
+        own = LITERAL_OF_KIND.get(c.get("kernel_kind"), "literal-replay")
+        lit = literal.get((own, *where)) or literal.get(("literal-replay", *where))
         calibrate = lit is not None and lit is not c
         lcur = {k: BinnedCurve.from_dict(v) for k, v in lit["curves"].items()} if calibrate else {}
         # Output bits against the activation format (max with the compute format's); state bits
