@@ -142,8 +142,6 @@ class Lockstep:
         heads = state_norm(init0).shape[1]
         self.bound = (RunningBound(terms, sc.precision, self.replay_kind, sc.rows, heads, self.device)
                       if terms is not None else None)
-        self.bound_arith = (RunningBound(terms, sc.precision, self.replay_kind, sc.rows, heads, self.device,
-                                         arithmetic_only=True) if terms is not None else None)
         if self.bound is None and not literal_every:
             literal_every = 1
         self.literal_name = literal_twin_name(type(self.kernel), sc) if literal_every else None
@@ -266,7 +264,6 @@ class Lockstep:
             lit.reset(self.ids, init, origins)
         if self.bound is not None and self.active:
             self.bound.reset(self.active, init)
-            self.bound_arith.reset(self.active, init)
         self.ref = init.clone()
         self.wp = [0] * sc.rows
         self.origin = list(sc.resolved_origins)
@@ -293,7 +290,6 @@ class Lockstep:
             lit.reset(tids, init, torig)
         if self.bound is not None:
             self.bound.reset(list(p.reset_rows), init)
-            self.bound_arith.reset(list(p.reset_rows), init)
         for r in p.reset_rows:
             self.ref[r] = init[r]
             self.wp[r], self.origin[r] = 0, orig[r]
@@ -329,8 +325,6 @@ class Lockstep:
             def readout(s_abs, tok):
                 return readout_magnitude(self.sc.family, s_abs, tok, self.ref_params, False)
             self.fp64 = self.bound.window(toks, self.ref_params, fl, self.dec.speculative, kt, st, readout)
-            arith = self.bound_arith.window(toks, self.ref_params, fl, self.dec.speculative, kt, st, readout)
-            self.fp64.update({f"{k}_arith": v for k, v in arith.items() if k != "fold_terms"})
         return torch.stack(outs, dim=1), new, after_first
 
     def step(self) -> dict:
@@ -457,7 +451,6 @@ class Lockstep:
             "tokens": (self.tokens_accepted, self.tokens_verified), "notes": list(self.notes),
             "lit_env": {k: v.detach().cpu() for k, v in self.lit_env.items()},
             "fp64_bound": None if self.bound is None else self.bound.state_dict(),
-            "fp64_bound_arith": None if self.bound is None else self.bound_arith.state_dict(),
         }
 
     def load_state_dict(self, d: dict) -> None:
@@ -495,7 +488,6 @@ class Lockstep:
             self.lit_env[k] = v.to(self.device)
         if self.bound is not None and d.get("fp64_bound") is not None:
             self.bound.load_state_dict(d["fp64_bound"])
-            self.bound_arith.load_state_dict(d["fp64_bound_arith"])
         self.started = True
 
     def _when(self, schedule: str) -> str:

@@ -59,31 +59,38 @@ def state_norm(state: torch.Tensor) -> torch.Tensor:
 
 
 class RunningBound:
-    """The fp64 running-error bound of one run (per row and head: carried error ``E``, norm
-    bound ``M``, tokens ``n`` and decay exponent ``L`` since the last stored state)."""
+    """The fp64 running-error bound of one run (per row and head: carried error ``E``, the
+    carried error of the arithmetic alone ``A``, norm bound ``M``, tokens ``n`` and decay
+    exponent ``L`` since the last stored state).
 
-    def __init__(self, terms, mode: PrecisionMode, replay: bool, rows: int, heads: int, device,
-                 arithmetic_only: bool = False) -> None:
-        """``arithmetic_only``: the bound on the compute format's arithmetic alone (no storage or
-        record rounding): how far a correct kernel with another operation order may differ from
-        the literal model, which rounds its storage the same way (the envelope of
-        ``tolerance_rule.py``)."""
+    ``A`` leaves out the storage and record roundings: it bounds how far a correct kernel with
+    another operation order may differ from the literal model, which rounds its storage the same
+    way (the envelope of ``tolerance_rule.py``)."""
+
+    def __init__(self, terms, mode: PrecisionMode, replay: bool, rows: int, heads: int, device) -> None:
         self.terms = terms
         self.replay = replay
         self.u_c = mode.compute_unit_roundoff
-        self.u_a = 0.0 if arithmetic_only else mode.act_unit_roundoff
-        self.u_s = 0.0 if arithmetic_only else mode.state_unit_roundoff * (2.0 if mode.rounding == "stochastic" else 1.0)
+        self.u_a = mode.act_unit_roundoff
+        self.u_s = mode.state_unit_roundoff * (2.0 if mode.rounding == "stochastic" else 1.0)
         z = torch.zeros(rows, heads, dtype=torch.float64, device=device)
-        self.cur = {"E": z, "M": z.clone(), "n": z.clone(), "L": z.clone()}
+        self.cur = {"E": z, "A": z.clone(), "M": z.clone(), "n": z.clone(), "L": z.clone()}
 
     # ---- the analysis ------------------------------------------------------------------------------
+    def _fold(self, st: dict) -> torch.Tensor:
+        return self.u_c * (K_SUM * st["n"] + K_EXP * st["L"]) * st["M"]
+
     def value(self, st: dict) -> torch.Tensor:
         """Per row and head: the bound on the error of the state ``st`` describes."""
-        return st["E"] + self.u_c * (K_SUM * st["n"] + K_EXP * st["L"]) * st["M"]
+        return st["E"] + self._fold(st)
+
+    def value_arith(self, st: dict) -> torch.Tensor:
+        """... of its arithmetic alone."""
+        return st["A"] + self._fold(st)
 
     def stored(self, st: dict, rows: torch.Tensor | None = None) -> dict:
         """``st`` after storing the state (rows where ``rows`` is True; all when None)."""
-        new = {"E": self.value(st) + K_STORE * self.u_s * st["M"], "M": st["M"],
+        new = {"E": self.value(st) + K_STORE * self.u_s * st["M"], "A": self.value_arith(st), "M": st["M"],
                "n": torch.zeros_like(st["n"]), "L": torch.zeros_like(st["L"])}
         if rows is None:
             return new
@@ -92,7 +99,7 @@ class RunningBound:
 
     def advance(self, st: dict, tok: dict, params: dict) -> dict:
         rho, M, rec = self.terms(st["M"], tok, params)
-        return {"E": rho * st["E"] + self.u_a * rec, "M": M, "n": st["n"] + 1,
+        return {"E": rho * st["E"] + self.u_a * rec, "A": rho * st["A"], "M": M, "n": st["n"] + 1,
                 "L": st["L"] - torch.log(rho.clamp_min(1e-300))}
 
     # ---- the run ------------------------------------------------------------------------------------
@@ -101,7 +108,7 @@ class RunningBound:
         idx = torch.tensor(rows, dtype=torch.long, device=init.device)
         M = state_norm(init.index_select(0, idx).to(torch.float64))
         z = torch.zeros_like(M)
-        fresh = self.stored({"E": z, "M": M, "n": z, "L": z})
+        fresh = self.stored({"E": z, "A": z, "M": M, "n": z, "L": z})
         for k, v in fresh.items():
             self.cur[k].index_copy_(0, idx, v)
 
@@ -112,15 +119,17 @@ class RunningBound:
         tok)`` the family's readout magnitude.  Keeps the bound after each row's ``accepted``
         prefix; returns per row the bounds (``FACTOR`` included) on each window output ``output``
         [R, T'], on the state after the accepted prefix ``state`` [R] and on a checkpoint written
-        by this verify ``checkpoint`` [R]."""
+        by this verify ``checkpoint`` [R]; the same of the arithmetic alone (``*_arith``); and
+        ``fold_terms`` of the fold a flush stores."""
         st = self.cur
         ckpt = terms = None
         if self.replay and speculative:
             terms = self.fold_terms(st)
             st = self.stored(st, flush)
-            ckpt = st["E"]
-        kept, out = st, []
-        shape = (like.shape[0], like.shape[1]) + (1,) * (like.dim() - 2)
+            ckpt = st
+        kept, out, out_a = st, [], []
+        R = like.shape[0]
+        shape = (R, like.shape[1]) + (1,) * (like.dim() - 2)
         zero = torch.zeros_like(like)
         for t, tok in enumerate(toks):
             st = self.advance(st, tok, params)
@@ -129,18 +138,26 @@ class RunningBound:
             elif t == 0 and not speculative:
                 terms = self.fold_terms(st)
                 st = self.stored(st, flush)
-                ckpt = st["E"]
-            per_head = self.value(st).reshape(shape).expand_as(like)
-            out.append((readout(per_head, tok) - readout(zero, tok)).flatten(1).amax(-1))
+                ckpt = st
+            # The readout magnitude is linear in the state: subtract its state-free part once.
+            both = torch.cat([self.value(st), self.value_arith(st)]).reshape(2 * R, *shape[1:])
+            tok2 = {k: torch.cat([v, v]) for k, v in tok.items()}
+            mags = (readout(both.expand(2 * R, *like.shape[1:]), tok2)
+                    - readout(torch.cat([zero, zero]), tok2)).flatten(1).amax(-1)
+            out.append(mags[:R])
+            out_a.append(mags[R:])
             sel = (accepted == t + 1)[:, None]
             kept = {k: torch.where(sel, st[k], kept[k]) for k in st}
         self.cur = kept
         if ckpt is None:
-            ckpt = self.value(kept)
+            ckpt = kept
         if terms is None:
             terms = self.fold_terms(kept)
         return {"output": FACTOR * torch.stack(out, dim=1), "state": FACTOR * self.value(kept).amax(-1),
-                "checkpoint": FACTOR * ckpt.amax(-1), "fold_terms": terms}
+                "checkpoint": FACTOR * ckpt["E"].amax(-1),
+                "output_arith": FACTOR * torch.stack(out_a, dim=1),
+                "state_arith": FACTOR * self.value_arith(kept).amax(-1),
+                "checkpoint_arith": FACTOR * ckpt["A"].amax(-1), "fold_terms": terms}
 
     @staticmethod
     def fold_terms(st: dict) -> torch.Tensor:
