@@ -22,8 +22,8 @@ from replayssm.validators.result import CHECKS as REPORT_CHECKS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
 # The failure names results, docs, tests and the fuzz corpus use: they must not change.
-NAMES = {"exception", "out-param", "unwritten-output", "non-finite", "padding-output", "unused-slot", "stored-precision",
-         "flush-increment",
+NAMES = {"exception", "out-param", "unwritten-output", "non-finite", "padding-output", "unused-slot",
+         "stored-precision", "flush-increment",
          "checkpoint-unchanged", "committed-ring-rows", "cursor", "output", "flush-checkpoint", "state", "repeat"}
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -206,7 +206,6 @@ def test_h200_fp32_checkpoint_error_that_rises_then_plateaus_is_bounded():
 
 
 def test_uncalibrated_effective_precision_is_shown_not_judged():
-    from replayssm.validators.drift_analysis import effective_precision
     direct = effective_precision(1e-6, 2.0 ** -24)  # an accumulated error, no literal model to compare
     assert direct["basis"] == "direct" and not direct["worse"] and direct["bits_eff"] < 24
     calibrated = effective_precision(1e-6, 2.0 ** -24, literal_err=1e-8)
@@ -214,9 +213,6 @@ def test_uncalibrated_effective_precision_is_shown_not_judged():
 
 
 def test_the_speculation_decision_agrees_with_the_interval_it_prints():
-    import numpy as np
-
-    from replayssm.validators.drift_analysis import compare_speculative
     rng = np.random.default_rng(0)
     for shift in (0.0, 0.01, 0.03, 0.2):
         std = np.exp(rng.normal(size=(2, 512)))

@@ -23,6 +23,7 @@ from replayssm.scenarios.inputs import make_inputs, make_inputs_steps
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators import invariants as inv
 from replayssm.validators.drift import CellRun, SweepConfig
+from replayssm.validators.drift_analysis import BinnedCurve
 from replayssm.validators.drift_fast import FastCell, _ChunkReference
 
 CELLS = ["mamba2.literal-replay.s32a16.long-memory.standard",
@@ -211,7 +212,6 @@ def test_fast_path_bad_arguments():
 def test_speculative_baseline_state_is_measured_at_the_committed_token(how):
     """A baseline's stored state holds the accepted tokens: its flush error is against the
     reference after them, not before the window (was 0.49 relative, a false drift verdict)."""
-    from replayssm.validators.drift_analysis import BinnedCurve
     cell = "mamba2.literal-baseline.s32a32.long-memory.spec-always-T"
     res = json.loads(_result(cell, how, tokens=64))
     flush = BinnedCurve.from_dict(res["curves"]["flush"])

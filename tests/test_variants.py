@@ -20,7 +20,7 @@ from replayssm.validators import Lockstep, run_scenario
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-VARIANTS = [(f, n) for (f, n), cls in kernels().items() if n.startswith("literal-replay-") and n != "literal-replay-state"]
+VARIANTS = [(f, n) for (f, n) in kernels() if n.startswith("literal-replay-") and n != "literal-replay-state"]
 
 
 def test_each_family_registers_variants():

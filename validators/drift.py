@@ -422,7 +422,7 @@ class CellRun:
         if self.fast is not None:
             return self.fast.run(n)
         before = int(np.minimum(self.pos, self.cfg.tokens).sum())
-        ls, dec, spec = self.ls, self.ls.dec, self.spec.speculative
+        ls, dec = self.ls, self.ls.dec
         end = min(self.n_steps, self.step + n)
         while self.step < end and self.exception is None:
             pos_before = self.pos.copy()

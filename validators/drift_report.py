@@ -29,8 +29,8 @@ from replayssm.validators.drift_analysis import (
     tokens_to_budget,
 )
 from replayssm.validators.drift_budgets import Budgets, check_cell
-from replayssm.validators.tolerances import state_unit
 from replayssm.validators.svg_plot import PALETTE, Plot, Series, render
+from replayssm.validators.tolerances import state_unit
 
 SCHEMA = "replayssm-drift-report"
 SCHEMA_VERSION = 1
@@ -625,7 +625,8 @@ def to_html(report: dict) -> str:
              f"Mann-Whitney U at alpha = {st['alpha']:g}. The flush cadence differs between the two decodes "
              "(tokens/flush column), so an effect can come from the extra flushes rather than from the window.</p>")
     h.append("<table><tr><th>family</th><th>kernel</th><th>mode</th><th>scenario</th><th>schedule</th>"
-             "<th>tokens/flush std / spec</th><th>error ratio spec/std (CI at the test's level, 1 − 2α)</th><th>p</th><th>verdict</th></tr>")
+             "<th>tokens/flush std / spec</th><th>error ratio spec/std (CI at the test's level, 1 − 2α)</th>"
+             "<th>p</th><th>verdict</th></tr>")
     for s in report["speculation"]:
         ci = s.get("ratio_ci_test") or s.get("ratio_ci95")
         tpf = s["tokens_per_flush"]
