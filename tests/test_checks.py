@@ -23,6 +23,7 @@ from replayssm.validators.result import CHECKS as REPORT_CHECKS
 DOC = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
 # The failure names results, docs, tests and the fuzz corpus use: they must not change.
 NAMES = {"exception", "out-param", "unwritten-output", "non-finite", "padding-output", "unused-slot",
+         "stored-precision", "flush-increment",
          "checkpoint-unchanged", "committed-ring-rows", "cursor", "output", "flush-checkpoint", "state", "repeat",
          "window-tail", "zero-accept"}
 

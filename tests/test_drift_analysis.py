@@ -204,3 +204,22 @@ def test_h200_fp32_checkpoint_error_that_rises_then_plateaus_is_bounded():
     fit = fit_growth(t, rms)
     assert fit.law == "bounded"
     assert fit.saturation == pytest.approx(rms[t > 2e4].mean(), rel=0.15)
+
+
+def test_uncalibrated_effective_precision_is_shown_not_judged():
+    direct = effective_precision(1e-6, 2.0 ** -24)  # an accumulated error, no literal model to compare
+    assert direct["basis"] == "direct" and not direct["worse"] and direct["bits_eff"] < 24
+    calibrated = effective_precision(1e-6, 2.0 ** -24, literal_err=1e-8)
+    assert calibrated["basis"] == "literal" and calibrated["worse"]
+
+
+def test_the_speculation_decision_agrees_with_the_interval_it_prints():
+    rng = np.random.default_rng(0)
+    for shift in (0.0, 0.01, 0.03, 0.2):
+        std = np.exp(rng.normal(size=(2, 512)))
+        spec = std * np.exp(shift + 0.2 * rng.normal(size=(2, 512)))
+        r = compare_speculative(std, spec, block=8, alpha=0.01)
+        lo = r["ratio_ci_test"][0]
+        assert r["adds_error"] == (r["p_value"] < 0.01 and lo > 1)
+        assert r["inconclusive"] == ((r["p_value"] < 0.01) != (lo > 1))
+        assert f"{r['ci_test_level']:g}% CI" in r["statement"]

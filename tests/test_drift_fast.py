@@ -23,6 +23,7 @@ from replayssm.scenarios.inputs import make_inputs, make_inputs_steps
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators import invariants as inv
 from replayssm.validators.drift import CellRun, SweepConfig
+from replayssm.validators.drift_analysis import BinnedCurve
 from replayssm.validators.drift_fast import FastCell, _ChunkReference
 
 CELLS = ["mamba2.literal-replay.s32a16.long-memory.standard",
@@ -205,3 +206,14 @@ def test_fast_path_bad_arguments():
     with pytest.raises(ValueError, match="static"):
         FastCell(CellRun(spec, cfg, chunk=16, fast=False), static=True)
     assert np.all(CellRun(spec, cfg, chunk=16).fast.sel.shape == np.array([16, 4, 2]))
+
+
+@pytest.mark.parametrize("how", ["slow", "fast"])
+def test_speculative_baseline_state_is_measured_at_the_committed_token(how):
+    """A baseline's stored state holds the accepted tokens: its flush error is against the
+    reference after them, not before the window (was 0.49 relative, a false drift verdict)."""
+    cell = "mamba2.literal-baseline.s32a32.long-memory.spec-always-T"
+    res = json.loads(_result(cell, how, tokens=64))
+    flush = BinnedCurve.from_dict(res["curves"]["flush"])
+    assert flush.samples > 0 and flush.peak_rms() < 1e-5, flush.peak_rms()
+    assert res == json.loads(_result(cell, "fast" if how == "slow" else "slow", tokens=64))

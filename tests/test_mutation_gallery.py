@@ -14,10 +14,12 @@ import json
 import pytest
 
 from replayssm.cli import main
+from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.fuzz import fuzz_kernel
 from replayssm.validators.fuzz_artifacts import load_failure
 from replayssm.validators.gallery_run import failure_class, gallery_cases, problems, run_case
 from replayssm.validators.mutants import all_mutants
+from replayssm.validators.runner import run_scenario
 
 CASES = gallery_cases()
 
@@ -49,6 +51,22 @@ def test_fuzzer_catches_mutant(name, family, tmp_path, capsys):
     first = json.loads(res_file.read_text())["first_failure"]
     assert (first["check"], first["step"]) == (record.check, record.first_bad_step)
     assert "FAIL" in capsys.readouterr().out
+
+
+# Standard decode with L = 1 (a flush every step), fp8 state with stochastic rounding, decay near 1:
+# 120 flushes of correlated rounding.  Measured 2026-12-01, seeds 0-2: the mutant fails
+# flush-checkpoint at steps 20-61 in both families; literal-replay passes at <= 0.48 of the bound.
+NAMED = dict(decode="standard", mode="sfp8a16-sr", buffer=1, schedule="always-1", steps=120,
+             distribution="long-memory")
+
+
+@pytest.mark.parametrize("family", ["mamba2", "gdn"])
+def test_statistical_mutants_on_named_scenarios(family):
+    """mutant-sr-stale-seed on its named scenario (the gdn case is not fuzzed in CI: see its registration)."""
+    sc = Scenario.tiny(family, **NAMED)
+    assert run_scenario(sc, "literal-replay", repeat_check=False).passed
+    res = run_scenario(sc, "mutant-sr-stale-seed", repeat_check=False)
+    assert not res.passed and res.failures[0].check in ("flush-checkpoint", "flush-increment", "state")
 
 
 def test_shrinking_stops_after_its_scenario_budget():

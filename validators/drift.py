@@ -365,6 +365,8 @@ class CellRun:
         self.ls = Lockstep(self.sc, spec.kernel, device=self.device, literal_every=0, invariants_every=0,
                            state_every=0, record_metrics=False, digest=False, steps=self.plans)
         self.ls.start()
+        # Whether a flush's stored state already holds the step's accepted tokens (see run_steps).
+        self.ck_after = not spec.speculative or not self.ls.replay_kind
         N, R, nb = cfg.tokens, cfg.rows, cfg.nbins
         self.curves = {"output": BinnedCurve.new(N, nb), "state": BinnedCurve.new(N, nb),
                        "flush": BinnedCurve.new(N, nb), "flush_local": BinnedCurve.new(N, nb)}
@@ -430,7 +432,7 @@ class CellRun:
         if self.fast is not None:
             return self.fast.run(n)
         before = int(np.minimum(self.pos, self.cfg.tokens).sum())
-        ls, dec, spec = self.ls, self.ls.dec, self.spec.speculative
+        ls, dec = self.ls, self.ls.dec
         end = min(self.n_steps, self.step + n)
         while self.step < end and self.exception is None:
             pos_before = self.pos.copy()
@@ -447,13 +449,17 @@ class CellRun:
             self.pending.append(("out", last["rel_l2"], pos_before, k))
             if flush_rows:
                 ck = ls.kernel.checkpoint_state(ls.ids)
-                folded = ref_before if spec else ls.ref
+                # The stored state holds this step's accepted tokens (standard decode; any baseline,
+                # whose state is the committed one) or the committed prefix before the window
+                # (speculative replay).
+                after = self.ck_after
+                folded = ls.ref if after else ref_before
                 idx = torch.tensor(flush_rows, device=self.device)
                 fidx = self.flushes[flush_rows] + 1
-                at = pos_before[flush_rows] + (0 if spec else 1)
+                at = pos_before[flush_rows] + (k[flush_rows] if after else 0)
                 self.pending.append(("flush", row_rel_l2(ck.index_select(0, idx), folded.index_select(0, idx)),
                                      fidx.copy(), at.copy()))
-                if not spec:
+                if after:
                     self._advance_shadow(last["inputs"], k)
                 armed = [r for r in flush_rows if self.armed[r]]
                 if armed:
@@ -465,7 +471,7 @@ class CellRun:
                 self.shadow = self.shadow.index_copy(0, rows_t, ck.index_select(0, rows_t).to(torch.float64))
                 for r in flush_rows:
                     self.armed[r] = self.flushes[r] % self.cfg.local_every == 0
-                if spec and self.armed.any():
+                if not after and self.armed.any():
                     self._advance_shadow(last["inputs"], k)
             elif self.armed.any():
                 self._advance_shadow(last["inputs"], k)

@@ -545,7 +545,10 @@ def compare_speculative(err_standard, err_speculative, *, block: int = 64, alpha
     errors already (pass ``block=1``).  When both runs cover the same accepted positions
     (``paired``; default: when the shapes are equal) the blocks are paired and the test is
     Wilcoxon's signed-rank on block differences; otherwise Mann-Whitney U on block means.
-    ``ratio`` is the geometric-mean error ratio speculative / standard with a 95 % interval.
+    ``ratio`` is the geometric-mean error ratio speculative / standard with a 95 % interval and
+    one at the test's level (``ratio_ci_test``, ``1 - 2 alpha`` two-sided: its lower end is the
+    one-sided bound); speculation adds error when the test and that interval both say so,
+    ``inconclusive`` when only one does.
     """
     a = np.asarray(err_standard, dtype=np.float64)
     b = np.asarray(err_speculative, dtype=np.float64)
@@ -601,16 +604,26 @@ def compare_speculative(err_standard, err_speculative, *, block: int = 64, alpha
     half = float(stats.t.ppf(0.975, max(dof, 1)) * se)
     ratio = float(math.exp(mean))
     ci = [float(math.exp(mean - half)), float(math.exp(mean + half))]
-    adds = p1 < alpha
+    # The interval at the test's own level: its lower end is the one-sided (1 - alpha) bound, so
+    # the decision and the interval printed beside it say the same thing.
+    level_pct = 100 * (1 - 2 * alpha)
+    half_t = float(stats.t.ppf(1 - alpha, max(dof, 1)) * se)
+    ci_t = [float(math.exp(mean - half_t)), float(math.exp(mean + half_t))]
+    by_test, by_interval = p1 < alpha, ci_t[0] > 1.0
+    adds = by_test and by_interval
+    where = (f"ratio {ratio:.3g} ({level_pct:g}% CI {ci_t[0]:.3g}-{ci_t[1]:.3g}), one-sided {test} "
+             f"p = {p1:.2g} {'<' if by_test else '>='} {alpha:g}")
     if adds:
-        statement = (f"speculation adds error: speculative/standard error ratio {ratio:.3g} "
-                     f"(95% CI {ci[0]:.3g}-{ci[1]:.3g}), one-sided {test} p = {p1:.2g} < {alpha:g}")
+        statement = f"speculation adds error: speculative/standard error {where}"
+    elif by_test or by_interval:
+        statement = (f"inconclusive: the rank test and the interval disagree at alpha = {alpha:g}: {where}")
     else:
-        statement = (f"no evidence that speculation adds error: ratio {ratio:.3g} "
-                     f"(95% CI {ci[0]:.3g}-{ci[1]:.3g}), one-sided {test} p = {p1:.2g} >= {alpha:g}")
+        statement = f"no evidence that speculation adds error: {where}"
     return {"test": test, "paired": paired, "n_blocks": int(d.size if paired else ma.size + mb.size),
             "block": block, "block_level": level, "lag1_autocorr": rho, "p_value": p1, "p_two_sided": p2,
-            "ratio": ratio, "ratio_ci95": ci, "adds_error": bool(adds), "alpha": alpha, "statement": statement}
+            "ratio": ratio, "ratio_ci95": ci, "ratio_ci_test": ci_t, "ci_test_level": level_pct,
+            "adds_error": bool(adds), "inconclusive": bool(by_test != by_interval), "alpha": alpha,
+            "statement": statement}
 
 
 # ---- effective precision -------------------------------------------------------------------------------
@@ -620,10 +633,12 @@ def effective_precision(err: float, declared_u: float, literal_err: float | None
     """The unit roundoff a measured error corresponds to.
 
     Uncalibrated (``literal_err`` None): the error itself, read as a unit roundoff
-    (``u_eff = err``).  Calibrated by the literal model's error at the same mode and scenario:
-    error scales linearly with the unit roundoff to first order, so
-    ``u_eff = declared_u * err / literal_err``.  ``worse`` flags ``u_eff > factor * declared_u``
-    (more than ``log2(factor)`` bits lost).  Bits are ``-log2(u)``.
+    (``u_eff = err``), shown but not judged (``worse`` False: an error accumulated over a long
+    run is many u of a correct kernel; only the literal model at the same mode says how many).
+    Calibrated by the literal model's error at the same mode and scenario: error scales
+    linearly with the unit roundoff to first order, so ``u_eff = declared_u * err / literal_err``.
+    ``worse`` flags a calibrated ``u_eff > factor * declared_u`` (more than ``log2(factor)`` bits
+    lost).  Bits are ``-log2(u)``.
     """
     if not declared_u > 0:
         raise ValueError(f"declared_u: expected a positive unit roundoff, got {declared_u!r}")
@@ -640,7 +655,7 @@ def effective_precision(err: float, declared_u: float, literal_err: float | None
     bits = -math.log2(u_eff) if 0 < u_eff < math.inf else (math.inf if u_eff == 0 else -math.inf)
     return {"u_eff": _num(u_eff) if u_eff != math.inf else None, "bits_eff": _num(bits),
             "u_declared": declared_u, "bits_declared": -math.log2(declared_u), "basis": basis,
-            "factor": factor, "worse": bool(u_eff > factor * declared_u)}
+            "factor": factor, "worse": bool(u_eff > factor * declared_u) if basis != "direct" else False}
 
 
 __all__ = ["BinnedCurve", "CRITERIA", "GrowthFit", "LAWS", "LawFit", "OUTCOMES", "bin_edges",

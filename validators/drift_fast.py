@@ -274,13 +274,14 @@ class FastCell:
         cell, ls, dev = self.cell, self.ls, self.dev
         if flush_rows:
             ck = ls.kernel.checkpoint_state(ls.ids)
-            folded = ref_before if self.spec else ls.ref
+            after = cell.ck_after  # the stored state holds this step's tokens (CellRun.run_steps)
+            folded = ls.ref if after else ref_before
             idx = torch.tensor(flush_rows, device=dev)
             fidx = cell.flushes[flush_rows] + 1
-            at = pos_before[flush_rows] + (0 if self.spec else 1)
+            at = pos_before[flush_rows] + (k[flush_rows] if after else 0)
             cell.pending.append(("flush", row_rel_l2(ck.index_select(0, idx), folded.index_select(0, idx)),
                                  fidx.copy(), at.copy()))
-            if not self.spec:
+            if after:
                 self._set_shadow(self._advance(cell.shadow, j, k))
             armed = [r for r in flush_rows if cell.armed[r]]
             if armed:
@@ -295,7 +296,7 @@ class FastCell:
                 cell.shadow = cell.shadow.index_copy(0, idx, src)
             for r in flush_rows:
                 cell.armed[r] = cell.flushes[r] % cell.cfg.local_every == 0
-            if self.spec and cell.armed.any():
+            if not after and cell.armed.any():
                 self._set_shadow(self._advance(cell.shadow, j, k))
         cell.pos += k
         due = [r for r in ls.active if cell.next_sample[r] < len(cell.targets)

@@ -30,6 +30,7 @@ from replayssm.validators.drift_analysis import (
 )
 from replayssm.validators.drift_budgets import Budgets, check_cell
 from replayssm.validators.svg_plot import PALETTE, Plot, Series, render
+from replayssm.validators.tolerances import state_unit
 
 SCHEMA = "replayssm-drift-report"
 SCHEMA_VERSION = 1
@@ -121,6 +122,9 @@ def _traffic(cell: dict, mode) -> dict:
             "saved_bytes_per_token": fp32 - per_tok, "saved_fraction": (fp32 - per_tok) / fp32, "model": model}
 
 
+LITERAL_OF_KIND = {"replay": "literal-replay", "baseline": "literal-baseline"}
+
+
 def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget: float = 1e-2,
             horizon: float | None = None, budgets: Budgets | None = None, criterion: str = "aic",
             alpha: float = 0.01, precision_factor: float = 2.0, environment: dict | None = None) -> dict:
@@ -131,27 +135,34 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
     H = float(horizon) if horizon is not None else float(cfg.tokens)
     if not H >= 1:
         raise ValueError(f"horizon: expected >= 1 token, got {horizon!r}")
+    # The calibrating literal model of each cell: the literal model of the cell's own kind (a
+    # baseline rounds its state every token, a replay kernel every flush), else literal-replay.
     literal = {}
     for c in cells:
-        if c["kernel"] == "literal-replay":
-            key = (c["family"], c["mode"], c["distribution"], c["schedule"])
+        if c["kernel"] in LITERAL_OF_KIND.values():
+            key = (c["kernel"], c["family"], c["mode"], c["distribution"], c["schedule"])
             literal[key] = c
     out_cells = []
     for c in cells:
         mode = parse_mode(c["mode"])
         curves = {k: BinnedCurve.from_dict(v) for k, v in c["curves"].items()}
-        lit = literal.get((c["family"], c["mode"], c["distribution"], c["schedule"]))
+        where = (c["family"], c["mode"], c["distribution"], c["schedule"])
+        own = LITERAL_OF_KIND.get(c.get("kernel_kind"), "literal-replay")
+        lit = literal.get((own, *where)) or literal.get(("literal-replay", *where))
         calibrate = lit is not None and lit is not c
         lcur = {k: BinnedCurve.from_dict(v) for k, v in lit["curves"].items()} if calibrate else {}
-        out_block = _curve_block(curves["output"], criterion, budget, H, mode.unit_roundoff,
+        # Output bits against the activation format (max with the compute format's); state bits
+        # against the declared state format (tolerances.state_unit), not the coarsest of the mode.
+        u_out, u_state = max(mode.act_unit_roundoff, mode.compute_unit_roundoff), state_unit(mode)
+        out_block = _curve_block(curves["output"], criterion, budget, H, u_out,
                                  lcur["output"].rms() if calibrate else None, precision_factor)
-        state_block = _curve_block(curves["state"], criterion, budget, H, mode.unit_roundoff,
+        state_block = _curve_block(curves["state"], criterion, budget, H, u_state,
                                    lcur["state"].rms() if calibrate else None, precision_factor)
         ftb, frms, _ = curves["flush"].binned()
         loc = curves["flush_local"]
         inj = injected_per_flush(ftb, frms, local_rms=loc.rms() if loc.samples and not loc.nonfinite else None)
         lit_loc = lcur["flush_local"].rms() if calibrate and lcur["flush_local"].samples else None
-        inj["effective_precision"] = (effective_precision(inj["estimate"], mode.unit_roundoff, lit_loc,
+        inj["effective_precision"] = (effective_precision(inj["estimate"], u_state, lit_loc,
                                                           precision_factor)
                                       if inj["estimate"] is not None else None)
         ltb, lrms, lcnt = loc.binned()
@@ -219,6 +230,8 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
 def _verdict(s: dict) -> str:
     if s.get("adds_error") is None:
         return s["statement"]
+    if s.get("inconclusive"):
+        return "inconclusive"
     return "adds error" if s["adds_error"] else "no evidence"
 
 
@@ -361,9 +374,9 @@ def to_markdown(report: dict, html_name: str | None = "drift_report.html") -> st
               "adds to the checkpoint; eff. bits: -log2 of the effective unit roundoff (⚠ worse than declared by "
               f"more than x{st['precision_factor']:g}).", ""]
     lines += ["## Does speculation add error?", "", "| family | kernel | mode | scenario | schedule | "
-              "tokens/flush std / spec | ratio (95% CI) | p | verdict |", "|" + "---|" * 9]
+              "tokens/flush std / spec | ratio (CI at the test's level, 1 − 2α) | p | verdict |", "|" + "---|" * 9]
     for s in report["speculation"]:
-        ci = s.get("ratio_ci95")
+        ci = s.get("ratio_ci_test") or s.get("ratio_ci95")
         tpf = s["tokens_per_flush"]
         lines.append(f"| {s['family']} | {s['kernel']} | {s['mode']} | {s['distribution']} | {s['schedule']} | "
                      f"{tpf['standard']:.3g} / {tpf['speculative']:.3g} | "
@@ -615,9 +628,10 @@ def to_html(report: dict) -> str:
              f"Mann-Whitney U at alpha = {st['alpha']:g}. The flush cadence differs between the two decodes "
              "(tokens/flush column), so an effect can come from the extra flushes rather than from the window.</p>")
     h.append("<table><tr><th>family</th><th>kernel</th><th>mode</th><th>scenario</th><th>schedule</th>"
-             "<th>tokens/flush std / spec</th><th>error ratio spec/std (95% CI)</th><th>p</th><th>verdict</th></tr>")
+             "<th>tokens/flush std / spec</th><th>error ratio spec/std (CI at the test's level, 1 − 2α)</th>"
+             "<th>p</th><th>verdict</th></tr>")
     for s in report["speculation"]:
-        ci = s.get("ratio_ci95")
+        ci = s.get("ratio_ci_test") or s.get("ratio_ci95")
         tpf = s["tokens_per_flush"]
         ratio = f"{_fmt(s.get('ratio'))} ({_fmt(ci[0]) if ci else '–'}–{_fmt(ci[1]) if ci else '–'})"
         cls = "fail" if s.get("adds_error") else ""

@@ -30,7 +30,10 @@ or 2^100 (through ``snapshot``/``restore``) before it is reset.
 
 The reference is batched over rows on the kernel's device in fp64 (no per-element Python loops).
 The literal model (per-row Python) is only needed for the tolerance rule: ``literal_every``
-samples it (0 turns it off: then only exact checks and metrics are reported).
+samples it (0: never); on the steps it does not run, the fp64 running-error bound of
+``validators/checks/fp64_bound.py`` judges outputs, states and checkpoints instead (a family
+without an error model keeps the literal model on every step): no option turns the numerical
+checks off.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from replayssm.scenarios.schedules import POISON_LARGE, StepPlan, plan
 from replayssm.validators import invariants as inv
 from replayssm.validators import mutants  # noqa: F401 - registers every mutant by name
 from replayssm.validators.checks import CHECKS, HOOKS, RunContext, StepContext, ToleranceRule, checks_at
+from replayssm.validators.checks.fp64_bound import RunningBound, error_model, state_norm
 from replayssm.validators.checks.tolerance_rule import SR_WALK_CAP
 from replayssm.validators.metrics import error_metrics
 from replayssm.validators.result import Failure, ValidationResult
@@ -181,6 +185,17 @@ class Lockstep:
             raise ValueError(f"kernel: instance was built for {self.kernel.geometry} {self.kernel.mode.id}, "
                              f"the scenario needs {sc.geometry_obj} {sc.mode}")
         self.kernel_name = self.kernel.name or type(self.kernel).__name__
+        # The fp64 running-error bound judges every step the literal model does not run; a family
+        # without an error model keeps the literal model on every step (no option turns the
+        # numerical checks off).
+        terms = error_model(sc.family)
+        self.replay_kind = getattr(self.kernel, "base_kind", self.kernel.kind) != "baseline"
+        init0 = make_initial_state(sc, 0, self.device)
+        heads = state_norm(init0).shape[1]
+        self.bound = (RunningBound(terms, sc.precision, self.replay_kind, sc.rows, heads, self.device)
+                      if terms is not None else None)
+        if self.bound is None and not literal_every:
+            literal_every = 1
         self.literal_name = literal_twin_name(type(self.kernel), sc) if literal_every else None
         self.literal = (build_kernel(self.literal_name, sc, self.device, self.params, twin=True)
                         if self.literal_name else None)
@@ -217,7 +232,6 @@ class Lockstep:
         if any(p.poison != "none" and p.reset_rows for p in self.plans) and not self.kernel.supports_restore:
             self.notes.append("the kernel cannot restore a snapshot: recycled slots were not poisoned before reuse")
         # A mutant built on a baseline says so in ``base_kind`` (its kind is "mutant").
-        self.replay_kind = getattr(self.kernel, "base_kind", self.kernel.kind) != "baseline"
         self.kind = "replay" if self.replay_kind else "baseline"
         self.hooks = {h: checks_at(h, self.kind) for h in HOOKS}
         self.rule = ToleranceRule(sc.precision, sc.rows, self.device, label=sc.mode)
@@ -312,6 +326,8 @@ class Lockstep:
         k.reset(self.ids, init, origins)
         for lit in self.literals:
             lit.reset(self.ids, init, origins)
+        if self.bound is not None and self.active:
+            self.bound.reset(self.active, init)
         self.ref = init.clone()
         self.wp = [0] * sc.rows
         self.origin = self._origins(sc.resolved_origins)
@@ -342,6 +358,8 @@ class Lockstep:
         self.kernel.reset(tids, init, torig)
         for lit in self.literals:
             lit.reset(tids, init, torig)
+        if self.bound is not None:
+            self.bound.reset(list(p.reset_rows), init)
         for r in p.reset_rows:
             self.ref[r] = init[r]
             self.wp[r], self.origin[r] = 0, orig[r]
@@ -428,17 +446,20 @@ class Lockstep:
         self.kernel.restore(snap)
         self.coverage[f"recycled slots poisoned ({how})"] += len(slots)
 
-    def _reference_window(self, inputs: dict[str, torch.Tensor], accepted: list[int]):
+    def _reference_window(self, inputs: dict[str, torch.Tensor], accepted: list[int], flush_rows=()):
         """fp64 outputs [R, T', ...] and the state after each row's accepted prefix; the readout
-        magnitudes (:func:`readout_magnitude`, [R, T', ...]) are left in ``self.ref_magnitude``."""
+        magnitudes (:func:`readout_magnitude`, [R, T', ...]) are left in ``self.ref_magnitude``,
+        the fp64 running-error bounds in ``self.fp64`` (per row: ``output`` [R, T'], ``state``,
+        ``checkpoint``)."""
         T = self.sc.window
         st = self.ref
         new = self.ref
-        outs, mags = [], []
+        outs, mags, toks = [], [], []
         kt = torch.tensor(accepted, device=self.device)
         after_first = None
         for t in range(T):
             tok = {n: v[:, t].to(torch.float64) for n, v in inputs.items()}
+            toks.append(tok)
             y, st = reference_step(self.sc.family, st, tok, self.ref_params)
             outs.append(y)
             mags.append(readout_magnitude(self.sc.family, st, tok, self.ref_params, self.sc.precision.scaled_state))
@@ -447,6 +468,12 @@ class Lockstep:
             sel = (kt == t + 1).view(-1, *([1] * (st.dim() - 1)))
             new = torch.where(sel, st, new)
         self.ref_magnitude = torch.stack(mags, dim=1)
+        if self.bound is not None:
+            fl = torch.zeros(self.sc.rows, dtype=torch.bool, device=self.device)
+            fl[list(flush_rows)] = True
+            def readout(s_abs, tok):
+                return readout_magnitude(self.sc.family, s_abs, tok, self.ref_params, False)
+            self.fp64 = self.bound.window(toks, self.ref_params, fl, self.dec.speculative, kt, st, readout)
         return torch.stack(outs, dim=1), new, after_first
 
     def step(self) -> dict:
@@ -500,7 +527,8 @@ class Lockstep:
         if use_lit and ctx.checkpoint is not None:
             ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
         ctx.ref_state_before = self.ref
-        ctx.ref_out, ctx.ref_state, ctx.ref_first = self._reference_window(inputs, p.accepted)
+        ctx.ref_out, ctx.ref_state, ctx.ref_first = self._reference_window(inputs, p.accepted, flush_rows)
+        ctx.fp64 = self.fp64 if self.bound is not None else None
         ctx.ref_magnitude = self.ref_magnitude
         ctx.out_raw = ctx.out
         if p.window_lens is not None:
@@ -578,6 +606,7 @@ class Lockstep:
             "coverage": dict(self.coverage), "phases": sorted(self.phases),
             "tokens": (self.tokens_accepted, self.tokens_verified), "notes": list(self.notes),
             "lit_env": {k: v.detach().cpu() for k, v in self.lit_env.items()},
+            "fp64_bound": None if self.bound is None else self.bound.state_dict(),
         }
 
     def load_state_dict(self, d: dict) -> None:
@@ -613,6 +642,8 @@ class Lockstep:
         self.notes = list(d["notes"])
         for k, v in d.get("lit_env", {}).items():
             self.lit_env[k] = v.to(self.device)
+        if self.bound is not None and d.get("fp64_bound") is not None:
+            self.bound.load_state_dict(d["fp64_bound"])
         self.started = True
 
     def _when(self, schedule: str) -> str:

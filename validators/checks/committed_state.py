@@ -2,8 +2,9 @@
 
 Oracle: the fp64 token-by-token recurrence on the accepted stream and the tolerance rule
 (:class:`~replayssm.validators.checks.tolerance_rule.ToleranceRule`: factor x the literal
-model's state error + floor, relative to the reference state's size).  A non-finite state fails
-as ``non-finite``.
+model's state error + floor, relative to the reference state's size; on steps without the literal
+model, the fp64 running-error bound of ``checks/fp64_bound.py`` + floor).  A non-finite state
+fails as ``non-finite``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ def state(ctx) -> None:
     got = ctx.kernel.committed_state(run.ids)
     lit = [x.committed_state(run.ids) for x in run.literals] if ctx.use_literal else None
     ctx.record["state_err"], ctx.record["state_bound_ratio"] = ctx.rule.check_states(
-        ctx, "state", got, ctx.ref_state, lit, run.active)
+        ctx, "state", got, ctx.ref_state, lit, run.active, None if ctx.fp64 is None else ctx.fp64["state"],
+                          None if ctx.fp64 is None else ctx.fp64["state_arith"])
 
 
 __all__ = ["state"]

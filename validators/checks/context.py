@@ -45,6 +45,7 @@ class StepContext:
     ref_state_before: torch.Tensor | None = None  # ... before the window (the committed prefix)
     ref_magnitude: torch.Tensor | None = None  # readout magnitudes [R, T', ...]
     lit_outs: list[torch.Tensor] | None = None  # literal model (and SR replicas) outputs
+    fp64: dict[str, torch.Tensor] | None = None  # the fp64 running-error bounds (checks/fp64_bound.py)
     use_literal: bool = False
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # error_metrics of the active outputs
     device_record: dict[str, torch.Tensor] = field(default_factory=dict)  # per-step metrics, on the device

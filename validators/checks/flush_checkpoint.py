@@ -2,7 +2,8 @@
 
 Oracle: the fp64 token-by-token recurrence on the accepted stream and the tolerance rule
 (:class:`~replayssm.validators.checks.tolerance_rule.ToleranceRule`: factor x the literal
-model's checkpoint error + floor, relative to the reference state's size).  The folded count is
+model's checkpoint error + floor, relative to the reference state's size; on steps without the
+literal model, the fp64 running-error bound of ``checks/fp64_bound.py`` + floor).  The folded count is
 what the declared policy's flush folds: the committed prefix, or the prefix plus window position 0
 (the spec's standard decode).  Replay
 kernels only (a baseline has no checkpoint apart from its state).  A non-finite checkpoint fails
@@ -20,7 +21,9 @@ from replayssm.validators.checks.registry import REPLAY, register_check
                 mutant="mutant-late-flush")
 def flush_checkpoint(ctx) -> None:
     folded = ctx.ref_first if ctx.run.dec.flush_folds_first else ctx.ref_state_before
-    ctx.rule.check_states(ctx, "flush-checkpoint", ctx.checkpoint, folded, ctx.lit_checkpoints, ctx.flush_rows)
+    ctx.rule.check_states(ctx, "flush-checkpoint", ctx.checkpoint, folded, ctx.lit_checkpoints, ctx.flush_rows,
+                          None if ctx.fp64 is None else ctx.fp64["checkpoint"],
+                          None if ctx.fp64 is None else ctx.fp64["checkpoint_arith"])
 
 
 __all__ = ["flush_checkpoint"]

@@ -41,9 +41,13 @@ class MutantSpec:
     classes: dict  # family -> registered kernel class
     klass: str = "bookkeeping"  # one of CLASSES
     field_bug: bool = False  # one of spec 7's field bugs (each with a first_bad rule)
-    # Fuzzed by the CI gallery (tests/test_mutation_gallery.py); False: caught in CI by a direct
-    # run of a named scenario instead (tests/test_serving.py), to keep CI time small.
-    gallery: bool = True
+    # Fuzzed by the CI gallery (tests/test_mutation_gallery.py): True, False (caught in CI by a
+    # direct run of a named scenario instead, tests/test_serving.py), or the families fuzzed (the
+    # others caught by a named scenario, tests/test_mutation_gallery.py).
+    gallery: bool | tuple[str, ...] = True
+
+    def fuzzed(self, fam: str) -> bool:
+        return self.gallery is True or (isinstance(self.gallery, tuple) and fam in self.gallery)
 
 
 MUTANTS: dict[str, MutantSpec] = {}
@@ -51,7 +55,7 @@ MUTANTS: dict[str, MutantSpec] = {}
 
 def register_mutant(mixin: type, name: str, description: str, *, klass: str, families=("mamba2", "gdn"),
                     base: str = "replay", decodes=("speculative", "standard"), first_bad: Callable | None = None,
-                    field_bug: bool = False, gallery: bool = True) -> MutantSpec:
+                    field_bug: bool = False, gallery: bool | tuple[str, ...] = True) -> MutantSpec:
     """Register ``mixin`` on the literal replay (or baseline) model of each family in ``families``
     as kernel ``name`` (``kind = "mutant"``) and record it in :data:`MUTANTS`.
 

@@ -63,7 +63,19 @@ def gdn_window_solve(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None)
 
 
 class GDNMath(FamilyMath):
-    """Replay arithmetic: records d and normalised k in the activation dtype, g in compute dtype."""
+    """Replay arithmetic: records d and normalised k in the activation dtype, g in compute dtype.
+
+    The fold's decay weights are one method (:meth:`decays`) and the in-window solve another
+    (:meth:`solve`), the places real kernels differ: the variants below do them other ways."""
+
+    def decays(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``exp(G_n)`` [HV] and ``exp(G_n - G_j)`` [n, HV] (G the inclusive cumulative sum of g)."""
+        G = torch.cumsum(g, dim=0)
+        return torch.exp(G[-1]), torch.exp(G[-1] - G)
+
+    def solve(self, s_h, qh, kh, v, g, beta, mode):
+        """The window's outputs and d records from the state before the window."""
+        return gdn_window_solve(s_h, qh, kh, v, g, beta, mode)
 
     def record_layout(self, g):
         return {"d": ((g.num_v_heads, g.head_v_dim), "act"), "k": ((g.num_k_heads, g.head_k_dim), "act"),
@@ -74,10 +86,9 @@ class GDNMath(FamilyMath):
         g = hist["g"]
         if g.shape[0] == 0:
             return s0
-        G = torch.cumsum(g, dim=0)
-        w = torch.exp(G[-1] - G)  # [n, HV]
+        total, w = self.decays(g)  # [HV], [n, HV]
         kh = hist["k"].repeat_interleave(s0.shape[0] // hist["k"].shape[-2], dim=-2)
-        return torch.exp(G[-1])[:, None, None] * s0 + torch.einsum("jh,jhv,jhk->hvk", w, hist["d"], kh)
+        return total[:, None, None] * s0 + torch.einsum("jh,jhv,jhk->hvk", w, hist["d"], kh)
 
     def window(self, s0, hist, win, params, mode, options):
         s_h = self.fold(s0, hist, params, mode)
@@ -87,13 +98,57 @@ class GDNMath(FamilyMath):
         rep = nv // win["q"].shape[-2]
         qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
         g, beta = gdn_gates(win["a"], win["b"], params["A_log"], params["dt_bias"])
-        o, d = gdn_window_solve(s_h, qh, kh, win["v"], g, beta, mode)
+        o, d = self.solve(s_h, qh, kh, win["v"], g, beta, mode)
         after_first = torch.exp(g[0])[:, None, None] * s_h + d[0][:, :, None] * kh[0][:, None, :]
         return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
                             state_after_first=after_first)
 
+    def error_terms(self, norm, tok, params):
+        """The running-error model of one token (fp64, all rows), norms being the largest row
+        2-norm of a head's state ``[V, K]`` (>= its max |S|): per value head, the factor an existing
+        error is scaled by (exp(g); ``I - beta k k^T`` has 2-norm <= 1 for unit k and beta in
+        [0, 1]), a bound on the new state's norm (``exp(g) |S| + beta max|v|``), and the magnitude
+        of the contributions built from records rounded to the activation format (d and the
+        normalised k: ``2 max|d| <= 2 beta (max|v| + exp(g) |S|)``)."""
+        g, beta = gdn_gates(tok["a"], tok["b"], params["A_log"], params["dt_bias"])  # [R, HV]
+        rho = torch.exp(g)
+        nv = norm.shape[-1]
+        vmax = tok["v"].abs().amax(-1)
+        vmax = vmax.repeat_interleave(nv // vmax.shape[-1], dim=-1) if vmax.shape[-1] != nv else vmax
+        new = rho * norm + beta * vmax
+        return rho, new, 2 * beta * (vmax + rho * norm)
+
     def step(self, s, tok, params):
         return gdn_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"])
+
+
+class GDNMathCumprod(GDNMath):
+    """Fold weights as running products of the per-token decays exp(g_j) (fp32)."""
+
+    def decays(self, g):
+        a = torch.exp(g)
+        seg = [torch.ones_like(a[0])]
+        for j in range(g.shape[0] - 1, 0, -1):
+            seg.append(seg[-1] * a[j])
+        seg = torch.stack(seg[::-1])
+        return seg[0] * a[0], seg
+
+
+class GDNMathRecurrentWindow(GDNMath):
+    """The in-window solve by stepping the delta rule token by token from the state before the
+    window (no WY/UT form): ``d_t = beta_t (v_t - exp(g_t) S_{t-1} k_t)``,
+    ``S_t = exp(g_t) S_{t-1} + d_t k_t^T``, ``o_t = S_t q_t``."""
+
+    def solve(self, s_h, qh, kh, v, g, beta, mode):
+        S, outs, ds = s_h, [], []
+        for t in range(qh.shape[0]):
+            a = torch.exp(g[t])
+            sk = (_dot(S, mode) * _dot(kh[t], mode)[:, None, :]).sum(-1)
+            d = beta[t][:, None] * (v[t] - a[:, None] * sk)
+            S = a[:, None, None] * S + d[:, :, None] * kh[t][:, None, :]
+            outs.append((_dot(S, mode) * _dot(qh[t], mode)[:, None, :]).sum(-1))
+            ds.append(d)
+        return torch.stack(outs), torch.stack(ds)
 
 
 _MATH = GDNMath()
@@ -113,3 +168,20 @@ class GDNLiteralBaseline(LiteralBaselineKernel):
     family = "gdn"
     description = "literal baseline: state read and written every token; one state per draft position"
     math = _MATH
+
+
+@register
+class GDNReplayCumprod(LiteralReplayKernel):
+    name = "literal-replay-cumprod"
+    family = "gdn"
+    description = "legitimate variant: fold weights as running products of exp(g) (fp32)"
+    math = GDNMathCumprod()
+
+
+
+@register
+class GDNReplayRecurrentWindow(LiteralReplayKernel):
+    name = "literal-replay-recurrent"
+    family = "gdn"
+    description = "legitimate variant: in-window solve by stepping the delta rule (no WY/UT form)"
+    math = GDNMathRecurrentWindow()

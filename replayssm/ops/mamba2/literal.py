@@ -37,7 +37,16 @@ def _dot_operand(t: torch.Tensor, mode: PrecisionMode) -> torch.Tensor:
 
 
 class Mamba2Math(FamilyMath):
-    """Replay arithmetic: records (x, B) in the activation dtype and Δ in the compute dtype."""
+    """Replay arithmetic: records (x, B) in the activation dtype and Δ in the compute dtype.
+
+    The decay weights are one method (:meth:`decays`), the place real kernels differ:
+    the variants below compute them other ways."""
+
+    def decays(self, A: torch.Tensor, delta: torch.Tensor, upto: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """For the fold of records ``0..upto``: ``exp(A c_upto)`` [H] (the checkpoint's decay) and
+        ``exp(A (c_upto - c_j))`` [upto + 1, H] (c the inclusive cumulative sum of Δ)."""
+        c = torch.cumsum(delta[: upto + 1], dim=0)
+        return torch.exp(A * c[-1]), torch.exp(A * (c[-1] - c))
 
     def record_layout(self, g):
         return {"x": ((g.nheads, g.headdim), "act"), "B": ((g.ngroups, g.dstate), "act"), "dt": ((g.nheads,), "decay")}
@@ -49,10 +58,10 @@ class Mamba2Math(FamilyMath):
         n = delta.shape[0]
         if n == 0:
             return s0
-        c = torch.cumsum(delta, dim=0)
-        w = delta * torch.exp(A * (c[-1] - c))  # [n, H]
+        total, seg = self.decays(A, delta, n - 1)
+        w = delta * seg  # [n, H]
         Bh = _per_head(hist["B"], s0.shape[0])  # [n, H, N]
-        return (torch.exp(A * c[-1])[:, None, None] * s0
+        return (total[:, None, None] * s0
                 + torch.einsum("jh,jhp,jhn->hpn", w, hist["x"], Bh))
 
     def window(self, s0, hist, win, params, mode, options):
@@ -66,14 +75,13 @@ class Mamba2Math(FamilyMath):
         delta = torch.cat([hist["dt"], delta_w])  # [n+T, H]
         xs = torch.cat([hist["x"], win["x"]])  # [n+T, H, P]
         Bs = _per_head(torch.cat([hist["B"], win["B"]]), H)  # [n+T, H, N]
-        c = torch.cumsum(delta, dim=0)
         s0_r = _dot_operand(s0, mode)
         outs, after_first = [], None
         for s in range(win["x"].shape[0]):
             w_idx = n + s
             C = _per_head(win["C"][s], H)  # [H, N]
-            decay_w = torch.exp(A * c[w_idx])  # [H]
-            seg = delta[: w_idx + 1] * torch.exp(A * (c[w_idx] - c[: w_idx + 1]))  # [j, H]
+            decay_w, seg = self.decays(A, delta, w_idx)  # [H], [j, H]
+            seg = delta[: w_idx + 1] * seg
             if route == "output_only":
                 s0c = (s0_r * _dot_operand(C, mode)[:, None, :]).sum(-1)  # [H, P]
                 bc = (_dot_operand(Bs[: w_idx + 1], mode) * _dot_operand(C, mode)[None]).sum(-1)  # [j, H]
@@ -99,9 +107,43 @@ class Mamba2Math(FamilyMath):
             state_after_first=after_first,
         )
 
+    def error_terms(self, norm, tok, params):
+        """The running-error model of one token (fp64, all rows): per head, the factor an existing
+        state error is scaled by (exp(A Δ)), a bound on the new state's max |S| (the sum of absolute
+        contributions ``exp(A Δ) |S| + Δ max|x| max|B|``), and the magnitude of the contributions
+        built from records the kernel rounds to the activation format (none: x and B are inputs,
+        already in it; Δ is kept in the compute format)."""
+        delta = softplus(tok["dt"] + params["dt_bias"])  # [R, H]
+        rho = torch.exp(params["A"] * delta)
+        Bh = _per_head(tok["B"], norm.shape[-1]).abs().amax(-1)  # [R, H]
+        new = rho * norm + delta * tok["x"].abs().amax(-1) * Bh
+        return rho, new, torch.zeros_like(new)
+
     def step(self, s, tok, params):
         return mamba2_step(s, tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"],
                            params["D"], tok.get("z"))
+
+
+class Mamba2MathCumprod(Mamba2Math):
+    """Decay weights as running products of the per-token decays exp(A Δ_j) (fp32)."""
+
+    def decays(self, A, delta, upto):
+        a = torch.exp(A * delta[: upto + 1])  # [j, H]
+        # suffix products: prod_{i > j} a_i, sequentially from the newest record back
+        seg = [torch.ones_like(a[0])]
+        for j in range(upto, 0, -1):
+            seg.append(seg[-1] * a[j])
+        seg = torch.stack(seg[::-1])
+        return seg[0] * a[0], seg
+
+
+class Mamba2MathLogCumsum(Mamba2Math):
+    """Decay weights from cumulative sums of the log-decays A Δ (multiplied before summing), as
+    exp of their differences (fp32)."""
+
+    def decays(self, A, delta, upto):
+        g = torch.cumsum(A * delta[: upto + 1], dim=0)
+        return torch.exp(g[-1]), torch.exp(g[-1] - g)
 
 
 _MATH = Mamba2Math()
@@ -140,3 +182,31 @@ class Mamba2LiteralBaseline(LiteralBaselineKernel):
     family = "mamba2"
     description = "literal baseline: state read and written every token; one state per draft position"
     math = _MATH
+
+
+class _Variant(LiteralReplayKernel):
+    """A legitimate variant of the literal replay model (output_only route): same storage and
+    rounding points, decay weights computed another way.  The tolerance rule must pass each
+    (tests/test_variants.py)."""
+
+    accepted_options = ("route",)
+
+    def __init__(self, config):
+        super().__init__(replace(config, options={"route": "output_only", **config.options}))
+
+
+@register
+class Mamba2ReplayCumprod(_Variant):
+    name = "literal-replay-cumprod"
+    family = "mamba2"
+    description = "legitimate variant: decay weights as running products of exp(A Δ) (fp32)"
+    math = Mamba2MathCumprod()
+
+
+@register
+class Mamba2ReplayLogCumsum(_Variant):
+    name = "literal-replay-cumsum-exp"
+    family = "mamba2"
+    description = "legitimate variant: decay weights exp of differences of the cumulative sum of A Δ (fp32)"
+    math = Mamba2MathLogCumsum()
+

@@ -1,0 +1,59 @@
+"""Stored-precision checks: what a kernel really stores, and the error one flush adds.
+
+Oracle: exact representability (``validators/checks/stored_precision.py``) and the fp64 fold of
+the kernel's own storage (``validators/checks/flush_increment.py``).  A declared-fp32 checkpoint
+kept at bf16 precision used to pass at qwen35-4b geometry (its state error is within 2x the
+literal model's bf16-record-level error); both checks name it now, at tiny and at qwen35-4b.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from replayssm.scenarios import Scenario
+from replayssm.validators import run_scenario
+from replayssm.validators.checks.stored_precision import MIN_VALUES, coarser_formats, exact_shares, verdict
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_coarser_formats_follow_the_formats_table():
+    assert coarser_formats("fp32") == ["bf16", "fp16", "fp8e4m3"]
+    assert coarser_formats("bf16") == ["fp8e4m3"]
+    assert coarser_formats("fp16") == ["bf16", "fp8e4m3"]
+
+
+def test_the_verdict_names_what_is_stored():
+    g = torch.Generator().manual_seed(0)
+    fp32 = torch.randn(4096, generator=g, dtype=torch.float64).to(torch.float32).to(torch.float64)
+    assert verdict("checkpoint", "fp32", fp32) is None
+    assert exact_shares(fp32, "fp32")["bf16"] < 0.01
+    msg = verdict("checkpoint", "fp32", fp32.to(torch.bfloat16).to(torch.float64))
+    assert msg.startswith("checkpoint declared fp32: 100 % of 4096 sampled values") and "bf16-exact" in msg
+    # too few nonzero values: no verdict (zeros are not evidence)
+    few = torch.zeros(4096, dtype=torch.float64)
+    few[: MIN_VALUES - 1] = 1.0
+    assert verdict("checkpoint", "fp32", few) is None
+
+
+@pytest.mark.parametrize("family,geometry,mode", [("gdn", "tiny", "s32a16"), ("mamba2", "tiny", "s32a32"),
+                                                  ("gdn", "qwen35-4b", "s32a16")], ids=lambda v: str(v))
+def test_a_bf16_checkpoint_in_an_fp32_container_is_named(family, geometry, mode):
+    kw = {} if geometry == "tiny" else {"batch": 1, "padding": 0, "window": 2, "buffer": 4}
+    sc = Scenario.build(family, decode="speculative", geometry=geometry, mode=mode, steps=6, **kw)
+    res = run_scenario(sc, "mutant-checkpoint-bf16-precision", repeat_check=False)
+    assert not res.passed
+    assert res.first_failure.check == "stored-precision", res.to_markdown()
+    assert "checkpoint declared fp32: 100 %" in res.first_failure.message
+    assert "flush-increment" in res.failure_counts, res.to_markdown()
+
+
+@pytest.mark.parametrize("family,mode", [("gdn", "s32a16"), ("mamba2", "s32a16"), ("gdn", "s16a16-sr")],
+                         ids=lambda v: str(v))
+@pytest.mark.parametrize("decode", ["speculative", "standard"])
+def test_correct_literal_models_raise_no_stored_precision_alarm(family, mode, decode):
+    sc = Scenario.tiny(family, decode, mode=mode, steps=16, distribution="large-delta")
+    res = run_scenario(sc, "literal-replay", repeat_check=False)
+    assert res.passed, res.to_markdown()
+    assert {"stored-precision", "flush-increment"} <= {c.split(" ")[0] for c in res.checks}

@@ -1,0 +1,174 @@
+"""The fp64 running-error bound: the tolerance that applies on every step the literal model is not run.
+
+Oracle: a running-error analysis (Higham, "Accuracy and Stability of Numerical Algorithms", 3.3)
+of the recurrence, computed in fp64 beside the reference from the reference's own quantities,
+per row and head, never from the kernel under test.  The family's literal math gives, per token,
+``error_terms(norm, tok, params) -> (rho, norm', rec)``: the factor an existing state error is
+scaled by, a bound on the new state's norm (the sum of absolute contributions), and the size of
+the contributions built from records rounded to the activation format.  With ``u_c`` the
+compute format's u, ``u_a`` the activation format's and ``u_s`` the state format's:
+
+* a checkpoint carries ``E`` (the error folded into it, scaled by ``rho`` every token, plus
+  ``u_a x rec`` for every rounded record appended after it);
+* the fold of the ``n`` records since the checkpoint adds ``u_c (K_SUM n + K_EXP L) norm``,
+  where ``L`` is the decay exponent summed since the checkpoint (cumulative sums of decays carry
+  an absolute error ~u L into exp, the error of the cumulative-sum-then-exp route);
+* storing a state (a flush of a replay kernel, every token of a baseline) adds ``K_STORE u_s
+  norm`` (doubled with stochastic rounding) and starts a new fold; the initial state is stored
+  once at reset.
+
+The state bound of a row is ``FACTOR x`` the largest head bound; the output bound is the
+family's readout magnitude of that state bound (``runner.readout_magnitude`` on a state of
+per-head bound values), plus the tolerance rule's floor.  ``fold_terms`` (``K_SUM n + K_EXP L`` of
+a flush's fold) sizes the arithmetic the ``flush-increment`` check allows.  Expected: a correct kernel stays below
+it at every mode (measured in ``tests/test_fp64_bound.py``); a state stored one format coarser
+than declared exceeds it wherever the declared format's u dominates the bound (an fp32 state
+whose records are exact inputs: Mamba-2; GDN's own bf16 d records make its state bound bf16-level
+at s32a16, where the stored-precision checks name the coarser state instead).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from replayssm.families import family
+from replayssm.precision import PrecisionMode
+
+# Constants of the bound (the rounding-error counts of the analysis above, with room for the
+# orders of operation real kernels use).  Measured 2026-12-01 on tiny, literal_every=0 (this
+# bound alone), both families, s32a32 / s32a16 / s16a16 / sfp8a16, speculative exhaustive and
+# standard, five input distributions, 30 steps, random initial state: literal-replay and
+# literal-baseline reach at most 0.31 of it; the legitimate variants registered beside the
+# literal models (literal-replay-state, -cumprod, -cumsum-exp, gdn -recurrent, and weights in
+# fp64, measured then unregistered to keep CI small), s32a32 / s32a16 / s16a16, three schedules,
+# 20 steps, at most 0.34 (tests/test_fp64_bound.py and tests/test_variants.py keep a subset).
+K_SUM = 2.0  # relative error of an n-term fp32 sum of non-negative-bounded terms: ~n u (gamma_n)
+K_EXP = 2.0  # exp(x + dx) = exp(x)(1 + dx): |dx| <= u L for each of the two cumulative sums
+K_STORE = 1.0  # one rounding to the state format (relative to the element, <= the head norm)
+FACTOR = 2.0  # FlashAttention's factor 2, here on a bound that is already a worst case
+
+
+def error_model(family_name: str):
+    """The family's ``error_terms`` (from its literal math), or None when it gives none."""
+    return getattr(family(family_name).literal_replay.math, "error_terms", None)
+
+
+def state_norm(state: torch.Tensor) -> torch.Tensor:
+    """Per row and head: the largest 2-norm over the state's last dimension (>= max |S|)."""
+    return state.norm(dim=-1).flatten(2).amax(-1)
+
+
+class RunningBound:
+    """The fp64 running-error bound of one run (per row and head: carried error ``E``, the
+    carried error of the arithmetic alone ``A``, norm bound ``M``, tokens ``n`` and decay
+    exponent ``L`` since the last stored state).
+
+    ``A`` leaves out the storage and record roundings: it bounds how far a correct kernel with
+    another operation order may differ from the literal model, which rounds its storage the same
+    way (the envelope of ``tolerance_rule.py``)."""
+
+    def __init__(self, terms, mode: PrecisionMode, replay: bool, rows: int, heads: int, device) -> None:
+        self.terms = terms
+        self.replay = replay
+        self.u_c = mode.compute_unit_roundoff
+        self.u_a = mode.act_unit_roundoff
+        self.u_s = mode.state_unit_roundoff * (2.0 if mode.rounding == "stochastic" else 1.0)
+        z = torch.zeros(rows, heads, dtype=torch.float64, device=device)
+        self.cur = {"E": z, "A": z.clone(), "M": z.clone(), "n": z.clone(), "L": z.clone()}
+
+    # ---- the analysis ------------------------------------------------------------------------------
+    def _fold(self, st: dict) -> torch.Tensor:
+        return self.u_c * (K_SUM * st["n"] + K_EXP * st["L"]) * st["M"]
+
+    def value(self, st: dict) -> torch.Tensor:
+        """Per row and head: the bound on the error of the state ``st`` describes."""
+        return st["E"] + self._fold(st)
+
+    def value_arith(self, st: dict) -> torch.Tensor:
+        """... of its arithmetic alone."""
+        return st["A"] + self._fold(st)
+
+    def stored(self, st: dict, rows: torch.Tensor | None = None) -> dict:
+        """``st`` after storing the state (rows where ``rows`` is True; all when None)."""
+        new = {"E": self.value(st) + K_STORE * self.u_s * st["M"], "A": self.value_arith(st), "M": st["M"],
+               "n": torch.zeros_like(st["n"]), "L": torch.zeros_like(st["L"])}
+        if rows is None:
+            return new
+        sel = rows[:, None]
+        return {k: torch.where(sel, new[k], st[k]) for k in st}
+
+    def advance(self, st: dict, tok: dict, params: dict) -> dict:
+        rho, M, rec = self.terms(st["M"], tok, params)
+        return {"E": rho * st["E"] + self.u_a * rec, "A": rho * st["A"], "M": M, "n": st["n"] + 1,
+                "L": st["L"] - torch.log(rho.clamp_min(1e-300))}
+
+    # ---- the run ------------------------------------------------------------------------------------
+    def reset(self, rows: list[int], init: torch.Tensor) -> None:
+        """Rows ``rows`` start from ``init`` (their initial state, stored once)."""
+        idx = torch.tensor(rows, dtype=torch.long, device=init.device)
+        M = state_norm(init.index_select(0, idx).to(torch.float64))
+        z = torch.zeros_like(M)
+        fresh = self.stored({"E": z, "A": z, "M": M, "n": z, "L": z})
+        for k, v in fresh.items():
+            self.cur[k].index_copy_(0, idx, v)
+
+    def window(self, toks: list[dict], params: dict, flush: torch.Tensor, speculative: bool,
+               accepted: torch.Tensor, like: torch.Tensor, readout) -> dict[str, torch.Tensor]:
+        """Advance over the window tokens ``toks`` (fp64, all rows); ``flush`` [R] marks the rows
+        whose verify stores a checkpoint; ``like`` is a state (for its shape); ``readout(s_abs,
+        tok)`` the family's readout magnitude.  Keeps the bound after each row's ``accepted``
+        prefix; returns per row the bounds (``FACTOR`` included) on each window output ``output``
+        [R, T'], on the state after the accepted prefix ``state`` [R] and on a checkpoint written
+        by this verify ``checkpoint`` [R]; the same of the arithmetic alone (``*_arith``); and
+        ``fold_terms`` of the fold a flush stores."""
+        st = self.cur
+        ckpt = terms = None
+        if self.replay and speculative:
+            terms = self.fold_terms(st)
+            st = self.stored(st, flush)
+            ckpt = st
+        kept, out, out_a = st, [], []
+        R = like.shape[0]
+        shape = (R, like.shape[1]) + (1,) * (like.dim() - 2)
+        zero = torch.zeros_like(like)
+        for t, tok in enumerate(toks):
+            st = self.advance(st, tok, params)
+            if not self.replay:
+                st = self.stored(st)
+            elif t == 0 and not speculative:
+                terms = self.fold_terms(st)
+                st = self.stored(st, flush)
+                ckpt = st
+            # The readout magnitude is linear in the state: subtract its state-free part once.
+            both = torch.cat([self.value(st), self.value_arith(st)]).reshape(2 * R, *shape[1:])
+            tok2 = {k: torch.cat([v, v]) for k, v in tok.items()}
+            mags = (readout(both.expand(2 * R, *like.shape[1:]), tok2)
+                    - readout(torch.cat([zero, zero]), tok2)).flatten(1).amax(-1)
+            out.append(mags[:R])
+            out_a.append(mags[R:])
+            sel = (accepted == t + 1)[:, None]
+            kept = {k: torch.where(sel, st[k], kept[k]) for k in st}
+        self.cur = kept
+        if ckpt is None:
+            ckpt = kept
+        if terms is None:
+            terms = self.fold_terms(kept)
+        return {"output": FACTOR * torch.stack(out, dim=1), "state": FACTOR * self.value(kept).amax(-1),
+                "checkpoint": FACTOR * ckpt["E"].amax(-1),
+                "output_arith": FACTOR * torch.stack(out_a, dim=1),
+                "state_arith": FACTOR * self.value_arith(kept).amax(-1),
+                "checkpoint_arith": FACTOR * ckpt["A"].amax(-1), "fold_terms": terms}
+
+    @staticmethod
+    def fold_terms(st: dict) -> torch.Tensor:
+        """Per row: ``K_SUM n + K_EXP L`` of the fold ``st`` describes (largest over heads)."""
+        return (K_SUM * st["n"] + K_EXP * st["L"]).amax(-1)
+
+    def state_dict(self) -> dict:
+        return {k: v.detach().cpu() for k, v in self.cur.items()}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.cur = {k: v.to(self.cur[k].device) for k, v in d.items()}
+
+
+__all__ = ["FACTOR", "K_EXP", "K_STORE", "K_SUM", "RunningBound", "error_model", "state_norm"]
