@@ -12,9 +12,10 @@ Mamba-2 kernels compute softplus as ``log(exp(x) + 1)`` (``mamba_ssm.softplus``,
 them); for x = dt + dt_bias < -3 (the ``mild`` regime public tests use) that loses 10-900 u of
 relative precision in Δ (measured by ``test_vllm_softplus_loses_precision_for_negative_inputs``),
 and at s32a32 their states drift 10-17 u from fp64 where the literal model (log1p) stays within
-~2 u: the speculative runs below fail the tolerance rule on states / flush checkpoints by up to
-1.6x the bound while every exact invariant holds.  (Diagnostic, not in the suite: with an
-accurate softplus bound into the fork's modules the same runs pass.)
+~2 u.  Against the literal model's rule alone that was up to 1.6x the bound; the tolerance bound
+now also takes the fp64 running-error bound of the arithmetic (issue 15, so that correct kernels
+with other operation orders pass), and these runs pass within it (docs/findings.md, item 5): the
+precision loss is established by the direct softplus test.
 """
 
 import os
@@ -33,7 +34,6 @@ from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.runner import run_scenario
 
 PEERS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm"
-TOLERANCE_CHECKS = {"output", "state", "flush-checkpoint"}
 
 
 @pytest.fixture(scope="module")
@@ -89,14 +89,17 @@ def test_gdn_speculative_exhaustive(vllm_kernels, one_thread, name):
 
 @pytest.mark.parametrize("name", ["vllm-replay", "vllm-baseline"], ids=lambda n: f"mamba2-{n}-s32a32-T3-B4")
 def test_mamba2_speculative_exhaustive_verdict(vllm_kernels, one_thread, name):
-    """The documented verdict (module docstring): exact invariants all hold (bridges right), and the
-    tolerance rule fails on states only at the few-u level of the fork's softplus, not bookkeeping."""
+    """The documented verdict (docs/findings.md, item 5): every exact invariant holds (the bridges are
+    right), and the fork's softplus error (9-17 u of fp32 in the states) lies inside the tolerance
+    bound since it takes the fp64 running-error bound of the arithmetic as well (issue 15): the
+    end-to-end verdict passes at tiny s32a32, and the accuracy loss itself is established by the
+    direct softplus test below.  The speculative replay keeps raw dt records, so flush-increment
+    (which re-folds a kernel's own Δ records) says it cannot judge them."""
     res = run_scenario(_spec("mamba2", "s32a32", 3, 4), name, repeat_check=False)
-    assert not res.passed, "the softplus finding no longer shows: update the module docstring"
-    assert {f.check for f in res.failures} <= TOLERANCE_CHECKS, [(f.step, f.check) for f in res.failures]
-    worst = max(f.value / f.bound for f in res.failures)
-    assert 1.0 < worst < 3.0, worst
-    assert all("u of the declared mode" in f.message for f in res.failures)
+    assert res.passed, [(f.step, f.check, f.message) for f in res.failures[:3]]
+    assert res.summary["worst state_bound_ratio"] < 0.5
+    if name == "vllm-replay":
+        assert any("flush-increment" in n and "not judged" in n for n in res.notes), res.notes
 
 
 _FORK_SOFTPLUS = None  # the fork's jitted softplus, bound by the test (the interpreter resolves globals)

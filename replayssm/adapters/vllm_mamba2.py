@@ -236,9 +236,11 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
             return super()._records()
         g, S = self.geometry, self.num_slots
         ring = self.ring[1:]
+        # "dt_raw": the fork keeps raw dt (before bias and softplus), not the family's Δ record, so the
+        # checks that re-fold a kernel's own records (flush-increment) see another layout and say so
         return {"x": ring[..., :self.d_inner].reshape(S, -1, g.nheads, g.headdim),
                 "B": ring[..., self.d_inner:].reshape(S, -1, g.ngroups, g.dstate),
-                "dt": self.dt_cache[1:].permute(0, 2, 1)}
+                "dt_raw": self.dt_cache[1:].permute(0, 2, 1)}
 
     def committed_state(self, slot_ids):
         """Checkpoint + committed ring rows folded in fp64 (raw dt records: bias + softplus here)."""
@@ -249,7 +251,7 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
         def fold(s):
             idx = self.hist_rows(s, int(self.write_pos[s + 1]), int(self.origin[s + 1]))
             hist = {k: v[s].index_select(0, idx).double() for k, v in rec.items()}
-            hist["dt"] = softplus(hist["dt"] + self.params64["dt_bias"])
+            hist["dt"] = softplus(hist.pop("dt_raw") + self.params64["dt_bias"])
             return Mamba2Math().fold(self.state[s + 1].double(), hist, self.params64, self.mode)
         return self.per_slot(slot_ids, fold)
 
