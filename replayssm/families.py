@@ -205,10 +205,11 @@ def family_names() -> tuple[str, ...]:
 
 def family(name: str) -> Family:
     """The family registered as ``name``; ValueError lists the registered ones."""
-    fams = families()
-    if name not in fams:
-        raise ValueError(f"family: expected one of {sorted(fams)}, got {name!r}")
-    return fams[name]
+    _load_builtins()
+    fam = _FAMILIES.get(name)
+    if fam is None:
+        raise ValueError(f"family: expected one of {sorted(_FAMILIES)}, got {name!r}")
+    return fam
 
 
 def preset(name: str, family_name: str):

@@ -72,7 +72,7 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-class BookkeepingPolicy:
+class BookkeepingPolicy(abc.ABC):
     """A cursor policy: when a verify flushes, what the flush folds, where the records go and how
     commit moves the cursors.  Every method takes the :class:`DecodeConfig` it runs under.  The
     engine's invariants (cursor, flush detection, checkpoint unchanged on a non-flush verify,
@@ -81,28 +81,33 @@ class BookkeepingPolicy:
     name = ""
     description = ""
 
+    @abc.abstractmethod
     def uses_ring(self, dec: DecodeConfig) -> bool:
         """Whether record rows are addressed ``(origin + p) mod ring_rows`` (else linear, origin 0)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def lspec(self, dec: DecodeConfig) -> int:
-        raise NotImplementedError
+        """The logical threshold (B + T' for a ring, L for a linear buffer)."""
 
+    @abc.abstractmethod
     def ring_rows(self, dec: DecodeConfig) -> int:
-        raise NotImplementedError
+        """Physical record rows per slot."""
 
+    @abc.abstractmethod
     def is_flush(self, dec: DecodeConfig, write_pos: int) -> bool:
-        raise NotImplementedError
+        """Whether the next verify at ``write_pos`` is a flush."""
 
+    @abc.abstractmethod
     def max_write_pos(self, dec: DecodeConfig) -> int:
-        raise NotImplementedError
+        """Largest valid committed history length before a verify."""
 
+    @abc.abstractmethod
     def flush_folds_first(self, dec: DecodeConfig) -> bool:
         """Whether a flush's checkpoint includes window position 0 (else: the history only)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def commit_cursor(self, dec: DecodeConfig, write_pos: int, origin: int, flushed: bool, k: int) -> tuple[int, int]:
-        raise NotImplementedError
+        """Cursors ``(write_pos, origin)`` after commit(k)."""
 
     def checkpoint_moves_at_commit(self, dec: DecodeConfig) -> bool:
         """Whether commit may rewrite the checkpoint (fold-every-commit)."""

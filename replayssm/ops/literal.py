@@ -215,13 +215,15 @@ class LiteralReplayKernel(_LiteralBase):
             self.flushed[s], self.pending[s], self.win_len[s] = flush, True, n
         return out
 
-    def commit(self, slot_ids, accepted) -> None:
+    def _commit_rows(self, slot_ids, accepted) -> list[tuple[int, int]]:
+        """The checked (slot, k) of every active row of a commit, before anything changes."""
         ids, ks = self.check_commit_args(slot_ids, accepted, self.pending, self.win_len)
         if not self.decode.speculative and any(k != 1 for s, k in zip(ids, ks) if s != PAD_SLOT):
             raise ValueError("accepted: standard decode commits exactly 1 token per row")
-        for s, k in zip(ids, ks):
-            if s == PAD_SLOT:
-                continue
+        return [(s, k) for s, k in zip(ids, ks) if s != PAD_SLOT]
+
+    def commit(self, slot_ids, accepted) -> None:
+        for s, k in self._commit_rows(slot_ids, accepted):
             self.write_pos[s], self.origin[s] = self.decode.commit_cursor(
                 self.write_pos[s], self.origin[s], self.flushed[s], k)
             self.pending[s] = False
@@ -276,12 +278,7 @@ class LiteralFoldEveryCommitKernel(LiteralReplayKernel):
     description = "literal ReplaySSM, fold-every-commit bookkeeping (commit folds the accepted prefix, no history)"
 
     def commit(self, slot_ids, accepted) -> None:
-        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending, self.win_len)
-        if not self.decode.speculative and any(k != 1 for s, k in zip(ids, ks) if s != PAD_SLOT):
-            raise ValueError("accepted: standard decode commits exactly 1 token per row")
-        for s, k in zip(ids, ks):
-            if s == PAD_SLOT:
-                continue
+        for s, k in self._commit_rows(slot_ids, accepted):
             if k:
                 folded = self.math.fold(self._load_checkpoint(s), self._history(s, k), self.params, self.mode)
                 scale = None if self.ckpt_scale is None else self.ckpt_scale[s]

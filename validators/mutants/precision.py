@@ -65,11 +65,9 @@ class StaleRandomSeed:
         return philox_generator(self.mode.seed, slot)
 
 
-class Fp8ScaleStaleAfterFlush:
-    """At a flush the checkpoint is quantized with a fresh per-row scale, but the scale tensor is
-    not written back: the stored values are read with the previous (stale) scale."""
+class _AtFlush:
+    """Marks the verify's own stores (the flushes): reset stores the initial state as it is."""
 
-    unsupported_reason = only_modes(_SCALED, why="the per-row scales of fp8/int8 checkpoints")
     _in_verify = False
 
     def verify(self, slot_ids, inputs, out=None):
@@ -78,6 +76,13 @@ class Fp8ScaleStaleAfterFlush:
             return super().verify(slot_ids, inputs, out)
         finally:
             self._in_verify = False
+
+
+class Fp8ScaleStaleAfterFlush(_AtFlush):
+    """At a flush the checkpoint is quantized with a fresh per-row scale, but the scale tensor is
+    not written back: the stored values are read with the previous (stale) scale."""
+
+    unsupported_reason = only_modes(_SCALED, why="the per-row scales of fp8/int8 checkpoints")
 
     def _store_state(self, slot, s, target, target_scale):
         if not self._in_verify:
@@ -115,19 +120,6 @@ class Int8Truncation:
         q = torch.trunc(s32 / scale.unsqueeze(-1)).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
         target.copy_(q)
         target_scale.copy_(scale)
-
-
-class _AtFlush:
-    """Marks the verify's own stores (the flushes): reset stores the initial state as it is."""
-
-    _in_verify = False
-
-    def verify(self, slot_ids, inputs, out=None):
-        self._in_verify = True
-        try:
-            return super().verify(slot_ids, inputs, out)
-        finally:
-            self._in_verify = False
 
 
 class CheckpointBf16Precision(_AtFlush):

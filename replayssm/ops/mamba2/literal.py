@@ -184,15 +184,10 @@ class Mamba2LiteralBaseline(LiteralBaselineKernel):
     math = _MATH
 
 
-class _Variant(LiteralReplayKernel):
+class _Variant(Mamba2LiteralReplay):
     """A legitimate variant of the literal replay model (output_only route): same storage and
     rounding points, decay weights computed another way.  The tolerance rule must pass each
     (tests/test_variants.py)."""
-
-    accepted_options = ("route",)
-
-    def __init__(self, config):
-        super().__init__(replace(config, options={"route": "output_only", **config.options}))
 
 
 @register
