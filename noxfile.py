@@ -1,11 +1,13 @@
-"""nox sessions: tests (CPU, Triton interpreter), gpu (CUDA-marked tests), lint, and the
-validation jobs (drift, fuzz, bench) that later sections of the README describe.
+"""nox sessions: tests (CPU, Triton interpreter), gpu (CUDA-marked tests), lint, bench (the GPU
+benchmark suite and its regression gate, docs/benchmarks.md), and the validation jobs (drift, fuzz)
+that later sections of the README describe.
 
 Sessions reuse the interpreter's site-packages so a GPU runner's preinstalled torch/triton are
 kept; everything else is installed from pyproject.toml.
 """
 
 import os
+from pathlib import Path
 
 import nox
 
@@ -37,7 +39,79 @@ def gpu(session):
     if not _has_cuda(session):
         session.skip("no CUDA device visible: the gpu session needs an NVIDIA GPU (set CUDA_VISIBLE_DEVICES)")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    session.run("python", "-m", "pytest", "-q", "-m", "gpu", *session.posargs, env=env)
+    session.run("python", "-m", "pytest", "-q", "-m", "gpu and not bench", *session.posargs, env=env)
+
+
+# The regression gate of `nox -s bench -- --baseline DIR`: a benchmark fails when its median is more
+# than this many percent slower than the baseline's (pytest-benchmark --benchmark-compare-fail takes
+# whole percents).  PROVISIONAL until tools/bench_gate_h200.sh has measured the run-to-run noise of
+# the gate's cases on the H200 (docs/benchmarks.md, "Regression gate"): set each to the measured
+# worst same-commit change times 3, and never below 5.
+KERNEL_THRESHOLD_PCT = 10  # kernel cases: CUDA-graph replays, CUDA-event medians
+SUITE_THRESHOLD_PCT = 25  # the suite's own speed: host-bound wall times (drift chunks, fuzz scenarios)
+BENCH_PARTS = {  # JSON name -> (test module, threshold)
+    "kernels": ("tests/bench/test_bench_kernels.py", KERNEL_THRESHOLD_PCT),
+    "suite": ("tests/bench/test_bench_suite_speed.py", SUITE_THRESHOLD_PCT),
+}
+
+
+def _bench_args(posargs: list[str]) -> tuple[dict, list[str]]:
+    opts = {"out": "out/bench", "baseline": None, "gate": False}
+    rest, args = [], list(posargs)
+    while args:
+        a = args.pop(0)
+        if a == "--gate":
+            opts["gate"] = True
+        elif a in ("--out", "--baseline"):
+            if not args:
+                raise ValueError(f"nox -s bench: {a} expects a directory")
+            opts[a[2:]] = args.pop(0)
+        else:
+            rest.append(a)
+    if opts["baseline"] is not None:
+        missing = [str(Path(opts["baseline"], f"{n}.json")) for n in BENCH_PARTS
+                   if not Path(opts["baseline"], f"{n}.json").is_file()]
+        if missing:
+            raise ValueError(f"nox -s bench: --baseline expects a directory written by nox -s bench (kernels.json, "
+                             f"suite.json); missing {missing}")
+    return opts, rest
+
+
+@nox.session(venv_params=VENV)
+def bench(session):
+    """The GPU benchmark suite (tests/bench) through pytest-benchmark; skips with a message without a GPU.
+
+    ``nox -s bench -- [--gate] [--out DIR] [--baseline DIR] [pytest args]``: writes DIR/kernels.json
+    (kernel cases) and DIR/suite.json (the suite's own speed), default DIR out/bench.  ``--gate``: the
+    gate's subset of cases (REPLAYSSM_BENCH_GATE=1).  ``--baseline DIR`` (the DIR of an earlier run,
+    e.g. main's): compare against it and fail when a benchmark's median is slower by more than
+    KERNEL_THRESHOLD_PCT / SUITE_THRESHOLD_PCT.  A failure in one part still runs the other."""
+    try:
+        opts, rest = _bench_args(list(session.posargs))
+    except ValueError as e:
+        session.error(str(e))
+    _install(session)
+    if not _has_cuda(session):
+        session.skip("no CUDA device visible: the bench session needs an NVIDIA GPU (set CUDA_VISIBLE_DEVICES)")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if opts["gate"]:
+        env["REPLAYSSM_BENCH_GATE"] = "1"
+    Path(opts["out"]).mkdir(parents=True, exist_ok=True)
+    failed = []
+    for name, (module, threshold) in BENCH_PARTS.items():
+        cmd = ["python", "-m", "pytest", module, "-q", "-m", "bench", "-p", "no:xdist", "-p", "no:cacheprovider",
+               "--benchmark-only", "--benchmark-columns=min,median,iqr,rounds", "--benchmark-sort=name",
+               f"--benchmark-json={opts['out']}/{name}.json"]
+        if opts["baseline"] is not None:
+            cmd += [f"--benchmark-compare={opts['baseline']}/{name}.json",
+                    f"--benchmark-compare-fail=median:{threshold}%"]
+        try:
+            session.run(*cmd, *rest, env=env)
+        except nox.command.CommandFailed:
+            failed.append(name)
+    if failed:
+        session.error(f"bench: {', '.join(failed)} failed (a failing case, or slower than the baseline beyond "
+                      f"the threshold: see the comparison above)")
 
 
 @nox.session(venv_params=VENV)

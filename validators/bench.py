@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import statistics
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,10 +38,10 @@ import torch
 import triton
 import triton.testing
 
-from replayssm.families import family, preset
+from replayssm.families import family, family_names, preset
 from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.precision import parse_mode
-from replayssm.registry import get
+from replayssm.registry import get, kernels
 from replayssm.scenarios.inputs import make_params
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.runner import run_scenario
@@ -50,6 +51,11 @@ from replayssm.validators.runner import run_scenario
 
 def _do_bench(fn, rep_ms: float) -> float:
     return float(triton.testing.do_bench(fn, warmup=max(25, rep_ms // 4), rep=rep_ms, return_mode="median"))
+
+
+def _do_bench_all(fn, rep_ms: float) -> list[float]:
+    """Every timed replay of ``do_bench`` (ms, L2 cleared before each): its median is :func:`_do_bench`."""
+    return [float(t) for t in triton.testing.do_bench(fn, warmup=max(25, rep_ms // 4), rep=rep_ms, return_mode="all")]
 
 
 def copy_bandwidth(device="cuda", nbytes: int = 4 << 30, rep_ms: float = 400) -> dict:
@@ -65,6 +71,12 @@ def copy_bandwidth(device="cuda", nbytes: int = 4 << 30, rep_ms: float = 400) ->
 def graph_median_ms(fn, *, warmup_calls: int = 2, rep_ms: float = 300) -> float:
     """Median time of one call of ``fn`` replayed from a CUDA graph (``fn`` is run eagerly
     ``warmup_calls`` times first: compilation, autotuning, allocator warm-up)."""
+    return statistics.median(graph_samples_ms(fn, warmup_calls=warmup_calls, rep_ms=rep_ms))
+
+
+def graph_samples_ms(fn, *, warmup_calls: int = 2, rep_ms: float = 300) -> list[float]:
+    """Every replay's time (ms) of ``fn`` captured as one CUDA graph (``do_bench``: L2 cleared before
+    each replay, CUDA events around it), after ``warmup_calls`` eager calls."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -76,9 +88,9 @@ def graph_median_ms(fn, *, warmup_calls: int = 2, rep_ms: float = 300) -> float:
     with torch.cuda.graph(graph):
         fn()
     torch.cuda.synchronize()
-    ms = _do_bench(graph.replay, rep_ms)
+    times = _do_bench_all(graph.replay, rep_ms)
     del graph
-    return ms
+    return times
 
 
 def num_sets(bytes_per_set: float, device="cuda", l2_multiple: float = 4.0, min_sets: int = 2,
@@ -196,12 +208,64 @@ def _build(family_name, name, g, params, mode, decode, slots, device, options):
     return cls(cfg)
 
 
-def time_kernel(family_name: str, name: str, geometry: str, mode: str, decode: DecodeConfig, batch: int, nsets: int,
-                k: int, options: dict, device, gen: torch.Generator, rep_ms: float) -> tuple[float, str]:
-    """Median µs per step (verify + commit) of kernel ``name`` over a full cursor cycle, after the
-    engine has validated the configuration (:func:`check_configuration`)."""
+SLOW_ENV = "REPLAYSSM_BENCH_SLOW"
+
+
+def slow_fraction(name: str, text: str | None = None) -> float:
+    """Test-only slowdown of kernel ``name`` from ``$REPLAYSSM_BENCH_SLOW`` (``KERNEL=FRACTION[,...]``,
+    e.g. ``triton-replay=0.3``): each timed step of that kernel is followed by an extra memory pass of
+    ``FRACTION`` x the step's modelled bytes (read + write of a scratch buffer), real work inside the
+    timed graph.  It exists so the benchmark gate can be shown to fail on a slower kernel
+    (tools/bench_gate_h200.sh); never set it for a measurement."""
+    text = os.environ.get(SLOW_ENV, "") if text is None else text
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        kernel, sep, frac = item.partition("=")
+        try:
+            value = float(frac)
+        except ValueError:
+            value = -1.0
+        if not sep or not kernel or not value > 0:
+            raise ValueError(f"{SLOW_ENV}: expected KERNEL=FRACTION[,KERNEL=FRACTION] with FRACTION > 0, got {text!r}")
+        out[kernel] = value
+    return out.get(name, 0.0)
+
+
+def step_bytes(family_name: str, geometry: str, mode: str, kind: str, decode: DecodeConfig, k: int) -> float:
+    """Modelled bytes per batch row of one timed step (spec 3-4): the baseline's ``baseline_step``, a
+    replay kernel's mean over the cursor cycle of committing ``k`` every step."""
+    t = family(family_name).traffic(preset(geometry, family_name), parse_mode(mode))
+    if kind == "baseline":
+        return t.baseline_step(decode.window)
+    return t.replay_cycle_mean(decode, cursor_cycle(decode, k)[1])
+
+
+@dataclass
+class KernelTiming:
+    """Times of one benchmarked configuration: every replay of the whole cursor cycle, per step."""
+
+    samples_us: list[float]  # one per timed replay, divided by the steps it holds
+    verdict: str  # the engine's verdict before timing (:func:`check_configuration`)
+    sets: int
+    steps_per_replay: int
+    timing: str  # "cuda-graph" (our kernels), "eager" (host bookkeeping per step: adapters), "wall" (CPU)
+    slow_fraction: float = 0.0
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.samples_us)
+
+
+def time_kernel_samples(family_name: str, name: str, geometry: str, mode: str, decode: DecodeConfig, batch: int,
+                        nsets: int, k: int, options: dict, device, gen: torch.Generator, rep_ms: float
+                        ) -> KernelTiming:
+    """µs per step (verify + commit) of kernel ``name`` over a full cursor cycle, every replay, after
+    the engine has validated the configuration (:func:`check_configuration`).  Kernels with a raw
+    launch path or host checks that can be turned off are replayed from one CUDA graph; the others
+    (adapters: host bookkeeping, device syncs) are timed eagerly by ``do_bench``."""
     fam = family(family_name)
     g = preset(geometry, family_name)
+    cls = get(name, family_name)
     sc = check_scenario_of(family_name, geometry, mode, decode, k, options)
     verdict = check_configuration(name, sc, device)
     act = parse_mode(mode).act_dtype
@@ -210,16 +274,19 @@ def time_kernel(family_name: str, name: str, geometry: str, mode: str, decode: D
     T = decode.window
     acc = torch.full((batch,), k, dtype=torch.int64, device=device)
     prefix, cyc = cursor_cycle(decode, k)
+    slow = slow_fraction(name)
+    scratch_n = math.ceil(slow * batch * step_bytes(family_name, geometry, mode, cls.kind, decode, k) / 8)
     sets = []
     for s in range(nsets):
         ids = torch.arange(s * batch, (s + 1) * batch, dtype=torch.int64, device=device)
         kern.reset(ids, 0.5 * torch.randn((batch, *g.state_shape), generator=gen, device=device))
         sets.append((ids, random_inputs(fam, g, batch, T, act, gen, device),
-                     torch.empty((batch, T, *g.out_shape), dtype=act, device=device)))
+                     torch.empty((batch, T, *g.out_shape), dtype=act, device=device),
+                     torch.zeros(scratch_n, dtype=torch.float32, device=device) if slow else None))
     fused = not decode.speculative and hasattr(kern, "launch_step")
     raw = hasattr(kern, "launch_verify") and hasattr(kern, "launch_commit")
 
-    def one_step(ids, inp, out):
+    def one_step(ids, inp, out, extra):
         if fused:
             kern.launch_step(ids, inp, out)
         elif raw:
@@ -228,6 +295,8 @@ def time_kernel(family_name: str, name: str, geometry: str, mode: str, decode: D
         else:
             kern.verify(ids, inp, out)
             kern.commit(ids, acc)
+        if extra is not None:
+            extra.add_(1.0)  # the test-only slowdown: reads and writes 8 bytes per element
 
     for _ in prefix:
         for st in sets:
@@ -238,8 +307,23 @@ def time_kernel(family_name: str, name: str, geometry: str, mode: str, decode: D
             for st in sets:
                 one_step(*st)
 
-    ms = graph_median_ms(cycle, warmup_calls=1, rep_ms=rep_ms) if device_is_cuda(device) else wall_ms(cycle)
-    return ms * 1e3 / (len(cyc) * nsets), verdict
+    steps = len(cyc) * nsets
+    if not device_is_cuda(device):
+        ms, timing = [wall_ms(cycle)], "wall"
+    elif fused or raw or "checks" in cls.accepted_options:
+        ms, timing = graph_samples_ms(cycle, warmup_calls=1, rep_ms=rep_ms), "cuda-graph"
+    else:
+        cycle()
+        ms, timing = _do_bench_all(cycle, rep_ms), "eager"
+    return KernelTiming([t * 1e3 / steps for t in ms], verdict, nsets, steps, timing, slow)
+
+
+def time_kernel(family_name: str, name: str, geometry: str, mode: str, decode: DecodeConfig, batch: int, nsets: int,
+                k: int, options: dict, device, gen: torch.Generator, rep_ms: float) -> tuple[float, str]:
+    """Median µs per step (verify + commit) of kernel ``name`` over a full cursor cycle, after the
+    engine has validated the configuration (:func:`check_configuration`)."""
+    t = time_kernel_samples(family_name, name, geometry, mode, decode, batch, nsets, k, options, device, gen, rep_ms)
+    return t.median_us, t.verdict
 
 
 def device_is_cuda(device) -> bool:
@@ -325,6 +409,126 @@ def bench_family(family_name: str, geometry: str | None = None, mode="s32a16", L
             "rows": [asdict(r) for r in rows]}
 
 
+# ---- the benchmark suite's cases (tests/bench: pytest-benchmark, nox -s bench) ------------------------------
+
+BENCH_MODE = "s32a16"
+BENCH_L = 16
+BENCH_WINDOW = 4
+BENCH_SPEC_BUFFER = 16
+STANDARD_BATCHES = (1, 8, 32, 128, 256, 512)  # docs/benchmarks.md
+SPEC_BATCHES = (128, 512)
+GATE_BATCHES = (8, 128)  # the gate's subset (nox -s bench -- --gate): one launch-bound, one bandwidth-bound size
+GATE_SPEC_BATCHES = (128,)
+GATE_KERNELS = ("triton-baseline", "triton-replay")  # our two kernels of every family
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One benchmark of the suite: a kernel, a decode case and a batch size at the family's bench geometry."""
+
+    family: str
+    kernel: str
+    kind: str  # the kernel's kind: "baseline" or "replay"
+    decode: str  # "standard" or "speculative"
+    accepted: str  # speculative: "all" (k = T') or "half" (k = T'/2); standard: ""
+    batch: int
+    geometry: str
+    mode: str = BENCH_MODE
+    L: int = BENCH_L
+    window: int = BENCH_WINDOW
+    spec_buffer: int = BENCH_SPEC_BUFFER
+
+    @property
+    def id(self) -> str:
+        if self.decode == "standard":
+            return f"{self.family}-{self.kernel}-std-L{self.L}-b{self.batch}"
+        return f"{self.family}-{self.kernel}-spec-T{self.window}B{self.spec_buffer}-{self.accepted}-b{self.batch}"
+
+    @property
+    def group(self) -> str:
+        """The cases timed side by side (every kernel of one family, decode case and batch)."""
+        if self.decode == "standard":
+            return f"{self.family} std L{self.L} b{self.batch}"
+        return f"{self.family} spec T'{self.window} B{self.spec_buffer} {self.accepted} b{self.batch}"
+
+    @property
+    def k(self) -> int:
+        if self.decode == "standard":
+            return 1
+        return self.window if self.accepted == "all" else max(1, self.window // 2)
+
+    @property
+    def decode_config(self) -> DecodeConfig:
+        if self.decode == "speculative":
+            return DecodeConfig("speculative", self.window, self.spec_buffer)
+        return DecodeConfig("standard", 1, 1 if self.kind == "baseline" else self.L)  # a baseline keeps no ring
+
+    def unsupported_reason(self) -> str | None:
+        cls = get(self.kernel, self.family)
+        if self.decode not in cls.decodes:
+            return f"{self.kernel} implements {list(cls.decodes)} decode, not {self.decode}"
+        return cls.unsupported_reason(parse_mode(self.mode), self.decode_config, {})
+
+
+def bench_kernels(family_name: str) -> list[str]:
+    """The family's kernels the suite times: its Triton kernels (registered from ``replayssm.ops``,
+    the literal models left out) and every registered adapter (``replayssm.adapters``, after
+    ``adapters.load()``)."""
+    out = []
+    for (_, name), cls in kernels(family_name).items():
+        mod = cls.__module__
+        if (mod.startswith("replayssm.ops.") and not mod.endswith(".literal")) or mod.startswith("replayssm.adapters."):
+            out.append(name)
+    return out
+
+
+def bench_cases(gate: bool = False) -> list[BenchCase]:
+    """Every (family, kernel, decode case, batch) of the suite, families from the registry; ``gate``:
+    the subset the regression gate times (our two kernels, :data:`GATE_BATCHES`, all-accepted speculative)."""
+    out = []
+    for fam_name in family_names():
+        fam = family(fam_name)
+        for name in bench_kernels(fam_name):
+            if gate and name not in GATE_KERNELS:
+                continue
+            kind = get(name, fam_name).kind
+            for b in GATE_BATCHES if gate else STANDARD_BATCHES:
+                out.append(BenchCase(fam_name, name, kind, "standard", "", b, fam.bench_geometry))
+            for acc in ("all",) if gate else ("all", "half"):
+                for b in GATE_SPEC_BATCHES if gate else SPEC_BATCHES:
+                    out.append(BenchCase(fam_name, name, kind, "speculative", acc, b, fam.bench_geometry))
+    return out
+
+
+def measure_case(case: BenchCase, *, copy: dict | None, device="cuda", rep_ms: float = 100, seed: int = 0,
+                 max_sets: int = 64) -> tuple[KernelTiming, dict]:
+    """Validate (fp64, :func:`check_configuration`) and time one suite case in its default launch
+    configuration: ``(timing, extra)`` with the bytes moved per step, the achieved bandwidth and the
+    copy ceiling of the same run (``copy``, from :func:`copy_bandwidth`; None on a CPU)."""
+    geometry, mode, dec = case.geometry, case.mode, case.decode_config
+    row = step_bytes(case.family, geometry, mode, case.kind, dec, case.k)
+    nsets = num_sets(case.batch * family(case.family).traffic(preset(geometry, case.family), parse_mode(mode)).state,
+                     device, max_sets=max_sets)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    t = time_kernel_samples(case.family, case.kernel, geometry, mode, dec, case.batch, nsets, case.k, {}, device,
+                            gen, rep_ms)
+    if device_is_cuda(device):
+        torch.cuda.empty_cache()
+    nbytes = row * case.batch
+    tbps = nbytes / (t.median_us * 1e-6) / 1e12
+    extra = {"family": case.family, "kernel": case.kernel, "kind": case.kind, "case": case.id,
+             "decode": case.decode, "accepted": case.accepted, "batch": case.batch, "geometry": geometry,
+             "mode": mode, "window": dec.window, "buffer": dec.buffer, "k": case.k, "bytes_per_step": nbytes,
+             "median_us": t.median_us,
+             "tbps": tbps, "copy_tbps": copy["tbps"] if copy else None,
+             "pct_copy": 100 * tbps / copy["tbps"] if copy else None, "sets": t.sets,
+             "steps_per_replay": t.steps_per_replay, "timing": t.timing, "check": t.verdict,
+             "slow_fraction": t.slow_fraction}
+    if device_is_cuda(device):
+        extra["gpu"] = torch.cuda.get_device_name(device)
+    return t, extra
+
+
 def _row(case, batch, b_us, r_us, b_bytes, r_bytes, copy, nsets, b_opts, r_opts, check) -> BenchRow:
     b_tb = b_bytes / (b_us * 1e-6) / 1e12
     r_tb = r_bytes / (r_us * 1e-6) / 1e12
@@ -350,6 +554,8 @@ def table(result: dict) -> str:
     return markdown_table(HEADERS, rows)
 
 
-__all__ = ["BenchRow", "bench_family", "best_configuration", "check_configuration", "check_scenario_of",
-           "copy_bandwidth", "cursor_cycle", "environment", "graph_median_ms", "markdown_table", "num_sets",
-           "random_inputs", "table", "time_kernel"]
+__all__ = ["BENCH_MODE", "GATE_BATCHES", "GATE_KERNELS", "GATE_SPEC_BATCHES", "SLOW_ENV", "SPEC_BATCHES",
+           "STANDARD_BATCHES", "BenchCase", "BenchRow", "KernelTiming", "bench_cases", "bench_family", "bench_kernels",
+           "best_configuration", "check_configuration", "check_scenario_of", "copy_bandwidth", "cursor_cycle",
+           "environment", "graph_median_ms", "graph_samples_ms", "markdown_table", "measure_case", "num_sets",
+           "random_inputs", "slow_fraction", "step_bytes", "table", "time_kernel", "time_kernel_samples"]

@@ -1,0 +1,193 @@
+"""The tables of docs/benchmarks.md from saved benchmark runs (pytest-benchmark JSON of tests/bench,
+``nox -s bench``), and the per-case comparison of two runs (run-to-run noise, regressions).
+
+    python -m replayssm.validators.bench_table RUN.json                  # Markdown tables
+    python -m replayssm.validators.bench_table RUN.json --compare BASE.json [--threshold 10]
+
+Oracle of the numbers: nothing is recomputed from a model here except the ratio and the model limit;
+every time is the run's own median (pytest-benchmark ``stats.median``, seconds per decode step for a
+kernel case), every bandwidth the run's ``extra_info`` (modelled bytes over that median, and the copy
+ceiling measured in the same run).  A kernel case's ``extra_info`` comes from
+``validators.bench.measure_case``; the suite-speed benchmarks carry ``tokens_per_s`` or
+``scenarios_per_s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+OURS = ("triton-baseline", "triton-replay")  # the ratio column: baseline µs over replay µs
+
+
+def fmt(v) -> str:
+    """One table cell: 3 significant digits below 100, whole numbers above (as docs/benchmarks.md)."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+    return str(v)
+
+
+def load_runs(paths) -> list[dict]:
+    """The pytest-benchmark JSON of each path; ValueError naming a file that is not one."""
+    runs = []
+    for p in paths:
+        try:
+            data = json.loads(Path(p).read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"run: cannot read {p} as JSON ({e})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+            raise ValueError(f"run: {p} is not pytest-benchmark JSON (no 'benchmarks' list); save one with "
+                             f"--benchmark-json")
+        runs.append(data)
+    return runs
+
+
+def _label(e: dict) -> str:
+    if e["decode"] == "standard":
+        return f"standard L={e['buffer']}" if e["kind"] == "replay" else "standard"
+    return f"spec T'={e['window']} B={e['buffer']} {e['accepted']} accepted"
+
+
+def _row_key(e: dict) -> tuple:
+    # a baseline's standard case has no ring (buffer 1): it sits in the row of the replay's L
+    return (e["decode"] != "standard", e["accepted"], e["batch"])
+
+
+def kernel_cases(run: dict) -> list[dict]:
+    """The kernel benchmarks of a run: ``extra_info`` with ``median_us`` from the statistics."""
+    out = []
+    for b in run["benchmarks"]:
+        e = b.get("extra_info", {})
+        if "case" in e:
+            out.append({**e, "median_us": b["stats"]["median"] * 1e6, "iqr_us": b["stats"]["iqr"] * 1e6,
+                        "rounds": b["stats"]["rounds"]})
+    return out
+
+
+def header(run: dict) -> str:
+    m, c = run.get("machine_info", {}), run.get("commit_info", {})
+    gpu = next((b["extra_info"].get("gpu") for b in run["benchmarks"] if b.get("extra_info", {}).get("gpu")), None)
+    dirty = " (dirty)" if c.get("dirty") else ""
+    parts = [f"run {run.get('datetime', '?')}", f"commit {c.get('id', '?')[:12]}{dirty}",
+             f"python {m.get('python_version', '?')}",
+             f"machine {m.get('node', '?')} {m.get('cpu', {}).get('brand_raw', '')}".rstrip()]
+    if gpu:
+        parts.insert(1, gpu)
+    copies = sorted({e["copy_tbps"] for e in kernel_cases(run) if e.get("copy_tbps")})
+    if copies:
+        parts.append(f"copy {copies[0]:.3f} TB/s")
+    return ", ".join(parts)
+
+
+def family_table(cases: list[dict]) -> str:
+    """One family's table: a row per (decode case, batch), per kernel its median µs and TB/s (% copy),
+    the ratio of our baseline over our replay kernel and the bytes-model limit of that ratio."""
+    kern = sorted({e["kernel"] for e in cases}, key=lambda k: (k not in OURS, k))
+    rows: dict[tuple, dict[str, dict]] = {}
+    for e in cases:
+        rows.setdefault(_row_key(e), {})[e["kernel"]] = e
+    heads = ["case", "batch"]
+    for k in kern:
+        heads += [f"{k} µs", f"{k} TB/s (% copy)"]
+    heads += ["ratio", "model limit"]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for key in sorted(rows):
+        by = rows[key]
+        first = by.get(OURS[1]) or next(iter(by.values()))
+        cells = [_label(first), str(first["batch"])]
+        for k in kern:
+            e = by.get(k)
+            if e is None:
+                cells += ["-", "-"]
+                continue
+            pct = f" ({e['pct_copy']:.0f}%)" if e.get("pct_copy") is not None else ""
+            cells += [fmt(e["median_us"]), f"{e['tbps']:.2f}{pct}"]
+        b, r = by.get(OURS[0]), by.get(OURS[1])
+        cells += [fmt(b["median_us"] / r["median_us"]) if b and r else "-",
+                  fmt(b["bytes_per_step"] / r["bytes_per_step"]) if b and r else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def suite_table(run: dict) -> str | None:
+    rows = []
+    for b in run["benchmarks"]:
+        e = b.get("extra_info", {})
+        for key, unit in (("tokens_per_s", "validated tokens/s"), ("scenarios_per_s", "scenarios/s")):
+            if key in e:
+                rows.append(f"| {b['group']} | {e.get('family', '-')} | {e.get('kernel', '-')} | "
+                            f"{fmt(b['stats']['median'])} s | {e[key]:,.1f} {unit} |")
+    if not rows:
+        return None
+    head = "| benchmark | family | kernel | median per round | throughput |"
+    return "\n".join([head, "|---|---|---|---|---|", *rows])
+
+
+def render(run: dict) -> str:
+    """The Markdown of one run: a header line, one table per family, the suite-speed table."""
+    cases = kernel_cases(run)
+    out = [header(run)]
+    for fam in dict.fromkeys(e["family"] for e in cases):
+        fc = [e for e in cases if e["family"] == fam]
+        geo = sorted({e["geometry"] for e in fc})
+        modes = sorted({e["mode"] for e in fc})
+        out += ["", f"## {fam} ({', '.join(geo)}, {', '.join(modes)})", "", family_table(fc)]
+    suite = suite_table(run)
+    if suite:
+        out += ["", "## suite speed", "", suite]
+    return "\n".join(out) + "\n"
+
+
+def compare(base: dict, new: dict, threshold_pct: float | None = None) -> tuple[str, dict]:
+    """Per benchmark present in both runs: both medians, the change in percent (slower positive) and
+    the base run's IQR over its median; and a summary: ``worst_slowdown``, ``worst_abs`` (largest
+    change either way: the run-to-run noise of a same-commit pair), ``over`` (names beyond
+    ``threshold_pct``), ``compared`` (how many benchmarks both runs hold)."""
+    old = {b["fullname"]: b for b in base["benchmarks"]}
+    lines = ["| benchmark | base median | new median | change | base IQR / median |", "|---|---|---|---|---|"]
+    summary = {"worst_slowdown": 0.0, "worst_abs": 0.0, "over": [], "compared": 0}
+    for b in new["benchmarks"]:
+        a = old.get(b["fullname"])
+        if a is None:
+            continue
+        m0, m1 = a["stats"]["median"], b["stats"]["median"]
+        ch = 100 * (m1 - m0) / m0
+        name = b["fullname"].split("::")[-1]
+        summary["compared"] += 1
+        summary["worst_slowdown"] = max(summary["worst_slowdown"], ch)
+        summary["worst_abs"] = max(summary["worst_abs"], abs(ch))
+        over = threshold_pct is not None and ch > threshold_pct
+        if over:
+            summary["over"].append(name)
+        lines.append(f"| {name} | {m0 * 1e6:.4g} µs | {m1 * 1e6:.4g} µs | {ch:+.2f} %{' **over**' if over else ''} | "
+                     f"{100 * a['stats']['iqr'] / m0:.2f} % |")
+    return "\n".join(lines) + "\n", summary
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m replayssm.validators.bench_table", description=__doc__.split("\n")[0])
+    p.add_argument("run", help="pytest-benchmark JSON (nox -s bench writes out/bench/bench.json)")
+    p.add_argument("--compare", default=None, metavar="BASE", help="another run: print the change per benchmark")
+    p.add_argument("--threshold", type=float, default=None, help="with --compare: mark changes above this percent")
+    args = p.parse_args(argv)
+    try:
+        runs = load_runs([args.run] + ([args.compare] if args.compare else []))
+    except ValueError as e:
+        print(f"bench_table: {e}", file=sys.stderr)
+        return 2
+    if args.compare:
+        text, summ = compare(runs[1], runs[0], args.threshold)
+        print(text + f"\n{summ['compared']} benchmarks compared; largest slowdown {summ['worst_slowdown']:+.2f} %, "
+                     f"largest change either way {summ['worst_abs']:.2f} %"
+              + (f"; over {args.threshold:g} %: {', '.join(summ['over'])}" if summ["over"] else ""))
+    else:
+        print(render(runs[0]), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
