@@ -3,12 +3,30 @@ validation of each configuration, the bytes model) at tiny shapes; GPU timings a
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from replayssm.families import family, family_names, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
-from replayssm.validators.bench import bench_family, check_configuration, check_scenario_of, cursor_cycle
+from replayssm.validators.bench import (
+    GATE_BATCHES,
+    GATE_KERNELS,
+    GATE_SPEC_BATCHES,
+    SLOW_ENV,
+    SPEC_BATCHES,
+    STANDARD_BATCHES,
+    BenchCase,
+    bench_cases,
+    bench_family,
+    check_configuration,
+    check_scenario_of,
+    cursor_cycle,
+    measure_case,
+    slow_fraction,
+)
+from replayssm.validators.bench_table import load_runs
 
 
 @pytest.mark.parametrize("fam", family_names())
@@ -40,3 +58,53 @@ def test_bytes_model_limits(fam, geometry, lo, hi):
     spec = DecodeConfig("speculative", 4, 16)
     prefix, cycle = cursor_cycle(spec, 4)
     assert prefix == [0] and [w for w, _ in cycle] == [4, 8, 12, 16] and [f for _, f in cycle][-1]
+
+
+def test_suite_cases_come_from_the_registry():
+    """tests/bench: every family x deployable kernel x decode case x batch of docs/benchmarks.md; the
+    gate's subset is our two kernels at its batch sizes; literal models and mutants are never timed."""
+    cases = bench_cases()
+    ids = [c.id for c in cases]
+    assert len(ids) == len(set(ids))
+    for fam in family_names():
+        mine = [c for c in cases if c.family == fam and c.kernel == "triton-replay"]
+        assert sorted({c.batch for c in mine if c.decode == "standard"}) == list(STANDARD_BATCHES)
+        assert {(c.accepted, c.batch) for c in mine if c.decode == "speculative"} == {
+            (a, b) for a in ("all", "half") for b in SPEC_BATCHES}
+    assert not any(c.kernel.startswith(("literal-", "mutant-")) for c in cases)
+    gate = bench_cases(gate=True)
+    assert {c.kernel for c in gate} == set(GATE_KERNELS) and set(gate) <= set(cases)
+    assert {c.batch for c in gate} == set(GATE_BATCHES) | set(GATE_SPEC_BATCHES)
+    base = next(c for c in cases if c.kernel == "triton-baseline" and c.decode == "standard")
+    assert base.decode_config.buffer == 1 and base.id == f"{base.family}-triton-baseline-std-L16-b{base.batch}"
+
+
+@pytest.mark.parametrize("text, kernel, expected", [("", "triton-replay", 0.0),
+                                                    ("triton-replay=0.5", "triton-replay", 0.5),
+                                                    ("triton-replay=0.5, triton-baseline=2", "triton-baseline", 2.0),
+                                                    ("triton-replay=0.5", "triton-baseline", 0.0)])
+def test_slowdown_applies_to_the_named_kernel_only(text, kernel, expected):
+    assert slow_fraction(kernel, text) == expected
+
+
+@pytest.mark.parametrize("text", ["triton-replay", "triton-replay=", "=0.5", "triton-replay=-1", "triton-replay=x"])
+def test_a_malformed_slowdown_is_refused(text):
+    with pytest.raises(ValueError, match="REPLAYSSM_BENCH_SLOW: expected KERNEL=FRACTION"):
+        slow_fraction("triton-replay", text)
+
+
+def test_the_slowdown_is_recorded_with_the_timing(monkeypatch):
+    """A slowed timing says so (the gate's report and the JSON show which cases were slowed)."""
+    monkeypatch.setenv(SLOW_ENV, "triton-baseline=0.5")
+    case = BenchCase("mamba2", "triton-baseline", "baseline", "standard", "", 1, "tiny", mode="s32a32")
+    timing, extra = measure_case(case, copy=None, device="cpu", max_sets=2)
+    assert timing.slow_fraction == extra["slow_fraction"] == 0.5
+
+
+def test_bench_table_refuses_what_is_not_a_run(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"rows": []}))
+    with pytest.raises(ValueError, match="not pytest-benchmark JSON"):
+        load_runs([p])
+    with pytest.raises(ValueError, match="cannot read"):
+        load_runs([tmp_path / "missing.json"])

@@ -6,6 +6,7 @@ family is an error everywhere, never a fallback to another family's math."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import sys
@@ -16,7 +17,7 @@ from replayssm import families as fam_registry
 from replayssm import registry
 from replayssm.cli import main
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.bench import bench_family
+from replayssm.validators.bench import bench_cases, bench_family, measure_case
 from replayssm.validators.drift import SweepConfig, run_sweep
 from replayssm.validators.fuzz import fuzz_kernel
 from replayssm.validators.runner import run_scenario
@@ -74,6 +75,23 @@ def test_bench_runs_a_new_family(toy):
                        device="cpu", sweep=False, copy={"tbps": 1.0, "bytes": 1, "ms": 1.0}, max_sets=2,
                        baseline="literal-baseline", replay="literal-replay", log=lambda s: None)
     assert len(res["rows"]) == 3 and all("of bound" in r["check"] for r in res["rows"])
+
+
+def test_benchmark_suite_picks_up_a_new_family(toy):
+    """tests/bench asks the registry: a new family's deployable kernels get every case of the suite
+    (its literal models are oracles, never benchmarked), and a case runs end to end."""
+
+    class ToyKernel(toy.literal_replay):
+        name = "toy-kernel"
+
+    registry.register(ToyKernel)  # the toy fixture unregisters the family's kernels at the end
+    cases = [c for c in bench_cases() if c.family == "toy"]
+    assert {c.kernel for c in cases} == {"toy-kernel"}
+    assert len(cases) == len([c for c in bench_cases() if c.family == "mamba2" and c.kernel == "triton-replay"])
+    case = next(c for c in cases if c.decode == "standard" and c.batch == 1)
+    timing, extra = measure_case(dataclasses.replace(case, geometry="tiny", mode="s32a32", L=2), copy=None,
+                                 device="cpu", max_sets=2)
+    assert "of bound" in timing.verdict and extra["bytes_per_step"] > 0
 
 
 def test_cli_lists_a_new_family(toy, capsys):

@@ -470,16 +470,17 @@ class BenchCase:
         return cls.unsupported_reason(parse_mode(self.mode), self.decode_config, {})
 
 
+def is_model(cls) -> bool:
+    """A literal model (``literal-*``, defined in a family's ``literal.py``) or a mutant: validation
+    oracles and witnesses, not kernels anyone deploys, so never benchmarked."""
+    return cls.kind == "mutant" or cls.name.startswith("literal-") or cls.__module__.rsplit(".", 1)[-1] == "literal"
+
+
 def bench_kernels(family_name: str) -> list[str]:
-    """The family's kernels the suite times: its Triton kernels (registered from ``replayssm.ops``,
-    the literal models left out) and every registered adapter (``replayssm.adapters``, after
-    ``adapters.load()``)."""
-    out = []
-    for (_, name), cls in kernels(family_name).items():
-        mod = cls.__module__
-        if (mod.startswith("replayssm.ops.") and not mod.endswith(".literal")) or mod.startswith("replayssm.adapters."):
-            out.append(name)
-    return out
+    """The family's kernels the suite times: every registered kernel that is not a model
+    (:func:`is_model`): the family's Triton kernels, a plug-in's, and the adapters registered by
+    ``adapters.load()``."""
+    return [name for (_, name), cls in kernels(family_name).items() if not is_model(cls)]
 
 
 def bench_cases(gate: bool = False) -> list[BenchCase]:
@@ -557,5 +558,5 @@ def table(result: dict) -> str:
 __all__ = ["BENCH_MODE", "GATE_BATCHES", "GATE_KERNELS", "GATE_SPEC_BATCHES", "SLOW_ENV", "SPEC_BATCHES",
            "STANDARD_BATCHES", "BenchCase", "BenchRow", "KernelTiming", "bench_cases", "bench_family", "bench_kernels",
            "best_configuration", "check_configuration", "check_scenario_of", "copy_bandwidth", "cursor_cycle",
-           "environment", "graph_median_ms", "graph_samples_ms", "markdown_table", "measure_case", "num_sets",
-           "random_inputs", "slow_fraction", "step_bytes", "table", "time_kernel", "time_kernel_samples"]
+           "environment", "graph_median_ms", "graph_samples_ms", "is_model", "markdown_table", "measure_case",
+           "num_sets", "random_inputs", "slow_fraction", "step_bytes", "table", "time_kernel", "time_kernel_samples"]

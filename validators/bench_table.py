@@ -105,7 +105,7 @@ def family_table(cases: list[dict]) -> str:
                 cells += ["-", "-"]
                 continue
             pct = f" ({e['pct_copy']:.0f}%)" if e.get("pct_copy") is not None else ""
-            cells += [fmt(e["median_us"]), f"{e['tbps']:.2f}{pct}"]
+            cells += [fmt(e["median_us"]), f"{fmt(e['tbps'])}{pct}"]
         b, r = by.get(OURS[0]), by.get(OURS[1])
         cells += [fmt(b["median_us"] / r["median_us"]) if b and r else "-",
                   fmt(b["bytes_per_step"] / r["bytes_per_step"]) if b and r else "-"]
