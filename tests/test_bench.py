@@ -26,11 +26,11 @@ from replayssm.validators.bench import (
     measure_case,
     slow_fraction,
 )
-from replayssm.validators.bench_table import load_runs
+from replayssm.validators.bench_table import load_runs, render
 
 
 @pytest.mark.parametrize("fam", family_names())
-def test_bench_family_runs_under_the_interpreter(fam):
+def test_bench_family_runs_under_the_interpreter(fam, tmp_path):
     res = bench_family(fam, "tiny", "s32a32", L=2, batches=(1,), spec_batches=(1,), window=2, spec_buffer=2,
                        device="cpu", sweep=False, copy={"tbps": 1.0, "bytes": 1, "ms": 1.0}, max_sets=2,
                        log=lambda s: None)
@@ -38,6 +38,11 @@ def test_bench_family_runs_under_the_interpreter(fam):
                                                 "spec T'=2 B=2 half accepted"]
     assert all(r["replay_us"] > 0 and r["baseline_us"] > 0 for r in res["rows"])
     assert all("of bound" in r["check"] for r in res["rows"])
+    path = tmp_path / "bench.json"  # the table of docs/benchmarks.md regenerated from the saved result
+    path.write_text(json.dumps(res))
+    text = render(load_runs([path])[0])
+    rows = [ln for ln in text.splitlines() if ln.startswith("| spec") or ln.startswith("| standard")]
+    assert len(rows) == 3 and f"{res['rows'][0]['ratio']:.3g}" in rows[0]
 
 
 def test_bench_refuses_a_configuration_that_fails_validation():
@@ -103,7 +108,7 @@ def test_the_slowdown_is_recorded_with_the_timing(monkeypatch):
 
 def test_bench_table_refuses_what_is_not_a_run(tmp_path):
     p = tmp_path / "x.json"
-    p.write_text(json.dumps({"rows": []}))
+    p.write_text(json.dumps({"rows": [], "family": "mamba2"}))  # a bench result would name copy and env too
     with pytest.raises(ValueError, match="not pytest-benchmark JSON"):
         load_runs([p])
     with pytest.raises(ValueError, match="cannot read"):

@@ -4,6 +4,10 @@
     python -m replayssm.validators.bench_table RUN.json                  # Markdown tables
     python -m replayssm.validators.bench_table RUN.json --compare BASE.json [--threshold 10]
 
+``RUN.json`` is a pytest-benchmark run (``--benchmark-json``) or a ``replayssm bench --json`` result
+(the launch-sweep tables of docs/benchmarks.md: baseline against replay per row); ``--compare`` takes
+two pytest-benchmark runs.
+
 Oracle of the numbers: nothing is recomputed from a model here except the ratio and the model limit;
 every time is the run's own median (pytest-benchmark ``stats.median``, seconds per decode step for a
 kernel case), every bandwidth the run's ``extra_info`` (modelled bytes over that median, and the copy
@@ -19,6 +23,8 @@ import json
 import sys
 from pathlib import Path
 
+from replayssm.validators.bench import table
+
 OURS = ("triton-baseline", "triton-replay")  # the ratio column: baseline µs over replay µs
 
 
@@ -31,17 +37,26 @@ def fmt(v) -> str:
     return str(v)
 
 
-def load_runs(paths) -> list[dict]:
-    """The pytest-benchmark JSON of each path; ValueError naming a file that is not one."""
+def is_bench_result(data: dict) -> bool:
+    """A ``replayssm bench --json`` result (``validators.bench.bench_family``), not a pytest-benchmark run."""
+    return isinstance(data.get("rows"), list) and {"family", "copy", "env"} <= set(data)
+
+
+def load_runs(paths, pytest_benchmark_only: bool = False) -> list[dict]:
+    """The JSON of each path: a pytest-benchmark run or (unless ``pytest_benchmark_only``) a
+    ``replayssm bench`` result; ValueError naming a file that is neither."""
     runs = []
     for p in paths:
         try:
             data = json.loads(Path(p).read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise ValueError(f"run: cannot read {p} as JSON ({e})") from None
-        if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
-            raise ValueError(f"run: {p} is not pytest-benchmark JSON (no 'benchmarks' list); save one with "
-                             f"--benchmark-json")
+        ok = isinstance(data, dict) and (isinstance(data.get("benchmarks"), list)
+                                         or (not pytest_benchmark_only and is_bench_result(data)))
+        if not ok:
+            raise ValueError(f"run: {p} is not pytest-benchmark JSON (no 'benchmarks' list; save one with "
+                             f"--benchmark-json)" + ("" if pytest_benchmark_only else
+                                                     " nor a replayssm bench --json result"))
         runs.append(data)
     return runs
 
@@ -128,7 +143,13 @@ def suite_table(run: dict) -> str | None:
 
 
 def render(run: dict) -> str:
-    """The Markdown of one run: a header line, one table per family, the suite-speed table."""
+    """The Markdown of one run: a header line, one table per family, the suite-speed table (a
+    ``replayssm bench`` result: its header line and its baseline-against-replay table)."""
+    if is_bench_result(run):
+        e = run["env"]
+        return (f"{e.get('gpu', 'no GPU')}, torch {e.get('torch')}, triton {e.get('triton')}, commit "
+                f"{e.get('commit')}{' (dirty)' if e.get('dirty') else ''}, {e.get('date')}, copy "
+                f"{run['copy']['tbps']:.3f} TB/s; {run['family']} {run['geometry']} {run['mode']}\n\n{table(run)}\n")
     cases = kernel_cases(run)
     out = [header(run)]
     for fam in dict.fromkeys(e["family"] for e in cases):
@@ -175,7 +196,8 @@ def main(argv=None) -> int:
     p.add_argument("--threshold", type=float, default=None, help="with --compare: mark changes above this percent")
     args = p.parse_args(argv)
     try:
-        runs = load_runs([args.run] + ([args.compare] if args.compare else []))
+        paths = [args.run] + ([args.compare] if args.compare else [])
+        runs = load_runs(paths, pytest_benchmark_only=bool(args.compare))
     except ValueError as e:
         print(f"bench_table: {e}", file=sys.stderr)
         return 2
