@@ -25,12 +25,14 @@ FAMILIES = [f for f in family_names() if (f, KERNEL) in kernels(f)]
 
 @pytest.mark.parametrize("fam", FAMILIES)
 def test_drift_lockstep_tokens_per_s(fam, measured):
-    samples, extra = drift_chunks(fam, KERNEL, family(fam).bench_geometry, "cuda", rows=8, chunk=64, warm=3,
-                                  timed=6 if gate() else 12)
+    samples, extra = drift_chunks(fam, KERNEL, family(fam).bench_geometry, "cuda", rows=8, chunk=64,
+                                  warm=2 if gate() else 3, timed=6 if gate() else 12)
     measured(samples, group="suite: drift lock-step (s per 64-step chunk, 8 rows)", **extra)
 
 
+@pytest.mark.skipif(gate(), reason="the gate leaves the fuzzer's speed out: its first round compiles the kernels "
+                                   "for every scenario shape (minutes of device time); the full run measures it")
 @pytest.mark.parametrize("fam", FAMILIES)
 def test_fuzz_scenarios_per_s(fam, measured):
-    samples, extra = fuzz_rounds(fam, KERNEL, "cuda", examples=6 if gate() else 12, rounds=3)
+    samples, extra = fuzz_rounds(fam, KERNEL, "cuda", examples=12, rounds=3)
     measured(samples, group="suite: fuzz (s per scenario, ci profile)", **extra)
