@@ -87,7 +87,9 @@ def header(run: dict) -> str:
     m, c = run.get("machine_info", {}), run.get("commit_info", {})
     gpu = next((b["extra_info"].get("gpu") for b in run["benchmarks"] if b.get("extra_info", {}).get("gpu")), None)
     dirty = " (dirty)" if c.get("dirty") else ""
-    parts = [f"run {run.get('datetime', '?')}", f"commit {c.get('id', '?')[:12]}{dirty}",
+    commit = c.get("id") or next((b["extra_info"]["commit"] for b in run["benchmarks"]
+                                  if b.get("extra_info", {}).get("commit")), "?")  # a copy without .git
+    parts = [f"run {run.get('datetime', '?')}", f"commit {commit[:12]}{dirty}",
              f"python {m.get('python_version', '?')}",
              f"machine {m.get('node', '?')} {m.get('cpu', {}).get('brand_raw', '')}".rstrip()]
     if gpu:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from bench_support import MeasuredClock
 
-from replayssm.validators.bench import copy_bandwidth
+from replayssm.validators.bench import copy_bandwidth, environment
 
 
 @pytest.fixture
@@ -37,3 +37,10 @@ def copy_ceiling() -> dict:
     c = copy_bandwidth("cuda")
     torch.cuda.empty_cache()
     return c
+
+
+@pytest.fixture(scope="session")
+def run_env() -> dict:
+    """``validators.bench.environment()`` once per session: versions, GPU, and the commit
+    (``$REPLAYSSM_COMMIT`` on a copy without .git, where pytest-benchmark's commit_info is empty)."""
+    return environment()

@@ -38,9 +38,9 @@ CASES = bench_cases(gate=gate())
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_kernel(case, measured, copy_ceiling):
+def test_kernel(case, measured, copy_ceiling, run_env):
     why = case.unsupported_reason()
     if why:
         pytest.skip(why)
     timing, extra = measure_case(case, copy=copy_ceiling, device="cuda", rep_ms=rep_ms())
-    measured([us * 1e-6 for us in timing.samples_us], group=case.group, **extra)
+    measured([us * 1e-6 for us in timing.samples_us], group=case.group, commit=run_env.get("commit"), **extra)
