@@ -22,6 +22,11 @@ The family supplies what is family-specific (``replayssm.families.Family``): the
 (``bench_launch_candidates``).  :func:`bench_family` is the suite of one family; the reusable pieces
 are :func:`copy_bandwidth`, :func:`graph_median_ms`, :func:`num_sets`, :func:`cursor_cycle`,
 :func:`markdown_table`.
+
+The pytest-benchmark suite (tests/bench, ``nox -s bench``) takes its cases from the registries
+(:func:`bench_cases`: every family x deployable kernel x decode case x batch; the regression gate's
+subset) and times each with :func:`measure_case` (every replay a sample, :func:`time_kernel_samples`);
+:func:`slow_fraction` is the test-only slowdown that shows the gate failing on a slower kernel.
 """
 
 from __future__ import annotations
