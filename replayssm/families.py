@@ -31,6 +31,7 @@ from replayssm.precision import PrecisionMode
 BUILTIN_FAMILIES = (
     "replayssm.ops.mamba2",
     "replayssm.ops.gdn",
+    "replayssm.ops.kda",
 )
 
 # Input laws a family can give each of its inputs (scenarios/inputs.py turns them into values):
