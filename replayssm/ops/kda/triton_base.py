@@ -87,17 +87,10 @@ def fold_history(s0, eG, KW, offs_j, w, d_rec_ptr, slot, origin, h, offs_v, mv,
 
 class TritonKDABase(TritonGDNBase):
     """Common part of the KDA Triton kernels (not registered itself): the GDN kernels' storage and
-    cursors with KDA's per-channel gate parameters ``A_log [HV]``, ``dt_bias [HV, K]``."""
+    cursors with KDA's per-channel gate parameters ``A_log [HV]``, ``dt_bias [HV, K]``
+    (their shapes are checked by ``KernelConfig`` against the geometry's ``param_shapes``)."""
 
     family = "kda"
-
-    def __init__(self, config) -> None:
-        super().__init__(config)
-        g = self.geometry
-        want = {"A_log": (g.num_v_heads,), "dt_bias": (g.num_v_heads, g.head_k_dim)}
-        for name, shape in want.items():
-            if tuple(self.__dict__[name].shape) != shape:
-                raise ValueError(f"params[{name!r}]: expected shape {shape}, got {tuple(self.__dict__[name].shape)}")
 
 
 def fold_fp64(s0: torch.Tensor, hist: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -105,9 +98,4 @@ def fold_fp64(s0: torch.Tensor, hist: dict[str, torch.Tensor]) -> torch.Tensor:
     return KDAMath().fold(s0, {k: v.to(torch.float64) for k, v in hist.items()}, None, None)
 
 
-def history_rows(buffer: int) -> int:
-    """Power-of-two tile height covering ``buffer`` history records."""
-    return triton.next_power_of_2(max(buffer, 1))
-
-
-__all__ = ["TritonKDABase", "fold_fp64", "fold_history", "history_rows", "kda_gates", "load_history", "readout"]
+__all__ = ["TritonKDABase", "fold_fp64", "fold_history", "kda_gates", "load_history", "readout"]
