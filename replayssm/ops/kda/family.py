@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
+from replayssm.families import Family, FamilyMutant, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.kda import literal, naive
+from replayssm.ops.kda import mutants as broken
 from replayssm.precision import PrecisionMode
 
 
@@ -112,6 +113,18 @@ class KimiDeltaAttention(Family):
     @property
     def literal_baseline(self):
         return literal.KDALiteralBaseline
+
+    mutants = (
+        FamilyMutant(broken.GateOnValueAxis, "mutant-gate-on-value-axis",
+                     "KDA history fold applies the per-channel decay along the value axis instead of the key axis",
+                     klass="arithmetic"),
+        FamilyMutant(broken.ScalarGate, "mutant-scalar-gate",
+                     "KDA reads one gate per head (channel 0's) where a per-key-channel vector is declared",
+                     klass="arithmetic"),
+        FamilyMutant(broken.LogGateSumsBf16, "mutant-log-gate-sums-bf16",
+                     "KDA history fold keeps the cumulative sums of the per-channel log gates in bf16",
+                     klass="precision"),
+    )
 
     def traffic(self, geometry, mode: PrecisionMode) -> RecordTraffic:
         g, m = geometry, mode
