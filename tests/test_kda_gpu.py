@@ -45,6 +45,8 @@ def _cases():
             (f"baseline-{mode}-T1", "triton-baseline", _sc(mode, "standard", 1, 16, "random", 3)),
             (f"baseline-{mode}-B16-T4", "triton-baseline", _sc(mode, "speculative", 4, 16, "per-row", 4)),
         ]
+    for mode in ("s32a32-tf32", "s32a16-tf32x3"):  # tensor-core readouts: the pre-pass path at every batch size
+        out.append((f"replay-{mode}-L16-T1", "triton-replay", _sc(mode, "standard", 1, 16, "random", 18)))
     for L in (1, 4, 8, 32):
         out.append((f"replay-prepass-s32a16-L{L}-T1", "triton-replay",
                     _sc("s32a16", "standard", 1, L, "random", L + 2, kernel_options={"prepass": True})))

@@ -71,6 +71,13 @@ def test_precision_modes(name, decode, T, mode):
     _check(run_scenario(sc, name, repeat_check=mode.endswith("-sr")))
 
 
+@pytest.mark.parametrize("mode", ["s32a32-tf32", "s32a16-tf32x3"])
+def test_standard_tensor_core_readouts(mode):
+    """tf32 / tf32x3: the pre-pass path's two checkpoint readouts as one tensor-core product (full
+    fp32 under the interpreter; the literal model rounds its operands to tf32)."""
+    _check(run_scenario(_sc(mode, "standard", 1, 4, "random", steps=5), "triton-replay", repeat_check=False))
+
+
 def test_long_window_and_single_record_buffer():
     """T' = 5 (a window longer than the GDN kernel's unrolled form) and L = 1 (flush every step)."""
     _check(run_scenario(_sc("s32a16", "speculative", 5, 5, "per-row", steps=3), "triton-replay",
@@ -122,6 +129,7 @@ def test_snapshot_restore_resumes_bit_for_bit(name):
 @pytest.mark.parametrize("name,mode,why", [(n, m, w) for n in KERNELS for m, w in (
     ("si8a16", "state dtype int8"), ("s64a64", "fp64"), ("s32a16-tf32", "ieee"))])
 def test_unsupported_modes_refused(name, mode, why):
+    """int8 states and fp64 everywhere; tf32 for speculative verify (the default decode here)."""
     with pytest.raises(ValueError, match=why):
         _kernel(name, mode)
 
@@ -134,6 +142,17 @@ def test_unsupported_modes_refused(name, mode, why):
 def test_options_refused(name, decode, options, why):
     with pytest.raises(ValueError, match=why):
         _kernel(name, "s32a16", decode, options)
+
+
+def test_tensor_core_readout_only_on_the_prepass_path():
+    """tf32 is refused where the readouts are FMA reductions: the single kernel, speculative verify."""
+    with pytest.raises(ValueError, match="ieee"):
+        _kernel("triton-replay", "s32a16-tf32", DecodeConfig("standard", 1, 4), {"prepass": False})
+    with pytest.raises(ValueError, match="ieee"):
+        _kernel("triton-replay", "s32a16-tf32", DecodeConfig("speculative", 2, 3))
+    k = _kernel("triton-replay", "s32a16-tf32", DecodeConfig("standard", 1, 4))[0]
+    k.interpret = False  # the GPU's automatic choice: the pre-pass path at every batch size
+    assert k.use_split(1)
 
 
 def test_per_head_bias_refused():

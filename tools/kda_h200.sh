@@ -4,10 +4,13 @@
 #                             mode, both standard-decode paths, speculative, batch 1 and 512)
 #   tools/kda_h200.sh bench   baseline vs replay standard decode, batch 1..512, launch sweep (tools/kda_bench.py),
 #                             then the table of record (replayssm bench --family kda, default launches)
-#   tools/kda_h200.sh all     both
+#   tools/kda_h200.sh phases  where a batch-512 replay step goes (tools/split_phases.py times kda standard 512:
+#                             non-flush step, flush step, pre-pass alone, stream alone)
+#   tools/kda_h200.sh all     tests, bench and phases
 # Env: KDA_TEST_LIMIT (s, default 240), KDA_BENCH_LIMIT (default 300), KDA_BATCHES (default 1,8,32,128,256,512),
 #      KDA_QUICK=1 (two launch candidates per kernel), REPLAYSSM_COMMIT (the device copy has no .git).
-# Results in $OUT: kda_tests.txt, kda_bench.{json,md}, kda_bench_log.txt, kda_bench_family.{json,txt}.
+# Results in $OUT: kda_tests.txt, kda_bench.{json,md}, kda_bench_log.txt, kda_bench_family.{json,txt},
+#   kda_phases.jsonl.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/kda}
@@ -34,4 +37,10 @@ if [[ $what == bench || $what == all ]]; then
   timeout 200 python -m replayssm bench --family kda --no-sweep --rep-ms 100 --json "$OUT/kda_bench_family.json" \
     > "$OUT/kda_bench_family.txt" 2>&1
   stamp "replayssm bench --family kda (exit $?)"; tail -14 "$OUT/kda_bench_family.txt"
+fi
+if [[ $what == phases || $what == all ]]; then
+  for opts in '{}' '{"coef_warps": 1}' '{"block_v": 16, "num_warps": 2}'; do
+    timeout 90 python tools/split_phases.py times kda standard 512 "$opts" s32a16 >> "$OUT/kda_phases.jsonl" 2>&1
+  done
+  stamp "kda phases (exit $?)"; cat "$OUT/kda_phases.jsonl"
 fi

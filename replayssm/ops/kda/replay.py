@@ -25,6 +25,7 @@ from replayssm.ops.kda.replay_decode import launch_replay_decode
 from replayssm.ops.kda.replay_spec import launch_replay_spec, launch_replay_spec_commit
 from replayssm.ops.kda.replay_split import coef_layout, launch_split
 from replayssm.ops.kda.triton_base import TritonKDABase, fold_fp64
+from replayssm.ops.split_options import int_choice
 from replayssm.registry import register
 
 # the GDN replay's two-launch options this kernel implements (no key-dim chunks)
@@ -43,7 +44,9 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
 
     @classmethod
     def tensor_core_readouts(cls, decode, options) -> bool:
-        return False
+        """tf32 / tf32x3 readouts: on the pre-pass path (standard decode) only."""
+        return not decode.speculative and options.get("prepass") is not False \
+            and options.get("readout", "reduce") == "reduce"
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
@@ -60,10 +63,15 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
                                         device=self.device)
         self.jb = next_pow2(max(self.decode.buffer - 1, 1))
         self.coef_layout = coef_layout(self.jb, self.BK)
+        # the pre-pass holds several [L, K] fp32 tiles (gates, cumsum, decay weights, weighted keys) where the
+        # GDN pre-pass holds one: 4 warps by default (a guess to be settled by tools/kda_bench.py's sweep)
+        self.coef_warps = int_choice(config.options, "coef_warps", (1, 2, 4, 8), 4)
 
     def use_split(self, rows: int) -> bool:
         if self.decode.speculative or self.readout != "reduce":
             return False
+        if self.mode.dot != "ieee":
+            return True  # only the pre-pass path reads out with tensor-core dots
         if self.prepass is not None:
             return self.prepass
         return self.interpret or rows >= 16

@@ -19,7 +19,9 @@ With ``KW_j = k_j * e^(G - G_j)`` (the decay-weighted history keys), the current
     o = S_0 XQ + sum_j CQ[j] d_j + (k . q) d,        XQ = alpha e^G * q,       CQ[j] = KW_j . (alpha * q)
 
 and a flush stores ``S_0 Diag(DECF) + sum_j d_j WF_j^T + d k^T`` with ``DECF = alpha e^G`` and
-``WF_j = alpha * KW_j`` (written by the pre-pass only on a flush step).
+``WF_j = alpha * KW_j`` (written by the pre-pass only on a flush step).  With a tf32 / tf32x3 mode the
+two checkpoint readouts ``S_0 XK`` and ``S_0 XQ`` are one tensor-core product (full fp32 under the
+interpreter, spec 9: the tf32 effect exists only on the GPU); the rest stays fp32 FMA.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def _kda_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
 def _kda_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, coef_ptr, meta_ptr, seed, num_slots,
                        HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, JB: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr,
-                       INTERPRET: tl.constexpr, FU: tl.constexpr, NVT: tl.constexpr,
+                       INTERPRET: tl.constexpr, FU: tl.constexpr, NVT: tl.constexpr, DOT: tl.constexpr,
                        O_XK: tl.constexpr, O_XQ: tl.constexpr, O_DECF: tl.constexpr, O_KN: tl.constexpr,
                        O_CK: tl.constexpr, O_CQ: tl.constexpr, O_WF: tl.constexpr, O_BETA: tl.constexpr,
                        O_KQ: tl.constexpr, NCOEF: tl.constexpr):
@@ -130,6 +132,10 @@ def _kda_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, co
     mk = offs_k < K
     xk = tl.load(coef_ptr + cb + O_XK + offs_k)
     xq = tl.load(coef_ptr + cb + O_XQ + offs_k)
+    if DOT != "ieee":
+        # both readouts as one tensor-core product: rows 0 and 1 of XKQ are XK and XQ (16 rows: the dot's minimum)
+        c16 = tl.arange(0, 16)
+        XKQ = tl.where((c16 == 0)[:, None], xk[None, :], tl.where((c16 == 1)[:, None], xq[None, :], 0.0))
     j = tl.arange(0, JB)
     hist = j < w
     ck = tl.load(coef_ptr + cb + O_CK + j)
@@ -149,8 +155,15 @@ def _kda_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, co
         Dh = tl.load(d_rec_ptr + (rows[:, None] * HV + h) * V + offs_v[None, :], mask=hist[:, None] & mv[None, :],
                      other=0.0).to(tl.float32)  # [JB, BV]
         v = tl.load(v_ptr + (r * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
-        d = beta * v - tl.sum(s0 * xk[None, :], 1) - tl.sum(Dh * ck[:, None], 0)
-        o = tl.sum(s0 * xq[None, :], 1) + tl.sum(Dh * cq[:, None], 0) + kq * d
+        if DOT != "ieee":
+            SKQ = tl.dot(s0, tl.trans(XKQ), input_precision=DOT)  # [BV, 16]
+            sk = tl.sum(tl.where((c16 == 0)[None, :], SKQ, 0.0), 1)
+            sq = tl.sum(tl.where((c16 == 1)[None, :], SKQ, 0.0), 1)
+        else:
+            sk = tl.sum(s0 * xk[None, :], 1)
+            sq = tl.sum(s0 * xq[None, :], 1)
+        d = beta * v - sk - tl.sum(Dh * ck[:, None], 0)
+        o = sq + tl.sum(Dh * cq[:, None], 0) + kq * d
         tl.store(out_ptr + (r * HV + h) * V + offs_v, cast_nearest(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
         srow = slot * L + w
         tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_nearest(d, d_rec_ptr.dtype.element_ty, INTERPRET),
@@ -190,11 +203,13 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     if phases == "coef":
         return
     bv, nvb, nw = kern.split_shape(R)
+    if kern.mode.dot != "ieee" and bv < 16:  # a tensor-core dot needs 16 rows
+        bv, nvb = 16, triton.cdiv(kern.V, 16)
     nvt = kern.split_tiles(R, nvb)
     _kda_stream_kernel[(R, kern.HV, triton.cdiv(nvb, nvt))](
         slot_ids, inputs["v"], out, kern.states, kern.scales, kern.records["d"], coef, meta, kern.seed,
         kern.num_slots, HV=kern.HV, K=kern.K, V=kern.V, L=L, BK=kern.BK, BV=bv, JB=kern.jb, SCALED=kern.scaled,
-        SR=kern.sr, INTERPRET=kern.interpret, FU=kern.fold_unroll, NVT=nvt, num_warps=nw, **offs)
+        SR=kern.sr, INTERPRET=kern.interpret, FU=kern.fold_unroll, NVT=nvt, DOT=kern.mode.dot, num_warps=nw, **offs)
 
 
 __all__ = ["coef_layout", "launch_split"]
