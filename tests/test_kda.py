@@ -124,6 +124,17 @@ def test_validate_passes(kernel, decode, mode):
     assert res.steps_run == res.steps_planned > 0
 
 
+def test_fast_channels_fold_within_the_bound():
+    """large-delta gates (log gates down to ~-60 per channel and token): the fp32 cumulative sums of a
+    fast channel carry ~u |G_c| into its fold weights.  The fp64 bound's decay exponent is the
+    largest over channels (KDAMath.error_terms' fourth term); with the slowest channel's, as a
+    scalar gate's, the literal model failed flush-increment at step 3 (measured 2026-12-01)."""
+    sc = Scenario.tiny("kda", decode="speculative", mode="s32a32", schedule="random", steps=10,
+                       distribution="large-delta", initial_state="random")
+    res = run_scenario(sc, "literal-replay", repeat_check=False)
+    assert res.passed, res.failures[:3]
+
+
 @pytest.mark.parametrize("decode", ["speculative", "standard"])
 @pytest.mark.parametrize("name", KDA_MUTANTS)
 def test_kda_mutants_are_caught(name, decode):

@@ -121,14 +121,17 @@ class KDAMath(FamilyMath):
         by (``Diag(alpha) (I - beta k kᵀ)`` has 2-norm <= max_c alpha_c for unit k and beta in
         [0, 1]), a bound on the new state's norm (``max alpha |S| + beta max|v|``) and the magnitude
         of the contributions built from records rounded to the activation format (d and the
-        normalised k: ``2 max|d| <= 2 beta (max|v| + max alpha |S|)``)."""
+        normalised k: ``2 max|d| <= 2 beta (max|v| + max alpha |S|)``); and the token's decay
+        exponent for the fold's cumulative sums, ``max_c -g_c``: the fp32 sum of a fast channel's
+        log gates carries an absolute error ~u |G_c| into every weight of that channel, however
+        slowly the head's slowest channel decays."""
         g, beta = kda_gates(tok["a"], tok["b"], params["A_log"], params["dt_bias"])  # [R, HV, K], [R, HV]
         rho = torch.exp(g.amax(-1))
         nv = norm.shape[-1]
         vmax = tok["v"].abs().amax(-1)
         vmax = vmax.repeat_interleave(nv // vmax.shape[-1], dim=-1) if vmax.shape[-1] != nv else vmax
         new = rho * norm + beta * vmax
-        return rho, new, 2 * beta * (vmax + rho * norm)
+        return rho, new, 2 * beta * (vmax + rho * norm), -g.amin(-1)
 
     def step(self, s, tok, params):
         return kda_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"])
