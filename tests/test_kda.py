@@ -6,7 +6,10 @@ triangular solve (1e-12); with every channel's gate equal it is the Gated DeltaN
 flash-linear-attention's ``naive_recurrent_kda`` when it is installed (fp32: 1e-5).  The literal
 ReplaySSM and baseline models at s64a64 equal the recurrence to 1e-12 (``core_drive.drive``); at the
 serving modes they pass the validation engine; each KDA mutant fails it while the literal model
-passes the same scenario.  All at the ``tiny`` preset, a few steps.
+passes the same scenario.  All at the ``tiny`` preset, a few steps.  The fuzzer runs the KDA
+kernels through tests/test_fuzz_properties.py and fuzzes the KDA mutants in
+tests/test_mutation_gallery.py (both iterate the registries), the golden trajectories cover KDA
+(tests/test_golden.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from replayssm.ops.kda import naive
 from replayssm.ops.kda.literal import kda_window_solve
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.drift import SweepConfig, run_sweep
-from replayssm.validators.fuzz import fuzz_kernel
 from replayssm.validators.mutants import all_mutants
 from replayssm.validators.runner import run_scenario
 
@@ -122,6 +124,17 @@ def test_validate_passes(kernel, decode, mode):
     assert res.steps_run == res.steps_planned > 0
 
 
+def test_fast_channels_fold_within_the_bound():
+    """large-delta gates (log gates down to ~-60 per channel and token): the fp32 cumulative sums of a
+    fast channel carry ~u |G_c| into its fold weights.  The fp64 bound's decay exponent is the
+    largest over channels (KDAMath.error_terms' fourth term); with the slowest channel's, as a
+    scalar gate's, the literal model failed flush-increment at step 3 (measured 2026-12-01)."""
+    sc = Scenario.tiny("kda", decode="speculative", mode="s32a32", schedule="random", steps=10,
+                       distribution="large-delta", initial_state="random")
+    res = run_scenario(sc, "literal-replay", repeat_check=False)
+    assert res.passed, res.failures[:3]
+
+
 @pytest.mark.parametrize("decode", ["speculative", "standard"])
 @pytest.mark.parametrize("name", KDA_MUTANTS)
 def test_kda_mutants_are_caught(name, decode):
@@ -131,11 +144,6 @@ def test_kda_mutants_are_caught(name, decode):
     assert run_scenario(sc, "literal-replay", repeat_check=False).passed
     res = run_scenario(sc, name, repeat_check=False, stop_on_failure=True)
     assert not res.passed and res.first_failure.check in ("state", "output", "flush-checkpoint", "flush-increment")
-
-
-def test_fuzz_kda():
-    rep = fuzz_kernel("literal-replay", "kda", profile="ci", max_examples=4, seed=1)
-    assert not rep.caught and rep.examples >= 4, rep.notes
 
 
 def test_drift_kda(tmp_path):

@@ -16,7 +16,10 @@ difference of fp32 sums of log gates: the place per-channel drift enters (tests/
 
 * :func:`kda_window_solve`: the in-window solve and the window outputs for one row.
 * :class:`KDALiteralReplay` ("literal-replay") and :class:`KDALiteralBaseline`
-  ("literal-baseline"): literal models of the kernel interface.
+  ("literal-baseline"): literal models of the kernel interface;
+* legitimate variants (other operation orders the tolerance rule must pass, tests/test_variants.py):
+  ``literal-replay-cumprod`` (fold weights as running products of exp(g)) and
+  ``literal-replay-recurrent`` (the window by stepping the recurrence).
 
 Expected error: at s64a64 the replay model equals the fp64 recurrence to ~1e-12 relative.
 """
@@ -121,17 +124,49 @@ class KDAMath(FamilyMath):
         by (``Diag(alpha) (I - beta k kᵀ)`` has 2-norm <= max_c alpha_c for unit k and beta in
         [0, 1]), a bound on the new state's norm (``max alpha |S| + beta max|v|``) and the magnitude
         of the contributions built from records rounded to the activation format (d and the
-        normalised k: ``2 max|d| <= 2 beta (max|v| + max alpha |S|)``)."""
+        normalised k: ``2 max|d| <= 2 beta (max|v| + max alpha |S|)``); and the token's decay
+        exponent for the fold's cumulative sums, ``max_c -g_c``: the fp32 sum of a fast channel's
+        log gates carries an absolute error ~u |G_c| into every weight of that channel, however
+        slowly the head's slowest channel decays."""
         g, beta = kda_gates(tok["a"], tok["b"], params["A_log"], params["dt_bias"])  # [R, HV, K], [R, HV]
         rho = torch.exp(g.amax(-1))
         nv = norm.shape[-1]
         vmax = tok["v"].abs().amax(-1)
         vmax = vmax.repeat_interleave(nv // vmax.shape[-1], dim=-1) if vmax.shape[-1] != nv else vmax
         new = rho * norm + beta * vmax
-        return rho, new, 2 * beta * (vmax + rho * norm)
+        return rho, new, 2 * beta * (vmax + rho * norm), -g.amin(-1)
 
     def step(self, s, tok, params):
         return kda_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"])
+
+
+class KDAMathCumprod(KDAMath):
+    """Fold weights as running products of the per-token, per-channel decays exp(g_j) (fp32)."""
+
+    def decays(self, g):
+        a = torch.exp(g)
+        seg = [torch.ones_like(a[0])]
+        for j in range(g.shape[0] - 1, 0, -1):
+            seg.append(seg[-1] * a[j])
+        seg = torch.stack(seg[::-1])
+        return seg[0] * a[0], seg
+
+
+class KDAMathRecurrentWindow(KDAMath):
+    """The in-window solve by stepping the delta rule token by token from the state before the
+    window (no WY/UT form): ``S' = S Diag(exp g_t)``, ``d_t = beta_t (v_t - S' k_t)``,
+    ``S_t = S' + d_t k_tᵀ``, ``o_t = S_t q_t``."""
+
+    def solve(self, s_h, qh, kh, v, g, beta, mode):
+        S, outs, ds = s_h, [], []
+        for t in range(qh.shape[0]):
+            S = S * torch.exp(g[t])[:, None, :]
+            sk = (_dot(S, mode) * _dot(kh[t], mode)[:, None, :]).sum(-1)
+            d = beta[t][:, None] * (v[t] - sk)
+            S = S + d[:, :, None] * kh[t][:, None, :]
+            outs.append((_dot(S, mode) * _dot(qh[t], mode)[:, None, :]).sum(-1))
+            ds.append(d)
+        return torch.stack(outs), torch.stack(ds)
 
 
 _MATH = KDAMath()
@@ -151,3 +186,19 @@ class KDALiteralBaseline(LiteralBaselineKernel):
     family = "kda"
     description = "literal baseline: state read and written every token; one state per draft position"
     math = _MATH
+
+
+@register
+class KDAReplayCumprod(LiteralReplayKernel):
+    name = "literal-replay-cumprod"
+    family = "kda"
+    description = "legitimate variant: fold weights as running products of exp(g) per channel (fp32)"
+    math = KDAMathCumprod()
+
+
+@register
+class KDAReplayRecurrentWindow(LiteralReplayKernel):
+    name = "literal-replay-recurrent"
+    family = "kda"
+    description = "legitimate variant: in-window solve by stepping the delta rule (no WY/UT form)"
+    math = KDAMathRecurrentWindow()
