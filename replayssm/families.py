@@ -31,6 +31,7 @@ from replayssm.precision import PrecisionMode
 BUILTIN_FAMILIES = (
     "replayssm.ops.mamba2",
     "replayssm.ops.gdn",
+    "replayssm.ops.kda",
 )
 
 # Input laws a family can give each of its inputs (scenarios/inputs.py turns them into values):
@@ -74,6 +75,21 @@ class RecordTraffic(Traffic):
         if decode.speculative:
             return b + T * self.record + (self.state if flush else 0.0)
         return b + (self.state if flush else self.record)
+
+
+@dataclass(frozen=True)
+class FamilyMutant:
+    """A broken kernel specific to one family: ``mixin`` (one deliberate bug, e.g. a class attribute
+    ``math`` holding the family's literal math with one method wrong) put over the family's literal
+    replay (``base="replay"``) or baseline model; the fields are ``register_mutant``'s."""
+
+    mixin: type
+    name: str  # "mutant-<name>"
+    description: str
+    klass: str  # one of the mutant registry's CLASSES
+    base: str = "replay"
+    decodes: tuple[str, ...] = ("speculative", "standard")
+    gallery: bool = True  # fuzzed by the CI gallery
 
 
 class Family(abc.ABC):
@@ -147,7 +163,9 @@ class Family(abc.ABC):
     def literal_baseline(self) -> type:
         """The literal baseline class (``literal-baseline``)."""
 
-    mutant_modules: ClassVar[tuple[str, ...]] = ()  # modules registering family-specific mutants
+    # Broken kernels only this family has (its own arithmetic's slips): the mutant registry
+    # (validators/mutants/) registers each on this family's literal model, beside the shared ones.
+    mutants: ClassVar[tuple[FamilyMutant, ...]] = ()
 
     # ---- bench --------------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -249,6 +267,6 @@ def check_positive_dims(geometry, names: tuple[str, ...]) -> None:
             raise ValueError(f"{f}: expected a positive integer, got {v!r}")
 
 
-__all__ = ["BUILTIN_FAMILIES", "INPUT_LAWS", "Family", "Geometry", "RecordTraffic", "Traffic", "check_positive_dims",
-           "families", "family", "family_names", "geometry_from_dict", "preset", "preset_names", "register_family",
-           "uniform_in", "unregister_family"]
+__all__ = ["BUILTIN_FAMILIES", "INPUT_LAWS", "Family", "FamilyMutant", "Geometry", "RecordTraffic", "Traffic",
+           "check_positive_dims", "families", "family", "family_names", "geometry_from_dict", "preset", "preset_names",
+           "register_family", "uniform_in", "unregister_family"]

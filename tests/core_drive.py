@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from replayssm.families import family as family_of
 from replayssm.interface import PAD_SLOT, DecodeConfig, KernelConfig
 from replayssm.ops.gdn.naive import gdn_sequence
 from replayssm.ops.mamba2.naive import mamba2_sequence
@@ -44,7 +45,14 @@ def reference_sequence(family: str, state, tokens: dict[str, torch.Tensor], para
     t = {k: v.double() for k, v in tokens.items()}
     if family == "mamba2":
         return mamba2_sequence(state, t["x"], t["dt"], t["B"], t["C"], P["A"], P["dt_bias"], P["D"], t.get("z"))
-    return gdn_sequence(state, t["q"], t["k"], t["v"], t["a"], t["b"], P["A_log"], P["dt_bias"])
+    if family == "gdn":
+        return gdn_sequence(state, t["q"], t["k"], t["v"], t["a"], t["b"], P["A_log"], P["dt_bias"])
+    # Any other family: its registered reference step (its naive.py), token by token.
+    fam, outs = family_of(family), []
+    for i in range(next(iter(t.values())).shape[0]):
+        o, state = fam.reference_step(state, {n: v[i] for n, v in t.items()}, P)
+        outs.append(o)
+    return torch.stack(outs), state
 
 
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:

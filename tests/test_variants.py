@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from replayssm.families import family_names
 from replayssm.registry import kernels
 from replayssm.scenarios import Scenario
 from replayssm.validators import Lockstep, run_scenario
@@ -24,8 +25,9 @@ VARIANTS = [(f, n) for (f, n) in kernels() if n.startswith("literal-replay-") an
 
 
 def test_each_family_registers_variants():
-    assert {f for f, _ in VARIANTS} == {"mamba2", "gdn"}
+    assert {f for f, _ in VARIANTS} == set(family_names())
     assert ("mamba2", "literal-replay-cumsum-exp") in VARIANTS and ("gdn", "literal-replay-recurrent") in VARIANTS
+    assert ("kda", "literal-replay-cumprod") in VARIANTS and ("kda", "literal-replay-recurrent") in VARIANTS
 
 
 @pytest.mark.parametrize("family,name", VARIANTS, ids=[f"{f}-{n}" for f, n in VARIANTS])

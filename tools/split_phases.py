@@ -27,13 +27,14 @@ from replayssm.families import family as family_of
 from replayssm.families import preset
 from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.ops.gdn import replay_split as gdn_split
+from replayssm.ops.kda import replay_split as kda_split
 from replayssm.ops.mamba2 import replay_split as mamba2_split
 from replayssm.registry import get
 from replayssm.scenarios.inputs import make_params
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.bench import graph_median_ms, num_sets, random_inputs
 
-SPLIT = {"mamba2": mamba2_split, "gdn": gdn_split}
+SPLIT = {"mamba2": mamba2_split, "gdn": gdn_split, "kda": kda_split}  # kda: standard decode only
 
 
 def state_bytes(family: str) -> int:
@@ -123,7 +124,7 @@ def profile(family: str, decode: str, batch: int, opts: dict, mode: str) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="the two-launch replay path of one configuration on a GPU")
     p.add_argument("what", choices=("times", "profile"), help="phase times (JSON line) or launches for ncu")
-    p.add_argument("family", choices=("mamba2", "gdn"))
+    p.add_argument("family", choices=tuple(SPLIT))
     p.add_argument("decode", choices=("standard", "speculative"))
     p.add_argument("batch", type=int)
     p.add_argument("options", type=json.loads, help='kernel options as JSON, e.g. \'{"num_warps": 2}\'')

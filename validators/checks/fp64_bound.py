@@ -5,7 +5,9 @@ of the recurrence, computed in fp64 beside the reference from the reference's ow
 per row and head, never from the kernel under test.  The family's literal math gives, per token,
 ``error_terms(norm, tok, params) -> (rho, norm', rec)``: the factor an existing state error is
 scaled by, a bound on the new state's norm (the sum of absolute contributions), and the size of
-the contributions built from records rounded to the activation format.  With ``u_c`` the
+the contributions built from records rounded to the activation format; a family whose decay is
+not one scalar per head (KDA's per-channel gates) adds a fourth term, the token's decay exponent
+the fold's cumulative sums carry (the largest over channels; ``-log rho`` when left out).  With ``u_c`` the
 compute format's u, ``u_a`` the activation format's and ``u_s`` the state format's:
 
 * a checkpoint carries ``E`` (the error folded into it, scaled by ``rho`` every token, plus
@@ -98,9 +100,10 @@ class RunningBound:
         return {k: torch.where(sel, new[k], st[k]) for k in st}
 
     def advance(self, st: dict, tok: dict, params: dict) -> dict:
-        rho, M, rec = self.terms(st["M"], tok, params)
+        rho, M, rec, *exponent = self.terms(st["M"], tok, params)
+        dL = exponent[0] if exponent else -torch.log(rho.clamp_min(1e-300))
         return {"E": rho * st["E"] + self.u_a * rec, "A": rho * st["A"], "M": M, "n": st["n"] + 1,
-                "L": st["L"] - torch.log(rho.clamp_min(1e-300))}
+                "L": st["L"] + dL}
 
     # ---- the run ------------------------------------------------------------------------------------
     def reset(self, rows: list[int], init: torch.Tensor) -> None:

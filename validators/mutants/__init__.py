@@ -12,7 +12,8 @@ Importing this package registers every mutant with the kernel registry (``kind =
 * ``field_bugs.py``: spec 7's seven field bugs, each with its first-bad-step rule;
 * ``bookkeeping.py``, ``arithmetic.py``, ``precision.py``: the gallery, by kind of slip;
 * ``interface.py``: interface slips, each the witness of one exact check (``validators/checks/``);
-* ``serving.py``: serving-engine mechanisms of public reports (docs/field_bugs.md).
+* ``serving.py``: serving-engine mechanisms of public reports (docs/field_bugs.md);
+* ``family_mutants.py``: each family's own mutants (``Family.mutants``, written in its folder).
 
 To add one: write a mixin overriding the literal model's methods in the module of its kind, then
 ``register_mutant(Mixin, "mutant-<name>", "what is wrong", klass=..., decodes=(...))``.
@@ -28,6 +29,7 @@ from replayssm.validators.mutants import arithmetic  # noqa: F401
 from replayssm.validators.mutants import precision  # noqa: F401
 from replayssm.validators.mutants import interface  # noqa: F401
 from replayssm.validators.mutants import serving  # noqa: F401
+from replayssm.validators.mutants import family_mutants  # noqa: F401
 # isort: on
 from replayssm.validators.mutants.field_bugs import FIELD_BUGS
 from replayssm.validators.mutants.registry import (

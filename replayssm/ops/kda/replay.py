@@ -1,0 +1,124 @@
+"""The Triton ReplaySSM kernel for KDA ("triton-replay", family kda): standard decode
+(``replay_decode.py``, and the two-launch path ``replay_split.py``) and speculative verify/commit
+(``replay_spec.py``) behind the kernel interface, with the records stored as the literal model
+stores them.
+
+Storage: checkpoint ``[slots, HV, V, K]`` in the state dtype (fp8 with fp32 scales
+``[slots, HV, V]``); records ``d [slots, rows, HV, V]`` and ``k [slots, rows, H, K]`` in the
+activation dtype, the per-channel log gate ``g [slots, rows, HV, K]`` in fp32; rows = L (standard)
+or next_pow2(B + T') (speculative ring).  ``snapshot()`` returns exactly these.  Cursors, options,
+snapshot and restore are the Gated DeltaNet replay kernel's (``replayssm.ops.gdn.replay``): this
+class changes the record layout, the launches and the fp64 fold.
+
+Oracle: ``literal-replay`` (family kda) and the fp64 recurrence.  Expected error: within a small
+factor of the literal model's at the same precision mode (tests/test_kda_triton.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from replayssm.interface import PAD_SLOT, next_pow2
+from replayssm.ops.gdn.replay import TritonGDNReplay
+from replayssm.ops.gdn.triton_base import OPTIONS
+from replayssm.ops.kda.replay_decode import launch_replay_decode
+from replayssm.ops.kda.replay_spec import launch_replay_spec, launch_replay_spec_commit
+from replayssm.ops.kda.replay_split import coef_layout, launch_split
+from replayssm.ops.kda.triton_base import TritonKDABase, fold_fp64
+from replayssm.ops.split_options import int_choice
+from replayssm.registry import register
+
+# the GDN replay's two-launch options this kernel implements (no key-dim chunks)
+SPLIT_OPTIONS = ("prepass", "coef_warps", "fold_unroll", "tiles")
+
+
+@register
+class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
+    name = "triton-replay"
+    family = "kda"
+    accepted_options = OPTIONS + SPLIT_OPTIONS
+    description = ("Triton ReplaySSM (per-channel gates): records d, normalised k, per-channel g (fp32); "
+                   "output-only readout; flush at write_pos = L-1; speculative verify with the in-window "
+                   "WY/UT solve and device-side commit; standard decode as coefficient pre-pass + checkpoint "
+                   "stream from 16 rows up, one kernel below")
+
+    @classmethod
+    def tensor_core_readouts(cls, decode, options) -> bool:
+        """tf32 / tf32x3 readouts: on the pre-pass path (standard decode) only."""
+        return not decode.speculative and options.get("prepass") is not False \
+            and options.get("readout", "reduce") == "reduce"
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        why = super().unsupported_reason(mode, decode, options)
+        if why is None and decode.speculative and options.get("prepass"):
+            return "option prepass=True: the two-launch path is standard decode only (speculative: one kernel)"
+        return why
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        g, rows, S = self.geometry, self.decode.ring_rows, self.num_slots
+        # the per-channel log gate record (the GDN layout has one g per value head)
+        self.records["g"] = torch.zeros((S, rows, g.num_v_heads, g.head_k_dim), dtype=torch.float32,
+                                        device=self.device)
+        self.jb = next_pow2(max(self.decode.buffer - 1, 1))
+        self.coef_layout = coef_layout(self.jb, self.BK)
+        # the pre-pass holds several [L, K] fp32 tiles (gates, cumsum, decay weights, weighted keys) where the
+        # GDN pre-pass holds one: 4 warps by default (a guess to be settled by tools/kda_bench.py's sweep)
+        self.coef_warps = int_choice(config.options, "coef_warps", (1, 2, 4, 8), 4)
+
+    def use_split(self, rows: int) -> bool:
+        if self.decode.speculative or self.readout != "reduce":
+            return False
+        if self.mode.dot != "ieee":
+            return True  # only the pre-pass path reads out with tensor-core dots
+        if self.prepass is not None:
+            return self.prepass
+        return self.interpret or rows >= 16
+
+    def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if rows not in self._scratch:
+            self._scratch[rows] = (
+                torch.zeros((rows, self.HV, self.coef_layout["NCOEF"]), dtype=torch.float32, device=self.device),
+                torch.zeros((rows, 4), dtype=torch.int64, device=self.device))
+        return self._scratch[rows]
+
+    def verify(self, slot_ids, inputs, out=None):
+        if self.checks:
+            ids = self.check_verify_args(slot_ids, inputs, out, self._host(self.write_pos), self._host(self.ready))
+            self._check_ready(ids)
+        R = slot_ids.shape[0]
+        out = self._alloc_out(R, out)
+        if R == 0:
+            return out
+        if self.use_split(R):
+            launch_split(self, slot_ids, inputs, out)
+        elif self.decode.speculative:
+            launch_replay_spec(self, slot_ids, inputs, out)
+        else:
+            launch_replay_decode(self, slot_ids, inputs, out)
+        return out
+
+    def commit(self, slot_ids, accepted) -> None:
+        if self.checks:
+            ids, ks = self.check_commit_args(slot_ids, accepted)
+            self._check_pending(ids)
+        R = slot_ids.shape[0]
+        if R == 0:
+            return
+        if self.decode.speculative:
+            launch_replay_spec_commit(self, slot_ids, accepted)
+        elif self.checks:
+            self._close_step(slot_ids)
+
+    def committed_state(self, slot_ids) -> torch.Tensor:
+        ids = self._check_slot_ids(slot_ids)
+        wp, org = self._host(self.write_pos), self._host(self.origin)
+        out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
+        for r, s in enumerate(ids):
+            if s != PAD_SLOT:
+                out[r] = fold_fp64(self._state_at(s, 0), self._history(s, wp[s], org[s]))
+        return out
+
+
+__all__ = ["TritonKDAReplay"]

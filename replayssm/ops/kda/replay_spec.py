@@ -1,0 +1,150 @@
+"""ReplaySSM speculative verify for KDA, in Triton (commit: the GDN kernel's device-side cursor
+update, which is family-independent: ``replayssm.ops.gdn.replay_spec.launch_replay_spec_commit``).
+
+Verify, one program per (row, value head, block of value rows), window of T' tokens (spec 4 with
+per-channel decays):
+
+* the state before the window, ``S_h = S_0 Diag(e^G) + sum_{j<w} d_j (k_j * e^(G - G_j))^T`` over
+  the committed history (ring rows ``(origin + j) mod ring``), is read out against each window
+  vector without being built;
+* the causal in-window solve (WY/UT form): with ``Gw_i [K]`` the inclusive per-channel cumsum of
+  the window's g, ``R_i = beta_i (v_i - S_h (e^Gw_i * k_i))``,
+  ``A_ij = beta_i sum_c k_i[c] e^(Gw_i[c] - Gw_j[c]) k_j[c]`` for i > j, ``d = (I + A)^-1 R`` by
+  forward substitution, and
+  ``o_s = S_h (e^Gw_s * q_s) + sum_{j<=s} [sum_c k_j[c] e^(Gw_s[c] - Gw_j[c]) q_s[c]] d_j``;
+  every exponent is a difference of fp32 cumsums taken only where it is <= 0 (j <= s);
+* every window token's records (d, normalised k, per-channel g) go to ring rows
+  ``(origin + write_pos + t) mod ring`` (rejected drafts too: they are never committed);
+* a flush verify (``is_flush``) folds the committed history into the checkpoint (``S_h``) and
+  writes it back; a non-flush verify never writes the checkpoint.
+
+Oracle: ``literal-replay`` (family kda: its window solve) and the fp64 recurrence on the accepted
+stream.  Expected error: within a small factor of the literal model's at the same mode.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from replayssm.ops.gdn.replay_spec import launch_replay_spec_commit
+from replayssm.ops.gdn.triton_base import l2_normalise
+from replayssm.ops.kda.triton_base import fold_history, kda_gates, load_history, readout
+from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
+
+
+@triton.jit
+def _row(x, sel):
+    """Row ``sel`` (a one-hot mask over dim 0) of tile ``x`` as a vector."""
+    return tl.sum(tl.where(sel[:, None], x, 0.0), 0)
+
+
+@triton.jit(do_not_specialize=["seed", "num_slots"])
+def _kda_replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log_ptr, dt_bias_ptr,
+                            ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, wpos_ptr, origin_ptr, isflush_ptr,
+                            pending_ptr, sr_ptr, seed, num_slots,
+                            H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, T: tl.constexpr,
+                            RING: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                            BT: tl.constexpr, BH: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr,
+                            INTERPRET: tl.constexpr):
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    vb = tl.program_id(2)
+    slot = tl.load(slot_ptr + r).to(tl.int64)
+    if slot < 0:
+        return
+    hk = h // (HV // H)
+    offs_k = tl.arange(0, BK)
+    offs_v = vb * BV + tl.arange(0, BV)
+    offs_t = tl.arange(0, BT)
+    mk = offs_k < K
+    mv = offs_v < V
+    mt = offs_t < T
+    ms = mv[:, None] & mk[None, :]
+    tile = offs_v[:, None] * K + offs_k[None, :]
+    # the window: normalised q (scaled), k [BT, BK]; v [BT, BV]; per-channel gates [BT, BK], beta [BT]
+    tok = r * T + offs_t
+    mtk = mt[:, None] & mk[None, :]
+    mtv = mt[:, None] & mv[None, :]
+    Qw = tl.load(q_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
+    Kw = tl.load(k_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
+    Vw = tl.load(v_ptr + (tok[:, None] * HV + h) * V + offs_v[None, :], mask=mtv, other=0.0).to(tl.float32)
+    aw = tl.load(a_ptr + (tok[:, None] * HV + h) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
+    bw = tl.load(b_ptr + tok * HV + h, mask=mt, other=0.0).to(tl.float32)
+    Qw = l2_normalise(Qw, 1) * SCALE
+    Kw = l2_normalise(Kw, 1)
+    dt_bias = tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0)
+    gw, betaw = kda_gates(aw, bw, tl.load(A_log_ptr + h), dt_bias[None, :])
+    gw = tl.where(mtk, gw, 0.0)
+    Gw = tl.cumsum(gw, 0)  # [BT, BK]
+    # checkpoint and committed history
+    base = (slot * HV + h) * V
+    s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
+    w = tl.load(wpos_ptr + slot)
+    org = tl.load(origin_ptr + slot)
+    flush = tl.load(isflush_ptr + slot) != 0
+    offs_j = tl.arange(0, BH)
+    Dh, KW, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING, offs_j < RING,
+                              offs_j < w, h, hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
+    # R = beta (V - S_h (e^Gw * k)) and SQ = S_h (e^Gw * q) [BT, BV]; A[i, j], M[s, j] [BT, BT]
+    SK = tl.zeros([BT, BV], dtype=tl.float32)
+    SQ = tl.zeros([BT, BV], dtype=tl.float32)
+    A = tl.zeros([BT, BT], dtype=tl.float32)
+    M = tl.zeros([BT, BT], dtype=tl.float32)
+    for t in tl.static_range(T):
+        sel = offs_t == t
+        Gt = _row(Gw, sel)
+        kt = _row(Kw, sel)
+        qt = _row(Qw, sel)
+        SK = tl.where(sel[:, None], readout(s0, eG, Dh, KW, tl.exp(Gt) * kt)[None, :], SK)
+        SQ = tl.where(sel[:, None], readout(s0, eG, Dh, KW, tl.exp(Gt) * qt)[None, :], SQ)
+        past = offs_t <= t
+        dec = tl.exp(tl.where(past[:, None] & mk[None, :], Gt[None, :] - Gw, 0.0))  # [j, K]: e^(Gw_t - Gw_j)
+        kdec = tl.where(past[:, None], Kw * dec, 0.0)
+        A = tl.where(sel[:, None] & (offs_t < t)[None, :], tl.sum(kdec * kt[None, :], 1)[None, :], A)
+        M = tl.where(sel[:, None], tl.sum(kdec * qt[None, :], 1)[None, :], M)
+    R = betaw[:, None] * (Vw - SK)
+    A = betaw[:, None] * A
+    D = tl.zeros([BT, BV], dtype=tl.float32)
+    for t in tl.static_range(T):
+        sel = offs_t == t
+        dt = _row(R, sel) - tl.sum(D * _row(A, sel)[:, None], 0)
+        D = tl.where(sel[:, None], dt[None, :], D)
+    O = SQ
+    for t in tl.static_range(T):
+        sel = offs_t == t
+        O += tl.where(sel[:, None], tl.sum(D * _row(M, sel)[:, None], 0)[None, :], 0.0)
+    tl.store(out_ptr + (tok[:, None] * HV + h) * V + offs_v[None, :],
+             cast_nearest(O, out_ptr.dtype.element_ty, INTERPRET), mask=mtv)
+    # window records (all T' tokens) at logical positions write_pos + t
+    srow = slot * RING + (org + w + offs_t) % RING
+    tl.store(d_rec_ptr + (srow[:, None] * HV + h) * V + offs_v[None, :],
+             cast_nearest(D, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mtv)
+    tl.store(g_rec_ptr + (srow[:, None] * HV + h) * K + offs_k[None, :], gw,
+             mask=mtk & ((tok[:, None] * 0 + offs_k[None, :] * 0 + vb) == 0))
+    tl.store(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :],
+             cast_nearest(Kw, k_rec_ptr.dtype.element_ty, INTERPRET),
+             mask=mtk & ((tok[:, None] * 0 + offs_k[None, :] * 0 + vb + h % (HV // H)) == 0))
+    if flush:
+        s_h = fold_history(s0, eG, KW, offs_j, w, d_rec_ptr, slot, org, h, offs_v, mv, HV, V, RING)
+        cnt = tl.load(sr_ptr + slot)
+        store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s_h, ms, mv, h * V * K + tile, seed, slot,
+                    cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
+    tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
+
+
+def launch_replay_spec(kern, slot_ids, inputs, out) -> None:
+    """Launch one speculative verify of ``kern`` (a TritonKDAReplay) for all rows."""
+    R = slot_ids.shape[0]
+    bv, nvb, nw = kern.launch_shape(R)
+    dec = kern.decode
+    _kda_replay_spec_kernel[(R, kern.HV, nvb)](
+        slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log, kern.dt_bias,
+        kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,
+        kern.origin, kern.is_flush, kern.pending, kern.sr_count, kern.seed, kern.num_slots,
+        H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, T=dec.window, RING=dec.ring_rows, SCALE=kern.K ** -0.5,
+        BK=kern.BK, BV=bv, BT=triton.next_power_of_2(dec.window), BH=triton.next_power_of_2(dec.buffer),
+        SCALED=kern.scaled, SR=kern.sr, INTERPRET=kern.interpret, num_warps=nw)
+
+
+__all__ = ["launch_replay_spec", "launch_replay_spec_commit"]

@@ -1,0 +1,101 @@
+"""Storage, cursors and inspection of the KDA Triton kernels, and their jitted gate and history
+helpers (rounding: ``replayssm.ops.triton.rounding``).
+
+KDA is the delta rule with a per-key-channel gate (``naive.py``): per value head the state
+``S [V, K]`` decays column by column, ``S <- S Diag(alpha)`` with ``alpha = exp(g)``, ``g [K]``.
+The state storage, the device cursors, the reset and the host-side checks are those of the Gated
+DeltaNet kernels (same ``[slots, positions, HV, V, K]`` layout, same cursor rules, same
+options): :class:`TritonKDABase` reuses ``replayssm.ops.gdn.triton_base.TritonGDNBase`` and changes
+what is family-specific: the per-channel gate parameters and the fp64 fold of the records.
+
+Oracle: the literal models of ``replayssm.ops.kda.literal`` (same records, same cursor rules of
+``DecodeConfig``; gates and the L2 norm as written in ``naive.py``).  Expected error: none for the
+storage; ``committed_state`` folds the stored checkpoint and records in fp64 through the literal
+model's own fold; gates and norms are fp32 (a few ulp, from the GPU's exp/log).
+
+Replay algebra with per-channel decays (records ``d_j [V]``, ``k_j [K]``, ``g_j [K]``; ``G_j`` the
+inclusive per-channel cumsum of the history's ``g`` in fp32, ``G = G_{w-1}`` its total):
+
+    S_prev = S_0 Diag(e^G) + sum_j d_j (k_j * e^(G - G_j))^T
+    S_prev x = S_0 (e^G * x) + sum_j [(k_j * e^(G - G_j)) . x] d_j
+
+so the history weights ``e^(G - G_j)`` are a ``[history, K]`` tile where Gated DeltaNet has a
+vector, and the readout vector of the checkpoint is channel-scaled.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from replayssm.ops.gdn.triton_base import TritonGDNBase
+from replayssm.ops.kda.literal import KDAMath
+from replayssm.ops.triton.math import softplus
+
+
+@triton.jit
+def kda_gates(a, b, A_log, dt_bias):
+    """Per-channel log gate ``g = -exp(A_log) softplus(a + dt_bias)`` (``a, dt_bias [BK]``) and
+    ``beta = sigmoid(b)`` (``naive.kda_gates``; fp32, a few ulp from exp/log)."""
+    g = -tl.exp(A_log) * softplus(a + dt_bias)
+    beta = 1.0 / (1.0 + tl.exp(-b))
+    return g, beta
+
+
+@triton.jit
+def load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, rows, mrow, mj, h, hk, offs_v, mv, offs_k, mk,
+                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, RING: tl.constexpr):
+    """Records at ring ``rows`` [BH]: d [BH, BV] (fp32), the decay-weighted keys
+    ``KW_j = k_j * e^(G - G_j)`` [BH, BK] (fp32) and the checkpoint's decay ``e^G`` [BK].  Rows past
+    the history (``mj`` false) are zeroed with ``where`` before any sum (stale rows may hold
+    anything, even non-finite values)."""
+    srow = slot * RING + rows
+    mjk = mj[:, None] & mk[None, :]
+    gj = tl.load(g_rec_ptr + (srow[:, None] * HV + h) * K + offs_k[None, :], mask=mrow[:, None] & mk[None, :],
+                 other=0.0)
+    gj = tl.where(mjk, gj, 0.0)
+    Gt = tl.sum(gj, 0)
+    Wj = tl.where(mjk, tl.exp(Gt[None, :] - tl.cumsum(gj, 0)), 0.0)
+    Kh = tl.load(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :], mask=mrow[:, None] & mk[None, :],
+                 other=0.0).to(tl.float32)
+    Dh = tl.load(d_rec_ptr + (srow[:, None] * HV + h) * V + offs_v[None, :],
+                 mask=mrow[:, None] & mv[None, :], other=0.0).to(tl.float32)
+    return tl.where(mj[:, None], Dh, 0.0), tl.where(mjk, Kh, 0.0) * Wj, tl.exp(Gt)
+
+
+@triton.jit
+def readout(s0, eG, Dh, KW, x):
+    """S_prev x [BV] for S_prev = s0 Diag(eG) + sum_j d_j KW_j^T, without building S_prev."""
+    c = tl.sum(KW * x[None, :], 1)
+    return tl.sum(s0 * (eG * x)[None, :], 1) + tl.sum(Dh * c[:, None], 0)
+
+
+@triton.jit
+def fold_history(s0, eG, KW, offs_j, w, d_rec_ptr, slot, origin, h, offs_v, mv,
+                 HV: tl.constexpr, V: tl.constexpr, RING: tl.constexpr):
+    """S_prev = s0 Diag(eG) + sum_{j < w} d_j KW_j^T in fp32, one rank-1 update per record (the
+    weighted key row taken from the tile, d reloaded: only on a flush)."""
+    s = s0 * eG[None, :]
+    for j in range(0, w):
+        srow = slot * RING + ((origin + j) % RING)
+        dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
+        kw = tl.sum(tl.where((offs_j == j)[:, None], KW, 0.0), 0)
+        s += dj[:, None] * kw[None, :]
+    return s
+
+
+class TritonKDABase(TritonGDNBase):
+    """Common part of the KDA Triton kernels (not registered itself): the GDN kernels' storage and
+    cursors with KDA's per-channel gate parameters ``A_log [HV]``, ``dt_bias [HV, K]``
+    (their shapes are checked by ``KernelConfig`` against the geometry's ``param_shapes``)."""
+
+    family = "kda"
+
+
+def fold_fp64(s0: torch.Tensor, hist: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The state after folding records ``hist`` (d, k, g) into ``s0``, in fp64 (the literal model's fold)."""
+    return KDAMath().fold(s0, {k: v.to(torch.float64) for k, v in hist.items()}, None, None)
+
+
+__all__ = ["TritonKDABase", "fold_fp64", "fold_history", "kda_gates", "load_history", "readout"]
