@@ -61,14 +61,20 @@ def main(argv=None) -> int:
         over_c = set(slow["over"])
         expect_c = {bench["fullname"].split("::")[-1] for bench in c["benchmarks"]
                     if bench.get("extra_info", {}).get("kernel") in slowed and "case" in bench.get("extra_info", {})}
-        part_ok = not noise["over"] and over_c == expect_c
+        # The gate works when nothing moved beyond the threshold between two runs of one commit, and
+        # the slowed run trips it on the slowed kernel's cases only (at least one where the kernel is
+        # in this part).  A slowed case may stay within the threshold: the extra pass is FRACTION x the
+        # step's modelled bytes, small against a step that runs far below the copy ceiling.
+        part_ok = not noise["over"] and over_c <= expect_c and bool(over_c) == bool(expect_c)
         ok = ok and part_ok
+        within = sorted(expect_c - over_c)
         out += [f"## {part}: noise (A -> B, same commit)\n", noise_text,
                 f"largest change either way **{noise['worst_abs']:.2f} %** over {noise['compared']} benchmarks; "
                 f"suggested threshold max(5, 3 x that) = **{suggested} %** (noxfile: {limits[part]} %)\n",
                 f"## {part}: slowed (A -> C, {args.slow})\n", slow_text,
                 f"over the threshold: {sorted(over_c) or 'none'}; expected (the slowed kernel's cases): "
-                f"{sorted(expect_c) or 'none'}; {'as expected' if over_c == expect_c else 'NOT as expected'}\n"]
+                f"{sorted(expect_c) or 'none'}; {'as expected' if part_ok else 'NOT as expected'}"
+                + (f" (slowed but within the threshold: {within})" if within else "") + "\n"]
     kernels_a = Path(args.a, "kernels.json")
     if kernels_a.is_file():
         out += ["## Tables of run A (python -m replayssm.validators.bench_table A/kernels.json)\n",

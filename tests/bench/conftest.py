@@ -3,6 +3,8 @@ the copy ceiling of the run (see bench_support.py)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from bench_support import MeasuredClock
@@ -44,3 +46,12 @@ def run_env() -> dict:
     """``validators.bench.environment()`` once per session: versions, GPU, and the commit
     (``$REPLAYSSM_COMMIT`` on a copy without .git, where pytest-benchmark's commit_info is empty)."""
     return environment()
+
+
+def pytest_benchmark_update_commit_info(config, commit_info):
+    """A device copy of the tree carries no (or a stale) .git: ``$REPLAYSSM_COMMIT`` names the commit
+    the run measured, and the saved JSON's commit_info says so instead of the stale repository's."""
+    if os.environ.get("REPLAYSSM_COMMIT"):
+        commit_info.clear()
+        commit_info.update(id=os.environ["REPLAYSSM_COMMIT"], dirty=False, project="replayssm",
+                           source="$REPLAYSSM_COMMIT")
