@@ -10,15 +10,22 @@ ring rows kept, cursors by the spec rule, bit-identical repeat).  fp32-activatio
 Expected (measured 2026-12-01, tiny geometry): every case passes -- the standard GDN decode at
 ``s32a32-tf32`` (its fp32 dots are tf32 on the GPU; the interpreter computes them in fp32, inside
 the tf32 bound), the speculative decode at ``s32a32`` (``dot_precision="ieee"``) through every k at
-every ring phase, the Mamba-2 baseline in both decodes.  Skipped without
+every ring phase, the Mamba-2 baseline in both decodes.  Its Mamba-2 ``softplus`` is vLLM's
+``log(exp(x) + 1)`` and loses the same precision for negative inputs (measured directly below, as
+for vLLM in docs/findings.md).  Skipped without
 ``pip install --no-deps sglang==0.5.23``.
 """
 
 import importlib.util
+import sys
 
 import pytest
+import torch
+import triton
+import triton.language as tl
 
 from replayssm import adapters
+from replayssm.adapters import _vllm_source
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.runner import run_scenario
 
@@ -62,3 +69,26 @@ def test_sglang_refuses_what_it_does_not_implement(sglang_kernels):
         assert_kernel_valid("sglang-replay", Scenario.tiny("gdn", mode="s16a16-sr", steps=2))
     with pytest.raises(ValueError, match="does not support sfp8a16"):
         assert_kernel_valid("sglang-baseline", Scenario.tiny("mamba2", mode="sfp8a16", steps=2))
+
+
+_SOFTPLUS = None  # the kernel module's jitted softplus, bound by the test (the interpreter resolves globals)
+
+
+@triton.jit
+def _apply_softplus(x_ptr, y_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(y_ptr + i, _SOFTPLUS(tl.load(x_ptr + i)))
+
+
+def test_sglang_mamba2_softplus_loses_precision_for_negative_inputs(sglang_kernels, monkeypatch):
+    """``mamba_ssm.softplus`` of SGLang against fp64: hundreds of u of fp32 at x = -7 (921 u measured)."""
+    from replayssm.adapters import sglang
+    monkeypatch.setattr(sys.modules[__name__], "_SOFTPLUS", sglang.modules()["mamba_ssm"].softplus)
+    x = torch.tensor([-7.0, -5.0, -3.0, 0.0, 3.0, 25.0, 0.0, 0.0], dtype=torch.float32)
+    y = torch.empty_like(x)
+    with _vllm_source.launch_guard(x.device):
+        _apply_softplus[(1,)](x, y, N=8)
+    rel_u = ((y.double() - torch.nn.functional.softplus(x.double())).abs()
+             / torch.nn.functional.softplus(x.double()) / 2.0**-24)[:5]
+    assert rel_u[0] > 100, rel_u
+    assert rel_u[3:].max() < 2, rel_u
