@@ -122,13 +122,16 @@ class FlashInferSSU(_FlashInfer):
         tok, dt = self.window(inputs, R)
         o = self.scratch(R, self.T, g.nheads, g.headdim)
         idx = self.index(slot_ids)
-        kw = (dict(disable_state_update=True, intermediate_states_buffer=self.inter, intermediate_state_indices=idx,
-                   cache_steps=self.T) if self.decode.speculative else {})
+        if self.decode.speculative:  # multi-token (batch, T', ...) with the intermediate buffer
+            kw = dict(disable_state_update=True, intermediate_states_buffer=self.inter, intermediate_state_indices=idx,
+                      cache_steps=self.T)
+        else:  # single-token layout (batch, nheads, dim)
+            tok, dt, o, kw = {k: v[:, 0] for k, v in tok.items()}, dt[:, 0], o[:, 0], {}
         self.mamba.selective_state_update(self.state, tok["x"], dt, self.A3, tok["B"], tok["C"], self.D2, z=tok.get("z"),
                                           dt_bias=self.bias2, dt_softplus=True, state_batch_indices=idx,
                                           pad_slot_id=-1, out=o, **kw)
         act = self.active_rows(slot_ids)
-        out[act] = o.index_select(0, act)
+        out[act] = (o if self.decode.speculative else o[:, None]).index_select(0, act)
         self.end_verify(ids)
         return out
 
