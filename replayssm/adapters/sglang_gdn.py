@@ -10,7 +10,12 @@ factor (or the fp64 running-error bound) at every declared mode.
 * Speculative: ``gdn_replayssm_spec_decode`` (launch mode ``both``: the exact fold of the raw
   history into the checkpoint on flush rows, the verify of non-flush rows, the flush-output of
   flush rows) on circular buffers, and ``commit_gdn_replayssm_spec`` (cursor advance, the
-  early-flush rule ``write_pos + 2 T' > L``: the spec's rule with L = B + T').
+  early-flush rule ``write_pos + 2 T' > L``: the spec's rule with L = B + T').  This is the
+  wrapper's default path.  SGLang's server runs another (``gdn_backend.py``, ``spec_utils.py``):
+  ``launch_mode="verify"`` and the fold at commit (``commit_gdn_replayssm_circular``: compact
+  D / K high+low parts), for an fp32 checkpoint when the capacity rule fires, for a 16-bit one after
+  every commit (``fold_every_commit``) with the ring base moving: a bookkeeping the suite's policies
+  do not yet describe, so it is not adapted here.
 
 Bridges (besides the poisoned output scratch of ``_base.py``):
 
