@@ -4,7 +4,7 @@
 # travels (the working tree is ~1.9 MB):
 #   bash tools/flashinfer_h200.sh flashinfer   carry [".whl/flashinfer"]: flashinfer-python 0.7.2.post1
 #                                              + apache-tvm-ffi 0.1.15.post2 (cp312), 63.9 MB
-#   bash tools/flashinfer_h200.sh sglang       carry [".whl/sglang", ".peers/vllm-replayssm"]: sglang 0.5.23
+#   bash tools/flashinfer_h200.sh sglang       carry [".whl/sglang"]: sglang 0.5.23
 #                                              (cp312) + the mamba_ssm 2.3.2.post1 sdist, 39.3 MB
 # How to fill .whl/ on the developer machine: tools/README.md ("FlashInfer / SGLang wheels").
 # Steps: 1. probe (nvcc, ninja, CUDA headers, torch/CUDA versions; the wheels install offline into
@@ -33,7 +33,7 @@ case "$GROUP" in
   sglang) WHEELS=(.whl/sglang/*.whl)
     mkdir -p /tmp/mamba_ssm_src && tar -xzf .whl/sglang/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba_ssm_src \
       && export REPLAYSSM_MAMBA_SSM_SRC=/tmp/mamba_ssm_src/mamba_ssm-2.3.2.post1
-    export REPLAYSSM_VLLM_SRC=${REPLAYSSM_VLLM_SRC:-$PWD/.peers/vllm-replayssm} ;;
+    ;;
   *) echo "usage: tools/flashinfer_h200.sh flashinfer|sglang" >&2; exit 2 ;;
 esac
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "${WHEELS[@]}" \
