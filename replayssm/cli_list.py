@@ -105,5 +105,5 @@ def run(args) -> int:
     if "adapters" in info:
         print("Adapters (kernels written elsewhere):")
         for name, a in info["adapters"].items():
-            print(f"  {name:<7} {'available' if a['available'] else 'unavailable'}: {a['status']}")
+            print(f"  {name:<10} {'available' if a['available'] else 'unavailable'}: {a['status']}")
     return 0

@@ -8,14 +8,17 @@ what was registered or one line naming what was looked for and how to provide it
 Sources: ``vllm`` (the official ReplaySSM kernels of the vLLM fork and vLLM's baselines; a source
 tree via ``REPLAYSSM_VLLM_SRC=PATH`` / ``--vllm-src PATH``, or an installed vLLM); ``fla``
 (flash-linear-attention, ``pip install fla-core==0.6.0 einops``); ``sglang`` (SGLang 0.5.23 kernels,
-``pip install --no-deps sglang==0.5.23``).
+``pip install --no-deps sglang==0.5.23``); ``mamba_ssm`` (mamba-ssm 2.3.2.post1's Triton
+``selective_state_update``: an unpacked sdist via ``REPLAYSSM_MAMBA_SSM_SRC=PATH``, or an install);
+``flashinfer`` (flashinfer-python 0.7.2.post1, CUDA JIT, GPU only).
 """
 
 from __future__ import annotations
 
 import importlib
 
-SOURCES = {"vllm": "replayssm.adapters.vllm", "fla": "replayssm.adapters.fla", "sglang": "replayssm.adapters.sglang"}
+SOURCES = {"vllm": "replayssm.adapters.vllm", "fla": "replayssm.adapters.fla", "sglang": "replayssm.adapters.sglang",
+           "mamba_ssm": "replayssm.adapters.mamba_ssm", "flashinfer": "replayssm.adapters.flashinfer"}
 
 _STATUS: dict[str, tuple[bool, str]] = {}
 

@@ -237,14 +237,19 @@ def _interpreter_traps():
 def launch_guard(device: torch.device):
     """Around an external launch on CPU tensors: ``torch.cuda.device(index)`` (which the kernels
     wrap their launches in) raises for a CPU tensor's ``index = None``: a no-op for the duration of
-    the call; under the interpreter, also :func:`_interpreter_traps`."""
+    the call (and ``torch.get_device_module(cpu).device(None)``, which torch.cpu lacks); under the
+    interpreter, also :func:`_interpreter_traps`."""
     if device.type != "cpu":
         yield
         return
-    saved = torch.cuda.device
+    saved, had_cpu = torch.cuda.device, hasattr(torch.cpu, "device")
     torch.cuda.device = lambda index=None: contextlib.nullcontext()
+    if not had_cpu:
+        torch.cpu.device = lambda index=None: contextlib.nullcontext()
     try:
         with _interpreter_traps() if _interpreting() else contextlib.nullcontext():
             yield
     finally:
         torch.cuda.device = saved
+        if not had_cpu:
+            del torch.cpu.device

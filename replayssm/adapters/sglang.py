@@ -1,36 +1,57 @@
-"""The SGLang source: SGLang 0.5.23's ReplaySSM GDN kernels, loaded from an install without its deps.
+"""The SGLang source: SGLang 0.5.23's ReplaySSM GDN kernels and its Mamba-2 baseline, loaded from
+an install without its deps.
 
 ``pip install --no-deps sglang==0.5.23`` (Python >= 3.11).  SGLang's package ``__init__`` pulls in
 its whole runtime (psutil, zmq, ...), so when ``import sglang`` fails the kernel files are imported
 under their own names through plain package objects over the installed folders (no ``__init__``
-runs, nothing is copied), with stand-ins for the two helpers they import:
+runs, nothing is copied), with stand-ins for the helpers they import:
 ``sglang.srt.utils`` (``is_cuda``, ``is_hip``, ``get_device_sm``, ``is_sm90_supported``,
-``is_gfx95_supported``: answered from torch) and ``sglang.kernels.jit.utils``
-(``is_arch_support_pdl``: False on CPU, SM >= 90 on CUDA).
+``is_gfx95_supported``: answered from torch), ``sglang.srt.utils.common`` (``torch_release``) and
+``sglang.kernels.jit.utils`` (``is_arch_support_pdl``: False on CPU, SM >= 90 on CUDA).
 
-What is here (``load()``): the modules ``fused_sigmoid_gating_recurrent`` (the fused sigmoid-gating
-GDN update, with its ReplaySSM ring-write) and ``gdn_replayssm_spec_fold`` (the commit-time fold of
-the ring).  ``tests/test_adapters_sglang.py`` tests the fold's docstring claim ("a BITWISE CLONE of
-fused_sigmoid_gating_delta_rule_update_kernel's GDN branch").  KernelUnderTest adapters for the
-speculative decode / ``fused_recurrent_linear_replayssm`` are not written yet (no kernels register).
+``load()`` registers (when sglang VERSION is installed):
+
+* ``sglang-replay`` (GDN, ``sglang_gdn.py``): ``fused_recurrent_linear_replayssm`` standard decode;
+  ``gdn_replayssm_spec_decode`` speculative verify (exact fold + verify + flush-output launches) with
+  ``commit_gdn_replayssm_spec``;
+* ``sglang-baseline`` (Mamba-2, ``sglang_mamba2.py``): ``mamba_ssm.selective_state_update``
+  (standard; speculative through its intermediate-state buffer).
+
+``tests/test_adapters_sglang.py`` also tests ``gdn_replayssm_spec_fold``'s docstring claim (a
+"BITWISE CLONE of fused_sigmoid_gating_delta_rule_update_kernel's GDN branch").
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
 import types
 from pathlib import Path
 
 import torch
+from packaging import version as _version
+
+from replayssm.adapters import sglang_gdn, sglang_mamba2
+from replayssm.registry import register
 
 NAME = "sglang"
 VERSION = "0.5.23"
 HOW = f"pip install --no-deps sglang=={VERSION} (Python >= 3.11)"
 LINEAR = "sglang.kernels.ops.attention.linear"
-MODULES = ("fused_sigmoid_gating_recurrent", "gdn_replayssm_spec_fold")
+MODULES = {  # short name -> module
+    "fused_sigmoid_gating_recurrent": f"{LINEAR}.fused_sigmoid_gating_recurrent",
+    "gdn_replayssm_spec_fold": f"{LINEAR}.gdn_replayssm_spec_fold",
+    "gdn_replayssm_spec_decode": f"{LINEAR}.gdn_replayssm_spec_decode",
+    "fused_recurrent_linear_replayssm": f"{LINEAR}.fused_recurrent_linear_replayssm",
+    "mamba_ssm": "sglang.kernels.ops.mamba.triton_ops.mamba_ssm",
+}
+PACKAGES = ("sglang", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.attention", LINEAR,
+            "sglang.kernels.ops.attention.fla", "sglang.kernels.ops.mamba", "sglang.kernels.ops.mamba.triton_ops",
+            "sglang.kernels.jit", "sglang.srt")
+CLASSES = (sglang_gdn.SGLangGDNReplay, sglang_mamba2.SGLangMamba2Baseline)
 
 _LOADED: dict[str, types.ModuleType] = {}
 
@@ -43,10 +64,11 @@ def _sm() -> int:
 
 
 def _stand_ins(root: Path) -> None:
-    for name in ("sglang", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.attention", LINEAR,
-                 "sglang.kernels.jit", "sglang.srt"):
+    for name in PACKAGES:
         mod = types.ModuleType(name)
         mod.__path__ = [str(root / Path(*name.split(".")[1:]))]
+        mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        mod.__spec__.submodule_search_locations = mod.__path__  # find_spec("sglang") keeps working
         sys.modules[name] = mod
         parent, _, leaf = name.rpartition(".")
         if parent:
@@ -57,15 +79,16 @@ def _stand_ins(root: Path) -> None:
     utils.get_device_sm = _sm
     utils.is_sm90_supported = lambda: _sm() // 10 == 9
     utils.is_gfx95_supported = lambda: False
+    common = types.ModuleType("sglang.srt.utils.common")
+    common.torch_release = _version.parse(torch.__version__).release
+    utils.common = common
     jit_utils = types.ModuleType("sglang.kernels.jit.utils")
     jit_utils.is_arch_support_pdl = lambda: _sm() >= 90
-    for mod in (utils, jit_utils):
+    for mod in (utils, common, jit_utils):
         sys.modules[mod.__name__] = mod
 
 
-def load(path: str | None = None) -> list[str]:
-    """Check that SGLang VERSION is installed (metadata only: cheap); registers nothing yet, returns
-    [].  One-line ``RuntimeError`` when it is missing or another version."""
+def _check_installed() -> None:
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(f"sglang: package not installed; {HOW}")
@@ -73,14 +96,25 @@ def load(path: str | None = None) -> list[str]:
     have = metadata.version("sglang")
     if have != VERSION:
         raise RuntimeError(f"sglang {have}: the adapter reads the kernels of sglang {VERSION}; {HOW}")
-    return []
+
+
+def load(path: str | None = None) -> list[str]:
+    """Register the SGLang adapters when sglang VERSION is installed (metadata only: the kernels
+    are imported on first use); one-line ``RuntimeError`` when it is missing or another version."""
+    _check_installed()
+    done = []
+    for cls in CLASSES:
+        cls.loader = staticmethod(modules)
+        register(cls, replace=True)
+        done.append(f"{cls.family}/{cls.name}")
+    return done
 
 
 def modules() -> dict[str, types.ModuleType]:
     """The kernel modules (imported on first call); ``RuntimeError`` (one line) when they cannot be."""
     if _LOADED:
         return dict(_LOADED)
-    load()
+    _check_installed()
     spec = importlib.util.find_spec("sglang")
     root = Path(list(spec.submodule_search_locations)[0])
     if "sglang" not in sys.modules:
@@ -90,12 +124,12 @@ def modules() -> dict[str, types.ModuleType]:
             for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
                 del sys.modules[name]
             _stand_ins(root)
-    for m in MODULES:
+    for short, full in MODULES.items():
         try:
-            _LOADED[m] = importlib.import_module(f"{LINEAR}.{m}")
+            _LOADED[short] = importlib.import_module(full)
         except Exception as e:
             _LOADED.clear()
-            raise RuntimeError(f"sglang {VERSION}: importing {LINEAR}.{m} failed ({type(e).__name__}: {e}); "
+            raise RuntimeError(f"sglang {VERSION}: importing {full} failed ({type(e).__name__}: {e}); "
                                f"{HOW}") from None
     return dict(_LOADED)
 
@@ -103,7 +137,7 @@ def modules() -> dict[str, types.ModuleType]:
 @contextlib.contextmanager
 def interpreter_loops(module: types.ModuleType):
     """Interpreter trap (CPU only): in a jitted ``for t in range(0, n)`` the interpreter yields
-    Python ints, so the fold's ``t.to(tl.int64)`` raises.  For the duration of one call the module's
+    Python ints, so a kernel's ``t.to(tl.int64)`` raises.  For the duration of one call the module's
     ``range`` yields int32 interpreter scalars instead (what the compiled kernel's loop variable is)."""
     import builtins
 

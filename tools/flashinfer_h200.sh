@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue 13's FlashInfer / SGLang / mamba_ssm adapters on one GPU, from carried wheels (the GPU
+# machine has no package index).  One device call per source group, each within the 64 MiB that
+# travels (the working tree is ~1.9 MB):
+#   bash tools/flashinfer_h200.sh flashinfer   carry [".whl/flashinfer"]: flashinfer-python 0.7.2.post1
+#                                              + apache-tvm-ffi 0.1.15.post2 (cp312), 63.9 MB
+#   bash tools/flashinfer_h200.sh sglang       carry [".whl/sglang"]: sglang 0.5.23
+#                                              (cp312) + the mamba_ssm 2.3.2.post1 sdist, 39.3 MB
+# How to fill .whl/ on the developer machine: tools/README.md ("FlashInfer / SGLang wheels").
+# Steps: 1. probe (nvcc, ninja, CUDA headers, torch/CUDA versions; the wheels install offline into
+# /tmp/site; `import flashinfer.mamba`); 2. one validate run per FlashInfer kernel (the first JIT
+# builds, with their compile errors if any); 3. the adapters' GPU tests of that group
+# (tests/test_adapters_gpu.py -k SOURCE, batch 8 first, then 512; pytest-xdist workers so the JIT
+# builds run in parallel).  Results in $OUT: probe.txt, validate.txt, tests_B8.txt, tests_B512.txt,
+# log.txt.  Parameters: FI_WORKERS (4), FI_TEST_LIMIT (240 s per batch size).
+set -uo pipefail
+GROUP=${1:-flashinfer}
+OUT=${OUT:-out/adapters_$GROUP}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+log() { echo "$*" | tee -a "$OUT/log.txt"; }
+{
+  echo "== group $GROUP"
+  command -v nvcc && nvcc --version | tail -2 || echo "nvcc: NOT FOUND (FlashInfer's JIT needs it)"
+  command -v ninja && ninja --version || echo "ninja: NOT FOUND (FlashInfer's JIT needs it)"
+  NVCC=$(command -v nvcc || true)
+  export CUDA_HOME=${CUDA_HOME:-${NVCC:+$(dirname "$(dirname "$NVCC")")}}
+  echo "CUDA_HOME=$CUDA_HOME"; ls "$CUDA_HOME/include/cuda_runtime.h" 2>&1
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, torch.cuda.get_device_name(0))"
+  ls -l .whl/"$GROUP"/
+} > "$OUT/probe.txt" 2>&1
+case "$GROUP" in
+  flashinfer) WHEELS=(.whl/flashinfer/*.whl) ;;
+  sglang) WHEELS=(.whl/sglang/*.whl)
+    mkdir -p /tmp/mamba_ssm_src && tar -xzf .whl/sglang/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba_ssm_src \
+      && export REPLAYSSM_MAMBA_SSM_SRC=/tmp/mamba_ssm_src/mamba_ssm-2.3.2.post1
+    ;;
+  *) echo "usage: tools/flashinfer_h200.sh flashinfer|sglang" >&2; exit 2 ;;
+esac
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "${WHEELS[@]}" \
+  >> "$OUT/probe.txt" 2>&1 || { log "pip install of ${WHEELS[*]} failed (probe.txt)"; exit 1; }
+export PYTHONPATH=/tmp/site
+python3 -c "import flashinfer.mamba, flashinfer; print('flashinfer', flashinfer.__version__)" >> "$OUT/probe.txt" 2>&1 \
+  || [ "$GROUP" != flashinfer ] || log "import flashinfer.mamba failed (probe.txt)"
+source tools/device_env.sh
+python -m replayssm list adapters | tee -a "$OUT/log.txt"
+if [ "$GROUP" = flashinfer ]; then
+  for args in "flashinfer-baseline --decode standard --buffer 16 --schedule always-1 --steps 4" \
+              "flashinfer-replay --decode speculative --window 4 --buffer 12 --steps 8" \
+              "flashinfer-replay --decode speculative --window 4 --buffer 12 --steps 8 --precision si8a16"; do
+    set -- $args
+    timeout 300 python -m replayssm validate --kernel $args --family mamba2 --geometry nano4b --device cuda \
+      --debug >> "$OUT/validate.txt" 2>&1; log "validate $* rc=$?"
+  done
+  tail -c 3000 "$OUT/validate.txt" >> "$OUT/log.txt"
+  K="flashinfer"
+else
+  K="sglang or mamba-ssm"
+fi
+for B in B8 B512; do
+  timeout ${FI_TEST_LIMIT:-240} python -m pytest -q -s -m gpu tests/test_adapters_gpu.py -k "($K) and $B" \
+    -n ${FI_WORKERS:-4} -p no:cacheprovider > "$OUT/tests_$B.txt" 2>&1
+  log "GPU tests $K $B rc=$?"; tail -4 "$OUT/tests_$B.txt" | tee -a "$OUT/log.txt"
+done
