@@ -225,7 +225,7 @@ def test_bad_serving_arguments_are_refused_before_anything_changes(call, match):
 
 def test_unknown_policy_names_are_refused():
     with pytest.raises(ValueError, match=r"policy: expected one of \['flush-when-full', 'fold-every-commit', "
-                                         r"'spec'\], got 'lru'"):
+                                         r"'host-cursors', 'spec'\], got 'lru'"):
         DecodeConfig("standard", 1, 4, "lru")
     bad = type("BadPolicy", (_literal(),), {"name": "bad-policy", "bookkeeping": "lru"})
     with pytest.raises(ValueError, match=r"bookkeeping: kernel 'bad-policy' declares an unknown policy"):
