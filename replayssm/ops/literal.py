@@ -273,6 +273,11 @@ class LiteralReplayKernel(_LiteralBase):
     def committed_state(self, slot_ids, cursors=None) -> torch.Tensor:
         ids = self._check_slot_ids(slot_ids)
         self._load_cursors(ids, self.check_cursors(ids, cursors))
+        return self._committed_by_own_cursors(slot_ids)
+
+    def _committed_by_own_cursors(self, slot_ids) -> torch.Tensor:
+        """The fold of each row's checkpoint and committed history by the cursors held now."""
+        ids = self._check_slot_ids(slot_ids)
         out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
         for r, s in enumerate(ids):
             if s != PAD_SLOT:
