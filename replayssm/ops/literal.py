@@ -188,7 +188,7 @@ class _LiteralBase(KernelUnderTest):
             self.check_verify_args(slot_ids, inputs, out, window_lens=window_lens)
             self._load_cursors(ids, table)
             return self._verify(slot_ids, inputs, out, window_lens)
-        self.check_verify_args(slot_ids, inputs, out, query_start_loc=query_start_loc)
+        self.check_verify_args(slot_ids, inputs, out, window_lens=window_lens, query_start_loc=query_start_loc)
         n_tok = int(next(iter(inputs.values())).shape[0])
         lens = self.check_query_start_loc(ids, query_start_loc, n_tok)
         qs = [int(v) for v in query_start_loc.tolist()]
