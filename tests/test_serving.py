@@ -28,7 +28,7 @@ from replayssm.scenarios.inputs import make_inputs as scenario_inputs
 from replayssm.scenarios.inputs import make_params as scenario_params
 from replayssm.scenarios.strategies import scenarios, serving_options
 from replayssm.validators import run_scenario
-from replayssm.validators.fuzz import fuzz_kernel
+from replayssm.validators.fuzz import fuzz_kernel, sweep_kernel
 from replayssm.validators.runner import policy_literal_name, reference_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -368,6 +368,17 @@ class _SpecOnly(_literal()):
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
         return None if decode.speculative else "speculative decode only"
+
+
+@pytest.mark.parametrize("kernel,family,fails", [("literal-replay-host-cursors", "gdn", False),
+                                                  ("mutant-host-cursors-stale", "gdn", True)],
+                         ids=["host-cursors-literal", "host-cursors-stale-mutant"])
+def test_the_nightly_sweep_counts_every_failing_scenario_without_stopping(kernel, family, fails):
+    out = sweep_kernel(kernel, family, examples=3, seed=5, strategy={"max_steps": 3, "max_rows": 2, "max_dim": 2})
+    assert out["scenarios"] == 3 and (out["failures"] == 3) == fails and (out["failures"] == 0) == (not fails)
+    assert len(out["examples_failed"]) == out["failures"]
+    if fails:
+        assert set(out["checks"]) == {"state"} and Scenario.from_dict(out["examples_failed"][0]["scenario"])
 
 
 def test_fuzz_runs_a_kernel_that_supports_one_decode_kind():
