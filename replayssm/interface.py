@@ -468,7 +468,10 @@ class KernelUnderTest(abc.ABC):
                out: torch.Tensor | None = None) -> torch.Tensor:
         """Outputs ``[R, T', *out_shape]`` (act dtype) for every window position.  Kernels with
         ``supports_ragged_windows`` also take ``window_lens`` (keyword, ``[R]`` integers, 1..T'
-        per active row): positions past ``window_lens[r]`` are padding, their outputs untouched."""
+        per active row): positions past ``window_lens[r]`` are padding, their outputs untouched;
+        with ``supports_packed_layout`` ``query_start_loc`` (keyword: packed ``[N, ...]`` inputs
+        and outputs, see the module docstring); under ``host-cursors`` ``cursors`` (keyword: the
+        caller's ``[num_slots, 2]`` table)."""
 
     @abc.abstractmethod
     def commit(self, slot_ids: torch.Tensor, accepted: torch.Tensor) -> None:
@@ -478,7 +481,8 @@ class KernelUnderTest(abc.ABC):
     # ---- inspection ----------------------------------------------------------------------------------
     @abc.abstractmethod
     def committed_state(self, slot_ids: torch.Tensor) -> torch.Tensor:
-        """fp64 ``[R, *state_shape]``: the state after the committed prefix (NaN rows for padding)."""
+        """fp64 ``[R, *state_shape]``: the state after the committed prefix (NaN rows for padding);
+        under ``host-cursors`` with the caller's table as keyword ``cursors``."""
 
     @abc.abstractmethod
     def checkpoint_state(self, slot_ids: torch.Tensor) -> torch.Tensor:

@@ -305,5 +305,5 @@ def inputs_digest(sc, steps: int = 4) -> str:
 
 
 __all__ = ["DISTRIBUTIONS", "PREFILL_TOKENS", "Distribution", "inputs_digest", "key_of", "make_initial_state",
-           "make_inputs", "make_inputs_steps", "make_params", "prefill_state", "random_bits", "random_bits_batched", "sample",
-           "table_digest"]
+           "make_inputs", "make_inputs_steps", "make_params", "prefill_state", "random_bits", "random_bits_batched",
+           "sample", "table_digest"]

@@ -461,8 +461,10 @@ def _plan(sc) -> list[StepPlan]:
         acc = [int(ks[s, r]) if r in active else 0 for r in range(rows)]
         rr_s = [r for r in active if resets[s, r]]
         wl = None if wls is None else [int(wls[s, r]) if r in active else 0 for r in range(rows)]
-        plans.append(StepPlan(s, acc, rr_s, [int(origins[s, r]) for r in rr_s], window_lens=wl, standard=bool(std[s])))
+        plans.append(StepPlan(s, acc, rr_s, [int(origins[s, r]) for r in rr_s], window_lens=wl,
+                              standard=bool(std[s])))
     return plans
 
 
-__all__ = ["LAYOUTS", "POISONS", "POISON_LARGE", "SCHEDULES", "StepPlan", "check_schedule_params", "default_steps", "plan"]
+__all__ = ["LAYOUTS", "POISONS", "POISON_LARGE", "SCHEDULES", "StepPlan", "check_schedule_params", "default_steps",
+           "plan"]

@@ -21,7 +21,8 @@ Building blocks (each a strategy, usable alone in a kernel author's own ``@given
   need): ragged windows (``window_lens``, with k <= T'_r), rows accepting nothing (k = 0, for
   ``zero_accept = "noop"``), the batch permuted every step, recycled slots poisoned (NaN or 2^100),
   the packed layout (``query_start_loc``), standard steps on speculative slots (drafting off);
-* :func:`scenarios` all of the above (initial states: random, zeros, or an fp64 prefill's) into one Scenario, optionally for one registered kernel.
+* :func:`scenarios` all of the above (initial states: random, zeros, or an fp64 prefill's) into one
+  Scenario, optionally for one registered kernel.
 
 Example::
 

@@ -158,7 +158,8 @@ class _NoPacked(_literal()):
 
 
 @pytest.mark.parametrize("cls,overrides,match", [
-    (_NoMixed, {"schedule": "mixed", "schedule_params": {"switch_prob": 1.0}}, r"standard steps on a speculative slot and the kernel 'no-mixed' does not"),
+    (_NoMixed, {"schedule": "mixed", "schedule_params": {"switch_prob": 1.0}},
+     r"standard steps on a speculative slot and the kernel 'no-mixed' does not"),
     (_NoPacked, {"schedule": "per-row", "schedule_params": {"layout": "packed"}}, r"the packed layout"),
 ], ids=["mixed-undeclared", "packed-undeclared"])
 def test_a_kernel_is_never_driven_with_what_it_does_not_declare(cls, overrides, match):
