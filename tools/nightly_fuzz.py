@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from replayssm.families import families
 from replayssm.registry import kernels
 from replayssm.validators import runner  # noqa: F401 - registers the policy literals
 from replayssm.validators.fuzz import PROFILES, sweep_kernel
@@ -46,7 +47,7 @@ def correct_kernels(which: str) -> list[tuple[str, str]]:
     ``literal-*`` replay / baseline kernels (literal models, policy literals, legitimate variants),
     ``gpu`` = the ``triton-*`` kernels, ``all`` = both."""
     out = []
-    for fam in ("mamba2", "gdn"):
+    for fam in families():
         for (_f, name), cls in sorted(kernels(fam).items()):
             if cls.kind not in ("replay", "baseline"):
                 continue
