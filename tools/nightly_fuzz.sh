@@ -7,10 +7,11 @@
 #
 #   tools/nightly_fuzz.sh PART PARTS [SET]      SET: cpu (literal kernels, default) | gpu | all
 #
-# cpu: the 15 pure-PyTorch literal kernels (literal models, the policy literals, the legitimate
-#      variants) on the 16 CPU cores; gpu: the 5 Triton kernels compiled on the GPU (device cuda,
-#      processes sharing it).  Sizing (docs/fuzzing.md, "Nightly run 4"): cpu in PARTS=4 on the
-#      16-core machine (or PARTS=1 on the 128-core 8-GPU machine), gpu in PARTS=2.
+# cpu: the pure-PyTorch literal kernels (literal models, the policy literals, the legitimate
+#      variants; KDA's too once merged) on the 16 CPU cores; gpu: the Triton kernels compiled on
+#      the GPU (device cuda, processes sharing it).  Sizing (docs/fuzzing.md, "Nightly run 4",
+#      0.3-0.7 s per scenario measured): cpu PARTS=4 on the 16-core machine (6 with KDA; 1 on the
+#      128-core 8-GPU machine), gpu PARTS=3.
 # Output under $OUT (<= 3 files): nightly_<set>_part<P>of<K>.json (per job and per kernel: scenarios,
 # false alarms, the checks that fired, up to 3 failing scenarios per job for replay), log.txt.
 # Merge the parts here: python tools/nightly_fuzz.py merge part*/nightly_*.json --markdown table.md
