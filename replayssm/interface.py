@@ -23,6 +23,21 @@ What a kernel declares, as class attributes (the engine tests each declared beha
   A row with ``L[r] = 1`` is a non-speculative step of that sequence inside the batch.
 * ``bookkeeping`` (default ``"spec"``): the cursor policy, a name of :data:`POLICIES`; the
   engine builds the kernel's ``DecodeConfig`` with it and checks every invariant against it.
+  Under ``"host-cursors"`` the kernel keeps no cursors: the caller owns a ``[num_slots, 2]``
+  table of (write_pos, origin) per slot, advances it by the spec's rule after each commit, and
+  passes it as ``cursors=`` to every ``verify`` and ``committed_state``.
+* ``supports_packed_layout`` (default False): ``verify(..., query_start_loc=Q)`` takes the
+  packed layout of serving engines: every input ``[N, ...]`` holds the rows' tokens back to back,
+  row r's at ``Q[r]..Q[r+1]-1`` (``Q`` ``[R+1]`` integers, ``Q[0] = 0``; ``Q[r+1] - Q[r]`` is T'_r
+  in 1..T' for an active row, 0 for a padding row; ``Q[R] <= N``), the outputs ``[N, *out_shape]``
+  the same way; tokens ``Q[R]..N-1`` (the spare tail of a buffer padded to a fixed size) are
+  padding, their outputs untouched.
+* ``supports_mixed_decode`` (default False; speculative kernels that also declare standard
+  decode): a slot moves between standard and speculative steps (a request whose drafting is
+  switched off and on): a verify whose inputs have one token (``[R, 1, ...]``) is a standard step
+  on the speculative kernel object, committed with k = 1; it keeps the slot's ring and its
+  bookkeeping policy's rule (the hand-over rule: a standard step is a speculative step of window
+  length 1, the flush decided with the kernel's T').
 
 Besides the step calls a kernel exposes, for invariant checks: ``committed_state`` (the state
 after the committed prefix, materialised, fp64), ``checkpoint_state`` (the stored checkpoint,
@@ -80,6 +95,7 @@ class BookkeepingPolicy(abc.ABC):
 
     name = ""
     description = ""
+    host_owned = False  # the caller owns the cursors and passes them (``cursors=``)
 
     @abc.abstractmethod
     def uses_ring(self, dec: DecodeConfig) -> bool:
@@ -215,8 +231,20 @@ class FoldEveryCommitPolicy(BookkeepingPolicy):
         return True
 
 
+class HostCursorsPolicy(SpecPolicy):
+    """The spec's rule (sections 3-4), with the cursors owned by the caller: the kernel keeps no
+    write_pos / origin of its own; the caller keeps a ``[num_slots, 2]`` table (write_pos, origin),
+    sets it at reset, advances it by the spec's rule after each commit and passes it as
+    ``cursors=`` to ``verify`` and ``committed_state`` (what a serving engine holding the cursors
+    in its own metadata does).  A kernel's snapshot reports the caller's cursors."""
+
+    name = "host-cursors"
+    description = "spec 3-4 with the cursors owned by the caller (passed as cursors= to verify / committed_state)"
+    host_owned = True
+
+
 POLICIES: dict[str, BookkeepingPolicy] = {p.name: p for p in (SpecPolicy(), FlushWhenFullPolicy(),
-                                                              FoldEveryCommitPolicy())}
+                                                              FoldEveryCommitPolicy(), HostCursorsPolicy())}
 
 
 def policy(name: str) -> BookkeepingPolicy:
@@ -270,6 +298,11 @@ class DecodeConfig:
     @property
     def speculative(self) -> bool:
         return self.decode == "speculative"
+
+    @property
+    def host_owned(self) -> bool:
+        """Whether the caller owns the cursors (``host-cursors``) and passes them to the kernel."""
+        return self.rule.host_owned
 
     @property
     def uses_ring(self) -> bool:
@@ -379,6 +412,8 @@ class KernelUnderTest(abc.ABC):
     description: ClassVar[str] = ""
     zero_accept: ClassVar[str] = "refuse"  # what commit does with k = 0: "refuse" | "noop" (ZERO_ACCEPT)
     supports_ragged_windows: ClassVar[bool] = False  # verify(..., window_lens=) in the padded layout
+    supports_packed_layout: ClassVar[bool] = False  # verify(..., query_start_loc=): tokens packed back to back
+    supports_mixed_decode: ClassVar[bool] = False  # one-token verifies (standard steps) on a speculative object
     bookkeeping: ClassVar[str] = "spec"  # the cursor policy (POLICIES)
     accepted_options: ClassVar[tuple[str, ...]] = ()  # the KernelConfig.options names it reads; others are refused
 
@@ -433,7 +468,10 @@ class KernelUnderTest(abc.ABC):
                out: torch.Tensor | None = None) -> torch.Tensor:
         """Outputs ``[R, T', *out_shape]`` (act dtype) for every window position.  Kernels with
         ``supports_ragged_windows`` also take ``window_lens`` (keyword, ``[R]`` integers, 1..T'
-        per active row): positions past ``window_lens[r]`` are padding, their outputs untouched."""
+        per active row): positions past ``window_lens[r]`` are padding, their outputs untouched;
+        with ``supports_packed_layout`` ``query_start_loc`` (keyword: packed ``[N, ...]`` inputs
+        and outputs, see the module docstring); under ``host-cursors`` ``cursors`` (keyword: the
+        caller's ``[num_slots, 2]`` table)."""
 
     @abc.abstractmethod
     def commit(self, slot_ids: torch.Tensor, accepted: torch.Tensor) -> None:
@@ -443,7 +481,8 @@ class KernelUnderTest(abc.ABC):
     # ---- inspection ----------------------------------------------------------------------------------
     @abc.abstractmethod
     def committed_state(self, slot_ids: torch.Tensor) -> torch.Tensor:
-        """fp64 ``[R, *state_shape]``: the state after the committed prefix (NaN rows for padding)."""
+        """fp64 ``[R, *state_shape]``: the state after the committed prefix (NaN rows for padding);
+        under ``host-cursors`` with the caller's table as keyword ``cursors``."""
 
     @abc.abstractmethod
     def checkpoint_state(self, slot_ids: torch.Tensor) -> torch.Tensor:
@@ -507,10 +546,85 @@ class KernelUnderTest(abc.ABC):
                     raise ValueError(f"origin[{r}]: expected a ring row in [0, {rows}), got {v}")
         return ids
 
-    def check_window_lens(self, ids: list[int], window_lens) -> list[int]:
-        """Per-row window lengths of a verify: T' for every row when ``window_lens`` is None, else
-        ``window_lens[r]`` in 1..T' for each active row (padding rows: ignored, reported as 0)."""
+    def call_window(self, inputs) -> int:
+        """The window of a verify call: 1 for a standard step on a ``supports_mixed_decode``
+        speculative kernel (inputs ``[R, 1, ...]``), else T' (T'max)."""
+        T = self.decode.window
+        if not (self.supports_mixed_decode and self.decode.speculative and T > 1 and isinstance(inputs, dict)):
+            return T
+        first = next(iter(inputs.values()), None)
+        return 1 if isinstance(first, torch.Tensor) and first.dim() >= 2 and first.shape[1] == 1 else T
+
+    def check_query_start_loc(self, ids: list[int], query_start_loc, n_tokens: int) -> list[int]:
+        """Per-row window lengths of a packed verify from its offsets ``query_start_loc`` ``[R+1]``:
+        ``Q[0] = 0``, ``Q[r+1] - Q[r]`` in 1..T' for an active row and 0 for a padding row,
+        ``Q[R] <= n_tokens`` (the packed inputs' length); ValueError naming the entry and row."""
         R, T = len(ids), self.decode.window
+        if not self.supports_packed_layout:
+            raise ValueError(f"query_start_loc: kernel {self.name!r} does not support the packed layout "
+                             f"(supports_packed_layout is False); pass [R, T'] inputs")
+        q = query_start_loc
+        if (not isinstance(q, torch.Tensor) or tuple(q.shape) != (R + 1,) or q.is_floating_point()
+                or q.dtype == torch.bool):
+            raise ValueError(f"query_start_loc: expected an integer tensor of shape ({R + 1},) (R + 1 offsets), got "
+                             f"{getattr(q, 'dtype', type(q).__name__)} {tuple(getattr(q, 'shape', ()))}")
+        if q.device != self.device:
+            raise ValueError(f"query_start_loc: expected device {self.device}, got {q.device}")
+        qs = [int(v) for v in q.tolist()]
+        if qs[0] != 0:
+            raise ValueError(f"query_start_loc[0]: expected 0 (row 0's first token), got {qs[0]}")
+        lens = []
+        for r, s in enumerate(ids):
+            n = qs[r + 1] - qs[r]
+            if s == PAD_SLOT and n != 0:
+                raise ValueError(f"query_start_loc[{r + 1}]: row {r} is a padding row (slot {PAD_SLOT}), expected no "
+                                 f"tokens (query_start_loc[{r + 1}] = query_start_loc[{r}] = {qs[r]}), got {qs[r + 1]}")
+            if s != PAD_SLOT and not 1 <= n <= T:
+                raise ValueError(f"query_start_loc[{r + 1}]: row {r}'s window length query_start_loc[{r + 1}] - "
+                                 f"query_start_loc[{r}] = {n}, expected 1 <= T'_r <= T'max = {T}")
+            lens.append(n)
+        if qs[R] > n_tokens:
+            raise ValueError(f"query_start_loc[{R}]: the offsets hold {qs[R]} tokens, the packed inputs "
+                             f"{n_tokens}")
+        return lens
+
+    def check_cursors(self, ids: list[int], cursors) -> list[tuple[int, int]] | None:
+        """The caller's cursor table under a ``host-cursors`` policy: ``cursors`` an integer
+        ``[num_slots, 2]`` tensor of (write_pos, origin) per slot; returns it as host pairs (None
+        for a kernel that owns its cursors, which refuses a table)."""
+        if not self.decode.host_owned:
+            if cursors is not None:
+                raise ValueError(f"cursors: kernel {self.name!r} keeps its own cursors (bookkeeping "
+                                 f"{self.decode.policy!r}); pass no cursor table")
+            return None
+        S = self.num_slots
+        if (not isinstance(cursors, torch.Tensor) or tuple(cursors.shape) != (S, 2) or cursors.is_floating_point()
+                or cursors.dtype == torch.bool):
+            raise ValueError(f"cursors: kernel {self.name!r} keeps no cursors (bookkeeping 'host-cursors'): expected "
+                             f"the caller's integer table [num_slots = {S}, 2] of (write_pos, origin), got "
+                             f"{getattr(cursors, 'dtype', type(cursors).__name__)} "
+                             f"{tuple(getattr(cursors, 'shape', ()))}")
+        if cursors.device != self.device:
+            raise ValueError(f"cursors: expected device {self.device}, got {cursors.device}")
+        table = [(int(w), int(o)) for w, o in cursors.tolist()]
+        hi, rows = self.decode.max_write_pos(), self.decode.ring_rows
+        for r, s in enumerate(ids):
+            if s == PAD_SLOT:
+                continue
+            w, o = table[s]
+            if not 0 <= w <= hi:
+                raise ValueError(f"cursors[{s}, 0]: write_pos of row {r} (slot {s}): expected 0 <= write_pos <= {hi}, "
+                                 f"got {w}")
+            if not 0 <= o < rows or (o and not self.decode.uses_ring):
+                raise ValueError(f"cursors[{s}, 1]: origin of row {r} (slot {s}): expected a ring row in "
+                                 f"[0, {rows if self.decode.uses_ring else 1}), got {o}")
+        return table
+
+    def check_window_lens(self, ids: list[int], window_lens, window: int | None = None) -> list[int]:
+        """Per-row window lengths of a verify: ``window`` (the call's, default T') for every row
+        when ``window_lens`` is None, else ``window_lens[r]`` in 1..T' for each active row
+        (padding rows: ignored, reported as 0)."""
+        R, T = len(ids), self.decode.window if window is None else window
         if window_lens is None:
             return [0 if s == PAD_SLOT else T for s in ids]
         if not self.supports_ragged_windows:
@@ -530,13 +644,25 @@ class KernelUnderTest(abc.ABC):
         return [0 if s == PAD_SLOT else int(n) for s, n in zip(ids, lens)]
 
     def check_verify_args(self, slot_ids, inputs, out, write_pos: list[int] | None = None,
-                          ready: list[bool] | None = None, window_lens=None) -> list[int]:
+                          ready: list[bool] | None = None, window_lens=None, query_start_loc=None) -> list[int]:
         """Validate a verify call.  ``write_pos``/``ready`` (per slot, host lists) when the kernel
         keeps its cursors on the host: checks each active slot is reset and its cursor valid.
-        ``window_lens`` is checked by :meth:`check_window_lens` (call it for the lengths)."""
+        ``window_lens`` is checked by :meth:`check_window_lens`, ``query_start_loc`` (packed
+        layout: inputs ``[N, ...]``, out ``[N, *out_shape]``) by :meth:`check_query_start_loc`
+        (call them for the lengths)."""
         ids = self._check_slot_ids(slot_ids)
-        R, T = len(ids), self.decode.window
-        self.check_window_lens(ids, window_lens)
+        R, T = len(ids), self.call_window(inputs)
+        lead = (R, T)
+        if query_start_loc is not None:
+            if window_lens is not None:
+                raise ValueError("window_lens: the packed layout takes its window lengths from query_start_loc; "
+                                 "pass one of them")
+            first = next(iter(inputs.values()), None) if isinstance(inputs, dict) else None
+            n_tok = int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 0
+            self.check_query_start_loc(ids, query_start_loc, n_tok)
+            lead = (n_tok,)
+        else:
+            self.check_window_lens(ids, window_lens, T)
         if not isinstance(inputs, dict):
             raise ValueError(f"inputs: expected a dict of tensors, got {type(inputs).__name__}")
         shapes = self.geometry.input_shapes()
@@ -546,7 +672,7 @@ class KernelUnderTest(abc.ABC):
                              f"unknown {sorted(unknown)}")
         for k, shp in shapes.items():
             t = inputs[k]
-            want = (R, T, *shp)
+            want = (*lead, *shp)
             if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
                 raise ValueError(f"inputs[{k!r}]: expected shape {want}, got {tuple(getattr(t, 'shape', ()))}")
             if t.dtype != self.mode.act_dtype:
@@ -557,7 +683,7 @@ class KernelUnderTest(abc.ABC):
             if not t.is_contiguous():
                 raise ValueError(f"inputs[{k!r}]: expected a contiguous tensor, got strides {t.stride()}")
         if out is not None:
-            want = (R, T, *self.out_shape)
+            want = (*lead, *self.out_shape)
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
                 raise ValueError(f"out: expected shape {want}, got {tuple(getattr(out, 'shape', ()))}")
             if out.dtype != self.mode.act_dtype:

@@ -219,21 +219,44 @@ def make_params(sc, device="cpu") -> dict[str, torch.Tensor]:
     return {k: v.to(torch.float32) for k, v in out.items()}
 
 
+PREFILL_TOKENS = 8  # prompt length of ``initial_state = "prefill"``
+
+
 def make_initial_state(sc, generation: int = 0, device="cpu") -> torch.Tensor:
-    """fp64 ``[rows, *state_shape]``: zeros, or N(0,1)/2 rounded to fp32 (``initial_state``).
-    ``generation`` > 0 gives the states of later resets (slot reuse)."""
+    """fp64 ``[rows, *state_shape]`` (``initial_state``): zeros; N(0,1)/2 rounded to fp32; or
+    ``prefill``: the prefill -> decode hand-off, the state after an fp64 token-by-token prefill
+    (the family's reference recurrence, spec 2) of a ``PREFILL_TOKENS`` prompt from zeros, handed
+    over in fp32 (what a prefill kernel writes).  ``generation`` > 0 gives the states of later
+    resets (slot reuse: each re-admitted request has its own prompt)."""
     shape = (sc.rows, *sc.geometry_obj.state_shape)
     if sc.initial_state == "zeros":
         return torch.zeros(shape, dtype=torch.float64, device=device)
+    if sc.initial_state == "prefill":
+        return prefill_state(sc, generation, device).to(torch.float32).to(torch.float64)
     x = sample("normal", key_of(sc.seed, _stream("initial_state"), generation), shape, device)
     return torch.mul(x, 0.5).to(torch.float32).to(torch.float64)
 
 
-def make_inputs(sc, step: int, device="cpu", *, stream: str = "inputs") -> dict[str, torch.Tensor]:
-    """Window inputs of ``step``: each ``[rows, T', *shape]`` in the mode's activation dtype."""
+def prefill_state(sc, generation: int = 0, device="cpu") -> torch.Tensor:
+    """fp64 ``[rows, *state_shape]``: the reference recurrence over the prompt of ``generation``
+    (``PREFILL_TOKENS`` tokens of the scenario's input law, stream ``prompt``) from zeros."""
+    fam = family(sc.family)
+    params = {k: v.to(device=device, dtype=torch.float64) for k, v in make_params(sc, device).items()}
+    prompt = make_inputs(sc, generation, device, stream="prompt", tokens=PREFILL_TOKENS)
+    st = torch.zeros((sc.rows, *sc.geometry_obj.state_shape), dtype=torch.float64, device=device)
+    for t in range(PREFILL_TOKENS):
+        _, st = fam.reference_step(st, {n: v[:, t].to(torch.float64) for n, v in prompt.items()}, params)
+    return st
+
+
+def make_inputs(sc, step: int, device="cpu", *, stream: str = "inputs", tokens: int | None = None
+                ) -> dict[str, torch.Tensor]:
+    """Window inputs of ``step``: each ``[rows, T', *shape]`` (``tokens`` instead of T' when
+    given) in the mode's activation dtype."""
     g = sc.geometry_obj
     act = sc.precision.act_dtype
-    shapes = {name: (sc.rows, sc.window, *shape) for name, shape in g.input_shapes().items()}
+    T = sc.window if tokens is None else tokens
+    shapes = {name: (sc.rows, T, *shape) for name, shape in g.input_shapes().items()}
     counts = [math.prod(s) for s in shapes.values()]
     keys = [key_of(sc.seed, _stream(f"{stream}:{name}"), step) for name in shapes]
     return {name: _input_values(sc, name, bits).to(act).reshape(full)
@@ -281,5 +304,6 @@ def inputs_digest(sc, steps: int = 4) -> str:
     return h.hexdigest()
 
 
-__all__ = ["DISTRIBUTIONS", "Distribution", "inputs_digest", "key_of", "make_initial_state", "make_inputs",
-           "make_inputs_steps", "make_params", "random_bits", "random_bits_batched", "sample", "table_digest"]
+__all__ = ["DISTRIBUTIONS", "PREFILL_TOKENS", "Distribution", "inputs_digest", "key_of", "make_initial_state",
+           "make_inputs", "make_inputs_steps", "make_params", "prefill_state", "random_bits", "random_bits_batched",
+           "sample", "table_digest"]

@@ -16,7 +16,9 @@ Fields (JSON keys):
   ``-1`` for a padding row; ``origins`` the ring start of each row (speculative only);
 * ``distribution`` input regime (see ``inputs.DISTRIBUTIONS``); ``schedule`` name and
   ``schedule_params`` (see ``schedules.SCHEDULES``); ``steps`` (None: the schedule's own length);
-* ``seed``; ``initial_state`` ``zeros`` | ``random``; ``kernel_options`` passed to the kernel.
+* ``seed``; ``initial_state`` ``zeros`` | ``random`` | ``prefill`` (the state of an fp64 prefill of a
+  prompt: the prefill -> decode hand-off, ``inputs.make_initial_state``); ``kernel_options``
+  passed to the kernel.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.schedules import SCHEDULES, check_schedule_params
 
 DECODES = ("standard", "speculative")
-INITIAL_STATES = ("zeros", "random")
+INITIAL_STATES = ("zeros", "random", "prefill")
 SCHEMA_VERSION = 1
 
 

@@ -24,17 +24,24 @@ Schedules (``plan(sc)`` returns a list of :class:`StepPlan`):
 * ``zero-accept``: per-row k in 0..T' where k = 0 (every draft rejected, bonus token included:
   constrained decoding) has probability ``zero_prob`` (default 0.3); speculative decode only;
 * ``ragged``: per-row window lengths T'_r in 1..T' (T'_r = 1: the request drafts nothing this
-  step) and k in 1..T'_r (0..T'_r with ``zero_prob``): one verify with a different window per row.
+  step) and k in 1..T'_r (0..T'_r with ``zero_prob``): one verify with a different window per row;
+* ``mixed``: drafting switched off and on: runs of standard steps (one-token verifies committed
+  with k = 1 on the speculative kernel object; a new run starts with probability ``switch_prob``,
+  default 0.3, per step) between speculative steps with per-row random k; speculative decode, for
+  kernels declaring ``supports_mixed_decode``.
 
 Options of every schedule (``schedule_params``): ``permute_rows`` (true: the batch row of each
 slot is permuted at every step, as a server reorders its batch; the engine un-permutes the
-outputs) and ``poison`` (``"nan"`` | ``"large"``: before a mid-run reset the recycled slot's
+outputs), ``poison`` (``"nan"`` | ``"large"``: before a mid-run reset the recycled slot's
 previous checkpoint and records are overwritten with NaN or with 2^100, so a kernel reading its
-previous tenant's storage cannot hide it; ``"none"``, the default, leaves them).
+previous tenant's storage cannot hide it; ``"none"``, the default, leaves them) and ``layout``
+(``"padded"``, the default, ``[R, T', ...]`` inputs; ``"packed"``: the tokens back to back with
+``query_start_loc``, for kernels declaring ``supports_packed_layout``).
 
 Standard decode accepts k = 1 always.  Padding rows get k = 0 (kernels must ignore it).  The
 explicit schedule may also give ``window_lens`` (one list per step of one T'_r per row, 0 for
-padding rows) and k = 0 for active rows (speculative decode).
+padding rows), k = 0 for active rows (speculative decode) and ``standard_steps`` (the steps that
+are standard steps on the speculative slots: every active row k = 1, no ``window_lens`` there).
 """
 
 from __future__ import annotations
@@ -58,15 +65,18 @@ class StepPlan:
     reset_rows: list[int] = field(default_factory=list)
     reset_origins: list[int] = field(default_factory=list)
     window_lens: list[int] | None = None  # T'_r per row (0 for padding rows); None: T' for every row
+    standard: bool = False  # a standard step (one-token verify) on the speculative slots
+    layout: str = "padded"  # "padded" [R, T', ...] | "packed" (query_start_loc)
     perm: list[int] | None = None  # batch row i of this step's kernel calls is scenario row perm[i]
     poison: str = "none"  # what the recycled slots of this step's resets are filled with first
 
 
 _DEFAULT_STEPS = {"random": 64, "per-row": 64, "always-1": 32, "always-T": 32, "fixed": 32, "slot-reuse": 96,
-                  "long": 4096, "zero-accept": 48, "ragged": 48}
+                  "long": 4096, "zero-accept": 48, "ragged": 48, "mixed": 48}
 POISONS = ("none", "nan", "large")
+LAYOUTS = ("padded", "packed")
 POISON_LARGE = 2.0 ** 100
-_COMMON = {"permute_rows", "poison"}
+_COMMON = {"permute_rows", "poison", "layout"}
 _PARAMS = {
     "exhaustive": set(),
     "random": {"k_weights"},
@@ -74,11 +84,12 @@ _PARAMS = {
     "always-1": set(),
     "always-T": set(),
     "fixed": {"k"},
-    "explicit": {"accepted", "resets", "window_lens"},
+    "explicit": {"accepted", "resets", "window_lens", "standard_steps"},
     "slot-reuse": {"k_weights", "reset_prob"},
     "long": {"k_weights"},
     "zero-accept": {"zero_prob"},
     "ragged": {"zero_prob"},
+    "mixed": {"switch_prob"},
 }
 _PARAMS = {k: v | _COMMON for k, v in _PARAMS.items()}
 SCHEDULES = {
@@ -93,6 +104,7 @@ SCHEDULES = {
     "long": "per-row random k over a long run",
     "zero-accept": "per-row k in 0..T' (k = 0 with probability zero_prob: every draft rejected)",
     "ragged": "per-row window lengths T'_r in 1..T' and k in 1..T'_r (one verify, a window per row)",
+    "mixed": "runs of standard steps (drafting off) between speculative steps on the same slots",
 }
 
 
@@ -133,6 +145,14 @@ def check_schedule_params(sc) -> None:
         raise _fail(f"permute_rows: expected true or false, got {p['permute_rows']!r}")
     if "poison" in p and p["poison"] not in POISONS:
         raise _fail(f"poison: expected one of {POISONS}, got {p['poison']!r}")
+    if "layout" in p and p["layout"] not in LAYOUTS:
+        raise _fail(f"layout: expected one of {LAYOUTS}, got {p['layout']!r}")
+    if "switch_prob" in p:
+        q = p["switch_prob"]
+        if not isinstance(q, (int, float)) or isinstance(q, bool) or not 0.0 <= q <= 1.0:
+            raise _fail(f"switch_prob: expected a probability in [0, 1], got {q!r}")
+    if sc.schedule == "mixed" and sc.decode != "speculative":
+        raise ValueError("scenario.schedule: 'mixed' needs speculative decode (standard steps on speculative slots)")
     if "reset_prob" in p:
         q = p["reset_prob"]
         if not isinstance(q, (int, float)) or isinstance(q, bool) or not 0.0 < q <= 1.0:
@@ -180,6 +200,22 @@ def _check_explicit(sc, p: dict) -> None:
                 what = f"T' = {T}" if wls is None else f"window_lens[{s}][{r}] = {hi}"
                 raise _fail(f"accepted[{s}][{r}]: expected an accepted count {lo} <= k <= {what}"
                             + (" (standard decode)" if lo else "") + f", got {k!r}")
+    std = p.get("standard_steps")
+    if std is not None:
+        if sc.decode != "speculative":
+            raise _fail("standard_steps: standard steps on speculative slots need speculative decode")
+        if not isinstance(std, list) or not all(_is_int(x) for x in std) or len(set(std)) != len(std):
+            raise _fail(f"standard_steps: expected a list of distinct step indices, got {std!r}"[:300])
+        for i, st in enumerate(std):
+            if not 0 <= st < len(acc):
+                raise _fail(f"standard_steps[{i}]: expected a step in [0, {len(acc)}), got {st}")
+            bad = [r for r in range(sc.rows) if ids[r] != PAD_SLOT and acc[st][r] != 1]
+            if bad:
+                raise _fail(f"accepted[{st}][{bad[0]}]: step {st} is a standard step, expected k = 1, "
+                            f"got {acc[st][bad[0]]!r}")
+            if wls is not None and any(wls[st][r] != 1 for r in range(sc.rows) if ids[r] != PAD_SLOT):
+                raise _fail(f"window_lens[{st}]: step {st} is a standard step, expected window length 1 per active "
+                            f"row, got {wls[st]!r}")
     if sc.steps is not None and sc.steps > len(acc):
         raise ValueError(f"scenario.steps: the explicit plan has {len(acc)} steps, got steps = {sc.steps}")
     resets = p.get("resets", [])
@@ -331,11 +367,13 @@ def _explicit(sc) -> list[StepPlan]:
     for step, r, o in sc.schedule_params.get("resets", []):
         resets.setdefault(step, []).append((r, o))
     wls = sc.schedule_params.get("window_lens")
+    std = set(sc.schedule_params.get("standard_steps", []))
     plans = []
     for s in range(n):
         rr = sorted(resets.get(s, []))
         plans.append(StepPlan(s, [int(k) for k in acc[s]], [r for r, _ in rr], [o for _, o in rr],
-                              window_lens=None if wls is None else [int(x) for x in wls[s]]))
+                              window_lens=None if wls is None or s in std else [int(x) for x in wls[s]],
+                              standard=s in std))
     return plans
 
 
@@ -347,7 +385,7 @@ def _with_options(sc, plans: list[StepPlan]) -> list[StepPlan]:
     out = []
     for pl in plans:
         perm = [int(i) for i in rng.permutation(sc.rows)] if p.get("permute_rows") else None
-        out.append(replace(pl, perm=perm, poison=poison))
+        out.append(replace(pl, perm=perm, poison=poison, layout=p.get("layout", "padded")))
     return out
 
 
@@ -409,13 +447,24 @@ def _plan(sc) -> list[StepPlan]:
     if name in ("zero-accept", "ragged") and sc.decode == "speculative":
         q = float(sc.schedule_params.get("zero_prob", 0.3 if name == "zero-accept" else 0.0))
         ks = np.where(_rng(sc, 5).random((n, rows)) < q, 0, ks)
+    std = np.zeros(n, dtype=bool)
+    if name == "mixed":
+        q = float(sc.schedule_params.get("switch_prob", 0.3))
+        flips = _rng(sc, 6).random(n) < q
+        on = False
+        for s in range(n):
+            on = on != bool(flips[s])
+            std[s] = on
+        ks[std] = 1
     plans = []
     for s in range(n):
         acc = [int(ks[s, r]) if r in active else 0 for r in range(rows)]
         rr_s = [r for r in active if resets[s, r]]
         wl = None if wls is None else [int(wls[s, r]) if r in active else 0 for r in range(rows)]
-        plans.append(StepPlan(s, acc, rr_s, [int(origins[s, r]) for r in rr_s], window_lens=wl))
+        plans.append(StepPlan(s, acc, rr_s, [int(origins[s, r]) for r in rr_s], window_lens=wl,
+                              standard=bool(std[s])))
     return plans
 
 
-__all__ = ["POISONS", "POISON_LARGE", "SCHEDULES", "StepPlan", "check_schedule_params", "default_steps", "plan"]
+__all__ = ["LAYOUTS", "POISONS", "POISON_LARGE", "SCHEDULES", "StepPlan", "check_schedule_params", "default_steps",
+           "plan"]

@@ -19,8 +19,10 @@ Building blocks (each a strategy, usable alone in a kernel author's own ``@given
 * :func:`serving_options` what a serving engine does to a plan, each only where the kernel
   declares it (drawn last, each behind a boolean, so shrinking drops what a failure does not
   need): ragged windows (``window_lens``, with k <= T'_r), rows accepting nothing (k = 0, for
-  ``zero_accept = "noop"``), the batch permuted every step, recycled slots poisoned (NaN or 2^100);
-* :func:`scenarios` all of the above into one Scenario, optionally for one registered kernel.
+  ``zero_accept = "noop"``), the batch permuted every step, recycled slots poisoned (NaN or 2^100),
+  the packed layout (``query_start_loc``), standard steps on speculative slots (drafting off);
+* :func:`scenarios` all of the above (initial states: random, zeros, or an fp64 prefill's) into one
+  Scenario, optionally for one registered kernel.
 
 Example::
 
@@ -234,7 +236,7 @@ def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, ma
                                  max_resets=max_resets))
     dist = "long-memory" if drift and "long-memory" in dists else draw(distributions(dists))
     seed = draw(st.integers(0, 2**32 - 1))
-    init = draw(st.sampled_from(("random", "zeros")))
+    init = draw(st.sampled_from(("random", "zeros", "prefill")))
     params = draw(serving_options(cls, dec, layout["slot_ids"], params))
     return Scenario(family=family, geometry=geo, mode=mode, decode=dec.decode, window=dec.window,
                     buffer=dec.buffer, distribution=dist, schedule="explicit",
@@ -248,12 +250,18 @@ def serving_options(kernel: type[KernelUnderTest] | None, decode: DecodeConfig, 
     only where ``kernel`` declares it (everything when ``kernel`` is None): ragged windows
     (``window_lens`` per step and row, accepted counts clamped to them; speculative, T' >= 2,
     ``supports_ragged_windows``), rows accepting nothing (some k set to 0; speculative,
-    ``zero_accept = "noop"``), ``permute_rows`` (two or more rows) and ``poison`` (plans with
-    resets)."""
+    ``zero_accept = "noop"``), ``permute_rows`` (two or more rows), ``poison`` (plans with
+    resets), the packed layout (``layout``, ``supports_packed_layout``) and standard steps on the
+    speculative slots (``standard_steps``: speculative, T' >= 2, ``supports_mixed_decode`` and
+    both decode kinds declared).  The bookkeeping policy (host-owned cursors included) is the
+    kernel's declaration: nothing to draw."""
     active = [r for r, s in enumerate(slot_ids) if s != PAD_SLOT]
     T = decode.window
     ragged_ok = decode.speculative and T >= 2 and (kernel is None or kernel.supports_ragged_windows)
     zero_ok = decode.speculative and (kernel is None or kernel.zero_accept == "noop")
+    packed_ok = kernel is None or kernel.supports_packed_layout
+    mixed_ok = decode.speculative and T >= 2 and (kernel is None or (
+        kernel.supports_mixed_decode and "standard" in kernel.decodes))
 
     @st.composite
     def draw_options(draw):
@@ -276,6 +284,16 @@ def serving_options(kernel: type[KernelUnderTest] | None, decode: DecodeConfig, 
             how = draw(st.sampled_from(POISONS))
             if how != "none":
                 out["poison"] = how
+        if packed_ok and draw(st.booleans()):
+            out["layout"] = "packed"
+        if mixed_ok and draw(st.booleans()):
+            std = sorted(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True)))
+            out["standard_steps"] = std
+            for s in std:
+                for r in active:
+                    acc[s][r] = 1
+                    if "window_lens" in out:
+                        out["window_lens"][s][r] = 1
         return out
 
     return draw_options()

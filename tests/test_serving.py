@@ -1,7 +1,8 @@
 """Kernels driven the way serving engines drive them (issue 14).
 
 Oracle: the contract of ``replayssm/interface.py`` (``zero_accept``, ``supports_ragged_windows``
-and ``window_lens``, ``bookkeeping`` policies) and the engine's checks of it: the literal models,
+and ``window_lens``, ``supports_packed_layout`` and ``query_start_loc``, ``supports_mixed_decode``,
+``bookkeeping`` policies with host-owned cursors) and the engine's checks of it: the literal models,
 which declare every behaviour, pass; kernels that break one declared behaviour fail with the
 check that guards it; kernels that do not declare a behaviour are never driven with it; bad
 arguments are refused with one line naming the argument and the row, before anything changes.
@@ -22,10 +23,13 @@ from replayssm.families import preset
 from replayssm.interface import POLICIES, DecodeConfig, KernelConfig
 from replayssm.registry import get
 from replayssm.scenarios import Scenario
+from replayssm.scenarios.inputs import PREFILL_TOKENS, make_initial_state
+from replayssm.scenarios.inputs import make_inputs as scenario_inputs
+from replayssm.scenarios.inputs import make_params as scenario_params
 from replayssm.scenarios.strategies import scenarios, serving_options
 from replayssm.validators import run_scenario
-from replayssm.validators.fuzz import fuzz_kernel
-from replayssm.validators.runner import policy_literal_name
+from replayssm.validators.fuzz import fuzz_kernel, sweep_kernel
+from replayssm.validators.runner import policy_literal_name, reference_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -109,6 +113,58 @@ def test_recycled_slots_are_poisoned_and_a_correct_kernel_never_sees_it(poison):
 class _NoRagged(_literal()):
     name = "no-ragged"
     supports_ragged_windows = False
+
+
+# ---- the packed layout, standard steps on speculative slots, host-owned cursors, prefill hand-off -----------
+@pytest.mark.parametrize("kernel,family,overrides", [
+    ("literal-replay", "gdn", {"schedule": "ragged", "schedule_params": {"layout": "packed", "permute_rows": True}}),
+    ("literal-baseline", "mamba2", {"schedule": "mixed", "schedule_params": {"layout": "packed"}}),
+    ("literal-replay", "mamba2", {"schedule": "mixed", "initial_state": "prefill"}),
+    ("literal-replay-host-cursors", "gdn", {"schedule": "mixed", "schedule_params": {"layout": "packed"}}),
+    ("literal-replay-host-cursors", "mamba2", {"schedule": "slot-reuse", "initial_state": "prefill",
+                                               "schedule_params": {"reset_prob": 0.3, "poison": "large"}}),
+], ids=["packed-ragged-replay-gdn", "packed-mixed-baseline-mamba2", "mixed-prefill-replay-mamba2",
+        "packed-mixed-host-cursors-gdn", "slot-reuse-prefill-host-cursors-mamba2"])
+def test_literal_models_run_packed_mixed_and_host_cursor_plans(kernel, family, overrides):
+    res = run_scenario(Scenario.tiny(family, steps=8, **overrides), kernel)
+    assert res.passed, res.to_markdown()
+    params = overrides.get("schedule_params", {})
+    if params.get("layout") == "packed":
+        assert res.coverage["packed verifies"] == 8
+    if overrides["schedule"] == "mixed":
+        assert 0 < res.coverage["standard steps on speculative slots"] < 8
+
+
+def test_the_prefill_hand_off_state_is_an_fp64_prefill_of_a_prompt():
+    sc = Scenario.tiny("gdn", initial_state="prefill")
+    prompt = scenario_inputs(sc, 0, stream="prompt", tokens=PREFILL_TOKENS)
+    params = {k: v.double() for k, v in scenario_params(sc).items()}
+    want = torch.zeros(sc.rows, *sc.geometry_obj.state_shape, dtype=torch.float64)
+    for t in range(PREFILL_TOKENS):
+        _, want = reference_step("gdn", want, {n: v[:, t].double() for n, v in prompt.items()}, params)
+    s0 = make_initial_state(sc, 0)
+    assert torch.equal(s0, want.float().double()) and s0.abs().amax() > 0.1  # handed over in fp32
+    assert not torch.equal(s0, make_initial_state(sc, 1))  # each re-admitted request has its own prompt
+
+
+class _NoMixed(_literal()):
+    name = "no-mixed"
+    supports_mixed_decode = False
+
+
+class _NoPacked(_literal()):
+    name = "no-packed"
+    supports_packed_layout = False
+
+
+@pytest.mark.parametrize("cls,overrides,match", [
+    (_NoMixed, {"schedule": "mixed", "schedule_params": {"switch_prob": 1.0}},
+     r"standard steps on a speculative slot and the kernel 'no-mixed' does not"),
+    (_NoPacked, {"schedule": "per-row", "schedule_params": {"layout": "packed"}}, r"the packed layout"),
+], ids=["mixed-undeclared", "packed-undeclared"])
+def test_a_kernel_is_never_driven_with_what_it_does_not_declare(cls, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        run_scenario(Scenario.tiny("mamba2", steps=2, **overrides), cls)
 
 
 def test_a_kernel_without_ragged_windows_is_refused_a_ragged_plan():
@@ -223,9 +279,63 @@ def test_bad_serving_arguments_are_refused_before_anything_changes(call, match):
     assert torch.equal(before.extra["pending"], after.extra["pending"])
 
 
+# (slots [0, 1], T' = 3: packed inputs of 4 tokens)
+@pytest.mark.parametrize("qsl,match", [
+    ([1, 2, 4], r"query_start_loc\[0\]: expected 0 \(row 0's first token\), got 1"),
+    ([0, 0, 2], r"query_start_loc\[1\]: row 0's window length .* = 0, expected 1 <= T'_r <= T'max = 3"),
+    ([0, 4, 4], r"query_start_loc\[1\]: row 0's window length .* = 4, expected 1 <= T'_r <= T'max = 3"),
+    ([0, 2, 1], r"query_start_loc\[2\]: row 1's window length .* = -1"),
+    ([0, 2, 5], r"query_start_loc\[2\]: the offsets hold 5 tokens, the packed inputs 4"),
+    ([0, 2], r"query_start_loc: expected an integer tensor of shape \(3,\)"),
+    ([0.0, 2.0, 4.0], r"query_start_loc: expected an integer tensor of shape \(3,\)"),
+    ("pad", r"query_start_loc\[2\]: row 1 is a padding row \(slot -1\), expected no tokens"),
+    ("lens", r"window_lens: the packed layout takes its window lengths from query_start_loc"),
+    ("unsupported", r"query_start_loc: kernel 'no-packed' does not support the packed layout"),
+], ids=["first-not-0", "empty-row", "row-too-long", "decreasing", "past-the-inputs", "shape", "float", "padding-row",
+        "with-window-lens", "unsupported"])
+def test_bad_packed_offsets_are_refused_naming_the_entry_before_anything_changes(qsl, match):
+    k, g, slots = _kernel(_NoPacked if qsl == "unsupported" else None)
+    packed = {n: v[0] for n, v in make_inputs(g, 1, 4, torch.bfloat16, torch.Generator().manual_seed(1)).items()}
+    kw = {"query_start_loc": torch.tensor([0, 2, 4])}
+    if qsl == "pad":
+        slots = torch.tensor([0, -1])
+    elif qsl == "lens":
+        kw["window_lens"] = torch.tensor([2, 2])
+    elif isinstance(qsl, list):
+        kw["query_start_loc"] = torch.tensor(qsl)
+    before = k.snapshot()
+    with pytest.raises(ValueError, match=match):
+        k.verify(slots, packed, **kw)
+    after = k.snapshot()
+    assert torch.equal(before.checkpoint, after.checkpoint) and torch.equal(before.write_pos, after.write_pos)
+    assert all(torch.equal(before.records[n], after.records[n]) for n in before.records)
+
+
+@pytest.mark.parametrize("cursors,match", [
+    (None, r"cursors: kernel .* keeps no cursors \(bookkeeping 'host-cursors'\): expected the caller's integer table "
+           r"\[num_slots = 3, 2\]"),
+    ([[0, 0], [0, 0]], r"cursors: kernel .* expected the caller's integer table \[num_slots = 3, 2\]"),
+    ([[0, 0], [9, 0], [0, 0]], r"cursors\[1, 0\]: write_pos of row 1 \(slot 1\): expected 0 <= write_pos <= 4, got 9"),
+    ([[0, 8], [0, 0], [0, 0]], r"cursors\[0, 1\]: origin of row 0 \(slot 0\): expected a ring row in \[0, 8\), got 8"),
+    ("own", r"cursors: kernel 'literal-replay' keeps its own cursors \(bookkeeping 'spec'\); pass no cursor table"),
+], ids=["missing", "shape", "write-pos", "origin", "to-a-kernel-owning-them"])
+def test_bad_cursor_tables_are_refused_naming_the_entry(cursors, match):
+    own = cursors == "own"
+    host = _literal() if own else get(policy_literal_name("mamba2", "host-cursors"), "mamba2")
+    dec = SPEC_T3_B4 if own else DecodeConfig("speculative", 3, 4, "host-cursors")
+    k, g, slots = _kernel(host, dec)
+    inp = make_inputs(g, 2, 3, torch.bfloat16, torch.Generator().manual_seed(1))
+    table = torch.zeros(3, 2, dtype=torch.int64) if own else (None if cursors is None else torch.tensor(cursors))
+    before = k.snapshot()
+    with pytest.raises(ValueError, match=match):
+        k.verify(slots, inp, cursors=table)
+    assert torch.equal(before.checkpoint, k.snapshot().checkpoint)
+    assert all(torch.equal(before.records[n], k.snapshot().records[n]) for n in before.records)
+
+
 def test_unknown_policy_names_are_refused():
     with pytest.raises(ValueError, match=r"policy: expected one of \['flush-when-full', 'fold-every-commit', "
-                                         r"'spec'\], got 'lru'"):
+                                         r"'host-cursors', 'spec'\], got 'lru'"):
         DecodeConfig("standard", 1, 4, "lru")
     bad = type("BadPolicy", (_literal(),), {"name": "bad-policy", "bookkeeping": "lru"})
     with pytest.raises(ValueError, match=r"bookkeeping: kernel 'bad-policy' declares an unknown policy"):
@@ -241,7 +351,12 @@ def test_unknown_policy_names_are_refused():
      r"window_lens\[0\]\[0\]: expected a window length 1 <= T'_r <= T'max = 4, got 5"),
     ({"accepted": [[1, 0, 1]], "window_lens": [[1, 2, 3]]}, r"window_lens\[0\]\[1\]: row 1 is a padding row"),
     ({"accepted": [[1, 0, 1]], "poison": "zero"}, r"poison: expected one of"),
-], ids=["k-past-window", "window-too-long", "padding-window", "unknown-poison"])
+    ({"accepted": [[1, 0, 1]], "layout": "ragged"}, r"layout: expected one of \('padded', 'packed'\)"),
+    ({"accepted": [[1, 0, 1], [2, 0, 1]], "standard_steps": [1]},
+     r"accepted\[1\]\[0\]: step 1 is a standard step, expected k = 1, got 2"),
+    ({"accepted": [[1, 0, 1]], "standard_steps": [3]}, r"standard_steps\[0\]: expected a step in \[0, 1\), got 3"),
+], ids=["k-past-window", "window-too-long", "padding-window", "unknown-poison", "unknown-layout", "standard-step-k",
+        "standard-step-index"])
 def test_bad_serving_plans_name_the_entry(params, match):
     with pytest.raises(ValueError, match=match):
         Scenario.tiny("mamba2", schedule="explicit", schedule_params=params)
@@ -256,13 +371,24 @@ class _SpecOnly(_literal()):
         return None if decode.speculative else "speculative decode only"
 
 
+@pytest.mark.parametrize("kernel,family,fails", [("literal-replay-host-cursors", "gdn", False),
+                                                  ("mutant-host-cursors-stale", "gdn", True)],
+                         ids=["host-cursors-literal", "host-cursors-stale-mutant"])
+def test_the_nightly_sweep_counts_every_failing_scenario_without_stopping(kernel, family, fails):
+    out = sweep_kernel(kernel, family, examples=3, seed=5, strategy={"max_steps": 3, "max_rows": 2, "max_dim": 2})
+    assert out["scenarios"] == 3 and (out["failures"] == 3) == fails and (out["failures"] == 0) == (not fails)
+    assert len(out["examples_failed"]) == out["failures"]
+    if fails:
+        assert set(out["checks"]) == {"state"} and Scenario.from_dict(out["examples_failed"][0]["scenario"])
+
+
 def test_fuzz_runs_a_kernel_that_supports_one_decode_kind():
     report = fuzz_kernel(_SpecOnly, max_examples=3)
     assert not report.caught and report.examples == 3, report.summary()
 
 
 
-@pytest.mark.parametrize("option", ["window_lens", "zero", "permute_rows", "poison"])
+@pytest.mark.parametrize("option", ["window_lens", "zero", "permute_rows", "poison", "layout", "standard_steps"])
 def test_the_strategies_draw_serving_options_where_declared(option):
     slot_ids = (3, -1, 1)
     plan = {"accepted": [[2, 0, 1], [1, 0, 2], [2, 0, 2]], "resets": [[1, 0, 4]]}
@@ -271,17 +397,22 @@ def test_the_strategies_draw_serving_options_where_declared(option):
                  a <= n for rows in zip(p["accepted"], p["window_lens"]) for a, n in zip(*rows)),
              "zero": lambda p: any(row[0] == 0 or row[2] == 0 for row in p["accepted"]),
              "permute_rows": lambda p: p.get("permute_rows", False),
-             "poison": lambda p: p.get("poison") in ("nan", "large")}
+             "poison": lambda p: p.get("poison") in ("nan", "large"),
+             "layout": lambda p: p.get("layout") == "packed",
+             "standard_steps": lambda p: bool(p.get("standard_steps")) and all(
+                 p["accepted"][s][r] == 1 for s in p["standard_steps"] for r in (0, 2))}
     find(strat, preds[option], settings=settings(max_examples=200, database=None))
     # the shrunk example turned every other option off
     assert plan["accepted"][0] == [2, 0, 1]
 
 
 @settings(max_examples=25, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-@given(scenarios(kernel=type("Plain", (_NoRagged,), {"zero_accept": "refuse", "name": "plain"}), max_steps=6))
+@given(scenarios(kernel=type("Plain", (_NoRagged,), {"zero_accept": "refuse", "name": "plain",
+                                                    "supports_packed_layout": False, "supports_mixed_decode": False}),
+                 max_steps=6))
 def test_the_strategies_never_draw_what_a_kernel_does_not_declare(sc):
     p = sc.schedule_params
-    assert "window_lens" not in p
+    assert "window_lens" not in p and "layout" not in p and "standard_steps" not in p
     assert all(a >= 1 for row in p["accepted"] for a, s in zip(row, sc.resolved_slot_ids) if s >= 0)
 
 
@@ -289,6 +420,10 @@ def test_the_strategies_never_draw_what_a_kernel_does_not_declare(sc):
 FIELD = [
     # (mutant, family, Scenario.tiny overrides, the check that catches it first)
     ("mutant-nonspec-reads-draft-slot-0", "gdn", {"schedule": "ragged", "steps": 12}, "state"),
+    ("mutant-nonspec-reads-draft-slot-0", "gdn", {"schedule": "mixed", "steps": 12}, "state"),
+    ("mutant-packed-window-overrun", "mamba2",
+     {"schedule": "ragged", "steps": 4, "schedule_params": {"layout": "packed"}}, "padding-output"),
+    ("mutant-host-cursors-stale", "gdn", {"schedule": "per-row", "steps": 4}, "state"),
     ("mutant-zero-accept-commits-drafts", "mamba2",
      {"schedule": "zero-accept", "steps": 4, "schedule_params": {"zero_prob": 0.5}}, "zero-accept"),
     ("mutant-zero-accept-reads-draft-minus-1", "gdn",

@@ -248,6 +248,42 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
     return report
 
 
+def sweep_kernel(kernel, family: str | None = None, *, examples: int, seed: int, device: str = "cpu",
+                 budget_s: float | None = None, strategy: dict | None = None, keep: int = 3) -> dict:
+    """Run ``examples`` Hypothesis-drawn scenarios on ``kernel`` without stopping or shrinking
+    (the nightly false-alarm count): every scenario runs to its first failing step; returns
+    ``{"kernel", "family", "seed", "planned", "scenarios", "failures", "checks", "examples_failed",
+    "wall_s", "stopped_by_budget"}`` with the first ``keep`` failing scenarios (JSON and headline)
+    under ``examples_failed``.  ``budget_s``: scenarios drawn after it are not run (counted out of
+    ``scenarios``)."""
+    cls = _resolve(kernel, family)
+    skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, device) else STRATEGY)
+    skw.update(strategy or {})
+    kernel_arg = _kernel_arg(cls)
+    out = {"kernel": cls.name, "family": cls.family, "seed": seed, "device": device, "planned": examples,
+           "scenarios": 0, "failures": 0, "checks": {}, "examples_failed": [], "stopped_by_budget": False}
+    t0 = time.perf_counter()
+
+    def prop(sc: Scenario) -> None:
+        if budget_s is not None and time.perf_counter() - t0 > budget_s:
+            out["stopped_by_budget"] = True
+            return
+        res = run_scenario(sc, kernel_arg, device=device, stop_on_failure=True)
+        out["scenarios"] += 1
+        if not res.passed:
+            out["failures"] += 1
+            check = res.first_failure.check if res.first_failure is not None else "exception"
+            out["checks"][check] = out["checks"].get(check, 0) + 1
+            if len(out["examples_failed"]) < keep:
+                out["examples_failed"].append({"headline": res.headline(), "scenario": sc.to_dict()})
+
+    test = settings(settings.get_profile("nightly"), max_examples=examples, database=None, derandomize=False,
+                    phases=(Phase.generate,))(given(scenarios(kernel=cls, **skw))(prop))
+    hypothesis_seed(seed)(test)()
+    out["wall_s"] = round(time.perf_counter() - t0, 3)
+    return out
+
+
 __all__ = ["CI_EXAMPLES", "CI_EXAMPLES_INTERPRETED", "INTERPRETED_STRATEGY", "PROFILES", "PROFILE_ENV", "STRATEGY",
            "FuzzReport", "check_scenario", "fuzz_kernel", "fuzz_settings", "fuzzable_kernels", "is_interpreted",
-           "profile_name"]
+           "profile_name", "sweep_kernel"]

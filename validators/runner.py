@@ -26,7 +26,14 @@ filled with the fp64 reference rounded to the activation dtype (for kernel and l
 position that does not exist is neither right nor wrong).  Every cursor rule is the kernel's
 declared ``bookkeeping`` policy.  A plan's ``perm`` reorders the batch rows of the kernel's calls
 (the engine un-permutes its outputs); ``poison`` fills a recycled slot's previous storage with NaN
-or 2^100 (through ``snapshot``/``restore``) before it is reset.
+or 2^100 (through ``snapshot``/``restore``) before it is reset.  A ``packed`` plan (needs
+``supports_packed_layout``) hands the kernel the step's tokens back to back with
+``query_start_loc``, in a buffer of R x T' tokens whose spare tail holds the padded layout's
+unused positions (so a write there shows as a write past a row's window or into a padding row);
+a ``standard`` step (needs ``supports_mixed_decode``) gives the speculative kernel object, and
+its literal model, one-token inputs (a request with drafting switched off).  Under
+``host-cursors`` the engine owns the cursor table: it passes it to ``verify`` and
+``committed_state`` and reports it in the kernel's snapshots.
 
 The reference is batched over rows on the kernel's device in fp64 (no per-element Python loops).
 The literal model (per-row Python) is only needed for the tolerance rule: ``literal_every``
@@ -47,7 +54,7 @@ import torch
 
 from replayssm.families import families, family
 from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, policy
-from replayssm.ops.literal import LiteralFlushWhenFullKernel, LiteralFoldEveryCommitKernel
+from replayssm.ops.literal import LiteralFlushWhenFullKernel, LiteralFoldEveryCommitKernel, LiteralHostCursorsKernel
 from replayssm.registry import get, register
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
@@ -87,7 +94,8 @@ def readout_magnitude(family_name: str, state: torch.Tensor, tok: dict[str, torc
 
 
 # The literal replay model of each non-default bookkeeping policy (a mixin over the family's).
-POLICY_LITERALS = {"flush-when-full": LiteralFlushWhenFullKernel, "fold-every-commit": LiteralFoldEveryCommitKernel}
+POLICY_LITERALS = {"flush-when-full": LiteralFlushWhenFullKernel, "fold-every-commit": LiteralFoldEveryCommitKernel,
+                   "host-cursors": LiteralHostCursorsKernel}
 
 
 def policy_literal_name(family_name: str, policy_name: str) -> str:
@@ -229,6 +237,19 @@ class Lockstep:
                     raise ValueError(f"scenario.schedule: the plan has ragged windows (window_lens) and the {who} "
                                      f"{obj.name or type(obj).__name__!r} does not support them "
                                      f"(supports_ragged_windows is False)")
+        for what, attr, used in (("the packed layout (query_start_loc)", "supports_packed_layout",
+                                  any(p.layout == "packed" for p in self.plans)),
+                                 ("standard steps on a speculative slot", "supports_mixed_decode",
+                                  any(p.standard for p in self.plans))):
+            if used and not getattr(self.kernel, attr, False):
+                raise ValueError(f"scenario.schedule: the plan has {what} and the kernel {self.kernel_name!r} does "
+                                 f"not support it ({attr} is False)")
+        if any(p.standard for p in self.plans) and not (self.dec.speculative and "standard" in self.kernel.decodes):
+            raise ValueError(f"scenario.schedule: standard steps on a speculative slot need speculative decode and a "
+                             f"kernel declaring both decode kinds; {self.kernel_name!r} declares {self.kernel.decodes}")
+        self.host_cursors = self.dec.host_owned
+        self.cursor_table = [[0, 0] for _ in range(sc.num_slots)]  # the caller's cursors (host-cursors policy)
+        self._pack_idx: torch.Tensor | None = None
         if any(p.poison != "none" and p.reset_rows for p in self.plans) and not self.kernel.supports_restore:
             self.notes.append("the kernel cannot restore a snapshot: recycled slots were not poisoned before reuse")
         # A mutant built on a baseline says so in ``base_kind`` (its kind is "mutant").
@@ -319,10 +340,19 @@ class Lockstep:
                 corig = torch.tensor([(3 + 5 * i) % self.dec.ring_rows for i in range(len(unused))], dtype=torch.int64,
                                      device=self.device)
             k.reset(cids, cinit, corig)
-            k.verify(cids, make_inputs(csc, 0, self.device, stream="canary"))
-            k.commit(cids, torch.full((len(unused),), min(2, sc.window), dtype=torch.int64, device=self.device))
+            kc = min(2, sc.window)
+            for i, s in enumerate(unused):
+                self.cursor_table[s] = [0, 0 if corig is None else int(corig[i])]
+            k.verify(cids, make_inputs(csc, 0, self.device, stream="canary"), **self.cursor_kw(k))
+            k.commit(cids, torch.full((len(unused),), kc, dtype=torch.int64, device=self.device))
+            for s in unused:
+                w, o = self.cursor_table[s]
+                self.cursor_table[s] = list(self.dec.commit_cursor(w, o, self.dec.is_flush(w), kc))
         init = make_initial_state(sc, 0, self.device)
         origins = torch.tensor(self._origins(sc.resolved_origins), dtype=torch.int64, device=self.device)
+        for r, s in enumerate(self.ids_list):
+            if s != PAD_SLOT:
+                self.cursor_table[s] = [0, int(origins[r])]
         k.reset(self.ids, init, origins)
         for lit in self.literals:
             lit.reset(self.ids, init, origins)
@@ -333,7 +363,7 @@ class Lockstep:
         self.origin = self._origins(sc.resolved_origins)
         if unused and any("canaries" in c.needs and self._enabled(c.schedule)
                           for checks in self.hooks.values() for c in checks):
-            snap = k.snapshot()
+            snap = self.snapshot()
             self.canary = {s: {n: t.clone() for n, t in inv.slot_view(snap, s).items()} for s in unused}
         self.started = True
 
@@ -363,6 +393,7 @@ class Lockstep:
         for r in p.reset_rows:
             self.ref[r] = init[r]
             self.wp[r], self.origin[r] = 0, orig[r]
+            self.cursor_table[self.ids_list[r]] = [0, orig[r]]
             for env in self.lit_env.values():
                 env[r] = 0.0
         self.coverage["resets"] += len(p.reset_rows)
@@ -380,21 +411,98 @@ class Lockstep:
     def _perm(self, p: StepPlan) -> torch.Tensor:
         return torch.tensor(p.perm, dtype=torch.long, device=self.device)
 
+    # ---- the caller's side of the serving contract (cursor table, layouts, standard steps) -------------
+    def cursor_kw(self, obj) -> dict:
+        """``{"cursors": table}`` for a kernel (or literal model) whose policy leaves the cursors to the caller."""
+        if not self._host_owned(obj):
+            return {}
+        return {"cursors": torch.tensor(self.cursor_table, dtype=torch.int64, device=self.device)}
+
+    def _host_owned(self, obj) -> bool:
+        """Whether the caller owns ``obj``'s cursors: the kernel's declared policy (what it is
+        driven by), a literal model's own."""
+        if obj is self.kernel:
+            return self.dec.host_owned
+        return bool(getattr(getattr(obj, "decode", None), "host_owned", False))
+
+    def snapshot(self, obj=None):
+        """``obj.snapshot()`` (default the kernel's); under host-owned cursors with the caller's
+        cursors in it (the kernel keeps none)."""
+        obj = self.kernel if obj is None else obj
+        snap = obj.snapshot()
+        if self._host_owned(obj):
+            snap.write_pos = torch.tensor([w for w, _ in self.cursor_table], dtype=torch.int64)
+            snap.origin = torch.tensor([o for _, o in self.cursor_table], dtype=torch.int64)
+            snap.is_flush = torch.tensor([self.dec.is_flush(w) for w, _ in self.cursor_table], dtype=torch.bool)
+        return snap
+
+    def committed_state(self, obj) -> torch.Tensor:
+        """``obj.committed_state`` of the scenario's rows (with the cursor table when the caller owns it)."""
+        return obj.committed_state(self.ids, **self.cursor_kw(obj))
+
+    def lens_of(self, p: StepPlan) -> list[int] | None:
+        """Each row's window length at step ``p`` (None: T' for every row): the plan's
+        ``window_lens``, or 1 per active row at a standard step."""
+        if p.standard:
+            return [1 if s != PAD_SLOT else 0 for s in self.ids_list]
+        return p.window_lens
+
+    @staticmethod
+    def standard_inputs(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """A standard step's one-token inputs (window position 0 of the step's inputs)."""
+        return {n: v[:, :1].contiguous() for n, v in inputs.items()}
+
     def kernel_verify(self, p: StepPlan, inputs: dict[str, torch.Tensor]):
         """Call the kernel's verify for step ``p`` (rows permuted as ``p.perm`` says, ``window_lens``
-        when the plan has them) into a fresh poisoned buffer: (the buffer given, what verify returned)."""
+        when the plan has them, one-token inputs at a standard step, tokens packed with
+        ``query_start_loc`` in a packed plan, the cursor table under host-owned cursors) into a
+        fresh poisoned buffer: (the buffer given, what verify returned)."""
         sc, dev = self.sc, self.device
+        T = 1 if p.standard else sc.window
+        if p.standard:
+            inputs = self.standard_inputs(inputs)
         ids, kw, pads = self.ids, {}, self.pad_rows
-        if p.window_lens is not None:
-            kw["window_lens"] = torch.tensor(p.window_lens, dtype=torch.int64, device=dev)
+        lens = None if p.standard else p.window_lens
+        if lens is not None:
+            kw["window_lens"] = torch.tensor(lens, dtype=torch.int64, device=dev)
         if p.perm:
             idx = self._perm(p)
             ids = ids.index_select(0, idx)
             inputs = {n: v.index_select(0, idx).contiguous() for n, v in inputs.items()}
             kw = {n: v.index_select(0, idx) for n, v in kw.items()}
             pads = [i for i, r in enumerate(p.perm) if r in self.pad_rows]
-        out = inv.poisoned_out(sc.rows, sc.window, self.kernel.out_shape, sc.precision.act_dtype, pads, dev)
-        return out, self.kernel.verify(ids, inputs, out=out, **kw)
+        out = inv.poisoned_out(sc.rows, T, self.kernel.out_shape, sc.precision.act_dtype, pads, dev)
+        cur = self.cursor_kw(self.kernel)
+        if p.layout != "packed":
+            return out, self.kernel.verify(ids, inputs, out=out, **kw, **cur)
+        # Packed: every row's first T'_r tokens back to back, then the unused positions (the spare tail).
+        call_ids = ids.tolist()
+        n_of = [0 if s == PAD_SLOT else (T if lens is None else int(kw["window_lens"][i]))
+                for i, s in enumerate(call_ids)]
+        used = [i * T + t for i, n in enumerate(n_of) for t in range(n)]
+        spare = [i * T + t for i, n in enumerate(n_of) for t in range(n, T)]
+        self._pack_idx = torch.tensor(used + spare, dtype=torch.long, device=dev)
+        qsl = torch.tensor([0, *torch.tensor(n_of).cumsum(0).tolist()], dtype=torch.int64, device=dev)
+        packed = {n: v.flatten(0, 1).index_select(0, self._pack_idx).contiguous() for n, v in inputs.items()}
+        pout = out.flatten(0, 1).index_select(0, self._pack_idx).contiguous()
+        return pout, self.kernel.verify(ids, packed, out=pout, query_start_loc=qsl, **cur)
+
+    def verify_outputs(self, p: StepPlan, got: torch.Tensor) -> torch.Tensor:
+        """The kernel's outputs of step ``p`` as ``[R, T', ...]`` in scenario row order: unpacked
+        (a packed plan: the spare tail back at the unused positions), a standard step's one
+        position padded with the poison, rows un-permuted."""
+        sc = self.sc
+        T = 1 if p.standard else sc.window
+        if p.layout == "packed":
+            flat = torch.empty_like(got)
+            flat[self._pack_idx] = got
+            got = flat.reshape(sc.rows, T, *got.shape[1:])
+        if p.standard:
+            pads = [i for i, r in enumerate(p.perm) if r in self.pad_rows] if p.perm else self.pad_rows
+            full = inv.poisoned_out(sc.rows, sc.window, got.shape[2:], got.dtype, pads, got.device)
+            full[:, :1] = got
+            got = full
+        return self.unpermuted(p, got)
 
     def unpermuted(self, p: StepPlan, out: torch.Tensor) -> torch.Tensor:
         """The kernel's outputs back in scenario row order."""
@@ -409,7 +517,22 @@ class Lockstep:
             self.kernel.commit(self.ids.index_select(0, idx), acc.index_select(0, idx))
         else:
             self.kernel.commit(self.ids, acc)
+        for r in self.active:
+            s = self.ids_list[r]
+            w, o = self.cursor_table[s]
+            self.cursor_table[s] = list(self.dec.commit_cursor(w, o, self.dec.is_flush(w), p.accepted[r]))
         return acc
+
+    def _literal_verify(self, lit, p: StepPlan, inputs: dict[str, torch.Tensor], kw: dict) -> torch.Tensor:
+        """A literal model's verify of step ``p`` (the same call shape as the kernel's: one-token
+        inputs at a standard step), as ``[R, T', ...]``."""
+        if not p.standard:
+            return lit.verify(self.ids, inputs, **kw, **self.cursor_kw(lit))
+        one = lit.verify(self.ids, self.standard_inputs(inputs), **self.cursor_kw(lit))
+        full = torch.full((self.sc.rows, self.sc.window, *one.shape[2:]), float("nan"), dtype=one.dtype,
+                          device=one.device)
+        full[:, :1] = one
+        return full
 
     def _fill_window_tails(self, ctx: StepContext, lens: list[int]) -> None:
         """Positions past each active row's T'_r do not exist: ``ctx.tail`` marks them (the
@@ -430,7 +553,7 @@ class Lockstep:
         """Overwrite the previous tenant's checkpoint and records of ``slots`` with NaN or 2^100
         (the largest finite value where the storage format cannot hold it; integer storage: its
         maximum), through the kernel's snapshot / restore."""
-        snap = self.kernel.snapshot()
+        snap = self.snapshot()
 
         def fill(t: torch.Tensor) -> None:
             if t.is_floating_point():
@@ -504,26 +627,31 @@ class Lockstep:
         ctx = StepContext(self, p, inputs, flush_rows, use_literal=use_lit, record={"step": s})
         ctx.zero_rows, ctx.probe_rows = zero_rows, probe_rows
         if "before-verify" in needs:
-            ctx.snapshots["before-verify"] = k.snapshot()
+            ctx.snapshots["before-verify"] = self.snapshot()
 
         # -- verify (the kernel's batch rows in the plan's order, when it permutes them)
         ctx.out_given, ctx.returned = self.kernel_verify(p, inputs)
         self._run_hook("verify-returned", ctx, due)
-        ctx.out = self.unpermuted(p, ctx.out_given if ctx.returned is None else ctx.returned)
-        lit_kw = {} if p.window_lens is None else {
+        ctx.out = self.verify_outputs(p, ctx.out_given if ctx.returned is None else ctx.returned)
+        lens = self.lens_of(p)
+        lit_kw = {} if p.window_lens is None or p.standard else {
             "window_lens": torch.tensor(p.window_lens, dtype=torch.int64, device=dev)}
         if p.perm:
             self.coverage["permuted batches"] += 1
-        self.tokens_verified += (sum(p.window_lens[r] for r in self.active) if p.window_lens is not None
+        if p.layout == "packed":
+            self.coverage["packed verifies"] += 1
+        if p.standard:
+            self.coverage["standard steps on speculative slots"] += 1
+        self.tokens_verified += (sum(lens[r] for r in self.active) if lens is not None
                                  else len(self.active) * sc.window)
         if "after-verify" in needs:
-            ctx.snapshots["after-verify"] = k.snapshot()
+            ctx.snapshots["after-verify"] = self.snapshot()
         at_flush = bool(flush_rows) and any(c.schedule in due for c in self.hooks["at-flush"])
         if at_flush and "checkpoint" in needs:
             ctx.checkpoint = k.checkpoint_state(self.ids)
 
         # -- the literal model and the fp64 reference on the same window
-        ctx.lit_outs = [lit.verify(self.ids, inputs, **lit_kw) for lit in self.literals] if use_lit else None
+        ctx.lit_outs = [self._literal_verify(lit, p, inputs, lit_kw) for lit in self.literals] if use_lit else None
         if use_lit and ctx.checkpoint is not None:
             ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
         ctx.ref_state_before = self.ref
@@ -531,8 +659,8 @@ class Lockstep:
         ctx.fp64 = self.fp64 if self.bound is not None else None
         ctx.ref_magnitude = self.ref_magnitude
         ctx.out_raw = ctx.out
-        if p.window_lens is not None:
-            self._fill_window_tails(ctx, p.window_lens)
+        if lens is not None:
+            self._fill_window_tails(ctx, lens)
         act = self.active_idx
         m = ctx.metrics = error_metrics(ctx.o_act, ctx.ref_out.index_select(0, act), self.rule.u_out, lead=2)
         ctx.device_record.update({"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(),
@@ -552,7 +680,7 @@ class Lockstep:
             self.tokens_accepted += p.accepted[r]
         self.ref = ctx.ref_state
         if "after-commit" in needs:
-            ctx.snapshots["after-commit"] = k.snapshot()
+            ctx.snapshots["after-commit"] = self.snapshot()
         self._run_hook("after-commit", ctx, due)
 
         rec = ctx.record

@@ -12,10 +12,14 @@ A family plugs in through a :class:`FamilyMath` object (see ``ops/mamba2/naive.p
 
 Serving-engine behaviour (issue 14): both models accept k = 0 as a no-op commit
 (``zero_accept = "noop"``, speculative decode) and ragged windows (``window_lens``: row r
-verifies only its first T'_r positions, writes only their outputs and records).  The replay
-model's bookkeeping is the policy named by its class attribute ``implements`` (the spec's by
-default): :class:`LiteralFlushWhenFullKernel` and :class:`LiteralFoldEveryCommitKernel` are the
-literal models of the other policies of ``replayssm.interface.POLICIES``.
+verifies only its first T'_r positions, writes only their outputs and records), the packed
+layout (``query_start_loc``: unpacked into the padded layout with window lengths, outputs packed
+back; spare tokens untouched) and standard steps on a speculative object (``supports_mixed_decode``:
+a one-token verify is a window of length 1 in the same ring).  The replay model's bookkeeping is
+the policy named by its class attribute ``implements`` (the spec's by default):
+:class:`LiteralFlushWhenFullKernel`, :class:`LiteralFoldEveryCommitKernel` and
+:class:`LiteralHostCursorsKernel` are the literal models of the other policies of
+``replayssm.interface.POLICIES``.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ class _LiteralBase(KernelUnderTest):
     math: FamilyMath
     zero_accept = "noop"
     supports_ragged_windows = True
+    supports_packed_layout = True
+    supports_mixed_decode = True
     # The bookkeeping policy this model's code implements (what it declares is ``bookkeeping``;
     # the two differ only in tests that check a wrong declaration is caught).
     implements: str = "spec"
@@ -159,10 +165,45 @@ class _LiteralBase(KernelUnderTest):
         """Row r's first ``n`` window positions (its T'_r), in the compute dtype."""
         return {k: v[r, :n].to(self.ct) for k, v in inputs.items()}
 
-    def _alloc_out(self, R: int, out):
+    def _alloc_out(self, R: int, out, window: int | None = None):
         if out is None:
-            out = torch.full((R, self.decode.window, *self.out_shape), float("nan"),
+            out = torch.full((R, self.decode.window if window is None else window, *self.out_shape), float("nan"),
                              dtype=self.mode.act_dtype, device=self.device)
+        return out
+
+    def _load_cursors(self, ids: list[int], table) -> None:
+        """Host-owned cursors: take each active slot's (write_pos, origin) from the caller's table."""
+        if table is not None:
+            for s in ids:
+                if s != PAD_SLOT:
+                    self.write_pos[s], self.origin[s] = table[s]
+
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None, cursors=None):
+        """The padded layout (``_verify``), or the packed one: row r's tokens
+        ``query_start_loc[r]..[r+1]-1`` unpacked into the padded layout with that window length,
+        its outputs packed back into ``out`` (tokens past ``query_start_loc[R]`` untouched)."""
+        ids = self._check_slot_ids(slot_ids)
+        table = self.check_cursors(ids, cursors)
+        if query_start_loc is None:
+            self.check_verify_args(slot_ids, inputs, out, window_lens=window_lens)
+            self._load_cursors(ids, table)
+            return self._verify(slot_ids, inputs, out, window_lens)
+        self.check_verify_args(slot_ids, inputs, out, window_lens=window_lens, query_start_loc=query_start_loc)
+        n_tok = int(next(iter(inputs.values())).shape[0])
+        lens = self.check_query_start_loc(ids, query_start_loc, n_tok)
+        qs = [int(v) for v in query_start_loc.tolist()]
+        R, T = len(ids), self.decode.window
+        padded = {}
+        for k, v in inputs.items():
+            padded[k] = torch.zeros((R, T, *v.shape[1:]), dtype=v.dtype, device=v.device)
+            for r, n in enumerate(lens):
+                padded[k][r, :n] = v[qs[r]:qs[r] + n]
+        self._load_cursors(ids, table)
+        res = self._verify(slot_ids, padded, None, torch.tensor(lens, dtype=torch.int64, device=self.device))
+        if out is None:
+            out = torch.full((n_tok, *self.out_shape), float("nan"), dtype=self.mode.act_dtype, device=self.device)
+        for r, n in enumerate(lens):
+            out[qs[r]:qs[r] + n] = res[r, :n]
         return out
 
 
@@ -189,10 +230,11 @@ class LiteralReplayKernel(_LiteralBase):
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
         return {k: v[slot].index_select(0, idx).to(self.ct) for k, v in self.records.items()}
 
-    def verify(self, slot_ids, inputs, out=None, window_lens=None):
+    def _verify(self, slot_ids, inputs, out=None, window_lens=None):
         ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos, self.ready, window_lens)
-        lens = self.check_window_lens(ids, window_lens)
-        out = self._alloc_out(len(ids), out)
+        T = self.call_window(inputs)
+        lens = self.check_window_lens(ids, window_lens, T)
+        out = self._alloc_out(len(ids), out, T)
         self.calls += 1
         for r, s in enumerate(ids):
             if s == PAD_SLOT:
@@ -228,7 +270,13 @@ class LiteralReplayKernel(_LiteralBase):
                 self.write_pos[s], self.origin[s], self.flushed[s], k)
             self.pending[s] = False
 
-    def committed_state(self, slot_ids) -> torch.Tensor:
+    def committed_state(self, slot_ids, cursors=None) -> torch.Tensor:
+        ids = self._check_slot_ids(slot_ids)
+        self._load_cursors(ids, self.check_cursors(ids, cursors))
+        return self._committed_by_own_cursors(slot_ids)
+
+    def _committed_by_own_cursors(self, slot_ids) -> torch.Tensor:
+        """The fold of each row's checkpoint and committed history by the cursors held now."""
         ids = self._check_slot_ids(slot_ids)
         out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
         for r, s in enumerate(ids):
@@ -287,6 +335,20 @@ class LiteralFoldEveryCommitKernel(LiteralReplayKernel):
             self.pending[s] = False
 
 
+class LiteralHostCursorsKernel(LiteralReplayKernel):
+    """Literal ReplaySSM under ``host-cursors``: the spec's rule with no cursors of its own: every
+    verify and committed_state reads (write_pos, origin) of its slots from the caller's table
+    (``cursors=``), commit moves nothing but the records' fate (the caller advances the table)."""
+
+    implements = "host-cursors"
+    bookkeeping = "host-cursors"
+    description = "literal ReplaySSM, host-owned cursors (the caller passes its cursor table)"
+
+    def commit(self, slot_ids, accepted) -> None:
+        for s, _k in self._commit_rows(slot_ids, accepted):
+            self.pending[s] = False
+
+
 class LiteralBaselineKernel(_LiteralBase):
     """Literal baseline: the state is read and written every token.
 
@@ -310,10 +372,11 @@ class LiteralBaselineKernel(_LiteralBase):
         self.draft_scale = (torch.ones((self.num_slots, T, *self.state_shape[:-1]), dtype=torch.float32,
                                        device=self.device) if self.mode.scaled_state else None)
 
-    def verify(self, slot_ids, inputs, out=None, window_lens=None):
+    def _verify(self, slot_ids, inputs, out=None, window_lens=None):
         ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos, self.ready, window_lens)
-        lens = self.check_window_lens(ids, window_lens)
-        out = self._alloc_out(len(ids), out)
+        T = self.call_window(inputs)
+        lens = self.check_window_lens(ids, window_lens, T)
+        out = self._alloc_out(len(ids), out, T)
         self.calls += 1
         for r, s in enumerate(ids):
             if s == PAD_SLOT:
@@ -344,7 +407,8 @@ class LiteralBaselineKernel(_LiteralBase):
                     self.ckpt_scale[s].copy_(self.draft_scale[s, k - 1])
             self.pending[s] = False
 
-    def committed_state(self, slot_ids) -> torch.Tensor:
+    def committed_state(self, slot_ids, cursors=None) -> torch.Tensor:
+        self.check_cursors(self._check_slot_ids(slot_ids), cursors)
         return self.checkpoint_state(slot_ids)
 
     def snapshot(self) -> KernelSnapshot:
@@ -370,4 +434,4 @@ class LiteralBaselineKernel(_LiteralBase):
 
 
 __all__ = ["DecodeConfig", "FamilyMath", "LiteralBaselineKernel", "LiteralFlushWhenFullKernel",
-           "LiteralFoldEveryCommitKernel", "LiteralReplayKernel", "WindowResult"]
+           "LiteralFoldEveryCommitKernel", "LiteralHostCursorsKernel", "LiteralReplayKernel", "WindowResult"]

@@ -36,11 +36,11 @@ def repeat_digests(run, kernel, n: int) -> tuple[str, list[str]]:
         ls.reset_rows(p)
         inputs = make_inputs(sc, p.step, ls.device)
         out, ret = ls.kernel_verify(p, inputs)
-        ls.digest.update(ls.unpermuted(p, out if ret is None else ret))
+        ls.digest.update(ls.verify_outputs(p, out if ret is None else ret))
         ls.kernel_commit(p)
         hexes.append(ls.digest.hex)
         ls.step_idx += 1
-    return inv.snapshot_digest(ls.kernel.snapshot()), hexes
+    return inv.snapshot_digest(ls.snapshot()), hexes
 
 
 @register_check("repeat", hooks="end-of-run", schedule="repeat", kinds=BOTH,
@@ -54,7 +54,7 @@ def repeat(ctx) -> None:
         first_bad = next((i for i, (a, b) in enumerate(zip(ctx.step_digests, hexes)) if a != b), None)
         if first_bad is not None:
             ctx.fail(run.plans[first_bad].step, "repeat", "a second run on the same inputs gave different output bits")
-        elif final != inv.snapshot_digest(run.kernel.snapshot()):
+        elif final != inv.snapshot_digest(run.snapshot()):
             ctx.fail(run.plans[run.step_idx - 1].step, "repeat",
                      "a second run on the same inputs left different stored state bits")
     except Exception as e:  # noqa: BLE001 - the repeat run's error is this check's failure

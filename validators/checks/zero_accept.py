@@ -42,7 +42,7 @@ def _probe_refusal(ctx) -> None:
     else:
         ctx.fail("zero-accept", "the kernel declares zero_accept = 'refuse' but commit(k = 0) was accepted",
                  row=first, slot=run.ids_list[first])
-    after = k.snapshot()
+    after = run.snapshot()
     for slot in range(run.sc.num_slots):
         changed = inv.changed_fields(inv.slot_view(before, slot), inv.slot_view(after, slot))
         if changed:

@@ -83,13 +83,18 @@ def register_mutant(mixin: type, name: str, description: str, *, klass: str, fam
 
 def _declarations(mixin: type) -> dict:
     """What a mutant declares beyond its literal base: a mixin overriding ``verify`` without a
-    ``window_lens`` parameter cannot run ragged windows, one overriding ``commit`` refuses k = 0
-    (its one bug is elsewhere), unless the mixin says otherwise."""
+    ``window_lens`` (``query_start_loc``) parameter cannot run ragged windows (the packed layout),
+    one overriding ``commit`` refuses k = 0, and no mutant runs standard steps on speculative
+    slots (its one bug is elsewhere), unless the mixin says otherwise."""
     out = {}
     verify = mixin.__dict__.get("verify")
-    if verify is not None and "window_lens" not in inspect.signature(verify).parameters \
-            and "supports_ragged_windows" not in mixin.__dict__:
+    params = () if verify is None else inspect.signature(verify).parameters
+    if verify is not None and "window_lens" not in params and "supports_ragged_windows" not in mixin.__dict__:
         out["supports_ragged_windows"] = False
+    if verify is not None and "query_start_loc" not in params and "supports_packed_layout" not in mixin.__dict__:
+        out["supports_packed_layout"] = False
+    if "supports_mixed_decode" not in mixin.__dict__:
+        out["supports_mixed_decode"] = False
     if "commit" in mixin.__dict__ and "zero_accept" not in mixin.__dict__:
         out["zero_accept"] = "refuse"
     return out

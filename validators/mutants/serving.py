@@ -17,12 +17,23 @@ must fail it on the scenario docs/field_bugs.md names (tests/test_serving.py run
   the whole padded block: the padding lanes past T'_r get the stale value of the last valid lane.
 * ``mutant-nonspec-reads-draft-slot-0`` (vLLM #39273): a baseline keeping one state per draft
   position; after a commit of k >= 2 the live state sits in draft slot k-1, and the next
-  non-speculative step of that sequence (window length 1) reads slot 0.
+  non-speculative step of that sequence (window length 1, or a standard step on the speculative
+  slot) reads slot 0.
+* ``mutant-packed-window-overrun``: in the packed layout (``query_start_loc``) every row runs
+  T'max tokens from its offset: a short row's window runs into the next row's tokens (or the
+  buffer's spare tail) and writes outputs there (later rows overwrite theirs; the last row's
+  overrun stays).
+* ``mutant-host-cursors-stale``: a host-cursors kernel that materialises its committed state
+  from the cursors of its last verify instead of the table the caller passes (the caller has
+  advanced them at commit).
 """
 
 from __future__ import annotations
 
+import torch
+
 from replayssm.interface import PAD_SLOT
+from replayssm.ops.literal import LiteralHostCursorsKernel
 from replayssm.validators.mutants.registry import register_mutant
 
 SPEC_ONLY = ("speculative",)
@@ -102,7 +113,10 @@ class PaddingLaneWrites:
 class NonSpecReadsDraftSlot0:
     """After commit(k >= 2) the next verify with window length 1 (a step without drafts) starts
     from draft slot 0 (the state after the first window token of the last verify), not from the
-    live state (slot k-1, which the commit copied)."""
+    live state (slot k-1, which the commit copied); a standard step on the speculative slot
+    (one-token inputs) likewise."""
+
+    supports_mixed_decode = True
 
     def commit(self, slot_ids, accepted):
         super().commit(slot_ids, accepted)
@@ -118,8 +132,11 @@ class NonSpecReadsDraftSlot0:
 
     def verify(self, slot_ids, inputs, out=None, window_lens=None):
         saved = {}
-        if window_lens is not None:
-            for s, n in zip(slot_ids.tolist(), window_lens.tolist()):
+        lens = window_lens
+        if lens is None and self.call_window(inputs) == 1 < self.decode.window:
+            lens = torch.ones(slot_ids.shape, dtype=torch.int64)
+        if lens is not None:
+            for s, n in zip(slot_ids.tolist(), lens.tolist()):
                 if s != PAD_SLOT and n == 1 and getattr(self, "_live", {}).get(s, 0) >= 1:
                     saved[s] = (self.ckpt[s].clone(), None if self.ckpt_scale is None else self.ckpt_scale[s].clone())
                     self.ckpt[s].copy_(self.draft[s, 0])
@@ -132,6 +149,41 @@ class NonSpecReadsDraftSlot0:
                 self.ckpt[s].copy_(c)
                 if sc is not None:
                     self.ckpt_scale[s].copy_(sc)
+
+
+class PackedWindowOverrun:
+    """Packed layout: each active row verifies T'max tokens from its offset (clamped to the
+    buffer), writing their outputs in row order; commits stay within the row's real window."""
+
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None, cursors=None):
+        if query_start_loc is None:
+            return super().verify(slot_ids, inputs, out, window_lens, cursors=cursors)
+        ids = self._check_slot_ids(slot_ids)
+        self.check_verify_args(slot_ids, inputs, out, query_start_loc=query_start_loc)
+        n_tok = int(next(iter(inputs.values())).shape[0])
+        lens = self.check_query_start_loc(ids, query_start_loc, n_tok)
+        qs, T = [int(v) for v in query_start_loc.tolist()], self.decode.window
+        runs = [0 if n == 0 else min(T, n_tok - qs[r]) for r, n in enumerate(lens)]
+        padded = {}
+        for k, v in inputs.items():
+            padded[k] = torch.zeros((len(ids), T, *v.shape[1:]), dtype=v.dtype, device=v.device)
+            for r, n in enumerate(runs):
+                padded[k][r, :n] = v[qs[r]:qs[r] + n]
+        res = self._verify(slot_ids, padded, None, torch.tensor([max(n, 1) if s != PAD_SLOT else 0
+                                                                  for s, n in zip(ids, runs)]))
+        if out is None:
+            out = torch.full((n_tok, *self.out_shape), float("nan"), dtype=self.mode.act_dtype, device=self.device)
+        for r, n in enumerate(runs):
+            out[qs[r]:qs[r] + n] = res[r, :n]
+        return out
+
+
+class HostCursorsStale(LiteralHostCursorsKernel):
+    """committed_state checks the caller's table but folds by the cursors of the last verify."""
+
+    def committed_state(self, slot_ids, cursors=None):
+        self.check_cursors(self._check_slot_ids(slot_ids), cursors)
+        return self._committed_by_own_cursors(slot_ids)
 
 
 # One family each: the mechanisms are family-independent.  ``gallery=False``: CI catches each by a
@@ -155,5 +207,10 @@ register_mutant(PaddingLaneWrites, "mutant-padding-lane-writes",
                 klass="interface", families=("gdn",), decodes=SPEC_ONLY, gallery=False)
 register_mutant(NonSpecReadsDraftSlot0, "mutant-nonspec-reads-draft-slot-0",
                 "after commit(k >= 2) a window-1 step reads draft slot 0, not the live slot k-1 (vLLM #39273)",
-                klass="bookkeeping", families=("gdn",), base="baseline", decodes=SPEC_ONLY,
-                gallery=False)
+                klass="bookkeeping", families=("gdn",), base="baseline", gallery=False)
+register_mutant(PackedWindowOverrun, "mutant-packed-window-overrun",
+                "packed layout: every row runs T'max tokens from its offset, writing outputs past its window",
+                klass="interface", families=("mamba2",), decodes=SPEC_ONLY, gallery=False)
+register_mutant(HostCursorsStale, "mutant-host-cursors-stale",
+                "host-cursors: committed_state folds by the last verify's cursors, not the caller's table",
+                klass="bookkeeping", families=("gdn",), gallery=False)
