@@ -124,6 +124,13 @@ class Family(abc.ABC):
                           ) -> tuple[torch.Tensor, torch.Tensor]:
         """The rest of the step on one token's prepared inputs: ``(output, new state)``."""
 
+    def reference_advance_fused(self, state: torch.Tensor, prep: dict, params: dict[str, torch.Tensor]
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`reference_advance`, bit for bit, with its full-state passes fused where the family
+        has such a form (a Triton kernel: a CUDA state, or any state under the Triton interpreter);
+        the drift fast path's reference on a GPU.  Default: :meth:`reference_advance` itself."""
+        return self.reference_advance(state, prep, params)
+
     def reference_step(self, state: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """One reference step (spec 2) for all rows, in the dtype of ``state``: ``(output, new state)``."""

@@ -19,6 +19,7 @@ from replayssm import Mamba2Geometry, registry
 from replayssm.families import family
 from replayssm.ops.mamba2.literal import Mamba2LiteralReplay
 from replayssm.ops.mamba2.naive import mamba2_step
+from replayssm.ops.triton.reference import decay_outer_update
 from replayssm.scenarios.inputs import make_inputs, make_inputs_steps
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators import invariants as inv
@@ -32,26 +33,28 @@ CELLS = ["mamba2.literal-replay.s32a16.long-memory.standard",
          "gdn.literal-replay.sfp16a16.long-memory.spec-always-T"]
 
 
-def _cfg(cell: str, tokens: int = 96, rows: int = 2) -> tuple:
+def _cfg(cell: str, tokens: int = 96, rows: int = 2, geometry: str = "tiny") -> tuple:
     fam, kern, mode, _, sched = cell.split(".")
     cfg = SweepConfig(families=(fam,), kernels=(kern,), modes=(mode,), schedules=(sched,), tokens=tokens, rows=rows,
-                      local_every=2, blocks=16)
+                      local_every=2, blocks=16, geometry=((fam, geometry),))
     return cfg, next(c for c in cfg.cells()[0] if c.id == cell)
 
 
 def _cell(spec, cfg, how: str) -> CellRun:
-    run = CellRun(spec, cfg, chunk=16, fast=how != "slow")
-    if how == "static":
-        run.fast = FastCell(run, static=True)
+    """``how``: slow (Lockstep.step), fast, static (graph-sized pieces, eager), fused (fast with the
+    fused fp64 reference), static-fused; on a GPU also graphs (captured, fused reference)."""
+    run = CellRun(spec, cfg, device=DEV if how == "graphs" else "cpu", chunk=16, fast=how != "slow")
+    if how in ("static", "fused", "static-fused"):
+        run.fast = FastCell(run, static=how.startswith("static"), fused=how.endswith("fused"))
     assert (run.fast is None) == (how == "slow")
     return run
 
 
 def _result(cell: str, how: str, resume_from: str | None = None, tokens: int = 96, split: int = 40,
-            rows: int = 2) -> str:
+            rows: int = 2, geometry: str = "tiny") -> str:
     """The cell's result; with ``resume_from``, the first ``split`` steps run that way, are
     checkpointed, and a new run resumes them ``how``."""
-    cfg, spec = _cfg(cell, tokens, rows)
+    cfg, spec = _cfg(cell, tokens, rows, geometry)
     run = _cell(spec, cfg, resume_from or how)
     if resume_from:
         run.run_steps(split)
@@ -217,3 +220,74 @@ def test_speculative_baseline_state_is_measured_at_the_committed_token(how):
     flush = BinnedCurve.from_dict(res["curves"]["flush"])
     assert flush.samples > 0 and flush.peak_rms() < 1e-5, flush.peak_rms()
     assert res == json.loads(_result(cell, "fast" if how == "slow" else "slow", tokens=64))
+
+
+@pytest.mark.parametrize("fam", ["mamba2", "mamba2-z", "gdn"])
+def test_fused_reference_is_the_eager_step_bitwise(fam):
+    """Family.reference_advance_fused (one Triton pass, contraction off; the interpreter here) gives
+    reference_advance's output and state bit for bit, both softplus branches included."""
+    name = fam.split("-")[0]
+    geo = Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2, has_z=True) if fam == "mamba2-z" \
+        else family(name).presets["tiny"]
+    f, gen, R = family(name), torch.Generator().manual_seed(3), 3
+    tok = {n: torch.randn((R, *s), generator=gen).to(torch.bfloat16).to(torch.float64)
+           for n, s in geo.input_shapes().items()}
+    gate = next(n for n in tok if f.input_law(n) == "gate")
+    tok[gate] = tok[gate] * 15  # softplus: the identity above 20 and log1p(exp) below
+    tok[gate][0, 0] = 30.0
+    params = {n: torch.rand(s, generator=gen, dtype=torch.float64) - 0.5 for n, s in geo.param_shapes().items()}
+    st = torch.randn((R, *geo.state_shape), generator=gen, dtype=torch.float64)
+    prep = f.reference_prepare(tok, params)
+    for _ in range(3):
+        y, new = f.reference_advance(st, prep, params)
+        yf, newf = f.reference_advance_fused(st, prep, params)
+        assert torch.equal(y, yf) and torch.equal(new, newf)
+        st = new
+    assert bool((tok[gate] + params["dt_bias"] > 20).any())
+
+
+def test_fused_reference_bad_arguments():
+    s = torch.zeros((2, 3, 4, 5), dtype=torch.float64)
+    with pytest.raises(ValueError, match="s: expected a"):
+        decay_outer_update(s[0], s, s, s, s)
+    with pytest.raises(ValueError, match="u: expected 24 torch.float64"):
+        decay_outer_update(s, torch.zeros(6, dtype=torch.float64), torch.zeros(5, dtype=torch.float64),
+                           torch.zeros(30, dtype=torch.float64), torch.zeros(30, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("cell", [CELLS[0], CELLS[3]], ids=["mamba2-s32a16-standard", "gdn-sfp16a16-spec-always-T"])
+def test_fused_fast_path_is_bit_identical(cell):
+    """The fast path with the fused fp64 reference (what a GPU runs), eager and in graph-sized pieces."""
+    slow = _result(cell, "slow", tokens=64)
+    assert _result(cell, "fused", tokens=64) == slow
+    if cell.endswith("standard"):
+        assert _result(cell, "static-fused", resume_from="static-fused", tokens=64) == slow
+
+
+@pytest.mark.parametrize("kernel", ["triton-replay", "triton-baseline"])
+def test_triton_raw_checkpoint_path_is_bit_identical(kernel):
+    """The GPU path on a CPU: launch_verify/launch_commit, the flush checkpoint read by
+    launch_checkpoint (no host sync), the fused reference, graph-sized pieces."""
+    cell = f"mamba2.{kernel}.sfp8a16-sr.long-memory.standard"
+    cfg, spec = _cfg(cell, 64, rows=2)
+    run = _cell(spec, cfg, "static-fused")
+    assert run.fast.raw and run.fast.raw_ck and run.fast.fused
+    assert _result(cell, "static-fused", tokens=64) == _result(cell, "slow", tokens=64)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_graphs_fused_reference_bit_identical():
+    """On a GPU: CUDA graphs + fused fp64 reference + launch_checkpoint against Lockstep.step every
+    step, the cell result text equal (nano4b, 8 rows)."""
+    cell = "mamba2.triton-replay.s32a16.long-memory.standard"
+    cfg, spec = _cfg(cell, 256, rows=8, geometry="nano4b")
+    run = CellRun(spec, cfg, device="cuda", chunk=64)
+    assert run.fast.capture and run.fast.fused and run.fast.raw_ck
+    while not run.done:
+        run.run_steps(64)
+    assert run.fast.replays > 0 and run.fast.capture_error is None
+    slow = CellRun(spec, cfg, device="cuda", chunk=64, fast=False)
+    while not slow.done:
+        slow.run_steps(64)
+    assert json.dumps(run.result(), sort_keys=True) == json.dumps(slow.result(), sort_keys=True)

@@ -14,6 +14,7 @@ import torch
 
 from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.mamba2 import literal, naive
+from replayssm.ops.triton.reference import decay_outer_update
 from replayssm.precision import PrecisionMode
 
 
@@ -90,6 +91,20 @@ class Mamba2(Family):
 
     def reference_advance(self, state, prep, params):
         return naive.advance(state, prep, params["A"])
+
+    def reference_advance_fused(self, state, prep, params):
+        # naive.advance line by line; its two full-size expressions, torch.add(a * S, (delta x) * B)
+        # and S' * C, in one pass (ops/triton/reference.py), the sum over N left to torch.
+        p = prep
+        delta = torch.where(p["large"], p["u"], torch.log1p(torch.exp(p["u_clamped"])))
+        a = torch.exp(params["A"].to(state.dtype)[:, None, None] * delta)
+        H, P, N = state.shape[-3:]
+        new, prod = decay_outer_update(state.reshape(-1, H, P, N), a, delta * p["x"], p["Bh"], p["Ch"])
+        new, prod = new.view(state.shape), prod.view(state.shape)
+        y = torch.add(prod.sum(-1), p["Dx"])
+        if "z" in p:
+            y = torch.mul(y * p["z"], torch.sigmoid(p["z"]))
+        return y, new
 
     def readout_magnitude(self, state_abs, tok, params):
         H = state_abs.shape[-3]
