@@ -354,9 +354,10 @@ class CellRun:
     """One drift cell: a :class:`Lockstep` plus the drift accumulators (see the module docstring)."""
 
     def __init__(self, spec: CellSpec, cfg: SweepConfig, device="cpu", chunk: int = 64, fast: bool = True,
-                 graphs: bool | None = None) -> None:
+                 graphs: bool | None = None, fused: bool | None = None) -> None:
         """``fast``: step through :class:`replayssm.validators.drift_fast.FastCell` (same results, a
-        tenth of the host work; CUDA graphs per ``graphs``) when the cell qualifies."""
+        tenth of the host work; CUDA graphs per ``graphs``, the fused fp64 reference per ``fused``,
+        both by default on a GPU) when the cell qualifies."""
         self.spec, self.cfg = spec, cfg
         self.device = torch.device(device)
         self.chunk = chunk
@@ -384,7 +385,7 @@ class CellRun:
         self.step = 0
         self.exception: str | None = None
         self.truncated = False
-        self.fast = FastCell(self, graphs) if fast and qualifies(self) is None else None
+        self.fast = FastCell(self, graphs, fused=fused) if fast and qualifies(self) is None else None
 
     # ---- checkpoint ------------------------------------------------------------------------------------------
     @property
