@@ -42,8 +42,8 @@ def _cfg(cell: str, tokens: int = 96, rows: int = 2, geometry: str = "tiny") -> 
 
 def _cell(spec, cfg, how: str) -> CellRun:
     """``how``: slow (Lockstep.step), fast, static (graph-sized pieces, eager), fused (fast with the
-    fused fp64 reference), static-fused; on a GPU also graphs (captured, fused reference)."""
-    run = CellRun(spec, cfg, device=DEV if how == "graphs" else "cpu", chunk=16, fast=how != "slow")
+    fused fp64 reference, as on a GPU), static-fused."""
+    run = CellRun(spec, cfg, chunk=16, fast=how != "slow")
     if how in ("static", "fused", "static-fused"):
         run.fast = FastCell(run, static=how.startswith("static"), fused=how.endswith("fused"))
     assert (run.fast is None) == (how == "slow")

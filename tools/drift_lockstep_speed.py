@@ -22,7 +22,7 @@ import time
 import torch
 
 from replayssm.families import family, preset
-from replayssm.validators.drift import CellRun, CellSpec, SweepConfig
+from replayssm.validators.drift import CellRun, CellSpec, SweepConfig, default_chunk
 
 
 def floor(geometry: str) -> dict:
@@ -62,13 +62,13 @@ def rate(kernel: str, geometry: str, rows: int, tokens: int, fused: bool, warm: 
                       geometry=(("mamba2", geometry),), rows=rows, tokens=tokens, local_every=8)
     spec = CellSpec("mamba2", kernel, "s32a16", "long-memory", "standard")
     t0 = time.perf_counter()
-    run = CellRun(spec, cfg, "cuda", chunk=64, fused=fused)
+    run = CellRun(spec, cfg, "cuda", chunk=default_chunk("cuda", rows), fused=fused)
     run.run_steps(warm)
     torch.cuda.synchronize()
     t1 = time.perf_counter()
     steps0 = run.step
     while not run.done:
-        run.run_steps(64)
+        run.run_steps(run.chunk)
     torch.cuda.synchronize()
     wall = time.perf_counter() - t1
     n = rows * (run.step - steps0)

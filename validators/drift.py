@@ -657,12 +657,25 @@ def ckpt_path(out: Path, cell_id: str) -> Path:
     return out / "checkpoints" / f"{cell_id}.pt"
 
 
+def default_chunk(device, rows: int) -> int:
+    """Steps per chunk (inputs generated, errors drained to the host, outputs checked once per chunk):
+    64 on a CPU; on a GPU at least 2,048 row-steps per chunk (a power of two times 64, so graph
+    pieces repeat from chunk to chunk), since each chunk boundary waits for the device."""
+    if torch.device(device).type != "cuda":
+        return 64
+    k = 64
+    while k * rows < 2048:
+        k *= 2
+    return k
+
+
 def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoint_every_s: float = 30.0,
-             chunk: int = 64, on_progress=None, deadline: float | None = None) -> dict:
+             chunk: int | None = None, on_progress=None, deadline: float | None = None) -> dict:
     """Run (or resume) one cell; writes its result file and returns it.  ``deadline`` (a
     ``time.time()`` value): stop at the first chunk boundary after it; the result says
     ``truncated`` and how many tokens every row reached (``tokens_run``)."""
     out = Path(out)
+    chunk = default_chunk(device, cfg.rows) if chunk is None else chunk
     cp = ckpt_path(out, spec.id)
     prov = cell_provenance(spec, cfg, device)
     history = _history(_read_json(cell_path(out, spec.id)), prov)
@@ -693,7 +706,7 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
     return res
 
 
-def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt_s: float, chunk: int,
+def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt_s: float, chunk: int | None,
             mods: list, parent: int, deadline: float | None) -> None:
     torch.set_num_threads(1)
     if device.startswith("cuda"):
@@ -760,7 +773,7 @@ def prepare_out(cfg: SweepConfig, out: Path) -> None:
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0, 1), workers: int = 1,
               devices: list[str] | None = None, progress: bool = True, checkpoint_every_s: float = 30.0,
-              chunk: int = 64, deadline_s: float | None = None) -> SweepOutcome:
+              chunk: int | None = None, deadline_s: float | None = None) -> SweepOutcome:
     """Run this shard's cells of the sweep that have no result file yet (resuming checkpoints).
 
     ``workers`` processes share the cells (1: in this process); worker ``w`` uses
@@ -876,6 +889,6 @@ def load_cells(dirs: list[str | Path], cfg: SweepConfig | None = None) -> tuple[
 
 
 __all__ = ["CellRun", "CellSpec", "DEFAULT_MODES", "SCHEDULES", "SweepConfig", "SweepOutcome", "atomic_write",
-           "cell_config", "cell_provenance", "cell_status", "default_devices", "device_name", "import_kernel_modules",
-           "kernel_code_digest", "kernel_modules", "load_cells", "parse_shard", "prepare_out", "registered",
-           "reusable", "run_cell", "run_sweep", "shard_cells", "stop_reason"]
+           "cell_config", "cell_provenance", "cell_status", "default_chunk", "default_devices", "device_name",
+           "import_kernel_modules", "kernel_code_digest", "kernel_modules", "load_cells", "parse_shard", "prepare_out",
+           "registered", "reusable", "run_cell", "run_sweep", "shard_cells", "stop_reason"]
