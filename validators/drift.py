@@ -497,26 +497,28 @@ class CellRun:
     def _drain(self) -> None:
         """Move pending device values to the host accumulators, in step order."""
         N, nb = self.cfg.tokens, self.cfg.blocks
-        outs = [item[1] for item in self.pending if item[0] == "out"]
-        host = iter(torch.stack(outs).to("cpu", torch.float64).numpy()) if outs else iter(())  # one transfer
+        outs = [item for item in self.pending if item[0] == "out"]
+        if outs:
+            # Every step's output errors at once (one transfer); each step stays its own group of the
+            # curves' sums and the block sums are added in step order, so the bits are those of a
+            # step-by-step accumulation.  No other pending item touches these accumulators.
+            rel = torch.stack([item[1] for item in outs]).to("cpu", torch.float64).numpy()  # [M, R, T]
+            M, R, T = rel.shape
+            p = np.stack([item[2] for item in outs])[:, :, None] + np.arange(1, T + 1)[None, None, :]
+            acc = np.arange(T)[None, None, :] < np.stack([item[3] for item in outs])[:, :, None]
+            grp = np.broadcast_to(np.arange(M)[:, None, None], (M, R, T))
+            sel = acc & (p <= N)
+            self.curves["output"].add_each(p[sel], rel[sel], grp[sel])
+            rows = np.nonzero(sel)[1]
+            blk = (p[sel] - 1) * nb // N
+            np.add.at(self.block_sum, (rows, blk), np.log(np.maximum(rel[sel], _TINY)))
+            np.add.at(self.block_cnt, (rows, blk), 1)
+            if "draft" in self.curves:
+                d = ~acc & (p <= N)
+                self.curves["draft"].add_each(p[d], rel[d], grp[d])
         for item in self.pending:
             kind = item[0]
-            if kind == "out":
-                rel = next(host)  # [R, T]
-                pos_before, k = item[2], item[3]
-                T = rel.shape[1]
-                p = pos_before[:, None] + np.arange(1, T + 1)[None, :]
-                acc = np.arange(T)[None, :] < k[:, None]
-                sel = acc & (p <= N)
-                self.curves["output"].add(p[sel], rel[sel])
-                rows = np.nonzero(sel)[0]
-                blk = (p[sel] - 1) * nb // N
-                np.add.at(self.block_sum, (rows, blk), np.log(np.maximum(rel[sel], _TINY)))
-                np.add.at(self.block_cnt, (rows, blk), 1)
-                if "draft" in self.curves:
-                    d = ~acc & (p <= N)
-                    self.curves["draft"].add(p[d], rel[d])
-            elif kind == "flush":
+            if kind == "flush":
                 err = item[1].detach().to("cpu", torch.float64).numpy()
                 self.curves["flush"].add(item[2], err)
                 self.curves["state"].add(np.maximum(item[3], 1), err)
