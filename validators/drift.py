@@ -672,8 +672,9 @@ def default_chunk(device, rows: int) -> int:
 
 
 def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoint_every_s: float = 30.0,
-             chunk: int | None = None, on_progress=None, deadline: float | None = None) -> dict:
-    """Run (or resume) one cell; writes its result file and returns it.  ``deadline`` (a
+             chunk: int | None = None, on_progress=None, deadline: float | None = None, fast: bool = True) -> dict:
+    """Run (or resume) one cell; writes its result file and returns it (``fast``: see
+    :class:`CellRun`; False steps through Lockstep.step, the same results).  ``deadline`` (a
     ``time.time()`` value): stop at the first chunk boundary after it; the result says
     ``truncated`` and how many tokens every row reached (``tokens_run``)."""
     out = Path(out)
@@ -681,7 +682,7 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
     cp = ckpt_path(out, spec.id)
     prov = cell_provenance(spec, cfg, device)
     history = _history(_read_json(cell_path(out, spec.id)), prov)
-    run = CellRun(spec, cfg, device, chunk)
+    run = CellRun(spec, cfg, device, chunk, fast=fast)
     if cp.exists() and run.can_checkpoint:
         ck = torch.load(cp, map_location="cpu", weights_only=False)
         if ck.pop("provenance", None) == prov:  # a checkpoint of other code or versions is not resumed
@@ -709,7 +710,7 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
 
 
 def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt_s: float, chunk: int | None,
-            mods: list, parent: int, deadline: float | None) -> None:
+            mods: list, parent: int, deadline: float | None, fast: bool = True) -> None:
     torch.set_num_threads(1)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
@@ -728,7 +729,7 @@ def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt
             break
         try:
             if deadline is None or time.time() < deadline:
-                run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, progress, deadline)
+                run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, progress, deadline, fast)
             events.put(("done", cid))
         except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
             events.put(("error", cid, traceback.format_exc()))
@@ -775,7 +776,7 @@ def prepare_out(cfg: SweepConfig, out: Path) -> None:
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0, 1), workers: int = 1,
               devices: list[str] | None = None, progress: bool = True, checkpoint_every_s: float = 30.0,
-              chunk: int | None = None, deadline_s: float | None = None) -> SweepOutcome:
+              chunk: int | None = None, deadline_s: float | None = None, fast: bool = True) -> SweepOutcome:
     """Run this shard's cells of the sweep that have no result file yet (resuming checkpoints).
 
     ``workers`` processes share the cells (1: in this process); worker ``w`` uses
@@ -813,7 +814,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
             torch.set_num_threads(1)
             for c in todo:
                 if deadline is None or time.time() < deadline:
-                    run_cell(c, cfg, out, devices[0], checkpoint_every_s, chunk, tick, deadline)
+                    run_cell(c, cfg, out, devices[0], checkpoint_every_s, chunk, tick, deadline, fast)
         else:
             import multiprocessing as mp
             ctx = mp.get_context("spawn")
@@ -826,7 +827,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
             mods = kernel_modules(cfg)
             procs = [ctx.Process(target=_worker, args=(w, devices[w % len(devices)], cfg.to_dict(), str(out), tasks,
                                                        events, checkpoint_every_s, chunk, mods, os.getpid(),
-                                                       deadline),
+                                                       deadline, fast),
                                  daemon=True)
                      for w in range(nw)]
             for p in procs:
