@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import traceback
 
 import torch
 
@@ -95,21 +96,32 @@ def main() -> None:
     fl = res["fp64_floor_tokens_per_s"]
     print(f"copy {res['copy_bytes_per_s'] / 1e12:.2f} TB/s; fp64 floor {fl:,.0f} tokens/s", flush=True)
     for rows, tokens in zip(a.rows, a.tokens):
-        ref = reference_step_us(a.geometry, rows)
-        ref["floor"] = rows * 16 * res["state_elements"] / res["copy_bytes_per_s"] * 1e6
-        b = {"rows": rows, "reference_step_us": ref}
-        print(f"batch {rows}: fp64 reference step {ref['eager']:.1f} us eager, {ref['fused']:.1f} us fused "
-              f"(bit-identical {ref['bit_identical']}); floor {ref['floor']:.1f} us", flush=True)
-        for fused in (True, False):
-            r = rate(a.kernel, a.geometry, rows, tokens if fused else max(a.warm + 64, tokens // 4), fused, a.warm)
-            r["floor_ratio"] = r["tokens_per_s"] / fl
-            b["fused" if fused else "eager"] = {k: v for k, v in r.items() if k != "result"}
-            print(f"batch {rows} {'fused' if fused else 'eager'} reference: {r['timed_tokens']:,} tokens in "
-                  f"{r['wall_s']:.2f} s = {r['tokens_per_s']:,.0f} validated tokens/s ({100 * r['floor_ratio']:.1f} % "
-                  f"of the floor); graphs {r['graphs']}, replays {r['replays']}, capture error {r['capture_error']}",
-                  flush=True)
+        b = {"rows": rows}
         res["batches"].append(b)
-    json.dump(res, open(a.json, "w"), indent=1)
+        try:  # each measurement on its own: a failure is recorded and the others still run
+            ref = reference_step_us(a.geometry, rows)
+            ref["floor"] = rows * 16 * res["state_elements"] / res["copy_bytes_per_s"] * 1e6
+            b["reference_step_us"] = ref
+            print(f"batch {rows}: fp64 reference step {ref['eager']:.1f} us eager, {ref['fused']:.1f} us fused "
+                  f"(bit-identical {ref['bit_identical']}); floor {ref['floor']:.1f} us", flush=True)
+        except Exception as e:  # noqa: BLE001 - recorded in the JSON
+            b["reference_step_error"] = traceback.format_exc()[-1500:]
+            print(f"batch {rows}: reference step timing failed: {type(e).__name__}: {e}", flush=True)
+        for fused in (True, False):
+            name = "fused" if fused else "eager"
+            try:
+                r = rate(a.kernel, a.geometry, rows, tokens if fused else max(a.warm + 64, tokens // 4), fused,
+                         a.warm)
+            except Exception as e:  # noqa: BLE001 - recorded in the JSON
+                b[name + "_error"] = traceback.format_exc()[-1500:]
+                print(f"batch {rows} {name} reference: failed: {type(e).__name__}: {e}", flush=True)
+                continue
+            r["floor_ratio"] = r["tokens_per_s"] / fl
+            b[name] = {k: v for k, v in r.items() if k != "result"}
+            print(f"batch {rows} {name} reference: {r['timed_tokens']:,} tokens in {r['wall_s']:.2f} s = "
+                  f"{r['tokens_per_s']:,.0f} validated tokens/s ({100 * r['floor_ratio']:.1f} % of the floor); "
+                  f"graphs {r['graphs']}, replays {r['replays']}, capture error {r['capture_error']}", flush=True)
+        json.dump(res, open(a.json, "w"), indent=1)
 
 
 if __name__ == "__main__":
