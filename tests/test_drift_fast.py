@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from replayssm import Mamba2Geometry, registry
+from replayssm import DecodeConfig, KernelConfig, Mamba2Geometry, registry
 from replayssm.families import family
 from replayssm.ops.mamba2.literal import Mamba2LiteralReplay
 from replayssm.ops.mamba2.naive import mamba2_step
@@ -281,3 +281,21 @@ def test_gpu_graphs_fused_reference_bit_identical():
     while not slow.done:
         slow.run_steps(64)
     assert json.dumps(run.result(), sort_keys=True) == json.dumps(slow.result(), sort_keys=True)
+
+
+@pytest.mark.parametrize("kernel", ["triton-replay", "triton-baseline"])
+@pytest.mark.parametrize("mode", ["s32a16", "sfp8a16"])
+def test_launch_checkpoint_is_checkpoint_state(kernel, mode):
+    """The raw checkpoint read (a device gather, no host sync) gives checkpoint_state's values bit
+    for bit, for any order of slots (scaled and unscaled stored states)."""
+    g = family("mamba2").presets["tiny"]
+    gen = torch.Generator().manual_seed(2)
+    params = {n: torch.rand(s, generator=gen) for n, s in g.param_shapes().items()}
+    k = registry.build(kernel, KernelConfig(g, params, mode, DecodeConfig("speculative", 4, 12), num_slots=3))
+    k.reset(torch.tensor([0, 1, 2]), torch.randn((3, *g.state_shape), generator=gen, dtype=torch.float64))
+    ids = torch.tensor([2, 0, 1])
+    assert torch.equal(k.launch_checkpoint(ids), k.checkpoint_state(ids))
+    inputs = {n: torch.randn((3, 4, *s), generator=gen).to(torch.bfloat16) for n, s in g.input_shapes().items()}
+    k.verify(torch.tensor([0, 1, 2]), inputs)
+    k.commit(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 3]))  # the baseline's live buffers move per slot
+    assert torch.equal(k.launch_checkpoint(ids), k.checkpoint_state(ids))
