@@ -197,6 +197,8 @@ def test_fast_path_bad_arguments():
     cfg, spec = _cfg(CELLS[1])
     with pytest.raises(ValueError, match="static"):
         FastCell(CellRun(spec, cfg, chunk=16, fast=False), static=True)
+    with pytest.raises(ValueError, match="hoist: .*fused=True"):
+        FastCell(CellRun(spec, cfg, chunk=16, fast=False), fused=False, hoist=True)
     assert np.all(CellRun(spec, cfg, chunk=16).fast.sel.shape == np.array([16, 4, 2]))
 
 
@@ -227,12 +229,34 @@ def test_fused_reference_is_the_eager_step_bitwise(fam):
     params = {n: torch.rand(s, generator=gen, dtype=torch.float64) - 0.5 for n, s in geo.param_shapes().items()}
     st = torch.randn((R, *geo.state_shape), generator=gen, dtype=torch.float64)
     prep = f.reference_prepare(tok, params)
+    hoisted = f.reference_hoist(prep, params)  # this token's shape: a CPU rounds it as the step does
     for _ in range(3):
         y, new = f.reference_advance(st, prep, params)
-        yf, newf = f.reference_advance_fused(st, prep, params)
-        assert torch.equal(y, yf) and torch.equal(new, newf)
+        for p in (prep, hoisted):
+            yf, newf = f.reference_advance_fused(st, p, params)
+            assert torch.equal(y, yf) and torch.equal(new, newf)
         st = new
     assert bool((tok[gate] + params["dt_bias"] > 20).any())
+    assert set(hoisted) > set(prep)
+
+
+@pytest.mark.parametrize("fam", ["mamba2", "gdn"])
+def test_reference_hoisted_over_a_chunk(fam):
+    """The hoisted terms of a whole chunk at once (what a GPU takes, bit for bit there: elementwise
+    CUDA math does not depend on the tensor's shape) give each token's step; on a CPU to rounding
+    only, since its vector and scalar loops round log1p differently."""
+    f, g = family(fam), family(fam).presets["tiny"]
+    gen = torch.Generator().manual_seed(4)
+    K, R = 6, 2
+    tok = {n: torch.randn((K, R, *s), generator=gen, dtype=torch.float64) for n, s in g.input_shapes().items()}
+    params = {n: torch.rand(s, generator=gen, dtype=torch.float64) - 0.5 for n, s in g.param_shapes().items()}
+    st = torch.randn((R, *g.state_shape), generator=gen, dtype=torch.float64)
+    chunk = f.reference_hoist(f.reference_prepare(tok, params), params)
+    for i in range(K):
+        y, new = f.reference_advance(st, f.reference_prepare({n: v[i] for n, v in tok.items()}, params), params)
+        yf, newf = f.reference_advance_fused(st, {n: v[i] for n, v in chunk.items()}, params)
+        assert torch.allclose(yf, y, rtol=1e-13, atol=0) and torch.allclose(newf, new, rtol=1e-13, atol=0)
+        st = new
 
 
 def test_fused_reference_bad_arguments():
@@ -267,13 +291,34 @@ def test_triton_raw_path_is_bit_identical(kernel):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("fam", ["mamba2", "gdn"])
+def test_gpu_reference_hoisted_over_a_chunk_bitwise(fam):
+    """On a GPU the chunk's hoisted terms + the fused step give each token's eager step bit for bit."""
+    f, g = family(fam), family(fam).presets["nano4b" if fam == "mamba2" else "qwen35-4b"]
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    K, R = 5, 3
+    tok = {n: torch.randn((K, R, *s), generator=gen, device="cuda", dtype=torch.float64) * 8
+           for n, s in g.input_shapes().items()}
+    params = {n: torch.rand(s, generator=gen, device="cuda", dtype=torch.float64) - 0.5
+              for n, s in g.param_shapes().items()}
+    st = torch.randn((R, *g.state_shape), generator=gen, device="cuda", dtype=torch.float64)
+    chunk = f.reference_hoist(f.reference_prepare(tok, params), params)
+    for i in range(K):
+        y, new = f.reference_advance(st, f.reference_prepare({n: v[i] for n, v in tok.items()}, params), params)
+        yf, newf = f.reference_advance_fused(st, {n: v[i] for n, v in chunk.items()}, params)
+        assert torch.equal(yf, y) and torch.equal(newf, new), i
+        st = new
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_graphs_fused_reference_bit_identical():
-    """On a GPU: CUDA graphs + fused fp64 reference + launch_checkpoint against Lockstep.step every
-    step, the cell result text equal (nano4b, 8 rows)."""
+    """On a GPU: CUDA graphs + fused fp64 reference with the chunk's hoisted terms + launch_checkpoint
+    against Lockstep.step every step, the cell result text equal (nano4b, 8 rows)."""
     cell = "mamba2.triton-replay.s32a16.long-memory.standard"
     cfg, spec = _cfg(cell, 256, rows=8, geometry="nano4b")
     run = CellRun(spec, cfg, device="cuda", chunk=64)
-    assert run.fast.capture and run.fast.fused and run.fast.raw_ck
+    assert run.fast.capture and run.fast.fused and run.fast.hoist and run.fast.raw_ck
     while not run.done:
         run.run_steps(64)
     assert run.fast.replays > 0 and run.fast.capture_error is None

@@ -10,7 +10,13 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
 * the fp64 reference is the family's own step (``Family.reference_prepare`` for the whole chunk,
   exact elementwise ops only, then ``Family.reference_advance`` per token: what ``reference_step``
   runs), so every value is rounded as before; the shadow state (one flush's injected error) skips
-  the output it never uses;
+  the output it never uses.  On a CUDA device (``fused``, ``hoist``): the step's fused form
+  (``Family.reference_advance_fused``: the full-state passes in one Triton pass, the same bits) and
+  its state-independent elementwise terms for the whole chunk at once (``Family.reference_hoist``:
+  the same bits on a GPU, whose elementwise math does not depend on the tensor's shape; not on a
+  CPU, so not there by default);
+* the flush checkpoint of a Triton kernel is read by its ``launch_checkpoint`` (a device gather, no
+  host sync); row index lists live on the device;
 * the output error ``||out - ref|| / ||ref||`` per (row, position) is ``metrics.rel_l2_into``
   (``error_metrics``'s ``rel_l2``), written into a per-chunk buffer (the drift drain moves it to the
   host once per chunk);
@@ -90,14 +96,16 @@ class _ChunkReference:
     ``reference_advance`` token by token -- the same two functions ``reference_step`` runs, so the
     same bits."""
 
-    def __init__(self, fam, K: int, params: dict[str, torch.Tensor], fused: bool = False) -> None:
-        self.fam, self.K, self.params = fam, K, params
+    def __init__(self, fam, K: int, params: dict[str, torch.Tensor], fused: bool = False, hoist: bool = False) -> None:
+        self.fam, self.K, self.params, self.hoist = fam, K, params, hoist
         self.advance = fam.reference_advance_fused if fused else fam.reference_advance
         self.buf: dict[str, torch.Tensor] | None = None
 
     def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
         """Tokens ``[n, R, ...]`` (fp64, token-major) into the buffers."""
         prep = self.fam.reference_prepare(tok, self.params)
+        if self.hoist:
+            prep = self.fam.reference_hoist(prep, self.params)
         if self.buf is None:
             self.buf = {k: torch.empty((self.K, *v.shape[1:]), dtype=v.dtype, device=v.device) for k, v in prep.items()}
             self.v = {k: b.unbind(0) for k, b in self.buf.items()}
@@ -118,7 +126,8 @@ class FastCell:
     ``static``: run the steps between host events on the fixed buffers a graph would capture, but
     eagerly (what tests check on a CPU; implied by ``graphs``)."""
 
-    def __init__(self, cell, graphs: bool | None = None, static: bool = False, fused: bool | None = None) -> None:
+    def __init__(self, cell, graphs: bool | None = None, static: bool = False, fused: bool | None = None,
+                 hoist: bool | None = None) -> None:
         why = qualifies(cell)
         if why:
             raise ValueError(f"cell: {cell.spec.id} cannot take the fast path ({why})")
@@ -154,7 +163,10 @@ class FastCell:
         self.sel_v = [self.sel[j, t].view(R, *([1] * state_dims)) for j in range(K) for t in range(T)]
         self.arange_T = torch.arange(1, T + 1, device=dev).view(1, T, 1)
         self.fused = dev.type == "cuda" if fused is None else bool(fused)
-        self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params, self.fused)
+        self.hoist = self.fused and dev.type == "cuda" if hoist is None else bool(hoist)
+        if self.hoist and not self.fused:
+            raise ValueError("hoist: the hoisted chunk terms are taken by the fused reference step (fused=True)")
+        self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params, self.fused, self.hoist)
         self.raw_ck = raw_checkpoint(ls.kernel)
         self.ids_host = ls.ids.tolist()
         self.idx_cache: dict[tuple[int, ...], torch.Tensor] = {}

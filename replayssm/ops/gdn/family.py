@@ -88,15 +88,22 @@ class GatedDeltaNet(Family):
         t = prep
         return naive.gdn_step(state, t["q"], t["k"], t["v"], t["a"], t["b"], params["A_log"], params["dt_bias"])
 
+    def _gates(self, prep, params, dtype):
+        a, b = prep["a"].to(dtype), prep["b"].to(dtype)
+        g, beta = naive.gdn_gates(a, b, params["A_log"].to(dtype), params["dt_bias"].to(dtype))
+        return torch.exp(g), beta
+
+    def reference_hoist(self, prep, params):
+        alpha, beta = self._gates(prep, params, prep["q"].dtype)
+        return {**prep, "alpha": alpha, "beta": beta}
+
     def reference_advance_fused(self, state, prep, params):
         # naive.gdn_step line by line; its update alpha S + d k^T and the readout product S' * q in one
         # pass (ops/triton/reference.py), the sums over K left to torch.
         dtype = state.dtype
-        q, k, v, a, b = (prep[n].to(dtype) for n in ("q", "k", "v", "a", "b"))
-        A_log, dt_bias = params["A_log"].to(dtype), params["dt_bias"].to(dtype)
+        q, k, v = (prep[n].to(dtype) for n in ("q", "k", "v"))
         qh, kh = naive.gdn_prepare(q, k, v.shape[-2])
-        g, beta = naive.gdn_gates(a, b, A_log, dt_bias)
-        alpha = torch.exp(g)
+        alpha, beta = (prep["alpha"], prep["beta"]) if "alpha" in prep else self._gates(prep, params, dtype)
         sk = (state * kh[..., None, :]).sum(-1)
         d = beta[..., None] * (v - alpha[..., None] * sk)
         HV, V, K = state.shape[-3:]
