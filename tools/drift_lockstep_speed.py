@@ -7,10 +7,11 @@ the rates: wall-clock of ``CellRun.run_steps`` after a warm-up (compiles and gra
 outside the timed region), synchronised, tokens = accepted tokens of every row.
 
 For each batch: the fast path as ``replayssm drift`` runs it on a GPU (CUDA graphs, fused fp64
-reference), and with the eager reference (``--no-fused`` part), and the device time of one fp64
-reference step alone (eager vs fused, ``do_bench``): the bound the harness cannot beat.
+reference with the chunk's hoisted terms) and with the eager reference, and the device time of
+one fp64 reference step alone (eager, fused, fused with the hoisted terms; ``do_bench``): the
+bound the harness cannot beat.
 
-    python tools/drift_lockstep_speed.py --rows 8 64 --tokens 6000 --json out.json
+    python tools/drift_lockstep_speed.py --rows 8 64 --tokens 24000 4000 --json out.json
 """
 
 from __future__ import annotations
@@ -49,12 +50,16 @@ def reference_step_us(geometry: str, rows: int) -> dict:
     params = {n: torch.rand(s, generator=gen, device="cuda", dtype=torch.float64) for n, s in g.param_shapes().items()}
     st = torch.randn((rows, *g.state_shape), generator=gen, device="cuda", dtype=torch.float64)
     prep = fam.reference_prepare(tok, params)
+    hoisted = fam.reference_hoist(prep, params)
     out = {}
-    for name, f in (("eager", fam.reference_advance), ("fused", fam.reference_advance_fused)):
-        out[name] = 1e3 * do_bench(lambda f=f: f(st, prep, params), warmup=20, rep=100, return_mode="median")
+    for name, f, p in (("eager", fam.reference_advance, prep), ("fused", fam.reference_advance_fused, prep),
+                       ("fused_hoisted", fam.reference_advance_fused, hoisted)):
+        out[name] = 1e3 * do_bench(lambda f=f, p=p: f(st, p, params), warmup=20, rep=100, return_mode="median")
     y1, s1 = fam.reference_advance(st, prep, params)
     y2, s2 = fam.reference_advance_fused(st, prep, params)
-    out["bit_identical"] = bool(torch.equal(y1, y2) and torch.equal(s1, s2))
+    y3, s3 = fam.reference_advance_fused(st, hoisted, params)
+    out["bit_identical"] = bool(torch.equal(y1, y2) and torch.equal(s1, s2) and torch.equal(y1, y3)
+                                and torch.equal(s1, s3))
     return out
 
 
@@ -102,8 +107,9 @@ def main() -> None:
             ref = reference_step_us(a.geometry, rows)
             ref["floor"] = rows * 16 * res["state_elements"] / res["copy_bytes_per_s"] * 1e6
             b["reference_step_us"] = ref
-            print(f"batch {rows}: fp64 reference step {ref['eager']:.1f} us eager, {ref['fused']:.1f} us fused "
-                  f"(bit-identical {ref['bit_identical']}); floor {ref['floor']:.1f} us", flush=True)
+            print(f"batch {rows}: fp64 reference step {ref['eager']:.1f} us eager, {ref['fused']:.1f} us fused, "
+                  f"{ref['fused_hoisted']:.1f} us fused with the hoisted terms (bit-identical {ref['bit_identical']});"
+                  f" floor {ref['floor']:.1f} us", flush=True)
         except Exception as e:  # noqa: BLE001 - recorded in the JSON
             b["reference_step_error"] = traceback.format_exc()[-1500:]
             print(f"batch {rows}: reference step timing failed: {type(e).__name__}: {e}", flush=True)
