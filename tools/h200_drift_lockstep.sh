@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One H200 call (under 5 minutes; every step has its own timeout) for the drift lock-step on a GPU
+# One H200 call (at most ~5 minutes: setup, then timeouts 80 + 140 + 2 x 30 s) for the drift lock-step on a GPU
 # (issue 18 item 2), run from the repository root on the device machine:
 #   1. bit identity on the GPU: tests/test_drift_fast.py -m gpu (CUDA graphs + fused fp64 reference +
 #      launch_checkpoint against Lockstep.step every step, nano4b, 8 rows);
@@ -27,16 +27,16 @@ source tools/device_env.sh
 cat COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || true
 stamp "setup done"
 
-timeout 70 python -m pytest -q -p no:xdist -p no:cacheprovider -m gpu tests/test_drift_fast.py 2>&1 | tail -5
+timeout 80 python -m pytest -q -p no:xdist -p no:cacheprovider -m gpu tests/test_drift_fast.py 2>&1 | tail -5
 stamp "GPU identity test done"
 
-timeout 150 python tools/drift_lockstep_speed.py --kernel "$KERNEL" --geometry "$GEO" --rows 8 64 \
+timeout 140 python tools/drift_lockstep_speed.py --kernel "$KERNEL" --geometry "$GEO" --rows 8 64 \
   --tokens "$T8" "$T64" --json "$OUT/speed.json"
 stamp "speed done"
 
 for b in 8 64; do
   [ "$b" = 8 ] && tok=$T8 || tok=$T64
-  timeout 40 python -m replayssm drift --families mamba2 --kernels "$KERNEL" --modes s32a16 --schedules standard \
+  timeout 30 python -m replayssm drift --families mamba2 --kernels "$KERNEL" --modes s32a16 --schedules standard \
     --geometry "$GEO" --rows "$b" --tokens "$tok" --local-every 8 --no-progress --workers 1 --out "$W/b$b"
   cp "$W/b$b/timing.shard-0-of-1.json" "$OUT/timing_b$b.json" 2>/dev/null
   stamp "replayssm drift batch $b done: $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['tokens_per_s'])" "$OUT/timing_b$b.json" 2>/dev/null) tokens/s"
