@@ -140,6 +140,21 @@ class Family(abc.ABC):
                           ) -> tuple[torch.Tensor, torch.Tensor]:
         """The rest of the step on one token's prepared inputs: ``(output, new state)``."""
 
+    def reference_advance_fused(self, state: torch.Tensor, prep: dict, params: dict[str, torch.Tensor]
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`reference_advance`, bit for bit, with its full-state passes fused where the family
+        has such a form (a Triton kernel: a CUDA state, or any state under the Triton interpreter);
+        the drift fast path's reference on a GPU.  Default: :meth:`reference_advance` itself."""
+        return self.reference_advance(state, prep, params)
+
+    def reference_hoist(self, prep: dict, params: dict[str, torch.Tensor]) -> dict:
+        """``prep`` (of any leading dims) with the state-independent, elementwise rest of the step
+        added (transcendentals included), which :meth:`reference_advance_fused` then takes as given:
+        for a whole chunk of tokens at once on a CUDA device, where an elementwise function's value
+        does not depend on the tensor's shape (on a CPU it does: the vector and scalar loops round
+        ``log1p`` differently).  Default: ``prep`` unchanged."""
+        return prep
+
     def reference_step(self, state: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """One reference step (spec 2) for all rows, in the dtype of ``state``: ``(output, new state)``."""

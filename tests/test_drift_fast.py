@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from replayssm import Mamba2Geometry, registry
+from replayssm import DecodeConfig, KernelConfig, Mamba2Geometry, registry
 from replayssm.families import family
 from replayssm.ops.mamba2.literal import Mamba2LiteralReplay
 from replayssm.ops.mamba2.naive import mamba2_step
+from replayssm.ops.triton.reference import decay_outer_update
 from replayssm.scenarios.inputs import make_inputs, make_inputs_steps
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators import invariants as inv
@@ -32,26 +33,28 @@ CELLS = ["mamba2.literal-replay.s32a16.long-memory.standard",
          "gdn.literal-replay.sfp16a16.long-memory.spec-always-T"]
 
 
-def _cfg(cell: str, tokens: int = 96, rows: int = 2) -> tuple:
+def _cfg(cell: str, tokens: int = 96, rows: int = 2, geometry: str = "tiny") -> tuple:
     fam, kern, mode, _, sched = cell.split(".")
     cfg = SweepConfig(families=(fam,), kernels=(kern,), modes=(mode,), schedules=(sched,), tokens=tokens, rows=rows,
-                      local_every=2, blocks=16)
+                      local_every=2, blocks=16, geometry=((fam, geometry),))
     return cfg, next(c for c in cfg.cells()[0] if c.id == cell)
 
 
 def _cell(spec, cfg, how: str) -> CellRun:
+    """``how``: slow (Lockstep.step), fast, static (graph-sized pieces, eager), fused (fast with the
+    fused fp64 reference, as on a GPU), static-fused."""
     run = CellRun(spec, cfg, chunk=16, fast=how != "slow")
-    if how == "static":
-        run.fast = FastCell(run, static=True)
+    if how in ("static", "fused", "static-fused"):
+        run.fast = FastCell(run, static=how.startswith("static"), fused=how.endswith("fused"))
     assert (run.fast is None) == (how == "slow")
     return run
 
 
 def _result(cell: str, how: str, resume_from: str | None = None, tokens: int = 96, split: int = 40,
-            rows: int = 2) -> str:
+            rows: int = 2, geometry: str = "tiny") -> str:
     """The cell's result; with ``resume_from``, the first ``split`` steps run that way, are
     checkpointed, and a new run resumes them ``how``."""
-    cfg, spec = _cfg(cell, tokens, rows)
+    cfg, spec = _cfg(cell, tokens, rows, geometry)
     run = _cell(spec, cfg, resume_from or how)
     if resume_from:
         run.run_steps(split)
@@ -72,17 +75,6 @@ def test_fast_path_is_bit_identical_to_the_slow_path(cell):
     assert _result(cell, "fast", resume_from="fast", split=37) == slow  # resumed mid-chunk
     if cell.endswith("standard"):
         assert _result(cell, "static", resume_from="static") == slow
-
-
-def test_triton_raw_path_is_bit_identical():
-    """triton-replay (TRITON_INTERPRET on a CPU) driven through launch_verify/launch_commit, in
-    graph-sized pieces on fixed buffers, against verify/commit every step."""
-    cell = "mamba2.triton-replay.sfp16a16-sr.long-memory.standard"
-    cfg, spec = _cfg(cell, 64, rows=1)
-    run = _cell(spec, cfg, "static")
-    assert run.fast.raw and run.fast.graphs and not run.fast.capture
-    assert (_result(cell, "static", resume_from="static", tokens=64, rows=1)
-            == _result(cell, "slow", tokens=64, rows=1))
 
 
 @pytest.mark.slow
@@ -205,6 +197,8 @@ def test_fast_path_bad_arguments():
     cfg, spec = _cfg(CELLS[1])
     with pytest.raises(ValueError, match="static"):
         FastCell(CellRun(spec, cfg, chunk=16, fast=False), static=True)
+    with pytest.raises(ValueError, match="hoist: .*fused=True"):
+        FastCell(CellRun(spec, cfg, chunk=16, fast=False), fused=False, hoist=True)
     assert np.all(CellRun(spec, cfg, chunk=16).fast.sel.shape == np.array([16, 4, 2]))
 
 
@@ -217,3 +211,136 @@ def test_speculative_baseline_state_is_measured_at_the_committed_token(how):
     flush = BinnedCurve.from_dict(res["curves"]["flush"])
     assert flush.samples > 0 and flush.peak_rms() < 1e-5, flush.peak_rms()
     assert res == json.loads(_result(cell, "fast" if how == "slow" else "slow", tokens=64))
+
+
+@pytest.mark.parametrize("fam", ["mamba2", "mamba2-z", "gdn"])
+def test_fused_reference_is_the_eager_step_bitwise(fam):
+    """Family.reference_advance_fused (one Triton pass, contraction off; the interpreter here) gives
+    reference_advance's output and state bit for bit, both softplus branches included."""
+    name = fam.split("-")[0]
+    geo = Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2, has_z=True) if fam == "mamba2-z" \
+        else family(name).presets["tiny"]
+    f, gen, R = family(name), torch.Generator().manual_seed(3), 3
+    tok = {n: torch.randn((R, *s), generator=gen).to(torch.bfloat16).to(torch.float64)
+           for n, s in geo.input_shapes().items()}
+    gate = next(n for n in tok if f.input_law(n) == "gate")
+    tok[gate] = tok[gate] * 15  # softplus: the identity above 20 and log1p(exp) below
+    tok[gate][0, 0] = 30.0
+    params = {n: torch.rand(s, generator=gen, dtype=torch.float64) - 0.5 for n, s in geo.param_shapes().items()}
+    st = torch.randn((R, *geo.state_shape), generator=gen, dtype=torch.float64)
+    prep = f.reference_prepare(tok, params)
+    hoisted = f.reference_hoist(prep, params)  # this token's shape: a CPU rounds it as the step does
+    for _ in range(3):
+        y, new = f.reference_advance(st, prep, params)
+        for p in (prep, hoisted):
+            yf, newf = f.reference_advance_fused(st, p, params)
+            assert torch.equal(y, yf) and torch.equal(new, newf)
+        st = new
+    assert bool((tok[gate] + params["dt_bias"] > 20).any())
+    assert set(hoisted) > set(prep)
+
+
+@pytest.mark.parametrize("fam", ["mamba2", "gdn"])
+def test_reference_hoisted_over_a_chunk(fam):
+    """The hoisted terms of a whole chunk at once (what a GPU takes, bit for bit there: elementwise
+    CUDA math does not depend on the tensor's shape) give each token's step; on a CPU to rounding
+    only, since its vector and scalar loops round log1p differently."""
+    f, g = family(fam), family(fam).presets["tiny"]
+    gen = torch.Generator().manual_seed(4)
+    K, R = 6, 2
+    tok = {n: torch.randn((K, R, *s), generator=gen, dtype=torch.float64) for n, s in g.input_shapes().items()}
+    params = {n: torch.rand(s, generator=gen, dtype=torch.float64) - 0.5 for n, s in g.param_shapes().items()}
+    st = torch.randn((R, *g.state_shape), generator=gen, dtype=torch.float64)
+    chunk = f.reference_hoist(f.reference_prepare(tok, params), params)
+    for i in range(K):
+        y, new = f.reference_advance(st, f.reference_prepare({n: v[i] for n, v in tok.items()}, params), params)
+        yf, newf = f.reference_advance_fused(st, {n: v[i] for n, v in chunk.items()}, params)
+        assert torch.allclose(yf, y, rtol=1e-13, atol=0) and torch.allclose(newf, new, rtol=1e-13, atol=0)
+        st = new
+
+
+def test_fused_reference_bad_arguments():
+    s = torch.zeros((2, 3, 4, 5), dtype=torch.float64)
+    with pytest.raises(ValueError, match="s: expected a"):
+        decay_outer_update(s[0], s, s, s, s)
+    with pytest.raises(ValueError, match="u: expected 24 torch.float64"):
+        decay_outer_update(s, torch.zeros(6, dtype=torch.float64), torch.zeros(5, dtype=torch.float64),
+                           torch.zeros(30, dtype=torch.float64), torch.zeros(30, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("cell", [CELLS[0], CELLS[3]], ids=["mamba2-s32a16-standard", "gdn-sfp16a16-spec-always-T"])
+def test_fused_fast_path_is_bit_identical(cell):
+    """The fast path with the fused fp64 reference (what a GPU runs), eager and in graph-sized pieces."""
+    slow = _result(cell, "slow", tokens=64)
+    assert _result(cell, "fused", tokens=64) == slow
+    if cell.endswith("standard"):
+        assert _result(cell, "static-fused", resume_from="static-fused", tokens=64) == slow
+
+
+@pytest.mark.parametrize("kernel", ["triton-replay", "triton-baseline"])
+def test_triton_raw_path_is_bit_identical(kernel):
+    """The GPU path on a CPU (TRITON_INTERPRET): the kernel through launch_verify/launch_commit, the
+    flush checkpoint read by launch_checkpoint (no host sync), the fused fp64 reference, graph-sized
+    pieces on fixed buffers, against verify/commit and Lockstep every step."""
+    cell = f"mamba2.{kernel}.sfp8a16-sr.long-memory.standard"
+    cfg, spec = _cfg(cell, 32, rows=2)
+    run = _cell(spec, cfg, "static-fused")
+    assert run.fast.raw and run.fast.raw_ck and run.fast.fused and run.fast.graphs and not run.fast.capture
+    assert _result(cell, "static-fused", tokens=32) == _result(cell, "slow", tokens=32)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("fam", ["mamba2", "gdn"])
+def test_gpu_reference_hoisted_over_a_chunk_bitwise(fam):
+    """On a GPU the chunk's hoisted terms + the fused step give each token's eager step bit for bit."""
+    f, g = family(fam), family(fam).presets["nano4b" if fam == "mamba2" else "qwen35-4b"]
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    K, R = 5, 3
+    tok = {n: torch.randn((K, R, *s), generator=gen, device="cuda", dtype=torch.float64) * 8
+           for n, s in g.input_shapes().items()}
+    params = {n: torch.rand(s, generator=gen, device="cuda", dtype=torch.float64) - 0.5
+              for n, s in g.param_shapes().items()}
+    st = torch.randn((R, *g.state_shape), generator=gen, device="cuda", dtype=torch.float64)
+    chunk = f.reference_hoist(f.reference_prepare(tok, params), params)
+    for i in range(K):
+        y, new = f.reference_advance(st, f.reference_prepare({n: v[i] for n, v in tok.items()}, params), params)
+        yf, newf = f.reference_advance_fused(st, {n: v[i] for n, v in chunk.items()}, params)
+        assert torch.equal(yf, y) and torch.equal(newf, new), i
+        st = new
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_graphs_fused_reference_bit_identical():
+    """On a GPU: CUDA graphs + fused fp64 reference with the chunk's hoisted terms + launch_checkpoint
+    against Lockstep.step every step, the cell result text equal (nano4b, 8 rows)."""
+    cell = "mamba2.triton-replay.s32a16.long-memory.standard"
+    cfg, spec = _cfg(cell, 256, rows=8, geometry="nano4b")
+    run = CellRun(spec, cfg, device="cuda", chunk=64)
+    assert run.fast.capture and run.fast.fused and run.fast.hoist and run.fast.raw_ck
+    while not run.done:
+        run.run_steps(64)
+    assert run.fast.replays > 0 and run.fast.capture_error is None
+    slow = CellRun(spec, cfg, device="cuda", chunk=64, fast=False)
+    while not slow.done:
+        slow.run_steps(64)
+    assert json.dumps(run.result(), sort_keys=True) == json.dumps(slow.result(), sort_keys=True)
+
+
+@pytest.mark.parametrize("kernel", ["triton-replay", "triton-baseline"])
+@pytest.mark.parametrize("mode", ["s32a16", "sfp8a16"])
+def test_launch_checkpoint_is_checkpoint_state(kernel, mode):
+    """The raw checkpoint read (a device gather, no host sync) gives checkpoint_state's values bit
+    for bit, for any order of slots (scaled and unscaled stored states)."""
+    g = family("mamba2").presets["tiny"]
+    gen = torch.Generator().manual_seed(2)
+    params = {n: torch.rand(s, generator=gen) for n, s in g.param_shapes().items()}
+    k = registry.build(kernel, KernelConfig(g, params, mode, DecodeConfig("speculative", 4, 12), num_slots=3))
+    k.reset(torch.tensor([0, 1, 2]), torch.randn((3, *g.state_shape), generator=gen, dtype=torch.float64))
+    ids = torch.tensor([2, 0, 1])
+    assert torch.equal(k.launch_checkpoint(ids), k.checkpoint_state(ids))
+    inputs = {n: torch.randn((3, 4, *s), generator=gen).to(torch.bfloat16) for n, s in g.input_shapes().items()}
+    k.verify(torch.tensor([0, 1, 2]), inputs)
+    k.commit(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 3]))  # the baseline's live buffers move per slot
+    assert torch.equal(k.launch_checkpoint(ids), k.checkpoint_state(ids))

@@ -20,7 +20,15 @@ from pathlib import Path
 import pytest
 
 from replayssm.cli import main
-from replayssm.validators.drift import CellRun, SweepConfig, load_cells, parse_shard, shard_cells
+from replayssm.validators.drift import (
+    CellRun,
+    SweepConfig,
+    default_chunk,
+    load_cells,
+    parse_shard,
+    run_sweep,
+    shard_cells,
+)
 from replayssm.validators.drift_budgets import load_budgets, parse_budgets
 
 SMALL = ["--families", "mamba2,gdn", "--modes", "s32a16,sfp8a16", "--schedules", "standard,spec-random",
@@ -195,6 +203,22 @@ def test_shards_merge_to_the_unsharded_report(reference, tmp_path):
 def test_worker_processes_give_the_same_report(reference, tmp_path):
     assert main(["drift", *SMALL, "--out", str(tmp_path / "w"), "--workers", "2"]) == 0
     assert _reports(tmp_path / "w") == _reports(reference)
+
+
+def test_per_step_path_gives_the_same_reports(reference, tmp_path):
+    """The sweep through Lockstep.step every step (run_sweep(fast=False)) and the default fast path
+    (chunked inputs, deferred checks, one-pass drains): the same cell files and reports, byte for byte."""
+    cfg = SweepConfig.from_dict(json.loads((reference / "config.json").read_text()))
+    run_sweep(cfg, tmp_path / "slow", progress=False, checkpoint_every_s=0, fast=False)
+    for f in sorted((reference / "cells").glob("*.json")):
+        assert (tmp_path / "slow" / "cells" / f.name).read_bytes() == f.read_bytes(), f.name
+    assert main(["drift", "--merge", str(tmp_path / "slow"), "--out", str(tmp_path / "m"), "--no-progress"]) == 0
+    assert _reports(tmp_path / "m") == _reports(reference)
+
+
+def test_default_chunk():
+    assert [default_chunk("cpu", 2), default_chunk("cuda", 8), default_chunk("cuda", 64), default_chunk("cuda", 3),
+            default_chunk("cuda:1", 512)] == [64, 256, 64, 1024, 64]
 
 
 def test_shard_arithmetic():

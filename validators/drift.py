@@ -354,9 +354,10 @@ class CellRun:
     """One drift cell: a :class:`Lockstep` plus the drift accumulators (see the module docstring)."""
 
     def __init__(self, spec: CellSpec, cfg: SweepConfig, device="cpu", chunk: int = 64, fast: bool = True,
-                 graphs: bool | None = None) -> None:
+                 graphs: bool | None = None, fused: bool | None = None) -> None:
         """``fast``: step through :class:`replayssm.validators.drift_fast.FastCell` (same results, a
-        tenth of the host work; CUDA graphs per ``graphs``) when the cell qualifies."""
+        tenth of the host work; CUDA graphs per ``graphs``, the fused fp64 reference per ``fused``,
+        both by default on a GPU) when the cell qualifies."""
         self.spec, self.cfg = spec, cfg
         self.device = torch.device(device)
         self.chunk = chunk
@@ -384,7 +385,7 @@ class CellRun:
         self.step = 0
         self.exception: str | None = None
         self.truncated = False
-        self.fast = FastCell(self, graphs) if fast and qualifies(self) is None else None
+        self.fast = FastCell(self, graphs, fused=fused) if fast and qualifies(self) is None else None
 
     # ---- checkpoint ------------------------------------------------------------------------------------------
     @property
@@ -496,26 +497,28 @@ class CellRun:
     def _drain(self) -> None:
         """Move pending device values to the host accumulators, in step order."""
         N, nb = self.cfg.tokens, self.cfg.blocks
-        outs = [item[1] for item in self.pending if item[0] == "out"]
-        host = iter(torch.stack(outs).to("cpu", torch.float64).numpy()) if outs else iter(())  # one transfer
+        outs = [item for item in self.pending if item[0] == "out"]
+        if outs:
+            # Every step's output errors at once (one transfer); each step stays its own group of the
+            # curves' sums and the block sums are added in step order, so the bits are those of a
+            # step-by-step accumulation.  No other pending item touches these accumulators.
+            rel = torch.stack([item[1] for item in outs]).to("cpu", torch.float64).numpy()  # [M, R, T]
+            M, R, T = rel.shape
+            p = np.stack([item[2] for item in outs])[:, :, None] + np.arange(1, T + 1)[None, None, :]
+            acc = np.arange(T)[None, None, :] < np.stack([item[3] for item in outs])[:, :, None]
+            grp = np.broadcast_to(np.arange(M)[:, None, None], (M, R, T))
+            sel = acc & (p <= N)
+            self.curves["output"].add_each(p[sel], rel[sel], grp[sel])
+            rows = np.nonzero(sel)[1]
+            blk = (p[sel] - 1) * nb // N
+            np.add.at(self.block_sum, (rows, blk), np.log(np.maximum(rel[sel], _TINY)))
+            np.add.at(self.block_cnt, (rows, blk), 1)
+            if "draft" in self.curves:
+                d = ~acc & (p <= N)
+                self.curves["draft"].add_each(p[d], rel[d], grp[d])
         for item in self.pending:
             kind = item[0]
-            if kind == "out":
-                rel = next(host)  # [R, T]
-                pos_before, k = item[2], item[3]
-                T = rel.shape[1]
-                p = pos_before[:, None] + np.arange(1, T + 1)[None, :]
-                acc = np.arange(T)[None, :] < k[:, None]
-                sel = acc & (p <= N)
-                self.curves["output"].add(p[sel], rel[sel])
-                rows = np.nonzero(sel)[0]
-                blk = (p[sel] - 1) * nb // N
-                np.add.at(self.block_sum, (rows, blk), np.log(np.maximum(rel[sel], _TINY)))
-                np.add.at(self.block_cnt, (rows, blk), 1)
-                if "draft" in self.curves:
-                    d = ~acc & (p <= N)
-                    self.curves["draft"].add(p[d], rel[d])
-            elif kind == "flush":
+            if kind == "flush":
                 err = item[1].detach().to("cpu", torch.float64).numpy()
                 self.curves["flush"].add(item[2], err)
                 self.curves["state"].add(np.maximum(item[3], 1), err)
@@ -656,16 +659,30 @@ def ckpt_path(out: Path, cell_id: str) -> Path:
     return out / "checkpoints" / f"{cell_id}.pt"
 
 
+def default_chunk(device, rows: int) -> int:
+    """Steps per chunk (inputs generated, errors drained to the host, outputs checked once per chunk):
+    64 on a CPU; on a GPU at least 2,048 row-steps per chunk (a power of two times 64, so graph
+    pieces repeat from chunk to chunk), since each chunk boundary waits for the device."""
+    if torch.device(device).type != "cuda":
+        return 64
+    k = 64
+    while k * rows < 2048:
+        k *= 2
+    return k
+
+
 def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoint_every_s: float = 30.0,
-             chunk: int = 64, on_progress=None, deadline: float | None = None) -> dict:
-    """Run (or resume) one cell; writes its result file and returns it.  ``deadline`` (a
+             chunk: int | None = None, on_progress=None, deadline: float | None = None, fast: bool = True) -> dict:
+    """Run (or resume) one cell; writes its result file and returns it (``fast``: see
+    :class:`CellRun`; False steps through Lockstep.step, the same results).  ``deadline`` (a
     ``time.time()`` value): stop at the first chunk boundary after it; the result says
     ``truncated`` and how many tokens every row reached (``tokens_run``)."""
     out = Path(out)
+    chunk = default_chunk(device, cfg.rows) if chunk is None else chunk
     cp = ckpt_path(out, spec.id)
     prov = cell_provenance(spec, cfg, device)
     history = _history(_read_json(cell_path(out, spec.id)), prov)
-    run = CellRun(spec, cfg, device, chunk)
+    run = CellRun(spec, cfg, device, chunk, fast=fast)
     if cp.exists() and run.can_checkpoint:
         ck = torch.load(cp, map_location="cpu", weights_only=False)
         if ck.pop("provenance", None) == prov:  # a checkpoint of other code or versions is not resumed
@@ -692,8 +709,8 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
     return res
 
 
-def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt_s: float, chunk: int,
-            mods: list, parent: int, deadline: float | None) -> None:
+def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt_s: float, chunk: int | None,
+            mods: list, parent: int, deadline: float | None, fast: bool = True) -> None:
     torch.set_num_threads(1)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
@@ -712,7 +729,7 @@ def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt
             break
         try:
             if deadline is None or time.time() < deadline:
-                run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, progress, deadline)
+                run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, progress, deadline, fast)
             events.put(("done", cid))
         except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
             events.put(("error", cid, traceback.format_exc()))
@@ -759,7 +776,7 @@ def prepare_out(cfg: SweepConfig, out: Path) -> None:
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0, 1), workers: int = 1,
               devices: list[str] | None = None, progress: bool = True, checkpoint_every_s: float = 30.0,
-              chunk: int = 64, deadline_s: float | None = None) -> SweepOutcome:
+              chunk: int | None = None, deadline_s: float | None = None, fast: bool = True) -> SweepOutcome:
     """Run this shard's cells of the sweep that have no result file yet (resuming checkpoints).
 
     ``workers`` processes share the cells (1: in this process); worker ``w`` uses
@@ -797,7 +814,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
             torch.set_num_threads(1)
             for c in todo:
                 if deadline is None or time.time() < deadline:
-                    run_cell(c, cfg, out, devices[0], checkpoint_every_s, chunk, tick, deadline)
+                    run_cell(c, cfg, out, devices[0], checkpoint_every_s, chunk, tick, deadline, fast)
         else:
             import multiprocessing as mp
             ctx = mp.get_context("spawn")
@@ -810,7 +827,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
             mods = kernel_modules(cfg)
             procs = [ctx.Process(target=_worker, args=(w, devices[w % len(devices)], cfg.to_dict(), str(out), tasks,
                                                        events, checkpoint_every_s, chunk, mods, os.getpid(),
-                                                       deadline),
+                                                       deadline, fast),
                                  daemon=True)
                      for w in range(nw)]
             for p in procs:
@@ -875,6 +892,6 @@ def load_cells(dirs: list[str | Path], cfg: SweepConfig | None = None) -> tuple[
 
 
 __all__ = ["CellRun", "CellSpec", "DEFAULT_MODES", "SCHEDULES", "SweepConfig", "SweepOutcome", "atomic_write",
-           "cell_config", "cell_provenance", "cell_status", "default_devices", "device_name", "import_kernel_modules",
-           "kernel_code_digest", "kernel_modules", "load_cells", "parse_shard", "prepare_out", "registered",
-           "reusable", "run_cell", "run_sweep", "shard_cells", "stop_reason"]
+           "cell_config", "cell_provenance", "cell_status", "default_chunk", "default_devices", "device_name",
+           "import_kernel_modules", "kernel_code_digest", "kernel_modules", "load_cells", "parse_shard", "prepare_out",
+           "registered", "reusable", "run_cell", "run_sweep", "shard_cells", "stop_reason"]

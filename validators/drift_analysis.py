@@ -100,6 +100,40 @@ class BinnedCurve:
         self.peak = max(self.peak, float(e.max()))
         self.t_seen = max(self.t_seen, float(t.max()))
 
+    def add_each(self, t, err, group) -> None:
+        """``add(t[group == g], err[group == g])`` for g = 0, 1, ... in turn, bit for bit, in one pass
+        (``group`` non-decreasing integers): each group's per-bin sums start from zero and are
+        summed in element order, as ``add`` does, and are accumulated group after group."""
+        t = np.asarray(t, dtype=np.float64).ravel()
+        e = np.asarray(err, dtype=np.float64).ravel()
+        g = np.asarray(group, dtype=np.int64).ravel()
+        if not t.shape == e.shape == g.shape:
+            raise ValueError(f"err, group: expected as many errors and groups as positions ({t.size}), "
+                             f"got {e.size} and {g.size}")
+        keep = (t >= self.edges[0]) & (t < self.edges[-1])
+        t, e, g = t[keep], e[keep], g[keep]
+        bad = ~np.isfinite(e)
+        if bad.any():
+            self.nonfinite += int(bad.sum())
+            first = float(t[bad].min())
+            self.first_nonfinite = first if self.first_nonfinite is None else min(first, self.first_nonfinite)
+            t, e, g = t[~bad], e[~bad], g[~bad]
+        if t.size == 0:
+            return
+        if np.any(e < 0):
+            raise ValueError("err: expected errors >= 0")
+        n = len(self.count)
+        _, g = np.unique(g, return_inverse=True)  # groups left empty add nothing
+        m = int(g[-1]) + 1
+        flat = g * n + np.clip(np.searchsorted(self.edges, t, side="right") - 1, 0, n - 1)
+        for name, w in (("sumsq", e * e), ("sumlogt", np.log(t))):
+            per = np.bincount(flat, weights=w, minlength=m * n).reshape(m, n)
+            acc = np.add.accumulate(np.concatenate([getattr(self, name)[None], per]), axis=0)
+            setattr(self, name, acc[-1])
+        self.count += np.bincount(flat, minlength=m * n).reshape(m, n).sum(0)
+        self.peak = max(self.peak, float(e.max()))
+        self.t_seen = max(self.t_seen, float(t.max()))
+
     @property
     def samples(self) -> int:
         return int(self.count.sum()) + self.nonfinite

@@ -10,7 +10,13 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
 * the fp64 reference is the family's own step (``Family.reference_prepare`` for the whole chunk,
   exact elementwise ops only, then ``Family.reference_advance`` per token: what ``reference_step``
   runs), so every value is rounded as before; the shadow state (one flush's injected error) skips
-  the output it never uses;
+  the output it never uses.  On a CUDA device (``fused``, ``hoist``): the step's fused form
+  (``Family.reference_advance_fused``: the full-state passes in one Triton pass, the same bits) and
+  its state-independent elementwise terms for the whole chunk at once (``Family.reference_hoist``:
+  the same bits on a GPU, whose elementwise math does not depend on the tensor's shape; not on a
+  CPU, so not there by default);
+* the flush checkpoint of a Triton kernel is read by its ``launch_checkpoint`` (a device gather, no
+  host sync); row index lists live on the device;
 * the output error ``||out - ref|| / ||ref||`` per (row, position) is ``metrics.rel_l2_into``
   (``error_metrics``'s ``rel_l2``), written into a per-chunk buffer (the drift drain moves it to the
   host once per chunk);
@@ -48,6 +54,7 @@ from replayssm.validators.checks.output_bits import non_finite, unwritten_output
 from replayssm.validators.metrics import rel_l2_into, row_rel_l2
 
 MAX_GRAPHS = 48
+MAX_INDEX_LISTS = 512  # row lists kept as device tensors (speculative flushes vary by row)
 
 
 def raw_path(kernel) -> bool:
@@ -59,6 +66,16 @@ def raw_path(kernel) -> bool:
     if owner is None or "launch_commit" not in vars(owner):
         return False
     return all(getattr(cls, n) is getattr(owner, n) for n in ("verify", "commit", "launch_verify", "launch_commit"))
+
+
+def raw_checkpoint(kernel) -> bool:
+    """Whether ``kernel``'s checkpoint can be read through ``launch_checkpoint`` (no host sync): it
+    exists and ``checkpoint_state`` is the one of the class defining it (a mutant overriding the
+    read keeps going through it)."""
+    cls = type(kernel)
+    owner = next((c for c in cls.__mro__ if "launch_checkpoint" in vars(c)), None)
+    return owner is not None and all(getattr(cls, n) is getattr(owner, n)
+                                     for n in ("checkpoint_state", "launch_checkpoint"))
 
 
 def qualifies(cell) -> str | None:
@@ -79,13 +96,16 @@ class _ChunkReference:
     ``reference_advance`` token by token -- the same two functions ``reference_step`` runs, so the
     same bits."""
 
-    def __init__(self, fam, K: int, params: dict[str, torch.Tensor]) -> None:
-        self.fam, self.K, self.params = fam, K, params
+    def __init__(self, fam, K: int, params: dict[str, torch.Tensor], fused: bool = False, hoist: bool = False) -> None:
+        self.fam, self.K, self.params, self.hoist = fam, K, params, hoist
+        self.advance = fam.reference_advance_fused if fused else fam.reference_advance
         self.buf: dict[str, torch.Tensor] | None = None
 
     def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
         """Tokens ``[n, R, ...]`` (fp64, token-major) into the buffers."""
         prep = self.fam.reference_prepare(tok, self.params)
+        if self.hoist:
+            prep = self.fam.reference_hoist(prep, self.params)
         if self.buf is None:
             self.buf = {k: torch.empty((self.K, *v.shape[1:]), dtype=v.dtype, device=v.device) for k, v in prep.items()}
             self.v = {k: b.unbind(0) for k, b in self.buf.items()}
@@ -94,7 +114,7 @@ class _ChunkReference:
 
     def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None) -> torch.Tensor:
         """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given."""
-        y, new = self.fam.reference_advance(st, {k: v[i] for k, v in self.v.items()}, self.params)
+        y, new = self.advance(st, {k: v[i] for k, v in self.v.items()}, self.params)
         if y_out is not None:
             y_out.copy_(y)
         return new
@@ -106,7 +126,8 @@ class FastCell:
     ``static``: run the steps between host events on the fixed buffers a graph would capture, but
     eagerly (what tests check on a CPU; implied by ``graphs``)."""
 
-    def __init__(self, cell, graphs: bool | None = None, static: bool = False) -> None:
+    def __init__(self, cell, graphs: bool | None = None, static: bool = False, fused: bool | None = None,
+                 hoist: bool | None = None) -> None:
         why = qualifies(cell)
         if why:
             raise ValueError(f"cell: {cell.spec.id} cannot take the fast path ({why})")
@@ -141,7 +162,14 @@ class FastCell:
         state_dims = len(g.state_shape)
         self.sel_v = [self.sel[j, t].view(R, *([1] * state_dims)) for j in range(K) for t in range(T)]
         self.arange_T = torch.arange(1, T + 1, device=dev).view(1, T, 1)
-        self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params)
+        self.fused = dev.type == "cuda" if fused is None else bool(fused)
+        self.hoist = self.fused and dev.type == "cuda" if hoist is None else bool(hoist)
+        if self.hoist and not self.fused:
+            raise ValueError("hoist: the hoisted chunk terms are taken by the fused reference step (fused=True)")
+        self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params, self.fused, self.hoist)
+        self.raw_ck = raw_checkpoint(ls.kernel)
+        self.ids_host = ls.ids.tolist()
+        self.idx_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self.chunk_at = None  # first step of the chunk in the buffers
         self.checked = cell.step  # steps before this one had their outputs checked
         self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
@@ -161,7 +189,10 @@ class FastCell:
         gen = make_inputs_steps(sc, [p.step for p in plans], self.dev)
         for name, b in self.inb.items():
             b[:n].copy_(gen[name])
-        self.acc[:n].copy_(torch.tensor([p.accepted for p in plans], dtype=torch.int64))
+        acc = torch.tensor([p.accepted for p in plans], dtype=torch.int64)
+        if self.dev.type == "cuda":  # pinned, asynchronous: no host sync per chunk for it
+            acc = acc.pin_memory()
+        self.acc[:n].copy_(acc, non_blocking=True)
         torch.eq(self.acc[:n, None, :], self.arange_T, out=self.sel[:n])
         self.out.view(inv._INT_VIEW[self.out.element_size()]).fill_(inv.poison_bits(self.out.dtype))
         tok = {name: v[:n].transpose(1, 2).reshape(n * T, R, *v.shape[3:]).to(torch.float64)
@@ -271,12 +302,12 @@ class FastCell:
     def _events(self, j: int, flush_rows: list[int], pos_before: np.ndarray, k: np.ndarray,
                 ref_before: torch.Tensor) -> None:
         """The rest of ``CellRun.run_steps`` for a step: flush and state measurements."""
-        cell, ls, dev = self.cell, self.ls, self.dev
+        cell, ls = self.cell, self.ls
         if flush_rows:
-            ck = ls.kernel.checkpoint_state(ls.ids)
+            ck = ls.kernel.launch_checkpoint(ls.ids) if self.raw_ck else ls.kernel.checkpoint_state(ls.ids)
             after = cell.ck_after  # the stored state holds this step's tokens (CellRun.run_steps)
             folded = ls.ref if after else ref_before
-            idx = torch.tensor(flush_rows, device=dev)
+            idx = self._idx(flush_rows)
             fidx = cell.flushes[flush_rows] + 1
             at = pos_before[flush_rows] + (k[flush_rows] if after else 0)
             cell.pending.append(("flush", row_rel_l2(ck.index_select(0, idx), folded.index_select(0, idx)),
@@ -285,7 +316,7 @@ class FastCell:
                 self._set_shadow(self._advance(cell.shadow, j, k))
             armed = [r for r in flush_rows if cell.armed[r]]
             if armed:
-                ai = torch.tensor(armed, device=dev)
+                ai = self._idx(armed)
                 cell.pending.append(("local", row_rel_l2(ck.index_select(0, ai), cell.shadow.index_select(0, ai)),
                                      cell.flushes[armed] + 1))
             cell.flushes[flush_rows] += 1
@@ -303,12 +334,22 @@ class FastCell:
                and cell.pos[r] >= cell.targets[cell.next_sample[r]]]
         if due:
             cs = ls.kernel.committed_state(ls.ids)
-            di = torch.tensor(due, device=dev)
+            di = self._idx(due)
             cell.pending.append(("state", row_rel_l2(cs.index_select(0, di), ls.ref.index_select(0, di)),
                                  cell.pos[due].copy()))
             for r in due:
                 while cell.next_sample[r] < len(cell.targets) and cell.pos[r] >= cell.targets[cell.next_sample[r]]:
                     cell.next_sample[r] += 1
+
+    def _idx(self, rows: list[int]) -> torch.Tensor:
+        """``rows`` as a device index tensor, made once per distinct list (no host copy per use)."""
+        key = tuple(rows)
+        t = self.idx_cache.get(key)
+        if t is None:
+            t = torch.tensor(rows, device=self.dev)
+            if len(self.idx_cache) < MAX_INDEX_LISTS:
+                self.idx_cache[key] = t
+        return t
 
     def _set_shadow(self, new: torch.Tensor) -> None:
         if self.graphs:

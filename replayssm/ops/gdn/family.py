@@ -14,6 +14,7 @@ import torch
 
 from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.gdn import literal, naive
+from replayssm.ops.triton.reference import decay_outer_update
 from replayssm.precision import PrecisionMode
 
 
@@ -86,6 +87,28 @@ class GatedDeltaNet(Family):
     def reference_advance(self, state, prep, params):
         t = prep
         return naive.gdn_step(state, t["q"], t["k"], t["v"], t["a"], t["b"], params["A_log"], params["dt_bias"])
+
+    def _gates(self, prep, params, dtype):
+        a, b = prep["a"].to(dtype), prep["b"].to(dtype)
+        g, beta = naive.gdn_gates(a, b, params["A_log"].to(dtype), params["dt_bias"].to(dtype))
+        return torch.exp(g), beta
+
+    def reference_hoist(self, prep, params):
+        alpha, beta = self._gates(prep, params, prep["q"].dtype)
+        return {**prep, "alpha": alpha, "beta": beta}
+
+    def reference_advance_fused(self, state, prep, params):
+        # naive.gdn_step line by line; its update alpha S + d k^T and the readout product S' * q in one
+        # pass (ops/triton/reference.py), the sums over K left to torch.
+        dtype = state.dtype
+        q, k, v = (prep[n].to(dtype) for n in ("q", "k", "v"))
+        qh, kh = naive.gdn_prepare(q, k, v.shape[-2])
+        alpha, beta = (prep["alpha"], prep["beta"]) if "alpha" in prep else self._gates(prep, params, dtype)
+        sk = (state * kh[..., None, :]).sum(-1)
+        d = beta[..., None] * (v - alpha[..., None] * sk)
+        HV, V, K = state.shape[-3:]
+        new, prod = decay_outer_update(state.reshape(-1, HV, V, K), alpha, d, kh, qh)
+        return prod.view(state.shape).sum(-1), new.view(state.shape)
 
     def readout_magnitude(self, state_abs, tok, params):
         qh, _ = naive.gdn_prepare(tok["q"], tok["k"], state_abs.shape[-3])

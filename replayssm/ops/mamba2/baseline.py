@@ -203,6 +203,14 @@ class TritonBaseline(TritonMamba2Base):
                 out[r] = dequantize_state(self.states[s, live[s]], scale, torch.float64)
         return out
 
+    def launch_checkpoint(self, slot_ids) -> torch.Tensor:
+        """Raw checkpoint_state of slots that are not padding: the same fp64 values, gathered on the
+        device (live buffer included) without host checks (no host sync)."""
+        ids = slot_ids.long()
+        live = self.live.index_select(0, ids).long()
+        scale = self.scales[ids, live] if self.mode.scaled_state else None
+        return dequantize_state(self.states[ids, live], scale, torch.float64)
+
     def committed_state(self, slot_ids):
         return self.checkpoint_state(slot_ids)
 

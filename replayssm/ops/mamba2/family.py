@@ -14,6 +14,7 @@ import torch
 
 from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.mamba2 import literal, naive
+from replayssm.ops.triton.reference import decay_outer_update
 from replayssm.precision import PrecisionMode
 
 
@@ -90,6 +91,27 @@ class Mamba2(Family):
 
     def reference_advance(self, state, prep, params):
         return naive.advance(state, prep, params["A"])
+
+    def _decay(self, p, params, dtype):
+        delta = torch.where(p["large"], p["u"], torch.log1p(torch.exp(p["u_clamped"])))
+        return torch.exp(params["A"].to(dtype)[:, None, None] * delta), delta * p["x"]
+
+    def reference_hoist(self, prep, params):
+        a, dx = self._decay(prep, params, prep["x"].dtype)
+        return {**prep, "a": a, "dx": dx}
+
+    def reference_advance_fused(self, state, prep, params):
+        # naive.advance line by line; its two full-size expressions, torch.add(a * S, (delta x) * B)
+        # and S' * C, in one pass (ops/triton/reference.py), the sum over N left to torch.
+        p = prep
+        a, dx = (p["a"], p["dx"]) if "a" in p else self._decay(p, params, state.dtype)
+        H, P, N = state.shape[-3:]
+        new, prod = decay_outer_update(state.reshape(-1, H, P, N), a, dx, p["Bh"], p["Ch"])
+        new, prod = new.view(state.shape), prod.view(state.shape)
+        y = torch.add(prod.sum(-1), p["Dx"])
+        if "z" in p:
+            y = torch.mul(y * p["z"], torch.sigmoid(p["z"]))
+        return y, new
 
     def readout_magnitude(self, state_abs, tok, params):
         H = state_abs.shape[-3]

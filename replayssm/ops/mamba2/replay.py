@@ -541,6 +541,12 @@ class _TritonReplay(TritonMamba2Base):
                 out[r] = self._checkpoint64(s)
         return out
 
+    def launch_checkpoint(self, slot_ids) -> torch.Tensor:
+        """Raw checkpoint_state of slots that are not padding: the same fp64 values, gathered on the
+        device without host checks (no host sync; the drift fast path's flush measurement)."""
+        scale = self.ckpt_scale.index_select(0, slot_ids) if self.mode.scaled_state else None
+        return dequantize_state(self.ckpt.index_select(0, slot_ids), scale, torch.float64)
+
     def committed_state(self, slot_ids):
         """Checkpoint + committed records folded in fp64 (the exact value the stored data represent)."""
         ids = self._check_slot_ids(slot_ids)
