@@ -30,7 +30,8 @@ from replayssm.validators.drift_fast import FastCell, _ChunkReference
 CELLS = ["mamba2.literal-replay.s32a16.long-memory.standard",
          "mamba2.literal-replay.sfp8a16-sr.long-memory.spec-random",
          "gdn.literal-replay.s16a16.long-memory.standard",
-         "gdn.literal-replay.sfp16a16.long-memory.spec-always-T"]
+         "gdn.literal-replay.sfp16a16.long-memory.spec-always-T",
+         "kda.literal-replay.s32a16.long-memory.spec-random"]
 
 
 def _cfg(cell: str, tokens: int = 96, rows: int = 2, geometry: str = "tiny") -> tuple:

@@ -28,6 +28,7 @@ from replayssm.ops.gdn.naive import gdn_step
 from replayssm.ops.kda import naive
 from replayssm.ops.kda.literal import kda_window_solve
 from replayssm.scenarios.scenario import Scenario
+from replayssm.validators.bench import bench_family
 from replayssm.validators.drift import SweepConfig, run_sweep
 from replayssm.validators.mutants import all_mutants
 from replayssm.validators.runner import run_scenario
@@ -153,7 +154,16 @@ def test_drift_kda(tmp_path):
     assert out.ran and out.tokens >= 48 * 2
 
 
+def test_bench_runs_kda_with_the_literal_kernels():
+    res = bench_family("kda", "tiny", "s32a32", L=2, batches=(1,), spec_batches=(1,), window=2, spec_buffer=2,
+                       device="cpu", sweep=False, copy={"tbps": 1.0, "bytes": 1, "ms": 1.0}, max_sets=2,
+                       baseline="literal-baseline", replay="literal-replay", log=lambda s: None)
+    assert len(res["rows"]) == 3 and all("of bound" in r["check"] for r in res["rows"])
+
+
 def test_cli_lists_and_validates_kda(tmp_path, capsys):
+    assert main(["list", "geometries", "--json"]) == 0
+    assert "kimi-linear-48b" in capsys.readouterr().out
     assert main(["list", "kernels", "--family", "kda", "--json"]) == 0
     names = {k["name"] for k in json.loads(capsys.readouterr().out)["kernels"]}
     assert {"literal-replay", "literal-baseline", *KDA_MUTANTS} <= names
