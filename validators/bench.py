@@ -197,13 +197,17 @@ def _build(family_name, name, g, params, mode, decode, slots, device, options):
 
 
 def time_kernel(family_name: str, name: str, geometry: str, mode: str, decode: DecodeConfig, batch: int, nsets: int,
-                k: int, options: dict, device, gen: torch.Generator, rep_ms: float) -> tuple[float, str]:
+                k: int, options: dict, device, gen: torch.Generator, rep_ms: float,
+                verdict: str | None = None) -> tuple[float, str]:
     """Median µs per step (verify + commit) of kernel ``name`` over a full cursor cycle, after the
-    engine has validated the configuration (:func:`check_configuration`)."""
+    engine has validated the configuration (:func:`check_configuration`; ``verdict``: the verdict
+    of that same configuration from an earlier call, which the caller vouches for).  A kernel with
+    ``timed_step`` (the adapters of external kernels) is timed through it: its launches alone."""
     fam = family(family_name)
     g = preset(geometry, family_name)
     sc = check_scenario_of(family_name, geometry, mode, decode, k, options)
-    verdict = check_configuration(name, sc, device)
+    if verdict is None:
+        verdict = check_configuration(name, sc, device)
     act = parse_mode(mode).act_dtype
     params = {n: v.to(device) for n, v in make_params(sc).items()}
     kern = _build(family_name, name, g, params, mode, decode, batch * nsets, device, options)
@@ -218,9 +222,12 @@ def time_kernel(family_name: str, name: str, geometry: str, mode: str, decode: D
                      torch.empty((batch, T, *g.out_shape), dtype=act, device=device)))
     fused = not decode.speculative and hasattr(kern, "launch_step")
     raw = hasattr(kern, "launch_verify") and hasattr(kern, "launch_commit")
+    timed = {id(st[0]): kern.timed_step(*st, acc) for st in sets} if hasattr(kern, "timed_step") else None
 
     def one_step(ids, inp, out):
-        if fused:
+        if timed is not None:
+            timed[id(ids)]()
+        elif fused:
             kern.launch_step(ids, inp, out)
         elif raw:
             kern.launch_verify(ids, inp, out)
