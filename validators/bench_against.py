@@ -13,10 +13,12 @@ cursor cycle over rotated input/state sets, ``do_bench`` median, L2 cleared).  E
 are timed through their adapters' ``timed_step`` (their launches alone, on inputs packed once the
 way vLLM hands them over; ``replayssm/adapters/_base.py``); ours through the raw launches.  Each
 (case, k, batch) row uses the same random inputs and states for all four kernels (one generator
-seed per row).  Precision: per kind (replay, baseline) the requested mode, or its ``-tf32`` form
-where one of the two kernels implements only that (the official Mamba-2 speculative kernel with bf16
-activations reads the checkpoint out with tf32 dots); ours always runs the mode theirs runs, and the
-row records it ("replay mode / baseline mode" where they differ).
+seed per row).  Precision: ours runs the requested mode; theirs the requested mode, or its ``-tf32``
+form where that is all it implements (the official Mamba-2 speculative kernel with bf16 activations
+reads the checkpoint out with tf32 dots): ours is then held to the stricter mode.  The row records
+each kernel's mode.  Validation: ours must pass to be timed; an external kernel that fails is timed
+all the same and its first failure is printed beside the table (the speed of a kernel that does not
+deliver the declared precision is worth knowing, and so is the fact that it does not).
 
 Expected: ratios ``ours / theirs`` of per-step times; ``< 1`` means ours is faster.
 """
@@ -84,7 +86,19 @@ class AgainstRow:
     bytes_replay: float
     bytes_baseline: float
     us: dict = field(default_factory=dict)  # kernel name -> µs per step (None: not timed, see notes)
+    modes: dict = field(default_factory=dict)  # kernel name -> the precision mode it ran
     notes: dict = field(default_factory=dict)  # kernel name -> validation verdict or why it was not timed
+
+
+def _verdict(name, family_name, geometry, mode, decode, k, device, ours: bool) -> str:
+    """The engine's verdict on one configuration.  Ours must pass to be timed ("ours fails ..."
+    otherwise); an external kernel is timed either way, its failure recorded beside its time
+    ("FAILS: ..."): the comparison says what the faster kernel delivers."""
+    try:
+        return check_configuration(name, check_scenario_of(family_name, geometry, mode, decode, k, {}), device)
+    except AssertionError as e:
+        first = str(e).splitlines()[0]
+        return ("ours fails: " if ours else "FAILS: ") + first.split(": fails validation at ", 1)[-1][:400]
 
 
 def _cases(L, window, spec_buffer, ks):
@@ -115,29 +129,35 @@ def bench_against(family_name: str, against: list[str], geometry: str | None = N
     verdicts: dict[tuple, str] = {}
     rows: list[AgainstRow] = []
     for case, dec_r, dec_b, k in _cases(L, window, spec_buffer, ks):
-        kinds = {"replay": (dec_r, [OURS["replay"]] + ([theirs["replay"]] if "replay" in theirs else [])),
-                 "baseline": (dec_b, [OURS["baseline"]] + ([theirs["baseline"]] if "baseline" in theirs else []))}
-        modes = {kind: common_mode(mode, dec, names, family_name) for kind, (dec, names) in kinds.items()}
-        if any(m is None for m, _ in modes.values()):
-            why = " | ".join(f"{kind}: {w}" for kind, (m, w) in modes.items() if m is None)
-            log(f"{case}: skipped, no common mode ({why})")
-            rows.append(AgainstRow(case, dec_r.decode, k, 0, mode, 0, 0.0, 0.0, notes={"*": why}))
+        kinds = {"replay": (dec_r, theirs.get("replay")), "baseline": (dec_b, theirs.get("baseline"))}
+        modes, why = {}, []
+        for kind, (dec, other) in kinds.items():
+            reason = get(OURS[kind], family_name).unsupported_reason(parse_mode(mode), dec, {})
+            m, w = common_mode(mode, dec, [other], family_name) if other else (mode, "")
+            if reason or m is None:
+                why.append(f"{kind}: {reason or w}")
+            modes[kind] = {OURS[kind]: mode, **({other: m} if other else {})}
+        if why:
+            log(f"{case}: skipped ({' | '.join(why)})")
+            rows.append(AgainstRow(case, dec_r.decode, k, 0, mode, 0, 0.0, 0.0, notes={"*": " | ".join(why)}))
             continue
-        traffic = fam.traffic(g, parse_mode(modes["replay"][0]))
+        traffic = fam.traffic(g, parse_mode(mode))
         b_replay = traffic.replay_cycle_mean(dec_r, cursor_cycle(dec_r, k)[1])
         b_base = traffic.baseline_step(dec_r.window)
-        label = " / ".join(dict.fromkeys(m for m, _ in modes.values()))
+        label = " / ".join(dict.fromkeys(m for kind in modes.values() for m in kind.values()))
         for batch in (spec_batches if dec_r.speculative else batches):
             nsets = num_sets(batch * traffic.state, device, max_sets=max_sets)
             row = AgainstRow(case, dec_r.decode, k, batch, label, nsets, b_replay * batch, b_base * batch)
-            for kind, (dec, names) in kinds.items():
-                m = modes[kind][0]
-                for name in names:
+            for kind, (dec, _) in kinds.items():
+                for name, m in modes[kind].items():
+                    row.modes[name] = m
                     key = (name, m, dec.decode, dec.window, dec.buffer, k)
                     try:
                         if key not in verdicts:
-                            sc = check_scenario_of(family_name, geometry, m, dec, k, {})
-                            verdicts[key] = check_configuration(name, sc, device)
+                            verdicts[key] = _verdict(name, family_name, geometry, m, dec, k, device,
+                                                     ours=name == OURS[kind])
+                        if verdicts[key].startswith("ours fails"):
+                            raise AssertionError(verdicts[key])
                         gen = torch.Generator(device=device).manual_seed(seed + batch)  # same inputs for all four
                         us, _ = time_kernel(family_name, name, geometry, m, dec, batch, nsets, k, {}, device, gen,
                                             rep_ms, verdict=verdicts[key])
@@ -221,7 +241,10 @@ def markdown(result: dict) -> str:
     skipped = [f"{r['case']}: {r['notes']['*']}" for r in result["rows"] if not r["batch"]]
     notes = [f"{r['case']} batch {r['batch']} {n}: {why}" for r in result["rows"] if r["batch"]
              for n, why in r["notes"].items() if r["us"].get(n) is None]
-    tail = "".join(f"\n\nNot run: {s}" for s in skipped) + "".join(f"\n\nNot timed: {s}" for s in notes)
+    fails = dict.fromkeys(f"{r['case']}, {n} ({r.get('modes', {}).get(n, r['mode'])}): {why}" for r in result["rows"]
+                          if r["batch"] for n, why in r["notes"].items() if why.startswith("FAILS"))
+    tail = ("".join(f"\n\nNot run: {s}" for s in skipped) + "".join(f"\n\nNot timed: {s}" for s in notes)
+            + "".join(f"\n\nTimed, but the engine's verdict: {s}" for s in fails))
     return head + "\n\n" + markdown_table(HEADERS, rows) + tail
 
 
