@@ -16,13 +16,12 @@ import torch
 
 from replayssm import adapters
 from replayssm.adapters import _vllm_source
+from replayssm.families import family, preset
 from replayssm.interface import DecodeConfig, KernelConfig
-from replayssm.families import preset
 from replayssm.precision import parse_mode
 from replayssm.registry import get
 from replayssm.scenarios.inputs import make_params
 from replayssm.validators.bench import check_scenario_of, random_inputs
-from replayssm.families import family
 from replayssm.validators.bench_against import _verdict, against_kernels, bench_against, common_mode, markdown, write
 
 PEERS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm"

@@ -35,8 +35,17 @@ from replayssm.families import family, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
 from replayssm.registry import get, kernels
-from replayssm.validators.bench import (check_configuration, check_scenario_of, copy_bandwidth, cursor_cycle,
-                                        device_is_cuda, environment, markdown_table, num_sets, time_kernel)
+from replayssm.validators.bench import (
+    check_configuration,
+    check_scenario_of,
+    copy_bandwidth,
+    cursor_cycle,
+    device_is_cuda,
+    environment,
+    markdown_table,
+    num_sets,
+    time_kernel,
+)
 
 OURS = {"replay": "triton-replay", "baseline": "triton-baseline"}
 

@@ -130,7 +130,7 @@ class VllmMamba2Baseline(_VllmBaseline):
 
     def launch_fn(self, slot_ids, inputs, num_accepted):
         """``(launch, packed output)``: the kernel call on inputs gathered here."""
-        g, R, T = self.geometry, slot_ids.shape[0], self.T
+        g, R = self.geometry, slot_ids.shape[0]
         fn = self.modules["mamba_ssm"].selective_state_update
         if not self.decode.speculative:
             tok = {k: v[:, 0].contiguous() for k, v in inputs.items()}
