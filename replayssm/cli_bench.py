@@ -40,6 +40,8 @@ def add_parser(subparsers):
     p.add_argument("--ks", default=None, help="with --against: accepted counts of the speculative cases "
                                               "(default: the window and half of it)")
     p.add_argument("--out", default=None, help="with --against: folder for against_<family>_<commit>.{json,md}")
+    p.add_argument("--sweep-ours", action="store_true", help="with --against: our replay's time is the fastest "
+                   "of the family's launch candidates (each validated); default: our defaults")
     p.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
                    "(sets REPLAYSSM_VLLM_SRC)")
     return p
@@ -84,7 +86,7 @@ def run_against(args, batches, spec_batches) -> int:
     copy = None
     for f in fams:
         res = bench_against(f, names, args.geometry, args.precision, args.buffer, batches, spec_batches, args.window,
-                            16, ks, rep_ms=args.rep_ms, copy=copy)
+                            16, ks, rep_ms=args.rep_ms, copy=copy, sweep_ours=("replay",) if args.sweep_ours else ())
         copy = res["copy"]  # one ceiling for the whole run
         print()
         print(markdown(res))

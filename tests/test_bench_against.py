@@ -64,17 +64,24 @@ def test_common_mode_falls_back_to_tf32_only_when_needed(vllm):
     assert mode is None and "vllm-replay" in why and "triton-baseline" in why
 
 
-@pytest.mark.parametrize("fam, ks", [("mamba2", (2,)), pytest.param("gdn", (2, 1), marks=pytest.mark.slow)],
-                         ids=["mamba2-s32a32-k2", "gdn-s32a32-k2-k1"])
-def test_bench_against_runs_and_validates_every_kernel(vllm, one_thread, tmp_path, fam, ks):
+@pytest.mark.parametrize("fam, ks, sweep", [("mamba2", (2,), ()),
+                                            pytest.param("gdn", (2, 1), ("replay",), marks=pytest.mark.slow)],
+                         ids=["mamba2-s32a32-k2", "gdn-s32a32-k2-k1-sweep"])
+def test_bench_against_runs_and_validates_every_kernel(vllm, one_thread, tmp_path, fam, ks, sweep):
     res = bench_against(fam, ["vllm-replay"], "tiny", "s32a32", L=2, batches=(2,), spec_batches=(2,), window=2,
-                        spec_buffer=2, ks=ks, device="cpu", copy=COPY, max_sets=2, log=lambda s: None)
+                        spec_buffer=2, ks=ks, device="cpu", copy=COPY, max_sets=2, sweep_ours=sweep,
+                        log=lambda s: None)
     assert [(r["case"], r["batch"]) for r in res["rows"]] == [("standard L=2", 2)] + [
         (f"spec T'=2 B=2 k={k}", 2) for k in ks]
     for r in res["rows"]:
         assert set(r["us"]) == {"triton-replay", "triton-baseline", "vllm-replay", "vllm-baseline"}, r["notes"]
         assert all(v and v > 0 for v in r["us"].values()), r["notes"]
         assert all("of bound" in v for v in r["notes"].values()), r["notes"]
+    if sweep:  # every candidate of ours validated and timed, the fastest shown
+        spec = res["rows"][1]
+        assert len(spec["sweep"]["triton-replay"]) == len(family(fam).bench_launch_candidates(
+            "replay", DecodeConfig("speculative", 2, 2), 2))
+        assert spec["us"]["triton-replay"] == min(us for _, us, _ in spec["sweep"]["triton-replay"])
     assert "at commit" in res["env"]["theirs"]["replay"]
     md = markdown(res)
     assert md.count("\n| spec T'=2 B=2 k=") == len(ks) and "Copy ceiling in the same run" in md

@@ -96,15 +96,18 @@ class AgainstRow:
     bytes_baseline: float
     us: dict = field(default_factory=dict)  # kernel name -> µs per step (None: not timed, see notes)
     modes: dict = field(default_factory=dict)  # kernel name -> the precision mode it ran
+    options: dict = field(default_factory=dict)  # kernel name -> launch options of the time shown
+    sweep: dict = field(default_factory=dict)  # ours, swept: name -> [[options, µs or None, verdict], ...]
     notes: dict = field(default_factory=dict)  # kernel name -> validation verdict or why it was not timed
 
 
-def _verdict(name, family_name, geometry, mode, decode, k, device, ours: bool) -> str:
+def _verdict(name, family_name, geometry, mode, decode, k, device, ours: bool, options=None) -> str:
     """The engine's verdict on one configuration.  Ours must pass to be timed ("ours fails ..."
     otherwise); an external kernel is timed either way, its failure recorded beside its time
     ("FAILS: ..."): the comparison says what the faster kernel delivers."""
     try:
-        return check_configuration(name, check_scenario_of(family_name, geometry, mode, decode, k, {}), device)
+        return check_configuration(name, check_scenario_of(family_name, geometry, mode, decode, k, options or {}),
+                                   device)
     except AssertionError as e:
         first = str(e).splitlines()[0]
         return ("ours fails: " if ours else "FAILS: ") + first.split(": fails validation at ", 1)[-1][:400]
@@ -120,9 +123,11 @@ def _cases(L, window, spec_buffer, ks):
 def bench_against(family_name: str, against: list[str], geometry: str | None = None, mode: str = "s32a16",
                   L: int = 16, batches=(1, 8, 32, 128, 256, 512), spec_batches=(1, 8, 32, 128, 256, 512),
                   window: int = 4, spec_buffer: int = 16, ks=(4, 2), device="cuda", rep_ms: float = 100,
-                  seed: int = 0, copy=None, max_sets: int = 64, log=print) -> dict:
+                  seed: int = 0, copy=None, max_sets: int = 64, sweep_ours=(), log=print) -> dict:
     """Every case (standard L; speculative T' = ``window``, B = ``spec_buffer`` at each k of ``ks``)
-    at every batch: ours (replay, baseline) and theirs (``against``, see :func:`against_kernels`)."""
+    at every batch: ours (replay, baseline) and theirs (``against``, see :func:`against_kernels`).
+    ``sweep_ours``: kinds ("replay", "baseline") whose time is the fastest of the family's launch
+    candidates (``bench_launch_candidates``; each validated), else ours' defaults."""
     fam = family(family_name)
     theirs = against_kernels(family_name, against)
     geometry = geometry or fam.bench_geometry
@@ -160,22 +165,28 @@ def bench_against(family_name: str, against: list[str], geometry: str | None = N
             for kind, (dec, _) in kinds.items():
                 for name, m in modes[kind].items():
                     row.modes[name] = m
-                    key = (name, m, dec.decode, dec.window, dec.buffer, k)
-                    try:
-                        if key not in verdicts:
-                            verdicts[key] = _verdict(name, family_name, geometry, m, dec, k, device,
-                                                     ours=name == OURS[kind])
-                        if verdicts[key].startswith("ours fails"):
-                            raise AssertionError(verdicts[key])
-                        gen = torch.Generator(device=device).manual_seed(seed + batch)  # same inputs for all four
-                        us, _ = time_kernel(family_name, name, geometry, m, dec, batch, nsets, k, {}, device, gen,
-                                            rep_ms, verdict=verdicts[key])
-                    except (AssertionError, ValueError, RuntimeError) as e:
-                        row.us[name], row.notes[name] = None, str(e).splitlines()[0][:300]
-                    else:
-                        row.us[name], row.notes[name] = us, verdicts[key]
-                    if device_is_cuda(device):
-                        torch.cuda.empty_cache()
+                    ours = name == OURS[kind]
+                    cands = fam.bench_launch_candidates(kind, dec, batch) if ours and kind in sweep_ours else [{}]
+                    for opts in cands:
+                        key = (name, m, dec.decode, dec.window, dec.buffer, k, tuple(sorted(opts.items())))
+                        try:
+                            if key not in verdicts:
+                                verdicts[key] = _verdict(name, family_name, geometry, m, dec, k, device, ours, opts)
+                            if verdicts[key].startswith("ours fails"):
+                                raise AssertionError(verdicts[key])
+                            gen = torch.Generator(device=device).manual_seed(seed + batch)  # same inputs for all
+                            us, _ = time_kernel(family_name, name, geometry, m, dec, batch, nsets, k, opts, device,
+                                                gen, rep_ms, verdict=verdicts[key])
+                        except (AssertionError, ValueError, RuntimeError) as e:
+                            us, note = None, str(e).splitlines()[0][:300]
+                        else:
+                            note = verdicts[key]
+                        if len(cands) > 1:
+                            row.sweep.setdefault(name, []).append([opts, us, note])
+                        if name not in row.us or (us is not None and (row.us[name] is None or us < row.us[name])):
+                            row.us[name], row.notes[name], row.options[name] = us, note, opts
+                        if device_is_cuda(device):
+                            torch.cuda.empty_cache()
             rows.append(row)
             log(row_line(row, theirs))
     env = environment()
@@ -214,13 +225,14 @@ def summary_rows(result: dict) -> list[dict]:
         pct = {kind: tuple(None if _tb(r[f"bytes_{kind}"], u) is None else 100 * _tb(r[f"bytes_{kind}"], u) / copy
                            for u in us[kind]) for kind in OURS}
         out.append({"case": r["case"], "batch": r["batch"], "mode": r["mode"], "us": us, "pct_copy": pct,
+                    "options": r.get("options", {}).get(OURS["replay"]) or {},
                     "replay_ratio": _ratio(*us["replay"]), "baseline_ratio": _ratio(*us["baseline"]),
                     "ours_speedup": _ratio(us["baseline"][0], us["replay"][0]),
                     "theirs_speedup": _ratio(us["baseline"][1], us["replay"][1])})
     return out
 
 
-HEADERS = ["case", "batch", "mode", "ours replay µs", "official replay µs", "**ours / official**",
+HEADERS = ["case", "batch", "mode", "ours replay µs (options)", "official replay µs", "**ours / official**",
            "ours baseline µs", "official baseline µs", "ours / official (baseline)", "replay % copy ours / official",
            "replay / baseline ours / official"]
 
@@ -237,8 +249,10 @@ def markdown(result: dict) -> str:
     for s in summary_rows(result):
         (ro, rt), (bo, bt) = s["us"]["replay"], s["us"]["baseline"]
         po, pt = s["pct_copy"]["replay"]
-        rows.append([s["case"], s["batch"], s["mode"], f(ro), f(rt), f(s["replay_ratio"], "{:.2f}"), f(bo), f(bt),
-                     f(s["baseline_ratio"], "{:.2f}"), f"{f(po, '{:.0f}')} / {f(pt, '{:.0f}')} %",
+        opts = s["options"]
+        rows.append([s["case"], s["batch"], s["mode"], f(ro) + (f" (`{json.dumps(opts)}`)" if opts else ""), f(rt),
+                     f(s["replay_ratio"], "{:.2f}"), f(bo), f(bt), f(s["baseline_ratio"], "{:.2f}"),
+                     f"{f(po, '{:.0f}')} / {f(pt, '{:.0f}')} %",
                      f"{f(s['ours_speedup'], '{:.2f}')} / {f(s['theirs_speedup'], '{:.2f}')}"])
     theirs = "; ".join(f"{kind} {v}" for kind, v in e.get("theirs", {}).items())
     head = (f"{fam} at `{result['geometry']}`, measured {e['date']} on {e.get('gpu', 'no GPU')}"
