@@ -16,6 +16,7 @@ import torch
 
 from replayssm import adapters
 from replayssm.adapters import _vllm_source
+from replayssm.cli import EXIT_ENV, EXIT_USAGE, main
 from replayssm.families import family, preset
 from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.precision import parse_mode
@@ -138,3 +139,13 @@ def test_timed_step_moves_the_state_as_verify_and_commit(vllm, one_thread, fam, 
         assert torch.equal(sa.records[k], sb.records[k]), k
     if spec and "drafts" in sa.extra:
         assert torch.equal(sa.extra["drafts"], sb.extra["drafts"])
+
+
+def test_cli_against_refuses_unknown_kernels_and_a_missing_gpu(vllm, capsys):
+    """Bad --against names are a usage error naming them; without CUDA the run is refused (exit 3)
+    before anything is timed."""
+    assert main(["bench", "--against", "nope"]) == EXIT_USAGE
+    assert "no kernel named 'nope'" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["bench", "--against", "vllm-replay", "--family", "gdn"]) == EXIT_ENV
+        assert "no CUDA device" in capsys.readouterr().err
