@@ -1,5 +1,8 @@
 """``replayssm bench``: time a family's Triton baseline and ReplaySSM kernels on a CUDA GPU against
-the copy bandwidth and the bytes model (the job is ``replayssm.validators.bench``).
+the copy bandwidth and the bytes model (the job is ``replayssm.validators.bench``); with
+``--against NAME[,NAME]`` our replay and baseline beside an external source's (an adapter kernel
+such as ``vllm-replay``, whose source's baseline ``vllm-baseline`` comes along) in one run, on the
+same inputs (``replayssm.validators.bench_against``), JSON and a Markdown table under ``--out``.
 
 Exit codes: :data:`replayssm.cli.EXIT_CONTRACT` (3 without a CUDA device or with an unwritable ``--json``)."""
 
@@ -9,9 +12,13 @@ import json
 
 import torch
 
+from replayssm import adapters
 from replayssm.cli_guard import EnvironmentProblem, check_writable
+from replayssm.cli_list import use_vllm_src
 from replayssm.families import family, family_names
+from replayssm.registry import kernels
 from replayssm.validators.bench import bench_family, table
+from replayssm.validators.bench_against import bench_against, markdown, write
 
 
 def add_parser(subparsers):
@@ -27,6 +34,16 @@ def add_parser(subparsers):
     p.add_argument("--no-sweep", action="store_true", help="time only the default launch configuration")
     p.add_argument("--rep-ms", type=float, default=200)
     p.add_argument("--json", default=None, help="write the full result here")
+    p.add_argument("--against", default=None, metavar="NAME[,NAME]",
+                   help="external kernels to time beside ours (adapters, e.g. vllm-replay: its source's baseline "
+                        "comes along); every family that has them unless --family")
+    p.add_argument("--ks", default=None, help="with --against: accepted counts of the speculative cases "
+                                              "(default: the window and half of it)")
+    p.add_argument("--out", default=None, help="with --against: folder for against_<family>_<commit>.{json,md}")
+    p.add_argument("--sweep-ours", action="store_true", help="with --against: our replay's time is the fastest "
+                   "of the family's launch candidates (each validated); default: our defaults")
+    p.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
+                   "(sets REPLAYSSM_VLLM_SRC)")
     return p
 
 
@@ -40,6 +57,44 @@ def _ints(flag: str, text: str) -> list[int]:
     return vals
 
 
+def against_families(names: list[str], family_name: str | None) -> list[str]:
+    """The families to compare in: ``family_name``, else every family where one of ``names`` is
+    registered.  ValueError naming the kernels that are registered nowhere."""
+    have = {n: [f for (f, k) in kernels() if k == n] for n in names}
+    missing = [n for n, fams in have.items() if not fams]
+    if missing:
+        status = "; ".join(f"{src}: {line}" for src, (ok, line) in adapters.availability().items() if not ok)
+        raise ValueError(f"--against: no kernel named {', '.join(map(repr, missing))} is registered"
+                         f"{' (' + status + ')' if status else ''}")
+    if family_name:
+        return [family(family_name).name]
+    return [f for f in family_names() if any(f in fams for fams in have.values())]
+
+
+def run_against(args, batches, spec_batches) -> int:
+    names = [n for n in args.against.split(",") if n]
+    if not names:
+        raise ValueError(f"--against: expected kernel names, got {args.against!r}")
+    use_vllm_src(args)
+    adapters.load()
+    fams = against_families(names, args.family)
+    ks = _ints("--ks", args.ks) if args.ks else sorted({args.window, max(1, args.window // 2)}, reverse=True)
+    if args.out:
+        check_writable(args.out, "--out", is_dir=True)
+    if not torch.cuda.is_available():
+        raise EnvironmentProblem("bench: no CUDA device visible; the benchmark needs an NVIDIA GPU")
+    copy = None
+    for f in fams:
+        res = bench_against(f, names, args.geometry, args.precision, args.buffer, batches, spec_batches, args.window,
+                            16, ks, rep_ms=args.rep_ms, copy=copy, sweep_ours=("replay",) if args.sweep_ours else ())
+        copy = res["copy"]  # one ceiling for the whole run
+        print()
+        print(markdown(res))
+        if args.out:
+            print("wrote", *write(res, args.out))
+    return 0
+
+
 def run(args) -> int:
     fam = family(args.family or family_names()[0])
     batches = _ints("--batches", args.batches)
@@ -49,6 +104,8 @@ def run(args) -> int:
             raise ValueError(f"{flag}: expected an integer >= {lo}, got {v}")
     if not args.rep_ms > 0:
         raise ValueError(f"--rep-ms: expected a positive number of milliseconds, got {args.rep_ms}")
+    if args.against is not None:
+        return run_against(args, batches, spec_batches)
     if args.json:
         check_writable(args.json, "--json", is_dir=False)
     if not torch.cuda.is_available():

@@ -173,11 +173,14 @@ def test_tensor_core_readout_only_on_the_prepass_path(options):
 @pytest.mark.parametrize("decode,mode,options", [
     ("speculative", "s32a32-tf32x3", {}), ("standard", "s32a16-tf32", {}),
     ("speculative", "sfp8a16-sr", {"kchunks": 2}), ("standard", "s32a32", {"kchunks": 4}),
-    ("standard", "sfp8a16-sr", {"block_v": 4, "tiles": 2}), ("speculative", "s32a32", {"block_v": 4, "tiles": 2})],
-    ids=["spec-tf32x3", "std-tf32", "spec-fp8sr-kc2", "std-s32a32-kc4", "std-fp8sr-bv4x2", "spec-s32a32-bv4x2"])
+    ("standard", "sfp8a16-sr", {"block_v": 4, "tiles": 2}), ("speculative", "s32a32", {"block_v": 4, "tiles": 2}),
+    ("speculative", "s32a32", {"readout": "dot"}), ("standard", "s16a32", {"readout": "dot", "tiles": 2})],
+    ids=["spec-tf32x3", "std-tf32", "spec-fp8sr-kc2", "std-s32a32-kc4", "std-fp8sr-bv4x2", "spec-s32a32-bv4x2",
+         "spec-s32a32-dot", "std-s16a32-dot-x2"])
 def test_prepass_readout_variants(decode, mode, options):
     """The pre-pass path's other readouts: one tensor-core dot for every S_0 k / S_0 q of the window
-    (tf32, tf32x3; full fp32 under the interpreter), dstate chunks summed in-thread (kchunks), and
+    (tf32, tf32x3; full fp32 under the interpreter; ieee fp32 with readout=dot), dstate chunks summed
+    in-thread (kchunks), and
     several blocks of value rows per stream program (tiles).  Speculative: per-row acceptance over 8
     verifies (flushes, ring wrap, every k) -- the exhaustive schedule runs on the default path above."""
     if decode == "speculative":
@@ -187,7 +190,7 @@ def test_prepass_readout_variants(decode, mode, options):
     _check(run_scenario(sc, "triton-replay"))
 
 
-@pytest.mark.parametrize("options,why", [({"block_v": 3}, "power of two"), ({"readout": "dot"}, "readout"),
+@pytest.mark.parametrize("options,why", [({"block_v": 3}, "power of two"), ({"readout": "fma"}, "readout"),
                                          ({"colour": 1}, "unknown option")])
 def test_bad_options_refused(options, why):
     g = _kernel("triton-replay")[1]

@@ -95,6 +95,18 @@ def test_prepass_chunked_readouts(kchunks):
                         repeat_check=False)
 
 
+def test_prepass_stream_dot_readout():
+    """Pre-pass path with every window readout S0 · C_s as one ieee fp32 tl.dot (vector_readout):
+    speculative fp32 and standard fp16 state; kchunks > 1 with it is refused."""
+    assert_kernel_valid("triton-replay", _spec("s32a32", steps=8, kernel_options={"vector_readout": True}),
+                        repeat_check=False)
+    assert_kernel_valid("triton-replay", _std("s16a16", L=4, steps=6, kernel_options={"vector_readout": True}),
+                        repeat_check=False)
+    with pytest.raises(ValueError, match="kchunks must be 1"):
+        assert_kernel_valid("triton-replay", _spec("s32a32", steps=2,
+                                                   kernel_options={"vector_readout": True, "kchunks": 2}))
+
+
 @pytest.mark.parametrize("mode", ["s32a32-tf32", "s32a16-tf32x3"])
 def test_fused_tensor_core_readouts(mode):
     """The single fused kernel (prepass off) with tf32 / tf32x3 readouts."""

@@ -262,17 +262,21 @@ class KernelTiming:
 
 
 def time_kernel_samples(family_name: str, name: str, geometry: str, mode: str, decode: DecodeConfig, batch: int,
-                        nsets: int, k: int, options: dict, device, gen: torch.Generator, rep_ms: float
-                        ) -> KernelTiming:
+                        nsets: int, k: int, options: dict, device, gen: torch.Generator, rep_ms: float,
+                        verdict: str | None = None) -> KernelTiming:
     """µs per step (verify + commit) of kernel ``name`` over a full cursor cycle, every replay, after
-    the engine has validated the configuration (:func:`check_configuration`).  Kernels with a raw
+    the engine has validated the configuration (:func:`check_configuration`; ``verdict``: the verdict
+    of that same configuration from an earlier call, which the caller vouches for).  A kernel with
+    ``timed_step`` (the adapters of external kernels) is replayed through it: its launches alone, no
+    host syncs, so one CUDA graph captures it.  Kernels with a raw
     launch path or host checks that can be turned off are replayed from one CUDA graph; the others
     (adapters: host bookkeeping, device syncs) are timed eagerly by ``do_bench``."""
     fam = family(family_name)
     g = preset(geometry, family_name)
     cls = get(name, family_name)
     sc = check_scenario_of(family_name, geometry, mode, decode, k, options)
-    verdict = check_configuration(name, sc, device)
+    if verdict is None:
+        verdict = check_configuration(name, sc, device)
     act = parse_mode(mode).act_dtype
     params = {n: v.to(device) for n, v in make_params(sc).items()}
     kern = _build(family_name, name, g, params, mode, decode, batch * nsets, device, options)
@@ -290,9 +294,13 @@ def time_kernel_samples(family_name: str, name: str, geometry: str, mode: str, d
                      torch.zeros(scratch_n, dtype=torch.float32, device=device) if slow else None))
     fused = not decode.speculative and hasattr(kern, "launch_step")
     raw = hasattr(kern, "launch_verify") and hasattr(kern, "launch_commit")
+    timed = ({id(ids): kern.timed_step(ids, inp, out, acc) for ids, inp, out, _ in sets}
+             if hasattr(kern, "timed_step") else None)
 
     def one_step(ids, inp, out, extra):
-        if fused:
+        if timed is not None:
+            timed[id(ids)]()
+        elif fused:
             kern.launch_step(ids, inp, out)
         elif raw:
             kern.launch_verify(ids, inp, out)
@@ -315,7 +323,7 @@ def time_kernel_samples(family_name: str, name: str, geometry: str, mode: str, d
     steps = len(cyc) * nsets
     if not device_is_cuda(device):
         ms, timing = [wall_ms(cycle)], "wall"
-    elif fused or raw or "checks" in cls.accepted_options:
+    elif timed is not None or fused or raw or "checks" in cls.accepted_options:
         ms, timing = graph_samples_ms(cycle, warmup_calls=1, rep_ms=rep_ms), "cuda-graph"
     else:
         cycle()
@@ -324,10 +332,12 @@ def time_kernel_samples(family_name: str, name: str, geometry: str, mode: str, d
 
 
 def time_kernel(family_name: str, name: str, geometry: str, mode: str, decode: DecodeConfig, batch: int, nsets: int,
-                k: int, options: dict, device, gen: torch.Generator, rep_ms: float) -> tuple[float, str]:
+                k: int, options: dict, device, gen: torch.Generator, rep_ms: float,
+                verdict: str | None = None) -> tuple[float, str]:
     """Median µs per step (verify + commit) of kernel ``name`` over a full cursor cycle, after the
-    engine has validated the configuration (:func:`check_configuration`)."""
-    t = time_kernel_samples(family_name, name, geometry, mode, decode, batch, nsets, k, options, device, gen, rep_ms)
+    engine has validated the configuration (:func:`check_configuration`, or ``verdict`` given)."""
+    t = time_kernel_samples(family_name, name, geometry, mode, decode, batch, nsets, k, options, device, gen, rep_ms,
+                            verdict)
     return t.median_us, t.verdict
 
 

@@ -10,6 +10,13 @@
   unwritten-output check).
 * Inspection (``checkpoint_state``, ``committed_state``) is fp64 on the host side of the bridge:
   padding rows come back NaN.
+* **Timed steps** (``timed_step``, for the bench job's side-by-side runs): the external kernels'
+  launches alone, on inputs packed once beforehand the way vLLM hands them over (``mixed_qkv``,
+  ``conv_out``, ``query_start_loc``), outputs left in the packed scratch, no host work and nothing a
+  CUDA graph cannot capture.  Standard decode takes per-row cursors: the ``L`` cursor positions are
+  built beforehand (:meth:`SlotAdapter.cursor_positions`) and call ``n`` uses position ``n mod L``,
+  which is what the device cursor would hold when every row commits one token per step.  A timed
+  step leaves the adapter's own cursor bookkeeping behind: the instance is for timing only after it.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ class SlotAdapter(KernelUnderTest):
 
     accepted_options: ClassVar[tuple[str, ...]] = ()  # the adapters read no KernelConfig option
     modules: ClassVar[dict] = {}  # filled by the adapter's register(): short module name -> module
+    source: ClassVar[str] = ""  # where the external code came from (path, commit), for reports
 
     def __init__(self, config) -> None:
         super().__init__(config)
@@ -94,6 +102,17 @@ class SlotAdapter(KernelUnderTest):
             if s != PAD_SLOT:
                 self.ready[s] = True
                 self.pending[s] = False
+
+    # ---- timed steps (bench job) -------------------------------------------------------------------------
+    def cursor_positions(self, blk: torch.Tensor, write_pos: torch.Tensor):
+        """For a timed standard-decode step: ``(start, [(write_pos, is_flush)] * L)`` per-row int32 /
+        bool tensors of every cursor position; all rows must share one cursor (as in the bench)."""
+        wp = write_pos.index_select(0, blk.long())
+        if wp.numel() and bool((wp != wp[0]).any()):
+            raise ValueError("slot_ids: a timed standard-decode step needs every row at the same cursor")
+        L, R = self.decode.buffer, blk.shape[0]
+        pos = [torch.full((R,), p, dtype=torch.int32, device=self.device) for p in range(L)]
+        return (int(wp[0]) if wp.numel() else 0), [(p, p == L - 1) for p in pos]
 
     # ---- inspection -------------------------------------------------------------------------------------
     def per_slot(self, slot_ids, fn) -> torch.Tensor:

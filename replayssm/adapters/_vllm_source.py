@@ -193,6 +193,17 @@ def load(path: str | None = None) -> dict[str, types.ModuleType]:
     return mods
 
 
+def provenance() -> str:
+    """Where the loaded kernels came from, for reports: the tree's path and the commit in its
+    ``COMMIT`` file (the peers' copy keeps one), or the installed vllm's version."""
+    if _LOADED is None:
+        return "not loaded"
+    if _ROOT is None:
+        return f"installed vllm {importlib.import_module('vllm').__version__}"
+    commit = _ROOT / "COMMIT"
+    return f"{_ROOT} at commit {commit.read_text().strip() if commit.is_file() else 'unknown (no COMMIT file)'}"
+
+
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 

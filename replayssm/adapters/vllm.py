@@ -31,6 +31,7 @@ def load(path: str | None = None) -> list[str]:
     done = []
     for cls in classes:
         cls.modules = mods
+        cls.source = _vllm_source.provenance()
         register(cls, replace=True)
         done.append(f"{cls.family}/{cls.name}")
     return done

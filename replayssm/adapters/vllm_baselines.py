@@ -79,6 +79,18 @@ class _VllmBaseline(SlotAdapter):
             self.live[self.blocks(slot_ids).index_select(0, act).long()] = accepted.index_select(0, act).to(
                 torch.int32)
 
+    def timed_step(self, slot_ids, inputs, out, accepted):
+        """The kernel alone (``_base.py``): inputs packed once; speculative ``num_accepted_tokens`` is
+        the step's input in vLLM, here ``accepted`` (every step of the bench commits the same k)."""
+        if bool((slot_ids < 0).any()):
+            raise ValueError("slot_ids: a timed step takes no padding rows")
+        launch, _ = self.launch_fn(slot_ids, inputs, accepted.to(torch.int32).contiguous())
+
+        def step():
+            with launch_guard(self.device):
+                launch()
+        return step
+
     def packing(self, slot_ids):
         """(packed token count, int32 cu_seqlens): T' tokens per active row, none for padding."""
         counts = (slot_ids >= 0).to(torch.int32) * self.T
@@ -116,30 +128,35 @@ class VllmMamba2Baseline(_VllmBaseline):
         self.bias2 = p["dt_bias"].contiguous()[:, None].expand(H, P)
         self.D2 = p["D"].contiguous()[:, None].expand(H, P)
 
-    def launch(self, slot_ids, inputs):
-        g, R, T = self.geometry, slot_ids.shape[0], self.T
+    def launch_fn(self, slot_ids, inputs, num_accepted):
+        """``(launch, packed output)``: the kernel call on inputs gathered here."""
+        g, R = self.geometry, slot_ids.shape[0]
         fn = self.modules["mamba_ssm"].selective_state_update
         if not self.decode.speculative:
             tok = {k: v[:, 0].contiguous() for k, v in inputs.items()}
             o = self.scratch(R, g.nheads, g.headdim)
             kw = dict(state_batch_indices=self.blocks(slot_ids))
         else:
-            act = self.active_rows(slot_ids)
             n, cu = self.packing(slot_ids)
-            tok = {k: v.index_select(0, act).flatten(0, 1).contiguous() for k, v in inputs.items()}
+            tok = {k: v.index_select(0, self.active_rows(slot_ids)).flatten(0, 1).contiguous()
+                   for k, v in inputs.items()}
             o = self.scratch(n, g.nheads, g.headdim)
-            kw = dict(state_batch_indices=self.draft_blocks(slot_ids), cu_seqlens=cu,
-                      num_accepted_tokens=self.live.index_select(0, self.blocks(slot_ids).long()).contiguous())
+            kw = dict(state_batch_indices=self.draft_blocks(slot_ids), cu_seqlens=cu, num_accepted_tokens=num_accepted)
         dt = tok["dt"][..., None].expand(*tok["dt"].shape, g.headdim)
+        return lambda: fn(self.states, tok["x"], dt, self.A3, tok["B"], tok["C"], self.D2, self.bias2,
+                          z=tok.get("z"), dt_softplus=True, null_block_id=0, out=o, **kw), o
+
+    def launch(self, slot_ids, inputs):
+        g, R, T = self.geometry, slot_ids.shape[0], self.T
+        live = self.live.index_select(0, self.blocks(slot_ids).long()).contiguous()
+        fn, o = self.launch_fn(slot_ids, inputs, live)
         with launch_guard(self.device):
-            fn(self.states, tok["x"], dt, self.A3, tok["B"], tok["C"], self.D2, self.bias2, z=tok.get("z"),
-               dt_softplus=True, null_block_id=0, out=o, **kw)
+            fn()
         if not self.decode.speculative:
             return o[:, None]
         full = self.scratch(R, T, g.nheads, g.headdim)
         full[self.active_rows(slot_ids)] = o.view(-1, T, g.nheads, g.headdim)
         return full
-
 
 
 class VllmGDNBaseline(_VllmBaseline):
@@ -154,28 +171,38 @@ class VllmGDNBaseline(_VllmBaseline):
         self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
         self.scale = self.geometry.head_k_dim ** -0.5
 
-    def launch(self, slot_ids, inputs):
-        g, R, T = self.geometry, slot_ids.shape[0], self.T
-        HV, V = g.num_v_heads, g.head_v_dim
+    def launch_fn(self, slot_ids, inputs, num_accepted):
+        """``(launch, packed output)``: the kernel call on inputs gathered and packed here."""
+        g, R = self.geometry, slot_ids.shape[0]
         if not self.decode.speculative:
             tok = {k: v[:, 0] for k, v in inputs.items()}
             mixed = torch.cat([tok["q"].flatten(1), tok["k"].flatten(1), tok["v"].flatten(1)], 1).contiguous()
-            o = self.scratch(R, 1, HV, V)
+            a, b, blk = tok["a"].contiguous(), tok["b"].contiguous(), self.blocks(slot_ids)
+            o = self.scratch(R, 1, g.num_v_heads, g.head_v_dim)
             fn = self.modules["fused_recurrent"].fused_recurrent_gated_delta_rule_packed_decode
-            with launch_guard(self.device):
-                fn(mixed, tok["a"].contiguous(), tok["b"].contiguous(), self.A_log, self.dt_bias, self.scale,
-                   self.states, o, self.blocks(slot_ids), use_qk_l2norm_in_kernel=True)
-            return o
-        act = self.active_rows(slot_ids)
+            return lambda: fn(mixed, a, b, self.A_log, self.dt_bias, self.scale, self.states, o, blk,
+                              use_qk_l2norm_in_kernel=True), o
         n, cu = self.packing(slot_ids)
+        act = self.active_rows(slot_ids)
         tok = {k: v.index_select(0, act).flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
         fn = self.modules["fused_sigmoid_gating"].fused_sigmoid_gating_delta_rule_update
+        blk, res = self.draft_blocks(slot_ids), [None]
+
+        def launch():
+            res[0] = fn(self.A_log, tok["a"], tok["b"], self.dt_bias, tok["q"], tok["k"], tok["v"], scale=self.scale,
+                        initial_state=self.states, inplace_final_state=True, cu_seqlens=cu, ssm_state_indices=blk,
+                        num_accepted_tokens=num_accepted, use_qk_l2norm_in_kernel=True)[0]
+        return launch, res
+
+    def launch(self, slot_ids, inputs):
+        g, R, T = self.geometry, slot_ids.shape[0], self.T
+        HV, V = g.num_v_heads, g.head_v_dim
+        live = self.live.index_select(0, self.blocks(slot_ids).long()).contiguous()
+        fn, o = self.launch_fn(slot_ids, inputs, live)
         with launch_guard(self.device):
-            o, _ = fn(self.A_log, tok["a"], tok["b"], self.dt_bias, tok["q"], tok["k"], tok["v"], scale=self.scale,
-                      initial_state=self.states, inplace_final_state=True, cu_seqlens=cu,
-                      ssm_state_indices=self.draft_blocks(slot_ids),
-                      num_accepted_tokens=self.live.index_select(0, self.blocks(slot_ids).long()).contiguous(),
-                      use_qk_l2norm_in_kernel=True)
+            fn()
+        if not self.decode.speculative:
+            return o
         full = self.scratch(R, T, HV, V)
-        full[act] = o.reshape(-1, T, HV, V)
+        full[self.active_rows(slot_ids)] = o[0].reshape(-1, T, HV, V)
         return full

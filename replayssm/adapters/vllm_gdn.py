@@ -143,6 +143,42 @@ class VllmGDNReplay(SlotAdapter):
         self.end_verify(ids)
         return out
 
+    def timed_step(self, slot_ids, inputs, out, accepted):
+        """The fork's launches alone on packed ``mixed_qkv`` (``_base.py``)."""
+        g, d, R = self.geometry, self.decode, slot_ids.shape[0]
+        HV, V, blk = g.num_v_heads, g.head_v_dim, self.blocks(slot_ids)
+        if not d.speculative:
+            n, pos = self.cursor_positions(blk, self.write_pos)
+            tok = {k: v[:, 0].contiguous() for k, v in inputs.items()}
+            mixed, o = self._mixed(tok), self.scratch(R, HV, V)
+            fn, calls = self.modules["fused_recurrent_replayssm"].fused_recurrent_gated_delta_rule_replayssm, [n]
+
+            def step():
+                wp = pos[calls[0] % d.buffer][0]
+                calls[0] += 1
+                with launch_guard(self.device):
+                    fn(mixed, tok["a"], tok["b"], self.A_log, self.dt_bias, self.scale, self.state, self.d_cache,
+                       self.k_cache, self.g_cache, o, blk, wp, use_qk_l2norm_in_kernel=True,
+                       nk=1 if self.small_k else None)
+            return step
+        if bool((slot_ids < 0).any()):
+            raise ValueError("slot_ids: a timed speculative step takes no padding rows")
+        T = d.window
+        tok = {k: v.flatten(0, 1).contiguous() for k, v in inputs.items()}
+        mixed, o = self._mixed(tok), self.scratch(R * T, HV, V)
+        qsl = torch.arange(0, R * T + 1, T, dtype=torch.int32, device=self.device)
+        acc, spec = accepted.to(torch.int32), self.modules["gdn_replayssm_spec_decode"]
+
+        def step():
+            with launch_guard(self.device), self._config():
+                spec.gdn_replayssm_spec_decode(
+                    mixed, tok["a"], tok["b"], self.A_log, self.dt_bias, self.state, self.d_cache, self.k_cache,
+                    self.g_cache, o, qsl, blk, self.write_pos, self.origin, self.is_flush, d.lspec, T,
+                    scale=self.scale, use_qk_l2norm_in_kernel=True, null_block_id=0)
+            spec.commit_gdn_replayssm_spec(self.write_pos, self.origin, self.is_flush, acc, blk, d.lspec, T,
+                                           d.ring_rows)
+        return step
+
     def commit(self, slot_ids, accepted):
         self.begin_commit(slot_ids, accepted)
         d, blk = self.decode, self.blocks(slot_ids)

@@ -124,6 +124,27 @@ class _VllmMamba2ReplayStandard(_VllmMamba2):
         self.end_verify(ids)
         return out
 
+    def timed_step(self, slot_ids, inputs, out, accepted):
+        """The standard kernel alone on pre-gathered inputs and per-row cursors (``_base.py``)."""
+        R, g, L = slot_ids.shape[0], self.geometry, self.decode.buffer
+        blk = self.blocks(slot_ids)
+        n, pos = self.cursor_positions(blk, self.write_pos)
+        tok = {k: v[:, 0].contiguous() for k, v in inputs.items()}
+        dt = tok["dt"][..., None].expand(R, g.nheads, g.headdim)
+        kw = dict(D=self.D2, dt_bias=self.bias2, z=tok.get("z"), dt_softplus=True, x_cache=self.x_cache,
+                  dt_cache=self.dt_cache, B_cache=self.B_cache, max_cache_len=L, state_batch_indices=blk,
+                  null_block_id=0, out=self.scratch(R, g.nheads, g.headdim))
+        if self.route_fn.endswith("output_only"):
+            kw["bc_pre"] = torch.zeros((R, g.ngroups, L), dtype=torch.float32, device=self.device)
+        fn, calls = getattr(self.modules[self.route_fn], self.route_fn), [n]
+
+        def step():
+            wp, flush = pos[calls[0] % L]
+            calls[0] += 1
+            with launch_guard(self.device):
+                fn(self.state, tok["x"], dt, self.A3, tok["B"], tok["C"], write_pos=wp, is_flush=flush, **kw)
+        return step
+
     def commit(self, slot_ids, accepted):
         self.begin_commit(slot_ids, accepted)
         blk = self.blocks(slot_ids).index_select(0, self.active_rows(slot_ids)).long()
@@ -221,6 +242,30 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
         out[act] = o.view(act.numel(), T, g.nheads, g.headdim)
         self.end_verify(ids)
         return out
+
+    def timed_step(self, slot_ids, inputs, out, accepted):
+        """Speculative: verify (+ flush) launches and the fork's commit on packed ``conv_out``."""
+        if not self.decode.speculative:
+            return super().timed_step(slot_ids, inputs, out, accepted)
+        g, d, R = self.geometry, self.decode, slot_ids.shape[0]
+        T, n = d.window, R * d.window
+        if bool((slot_ids < 0).any()):
+            raise ValueError("slot_ids: a timed speculative step takes no padding rows")
+        tok = {k: v.flatten(0, 1).contiguous() for k, v in inputs.items()}
+        conv_out = torch.cat([tok["x"].reshape(n, -1), tok["B"].reshape(n, -1), tok["C"].reshape(n, -1)],
+                             1).contiguous()
+        qsl = torch.arange(0, n + 1, T, dtype=torch.int32, device=self.device)
+        blk, acc, o = self.blocks(slot_ids), accepted.to(torch.int32), self.scratch(n, g.nheads, g.headdim)
+
+        def step():
+            with launch_guard(self.device):
+                self.spec.selective_state_update_replayssm_spec(
+                    self.state, self.ring, self.dt_cache, conv_out, tok["dt"], self.A3, self.write_pos,
+                    self.origin, self.is_flush, qsl, blk, d.lspec, T, self.d_inner, g.ngroups, g.dstate, D=self.D2,
+                    z=tok.get("z"), dt_bias=self.bias, dt_softplus=True, out=o, null_block_id=0)
+                self.spec.commit_replayssm_spec(self.write_pos, self.origin, self.is_flush, acc, blk, d.lspec, T,
+                                                d.ring_rows, null_block_id=0)
+        return step
 
     def commit(self, slot_ids, accepted):
         if not self.decode.speculative:

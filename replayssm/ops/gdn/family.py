@@ -135,8 +135,8 @@ class GatedDeltaNet(Family):
             if decode.speculative:
                 return [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2}]
             return [{"block_v": 8, "num_warps": 1}, {"block_v": 32, "num_warps": 4}]
-        if decode.speculative:
-            return [{}, {"prepass": False, "block_v": 16, "num_warps": 1}]
+        if decode.speculative:  # + the stream's window readouts as one ieee fp32 dot (docs/benchmarks.md)
+            return [{}, {"prepass": False, "block_v": 16, "num_warps": 1}, {"readout": "dot"}]
         return [{}, {"prepass": False, "block_v": 8, "num_warps": 1}, {"prepass": True, "block_v": 16, "num_warps": 1}]
 
 

@@ -36,7 +36,7 @@ class TritonGDNReplay(TritonGDNBase):
 
     @classmethod
     def tensor_core_readouts(cls, decode, options) -> bool:
-        return options.get("prepass") is not False and options.get("readout", "reduce") == "reduce" \
+        return options.get("prepass") is not False and options.get("readout", "reduce") in ("reduce", "dot") \
             and int(options.get("kchunks", 1)) == 1
 
     def __init__(self, config) -> None:
@@ -63,12 +63,17 @@ class TritonGDNReplay(TritonGDNBase):
         self.fold_unroll = int_choice(opts, "fold_unroll", (1, 2, 4, 8), 4)
         self.tiles_per_program = (int_choice(opts, "tiles", (1, 2, 4, 8, 16, 32), 1) if "tiles" in opts else None)
         self.kchunks = int(opts.get("kchunks", 1))
+        if self.readout == "dot" and (self.kchunks != 1 or self.prepass is False):
+            raise ValueError("options['readout']: 'dot' is the pre-pass path's stream readout (needs kchunks=1 "
+                             "and prepass not False)")
         if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or (self.kchunks > 1 and self.BK // self.kchunks < 4):
             raise ValueError(f"options['kchunks']: expected a power of two with head_k_dim / kchunks >= 4, got "
                              f"{self.kchunks}")
 
     def use_split(self, rows: int) -> bool:
         """Whether a verify of ``rows`` rows takes the two-launch path."""
+        if self.readout == "dot":
+            return True  # the dot readout is the stream's
         if self.readout != "reduce":
             return False
         if self.mode.dot != "ieee":

@@ -161,7 +161,7 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
                        RING: tl.constexpr, SPEC: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, SCALED: tl.constexpr,
                        SR: tl.constexpr, INTERPRET: tl.constexpr, KC: tl.constexpr, DOT: tl.constexpr,
-                       FU: tl.constexpr, NVT: tl.constexpr,
+                       RDOT: tl.constexpr, FU: tl.constexpr, NVT: tl.constexpr,
                        O_A: tl.constexpr, O_B: tl.constexpr, O_BETA: tl.constexpr, O_CK: tl.constexpr,
                        O_CQ: tl.constexpr, O_AW: tl.constexpr, O_MW: tl.constexpr, O_WF: tl.constexpr,
                        O_DECF: tl.constexpr, NCOEF: tl.constexpr):
@@ -210,10 +210,12 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
         Dh = tl.load(d_rec_ptr + (rows[:, None] * HV + h) * V + offs_v[None, :], mask=hist[:, None] & mv[None, :],
                      other=0.0).to(tl.float32)  # [JB, BV]
         tp = tl.arange(0, TP)
-        if DOT != "ieee":
-            # every S_0 k_i and S_0 q_s as one tensor-core product: rows i of QK are k_i, rows T' + s are q_s
-            qk = tl.arange(0, 2 * TP if 2 * TP >= 16 else 16)
-            QK = tl.zeros([2 * TP if 2 * TP >= 16 else 16, BK], dtype=tl.float32)
+        if RDOT:
+            # every S_0 k_i and S_0 q_s as one product: rows i of QK are k_i, rows T' + s are q_s (tf32 /
+            # tf32x3 on tensor cores, 16 wide; ieee on the FMA units, 2 T' wide)
+            NQK: tl.constexpr = 2 * TP if (2 * TP >= 16 or DOT == "ieee") else 16
+            qk = tl.arange(0, NQK)
+            QK = tl.zeros([NQK, BK], dtype=tl.float32)
             for i in tl.static_range(T):
                 tok = r * T + i
                 q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32),
@@ -221,7 +223,7 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
                 k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
                 QK = tl.where((qk == i)[:, None], k_i[None, :], QK)
                 QK = tl.where((qk == T + i)[:, None], q_i[None, :], QK)
-            SQK = tl.dot(s0, tl.trans(QK), input_precision=DOT)  # [BV, 16]
+            SQK = tl.dot(s0, tl.trans(QK), input_precision=DOT)  # [BV, NQK]
         Dw = tl.zeros([TP, BV], dtype=tl.float32)
         d_cur = tl.zeros([BV], dtype=tl.float32)
         k_cur = tl.zeros(offs_k.shape, dtype=tl.float32)
@@ -232,7 +234,7 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
                 q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32),
                                    0) * SCALE
                 k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
-                if DOT != "ieee":
+                if RDOT:
                     sk = tl.sum(tl.where((qk == i)[None, :], SQK, 0.0), 1)
                     sq = tl.sum(tl.where((qk == T + i)[None, :], SQK, 0.0), 1)
                 else:
@@ -302,6 +304,7 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     lay = kern.coef_layout
     offs = {f"O_{k}": v for k, v in lay.items() if k != "NCOEF"}
     bv, nvb, nw = kern.split_shape(R)
+    rdot = kern.mode.dot != "ieee" or kern.readout == "dot"
     if kern.mode.dot != "ieee" and bv < 16:  # a tensor-core dot needs 16 rows
         bv, nvb = 16, triton.cdiv(kern.V, 16)
     common = dict(H=kern.H, HV=kern.HV, K=kern.K, T=dec.window, RING=dec.ring_rows, SPEC=dec.speculative,
@@ -318,7 +321,7 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     _gdn_stream_kernel[(R, kern.HV, triton.cdiv(nvb, nvt))](
         slot_ids, inputs["q"], inputs["k"], inputs["v"], out, kern.states, kern.scales, kern.records["d"],
         kern.records["k"], coef, meta, kern.seed, kern.num_slots, V=kern.V, BV=bv, SCALED=kern.scaled, SR=kern.sr,
-        KC=kern.kchunks, DOT=kern.mode.dot, FU=kern.fold_unroll, NVT=nvt, num_warps=nw, **common)
+        KC=kern.kchunks, DOT=kern.mode.dot, RDOT=rdot, FU=kern.fold_unroll, NVT=nvt, num_warps=nw, **common)
 
 
 __all__ = ["coef_layout", "launch_split"]

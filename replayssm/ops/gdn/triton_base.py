@@ -22,8 +22,11 @@ host synchronisation, and can be captured in a CUDA graph.
   ``num_warps``: warps per program (default from the tile size).
 * ``readout`` (speculative replay): ``reduce`` (default) reads the state out against each window
   k and q with row reductions, token by token for T' <= 4; ``tile`` forces the generic [T', *]
-  tile form used above 4.  (An fp32 FMA ``tl.dot`` readout was measured 2x slower on an H200 and
-  removed.)
+  tile form used above 4; ``dot`` (the pre-pass path's stream only) reads every ``S_0 k_i`` and
+  ``S_0 q_s`` of the window out as one ieee fp32 ``tl.dot`` (FMA units: the key axis is summed inside
+  each thread, no cross-lane reduction per readout; the layout the official kernels use for their
+  tensor-core readouts, at fp32 accuracy).  (An fp32 FMA ``tl.dot`` readout in the single kernel was
+  measured 2x slower on an H200 and removed; the stream's is a launch candidate of the bench.)
 
 Standard decode (T' = 1): ``verify`` applies the token and advances the cursor on the device (the
 last of a slot's programs to finish, through an atomic ticket); ``commit(1)`` only closes the
@@ -47,7 +50,7 @@ ACTS = ("fp32", "bf16", "fp16")
 OPTIONS = ("checks", "block_v", "num_warps", "readout")
 # options of the replay kernel's two-launch path only (the baselines refuse them)
 PREPASS_OPTIONS = ("prepass", "coef_warps", "kchunks", "fold_unroll", "tiles")
-READOUTS = ("reduce", "tile")
+READOUTS = ("reduce", "tile", "dot")
 
 
 def launch_shape(geometry, R: int, sm_count: int, interpret: bool, block_v: int | None = None,
@@ -170,6 +173,8 @@ class TritonGDNBase(KernelUnderTest):
         ro = options.get("readout", "reduce")
         if ro not in READOUTS:
             return f"option readout={ro!r}: expected one of {READOUTS}"
+        if ro == "dot" and cls.kind != "replay":
+            return "option readout='dot': the replay kernel's stream readout (a baseline has none)"
         return None
 
     @classmethod

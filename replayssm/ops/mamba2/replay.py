@@ -401,8 +401,14 @@ class _TritonReplay(TritonMamba2Base):
         # one warp per 16-row tile; speculative windows read out in 4 dstate chunks
         self.split_warps = int(opts.get("num_warps", 1))
         self.tp_split = next_pow2(d.window)
-        chunked = d.window > 1 and m.dot == "ieee" and not INTERPRET
+        # the stream's ieee readouts as one fp32 tl.dot (FMA units, dstate summed inside a thread): only
+        # when the option is given (a launch candidate of the bench, not yet measured as a default)
+        self.stream_dot = bool(opts.get("vector_readout", False))
+        chunked = d.window > 1 and m.dot == "ieee" and not INTERPRET and not self.stream_dot
         self.kchunks = int(opts.get("kchunks", 4 if chunked else 1))
+        if self.stream_dot and self.kchunks != 1:
+            raise ValueError("options['vector_readout']: the stream's dot readout takes the whole dstate tile "
+                             f"(kchunks must be 1, got {self.kchunks})")
         if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or (self.kchunks > 1
                                                                       and self.block_n // self.kchunks < 4):
             raise ValueError(f"options['kchunks']: expected a power of two with dstate / kchunks >= 4, "

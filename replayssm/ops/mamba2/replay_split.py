@@ -152,7 +152,8 @@ def _stream_kernel(
         LSPEC: tl.constexpr, SPEC: tl.constexpr, HAS_Z: tl.constexpr, STATE: tl.constexpr, ACT: tl.constexpr,
         SR: tl.constexpr, INTERP: tl.constexpr, FOLD_UNROLL: tl.constexpr,
         BP: tl.constexpr, BN: tl.constexpr, JB: tl.constexpr, NSPLIT: tl.constexpr,
-        NCH: tl.constexpr, KC: tl.constexpr, DOT: tl.constexpr, TPD: tl.constexpr, OFF_DEC: tl.constexpr,
+        NCH: tl.constexpr, KC: tl.constexpr, DOT: tl.constexpr, RDOT: tl.constexpr, TPD: tl.constexpr,
+        OFF_DEC: tl.constexpr,
         OFF_WF: tl.constexpr, OFF_DECF: tl.constexpr, NCOEF: tl.constexpr):
     pid = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
@@ -206,14 +207,15 @@ def _stream_kernel(
                         mask=win[:, None] & pm[None, :], other=0.0)
         X = tl.where(hist[:, None], X_hist.to(tl.float32), X_win.to(tl.float32))  # [JB, BP]
         rec_m = pm & ((p * 0 + keep.to(tl.int32)) != 0)
-        if DOT != "ieee":
-            # every window position's S0 · C_s as one tensor-core product (tf32 / tf32x3)
+        if RDOT:
+            # every window position's S0 · C_s as one product (tf32 / tf32x3 on tensor cores, TPD = 16
+            # wide; ieee fp32 on the FMA units with vector_readout, TPD = T' wide)
             sd = tl.arange(0, TPD)
             Ct = tl.load(C_ptr + ((r * T + sd) * G + g)[None, :] * N + n[:, None],
                          mask=nm[:, None] & (sd < T)[None, :], other=0.0).to(tl.float32)  # [BN, TPD]
             YT = tl.dot(S0, Ct, input_precision=DOT)  # [BP, TPD]
         for s in tl.static_range(T):
-            if DOT != "ieee":
+            if RDOT:
                 s0c = tl.sum(tl.where((sd == s)[None, :], YT, 0.0), axis=1)
             elif KC == 1:
                 cs = tl.load(C_ptr + ((r * T + s) * G + g) * N + n, mask=nm, other=0.0).to(tl.float32)
@@ -291,8 +293,9 @@ def launch_split(kern, slot_ids, inputs, out, advance: bool, phases: str = "both
             H=g.nheads, P=g.headdim, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec,
             SPEC=d.speculative, HAS_Z=g.has_z, STATE=kern.state_kind, ACT=kern.act_kind, SR=kern.sr,
             INTERP=kern.interp, FOLD_UNROLL=kern.fold_unroll, BP=kern.block_p, BN=kern.block_n, JB=kern.jb,
-            NSPLIT=split, NCH=nch, KC=kern.kchunks, DOT=kern.mode.dot,
-            TPD=max(16, kern.tp_split), num_warps=kern.split_warps, **common)
+            NSPLIT=split, NCH=nch, KC=kern.kchunks, DOT=kern.mode.dot, RDOT=kern.mode.dot != "ieee" or kern.stream_dot,
+            TPD=max(16, kern.tp_split) if kern.mode.dot != "ieee" else max(2, kern.tp_split),
+            num_warps=kern.split_warps, **common)
 
 
 __all__ = ["coef_layout", "launch_split"]

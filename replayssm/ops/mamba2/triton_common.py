@@ -33,8 +33,9 @@ OPTIONS = {
     "split": "int: programs per (row, head) along headdim (default: chosen from the batch size)",
     "num_warps": "int: warps per program (default 4 for the single kernel, 1 for the pre-pass path's stream)",
     "vector_readout": ("bool: ieee readouts of all window positions as fp32 tl.dot instead of a loop of "
-                       "multiply-reduce per position (default: on under the interpreter, whose cost is per "
-                       "operation; off on the GPU, where the loop measured faster, docs/benchmarks.md)"),
+                       "multiply-reduce per position (single kernel: default on under the interpreter, whose "
+                       "cost is per operation; off on the GPU, where the loop measured faster, "
+                       "docs/benchmarks.md; the pre-pass path's stream: only when given, then with kchunks=1)"),
     "fold": ("str: how a flush folds the buffer into the checkpoint: 'rank1' (rank-1 updates, the GPU "
              "default) or 'dot' (one fp32 tl.dot, the interpreter default)"),
     "fold_unroll": "int: rank-1 fold positions unrolled together (their loads in flight at once; default 1)",

@@ -1,0 +1,151 @@
+"""The side-by-side bench job (``replayssm bench --against``) under the interpreter at tiny shapes:
+every kernel of every case is validated by the engine and timed through the same path as on the
+GPU (no timing asserted: CPU wall clock); the adapters' timed steps move the kernels' state exactly
+as their verify + commit do.  GPU numbers: docs/benchmarks.md (``tools/speed_h200.sh``).
+
+Oracle: the engine's verdict per configuration (``check_configuration``) and, for the timed steps,
+bit identity of checkpoint and records with the interface path after the same steps."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+import torch
+
+from replayssm import adapters
+from replayssm.adapters import _vllm_source
+from replayssm.cli import EXIT_ENV, EXIT_USAGE, main
+from replayssm.families import family, preset
+from replayssm.interface import DecodeConfig, KernelConfig
+from replayssm.precision import parse_mode
+from replayssm.registry import get
+from replayssm.scenarios.inputs import make_params
+from replayssm.validators.bench import check_scenario_of, random_inputs
+from replayssm.validators.bench_against import _verdict, against_kernels, bench_against, common_mode, markdown, write
+
+PEERS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm"
+COPY = {"tbps": 1.0, "bytes": 1, "ms": 1.0}
+
+
+@pytest.fixture(scope="module")
+def vllm():
+    if not PEERS.is_dir():
+        pytest.skip(f"no vLLM ReplaySSM source tree at {PEERS} (../shared/peers beside the checkout)")
+    saved = os.environ.get(_vllm_source.ENV)
+    os.environ[_vllm_source.ENV] = str(PEERS)
+    try:
+        ok, line = adapters.load(force=True)["vllm"]
+    finally:
+        if saved is None:
+            os.environ.pop(_vllm_source.ENV)
+        else:
+            os.environ[_vllm_source.ENV] = saved
+    assert ok, line
+
+
+def test_against_kernels_pairs_the_sources_baseline(vllm):
+    assert against_kernels("mamba2", ["vllm-replay"]) == {"replay": "vllm-replay", "baseline": "vllm-baseline"}
+    assert against_kernels("gdn", ["vllm-baseline"]) == {"baseline": "vllm-baseline"}
+    with pytest.raises(ValueError, match="two replay kernels"):
+        against_kernels("mamba2", ["vllm-replay", "vllm-replay-state"])
+    with pytest.raises(ValueError, match="no kernel 'nope'"):
+        against_kernels("mamba2", ["nope"])
+
+
+def test_common_mode_falls_back_to_tf32_only_when_needed(vllm):
+    spec = DecodeConfig("speculative", 4, 16)
+    names = ["triton-replay", "vllm-replay"]
+    assert common_mode("s32a32", spec, names, "mamba2") == ("s32a32", "")
+    # the fork's Mamba-2 speculative kernel reads out with tf32 dots under bf16 activations
+    assert common_mode("s32a16", spec, names, "mamba2")[0] == "s32a16-tf32"
+    assert common_mode("s32a16", spec, ["triton-baseline", "vllm-baseline"], "mamba2") == ("s32a16", "")
+    mode, why = common_mode("s32a16", spec, ["vllm-replay", "triton-baseline"], "mamba2")
+    assert mode is None and "vllm-replay" in why and "triton-baseline" in why
+
+
+@pytest.mark.parametrize("fam, ks, sweep", [("mamba2", (2,), ()),
+                                            pytest.param("gdn", (2, 1), ("replay",), marks=pytest.mark.slow)],
+                         ids=["mamba2-s32a32-k2", "gdn-s32a32-k2-k1-sweep"])
+def test_bench_against_runs_and_validates_every_kernel(vllm, one_thread, tmp_path, fam, ks, sweep):
+    res = bench_against(fam, ["vllm-replay"], "tiny", "s32a32", L=2, batches=(2,), spec_batches=(2,), window=2,
+                        spec_buffer=2, ks=ks, device="cpu", copy=COPY, max_sets=2, sweep_ours=sweep,
+                        log=lambda s: None)
+    assert [(r["case"], r["batch"]) for r in res["rows"]] == [("standard L=2", 2)] + [
+        (f"spec T'=2 B=2 k={k}", 2) for k in ks]
+    for r in res["rows"]:
+        assert set(r["us"]) == {"triton-replay", "triton-baseline", "vllm-replay", "vllm-baseline"}, r["notes"]
+        assert all(v and v > 0 for v in r["us"].values()), r["notes"]
+        assert all("of bound" in v for v in r["notes"].values()), r["notes"]
+    if sweep:  # every candidate of ours validated and timed, the fastest shown
+        spec = res["rows"][1]
+        assert len(spec["sweep"]["triton-replay"]) == len(family(fam).bench_launch_candidates(
+            "replay", DecodeConfig("speculative", 2, 2), 2))
+        assert spec["us"]["triton-replay"] == min(us for _, us, _ in spec["sweep"]["triton-replay"])
+    assert "at commit" in res["env"]["theirs"]["replay"]
+    md = markdown(res)
+    assert md.count("\n| spec T'=2 B=2 k=") == len(ks) and "Copy ceiling in the same run" in md
+    js, mdfile = write(res, str(tmp_path))
+    assert pathlib.Path(js).is_file() and pathlib.Path(mdfile).read_text().startswith(fam)
+
+
+def test_a_failing_external_kernel_is_timed_with_its_verdict_and_ours_is_not():
+    """Theirs is timed whatever the engine says (the verdict goes beside the time); ours must pass."""
+    dec = DecodeConfig("speculative", 2, 2)
+    theirs = _verdict("mutant-stale-read", "mamba2", "tiny", "s32a32", dec, 2, "cpu", ours=False)
+    assert theirs.startswith("FAILS: ")
+    assert _verdict("mutant-stale-read", "mamba2", "tiny", "s32a32", dec, 2, "cpu", ours=True).startswith("ours fails")
+
+
+def _pair(fam, name, mode, decode, rows):
+    g = preset("tiny", fam)
+    sc = check_scenario_of(fam, "tiny", mode, decode, decode.window, {})
+    params = make_params(sc)
+    cls = get(name, fam)
+    return [cls(KernelConfig(g, params, mode, decode, num_slots=rows, device=torch.device("cpu")))
+            for _ in range(2)], g
+
+
+@pytest.mark.parametrize("fam, name, mode, spec", [
+    ("mamba2", "vllm-replay", "s32a32", False), ("mamba2", "vllm-replay", "s32a32", True),
+    ("mamba2", "vllm-baseline", "s32a32", True), ("gdn", "vllm-replay", "s32a32-tf32", False),
+    ("gdn", "vllm-replay", "s32a32-tf32", True), ("gdn", "vllm-baseline", "s32a32", True)],
+    ids=["mamba2-replay-std", "mamba2-replay-spec", "mamba2-baseline-spec", "gdn-replay-std", "gdn-replay-spec",
+         "gdn-baseline-spec"])
+def test_timed_step_moves_the_state_as_verify_and_commit(vllm, one_thread, fam, name, mode, spec):
+    """After one interface step, three more through ``timed_step`` and through verify + commit leave
+    the same checkpoint and records (a flush included: L = 2, or B = 2 with T' = 2)."""
+    decode = DecodeConfig("speculative", 2, 2) if spec else DecodeConfig("standard", 1, 2)
+    (a, b), g = _pair(fam, name, mode, decode, 2)
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.arange(2)
+    init = 0.5 * torch.randn((2, *g.state_shape), generator=gen)
+    for kern in (a, b):
+        kern.reset(ids, init)
+    inp = random_inputs(family(fam), g, 2, decode.window, parse_mode(mode).act_dtype, gen, "cpu")
+    acc = torch.full((2,), decode.window, dtype=torch.int64)
+    for kern in (a, b):  # one step through the interface first: the baseline's accepted count is then k
+        kern.verify(ids, inp)
+        kern.commit(ids, acc)
+    step = b.timed_step(ids, inp, None, acc)
+    for _ in range(3):
+        a.verify(ids, inp)
+        a.commit(ids, acc)
+        step()
+    sa, sb = a.snapshot(), b.snapshot()
+    assert torch.equal(sa.checkpoint, sb.checkpoint)
+    for k in sa.records:
+        assert torch.equal(sa.records[k], sb.records[k]), k
+    if spec and "drafts" in sa.extra:
+        assert torch.equal(sa.extra["drafts"], sb.extra["drafts"])
+
+
+def test_cli_against_refuses_unknown_kernels_and_a_missing_gpu(vllm, capsys):
+    """Bad --against names are a usage error naming them; without CUDA the run is refused (exit 3)
+    before anything is timed."""
+    assert main(["bench", "--against", "nope"]) == EXIT_USAGE
+    assert "no kernel named 'nope'" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["bench", "--against", "vllm-replay", "--family", "gdn"]) == EXIT_ENV
+        assert "no CUDA device" in capsys.readouterr().err
