@@ -38,8 +38,10 @@ CASES = [  # family, kernel, decode, mode
     ("mamba2", "mamba-ssm-baseline", "speculative", "s32a16"), ("mamba2", "flashinfer-baseline", "standard", "s32a16"),
     ("mamba2", "flashinfer-baseline", "speculative", "s32a16"), ("mamba2", "flashinfer-replay", "standard", "s32a16"),
     ("mamba2", "flashinfer-replay", "speculative", "s32a16"), ("mamba2", "flashinfer-replay", "speculative", "s16a16"),
-    ("mamba2", "flashinfer-replay", "speculative", "sfp16a16-sr"), ("mamba2", "flashinfer-replay", "speculative", "si8a16"),
-    ("mamba2", "flashinfer-replay", "speculative", "sfp8a16"), ("mamba2", "flashinfer-replay", "speculative", "sfp8a16-sr"),
+    ("mamba2", "flashinfer-replay", "speculative", "sfp16a16-sr"),
+    ("mamba2", "flashinfer-replay", "speculative", "si8a16"),
+    ("mamba2", "flashinfer-replay", "speculative", "sfp8a16"),
+    ("mamba2", "flashinfer-replay", "speculative", "sfp8a16-sr"),
 ]
 SOURCES = {"fla-": "fla", "sglang-": "sglang", "mamba-ssm-": "mamba_ssm", "flashinfer-": "flashinfer"}
 

@@ -48,7 +48,7 @@ from replayssm.adapters._base import SlotAdapter, float_mode_reason
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.mamba2.literal import Mamba2Math
 from replayssm.registry import register
-from replayssm.rounding import dequantize_state, philox_generator, quantize_state
+from replayssm.rounding import dequantize_state, quantize_state
 
 NAME = "flashinfer"
 VERSION = "0.7.2.post1"
@@ -127,8 +127,8 @@ class FlashInferSSU(_FlashInfer):
                       cache_steps=self.T)
         else:  # single-token layout (batch, nheads, dim)
             tok, dt, o, kw = {k: v[:, 0] for k, v in tok.items()}, dt[:, 0], o[:, 0], {}
-        self.mamba.selective_state_update(self.state, tok["x"], dt, self.A3, tok["B"], tok["C"], self.D2, z=tok.get("z"),
-                                          dt_bias=self.bias2, dt_softplus=True, state_batch_indices=idx,
+        self.mamba.selective_state_update(self.state, tok["x"], dt, self.A3, tok["B"], tok["C"], self.D2,
+                                          z=tok.get("z"), dt_bias=self.bias2, dt_softplus=True, state_batch_indices=idx,
                                           pad_slot_id=-1, out=o, **kw)
         act = self.active_rows(slot_ids)
         out[act] = (o if self.decode.speculative else o[:, None]).index_select(0, act)
