@@ -64,8 +64,11 @@ def add_parser(subparsers):
     p.add_argument("--out", default="replayssm-results", help="folder for the result JSON and Markdown")
     p.add_argument("--save-scenario", metavar="FILE", help="also write the scenario JSON used")
     p.add_argument("--literal-every", type=int, default=1, help="run the literal model every N steps (0: never)")
-    p.add_argument("--invariants-every", type=int, default=1, help="snapshot invariants every N steps (0: never)")
-    p.add_argument("--state-every", type=int, default=1, help="committed-state check every N steps (0: never)")
+    p.add_argument("--invariants-every", type=int, default=1,
+                   help="snapshot invariants every N >= 1 steps and the last step")
+    p.add_argument("--state-every", type=int, default=1,
+                   help="committed-state check every N >= 1 steps and the last step (every flush's checkpoint "
+                        "is judged whatever N)")
     p.add_argument("--no-repeat", action="store_true", help="skip the repeated-run bit-identity check")
     p.add_argument("--stop-on-failure", action="store_true", help="stop after the first failing step")
     p.add_argument("--progress", action="store_true", default=None, help="progress bar (default: long runs on a tty)")
@@ -140,10 +143,14 @@ def run(args) -> int:
     import torch
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads: expected a positive integer, got {args.threads}")
-    for flag in ("literal_every", "invariants_every", "state_every"):
-        if getattr(args, flag) < 0:
-            raise ValueError(f"--{flag.replace('_', '-')}: expected an integer >= 0 (0: never), "
-                             f"got {getattr(args, flag)}")
+    if args.literal_every < 0:
+        raise ValueError(f"--literal-every: expected an integer >= 0 (0: never; the fp64 running-error bound "
+                         f"judges the other steps), got {args.literal_every}")
+    for flag in ("invariants_every", "state_every"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')}: expected an integer >= 1, got {getattr(args, flag)} "
+                             f"(0 would switch checks off; no option does: a larger N samples them, every flush "
+                             f"and the last step are always judged)")
     check_writable(args.out, "--out")
     if args.save_scenario:
         check_writable(args.save_scenario, "--save-scenario", is_dir=False)

@@ -160,10 +160,12 @@ class Lockstep:
 
     ``kernel``: registered name, KernelUnderTest subclass, or an instance built for ``sc``
     (a fresh instance each run).  ``literal_every``: run the literal model (tolerance rule) every
-    n-th step (0: never).  ``invariants_every``: snapshot-based exact checks every n-th step
-    (0: never).  ``state_every``: committed-state check every n-th step (flush checks always run
-    when invariants or state checks run on that step).  ``max_failures``: failures kept in full
-    (all are counted).
+    n-th step (0: never; the fp64 running-error bound judges the other steps).
+    ``invariants_every``: snapshot-based exact checks every n-th step and the last step.
+    ``state_every``: committed-state check every n-th step and the last step.  The checkpoint of
+    every flush is judged (``flush-checkpoint``) unless both are 0, which only jobs that judge
+    states themselves use (drift, the golden trajectories, the repeat run); :func:`run_scenario`
+    refuses 0 for either.  ``max_failures``: failures kept in full (all are counted).
 
     The checks are the registered units of ``validators/checks/`` (``CHECKS``): each runs at its
     hooks on the steps its schedule names, for the kernel kinds it lists; a snapshot is taken only
@@ -257,13 +259,14 @@ class Lockstep:
     def _enabled(self, schedule: str) -> bool:
         """Whether checks of ``schedule`` can run at all in this run."""
         return {"every-step": True, "invariants": bool(self.invariants_every), "literal": bool(self.literal_every),
-                "state": bool(self.state_every), "invariants-or-state": bool(self.invariants_every or self.state_every),
+                "state": bool(self.state_every), "every-flush": bool(self.invariants_every or self.state_every),
                 "once": True, "repeat": True}[schedule]
 
-    def _due(self, s: int) -> set[str]:
-        """The schedules due at step ``s``."""
-        inv_on = bool(self.invariants_every) and s % self.invariants_every == 0
-        st_on = bool(self.state_every) and s % self.state_every == 0
+    def _due(self, s: int, last: bool = False) -> set[str]:
+        """The schedules due at step ``s`` (``last``: the plan's last step, where every sampled
+        schedule that is on is due, so sampling never leaves the end of a run unjudged)."""
+        inv_on = bool(self.invariants_every) and (last or s % self.invariants_every == 0)
+        st_on = bool(self.state_every) and (last or s % self.state_every == 0)
         due = {"every-step"}
         if inv_on:
             due.add("invariants")
@@ -271,8 +274,8 @@ class Lockstep:
             due.add("literal")
         if st_on:
             due.add("state")
-        if inv_on or st_on:
-            due.add("invariants-or-state")
+        if self.invariants_every or self.state_every:
+            due.add("every-flush")
         return due
 
     def _needs(self, due: set[str]) -> set[str]:
@@ -490,7 +493,7 @@ class Lockstep:
         s, sc, k, dev = p.step, self.sc, self.kernel, self.device
         self.reset_rows(p)
         inputs = make_inputs(sc, s, dev)
-        due = self._due(s)
+        due = self._due(s, last=self.step_idx == len(self.plans) - 1)
         needs = self._needs(due)
         use_lit = "literal" in due
         flush_rows = [r for r in self.active if self.dec.is_flush(self.wp[r])]
@@ -647,9 +650,9 @@ class Lockstep:
         self.started = True
 
     def _when(self, schedule: str) -> str:
-        return {"every-step": "every step", "invariants": f"every {self.invariants_every} step(s)",
+        return {"every-step": "every step", "invariants": f"every {self.invariants_every} step(s) and the last",
                 "literal": f"every {self.literal_every} step(s), vs {self.literal_name}",
-                "state": f"every {self.state_every} step(s)", "invariants-or-state": "at flushes",
+                "state": f"every {self.state_every} step(s) and the last", "every-flush": "at every flush",
                 "once": "end of run", "repeat": "end of run"}[schedule]
 
     # ---- result -------------------------------------------------------------------------------------------------
@@ -700,6 +703,10 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
     error: exceptions are recorded in the result with the step they happened at."""
     if not isinstance(sc, Scenario):
         raise ValueError(f"sc: expected a Scenario, got {type(sc).__name__}")
+    for name, v in (("invariants_every", invariants_every), ("state_every", state_every)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: expected an integer >= 1, got {v!r} (0 would switch checks off; no option "
+                             f"does: a larger n samples them, every flush and the last step are always judged)")
     if isinstance(kernel, KernelUnderTest) and repeat_check:
         raise ValueError("kernel: pass a registered name or a class so the repeat check can build a fresh instance "
                          "(or repeat_check=False)")

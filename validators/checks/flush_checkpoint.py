@@ -15,7 +15,7 @@ from __future__ import annotations
 from replayssm.validators.checks.registry import REPLAY, register_check
 
 
-@register_check("flush-checkpoint", hooks="at-flush", schedule="invariants-or-state", kinds=REPLAY,
+@register_check("flush-checkpoint", hooks="at-flush", schedule="every-flush", kinds=REPLAY,
                 needs=("checkpoint",),
                 catches="at a flush the checkpoint differs from the reference state at the folded token count",
                 mutant="mutant-late-flush")
