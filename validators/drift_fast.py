@@ -18,6 +18,14 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   an unwritten or non-finite output makes that position's error non-finite, and the chunk's
   errors are looked at once, at the end of each run call; only a flagged step is checked
   element by element, on the output and reference it kept, with Lockstep's messages;
+* the fp64 running-error bound (``checks/fp64_bound.py``, what judges drift's outputs on the
+  slow path: no literal model) is the Lockstep's own ``RunningBound``, advanced per step on the
+  host's schedule (it depends on the inputs, flushes and accepted counts only); the readout
+  magnitudes it is scaled by are computed beside the reference (also inside a graph), and the
+  ``output`` check runs, with its own code, on the steps whose errors exceed the bound once the
+  chunk is looked at (the excess test batched over the chunk, the same elementwise bits).  The
+  bound's advance is host-launched per step (~265 aten ops per step on a CPU, tiny): not yet
+  inside the CUDA graphs;
 * a kernel with a raw launch path (``launch_verify``/``launch_commit``: the Triton Mamba-2
   kernels) is called through it (no host checks, no sync); any other kernel through
   ``verify``/``commit`` (the interface path, as the slow path does);
@@ -45,7 +53,9 @@ from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators import invariants as inv
 from replayssm.validators.checks.context import StepContext
 from replayssm.validators.checks.output_bits import non_finite, unwritten_output
-from replayssm.validators.metrics import rel_l2_into, row_rel_l2
+from replayssm.validators.checks.output_tolerance import output as output_check
+from replayssm.validators.metrics import error_metrics, rel_l2_into, row_rel_l2
+from replayssm.validators.runner import readout_magnitude
 
 MAX_GRAPHS = 48
 
@@ -142,6 +152,15 @@ class FastCell:
         self.sel_v = [self.sel[j, t].view(R, *([1] * state_dims)) for j in range(K) for t in range(T)]
         self.arange_T = torch.arange(1, T + 1, device=dev).view(1, T, 1)
         self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params)
+        self.bound = ls.bound  # the fp64 running-error bound (None: the family gives no error model)
+        if self.bound is not None:
+            self.tok_buf = {n: torch.empty((K * T, R, *s), dtype=torch.float64, device=dev)
+                            for n, s in g.input_shapes().items()}
+            self.tok_v = [{n: b[i] for n, b in self.tok_buf.items()} for i in range(K * T)]
+            self.mag = torch.empty((K, R, T, 1), dtype=torch.float64, device=dev)  # readout magnitude maxima
+            self.mag_v = [self.mag[j, :, t, 0] for j in range(K) for t in range(T)]
+            self.fp_out = torch.empty((K, R, T), dtype=torch.float64, device=dev)  # the bound on each output
+            self.walk = torch.empty((K, R), dtype=torch.float64, device=dev)  # the rule's sr_walk at the step
         self.chunk_at = None  # first step of the chunk in the buffers
         self.checked = cell.step  # steps before this one had their outputs checked
         self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
@@ -167,6 +186,9 @@ class FastCell:
         tok = {name: v[:n].transpose(1, 2).reshape(n * T, R, *v.shape[3:]).to(torch.float64)
                for name, v in self.inb.items()}
         self.ref.load(tok, n * T)
+        if self.bound is not None:
+            for name, b in self.tok_buf.items():
+                b[:n * T].copy_(tok[name])
         self.chunk_at = at
 
     # ---- device work ----------------------------------------------------------------------------------------
@@ -203,6 +225,10 @@ class FastCell:
         st, new = ref, ref
         for t in range(T):
             st = self.ref.step(st, j * T + t, self.y_v[j * T + t])
+            if self.bound is not None:  # Lockstep._reference_window's readout magnitude, its maximum
+                mag = readout_magnitude(self.sc.family, st, self.tok_v[j * T + t], ls.ref_params,
+                                        self.sc.precision.scaled_state)
+                self.mag_v[j * T + t].copy_(mag.flatten(1).amax(-1))
             hit = k == t + 1
             if hit.all():
                 new = st
@@ -244,6 +270,38 @@ class FastCell:
         else:
             g.replay()
             self.replays += 1
+
+    # ---- the fp64 running-error bound ----------------------------------------------------------------------
+    def _bound_step(self, j: int, flush_rows: list[int], k: np.ndarray) -> None:
+        """What ``Lockstep.step`` does for the bound at chunk step ``j`` (before its cursors move):
+        count the flushes (the tolerance rule's envelope), advance the running bound over the window."""
+        ls, T = self.ls, self.T
+        for r in flush_rows:
+            ls.lit_env["flushes"][r] += 1
+        if self.bound is None:
+            return
+        fl = torch.zeros(self.R, dtype=torch.bool, device=self.dev)
+        fl[flush_rows] = True
+        kt = torch.as_tensor(k, device=self.dev)
+
+        def readout(s_abs, tok):
+            return readout_magnitude(self.sc.family, s_abs, tok, ls.ref_params, False)
+
+        fp = self.bound.window(self.tok_v[j * T:(j + 1) * T], ls.ref_params, fl, ls.dec.speculative, kt, ls.ref,
+                               readout)
+        self.fp_out[j].copy_(fp["output"])
+        self.walk[j].copy_(ls.rule.sr_walk(ls.active_idx))
+
+    def _over_bound(self, a: int, b: int) -> list[int]:
+        """Chunk steps ``a..b-1`` (offsets from ``a``) where some output error exceeds the fp64
+        bound: ``output_tolerance``'s bound, batched over the steps (the same elementwise bits)."""
+        if self.bound is None or b <= a:
+            return []
+        rule = self.ls.rule
+        m = error_metrics(self.out[a:b], self.ref_out[a:b], rule.u_out, lead=3)
+        scale = torch.maximum(m["ref_max"], self.mag[a:b].flatten(3).amax(-1)).amax(-1, keepdim=True)
+        bnd = self.fp_out[a:b] + rule.tol.floor_u * rule.u_out * scale * self.walk[a:b][:, :, None]
+        return torch.nonzero((m["max_abs"] > bnd).flatten(1).any(1)).flatten().tolist()
 
     # ---- host bookkeeping (Lockstep.step and CellRun.run_steps, without the device work) ----------------------
     def _flush_rows(self) -> list[int]:
@@ -329,20 +387,27 @@ class FastCell:
         if hi <= lo:
             return
         a, b = lo - self.chunk_at, hi - self.chunk_at
-        flagged = torch.nonzero(~torch.isfinite(self.rel[a:b]).flatten(1).all(1)).flatten().tolist()
-        for j in flagged:
+        nonfinite = set(torch.nonzero(~torch.isfinite(self.rel[a:b]).flatten(1).all(1)).flatten().tolist())
+        for j in sorted(nonfinite | set(self._over_bound(a, b))):
             out, ro = self.out_v[a + j], self.ref_out_v[a + j]
-            self._rel(out, ro, self.rel_v[a + j], exact=True)
-            self._output_failures(self.cell.plans[lo + j], out, ro)
+            if j in nonfinite:
+                self._rel(out, ro, self.rel_v[a + j], exact=True)
+            self._output_failures(self.cell.plans[lo + j], out, ro, a + j)
         self.checked = hi
 
-    def _output_failures(self, plan, out: torch.Tensor, ref_out: torch.Tensor) -> None:
-        """The engine's own unwritten-output and non-finite checks on one flagged step (no literal
-        model, no padding rows on the fast path)."""
+    def _output_failures(self, plan, out: torch.Tensor, ref_out: torch.Tensor, j: int) -> None:
+        """The engine's own unwritten-output, non-finite and output (fp64 bound) checks on one
+        flagged step, chunk step ``j`` (no literal model, no padding rows on the fast path)."""
         ctx = StepContext(run=self.ls, plan=plan, inputs={}, flush_rows=[], hook="after-verify", out=out,
                           ref_out=ref_out)
         unwritten_output(ctx)
         non_finite(ctx)
+        if self.bound is not None:
+            ctx.metrics = error_metrics(ctx.o_act, ref_out.index_select(0, self.ls.active_idx), self.ls.rule.u_out,
+                                        lead=2)
+            ctx.ref_magnitude, ctx.walk = self.mag[j], self.walk[j]
+            ctx.fp64 = {"output": self.fp_out[j]}
+            output_check(ctx)
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def _sync_static(self) -> None:
@@ -412,6 +477,7 @@ class FastCell:
             for i, s in enumerate(steps):
                 j = s - at
                 flush_rows = self._flush_rows()
+                self._bound_step(j, flush_rows, ks[i])
                 pos_before, k = self._book(j, flush_rows)
                 if i == len(steps) - 1:
                     self._events(j, flush_rows, pos_before, k, ref_before)

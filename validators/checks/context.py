@@ -46,6 +46,7 @@ class StepContext:
     ref_magnitude: torch.Tensor | None = None  # readout magnitudes [R, T', ...]
     lit_outs: list[torch.Tensor] | None = None  # literal model (and SR replicas) outputs
     fp64: dict[str, torch.Tensor] | None = None  # the fp64 running-error bounds (checks/fp64_bound.py)
+    walk: torch.Tensor | None = None  # the rule's sr_walk of the active rows at this step (None: computed now)
     use_literal: bool = False
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # error_metrics of the active outputs
     device_record: dict[str, torch.Tensor] = field(default_factory=dict)  # per-step metrics, on the device
@@ -67,6 +68,11 @@ class StepContext:
         self.run.fail(self.step, check, message, **where)
 
     # ---- shared, computed once -------------------------------------------------------------------------
+    @property
+    def sr_walk(self) -> torch.Tensor:
+        """The tolerance rule's stochastic-rounding walk of the active rows at this step."""
+        return self.walk if self.walk is not None else self.rule.sr_walk(self.run.active_idx)
+
     @cached_property
     def o_act(self) -> torch.Tensor:
         """The outputs of the active rows."""
