@@ -57,6 +57,7 @@ from replayssm.validators import mutants  # noqa: F401 - registers every mutant 
 from replayssm.validators.checks import CHECKS, HOOKS, RunContext, StepContext, ToleranceRule, checks_at
 from replayssm.validators.checks.fp64_bound import RunningBound, error_model, state_norm
 from replayssm.validators.checks.tolerance_rule import SR_WALK_CAP
+from replayssm.validators.golden_truth import GoldenTruth, masked
 from replayssm.validators.metrics import error_metrics
 from replayssm.validators.result import Failure, ValidationResult
 
@@ -166,6 +167,10 @@ class Lockstep:
     every flush is judged (``flush-checkpoint``) unless both are 0, which only jobs that judge
     states themselves use (drift, the golden trajectories, the repeat run); :func:`run_scenario`
     refuses 0 for either.  ``max_failures``: failures kept in full (all are counted).
+    ``truth``: ``"reference"`` (the fp64 reference, recomputed) or ``"golden"`` (read from the
+    golden fp64 trajectories of a canonical scenario, ``validators/golden_truth.py``: the value
+    checks judge the stored elements at the stored steps; ValueError naming ``truth`` when the
+    scenario is no golden entry's or the data fails its sha256 manifest).
 
     The checks are the registered units of ``validators/checks/`` (``CHECKS``): each runs at its
     hooks on the steps its schedule names, for the kernel kinds it lists; a snapshot is taken only
@@ -174,7 +179,10 @@ class Lockstep:
 
     def __init__(self, sc: Scenario, kernel, *, device="cpu", literal_every: int = 1, invariants_every: int = 1,
                  state_every: int = 1, max_failures: int = 200, record_metrics: bool = True, digest: bool = True,
-                 steps: list[StepPlan] | None = None) -> None:
+                 steps: list[StepPlan] | None = None, truth: str = "reference") -> None:
+        if truth not in ("reference", "golden"):
+            raise ValueError(f"truth: expected 'reference' or 'golden', got {truth!r}")
+        self.golden = GoldenTruth.load(sc) if truth == "golden" else None
         for name, v in (("literal_every", literal_every), ("invariants_every", invariants_every),
                         ("state_every", state_every)):
             if not isinstance(v, int) or v < 0:
@@ -225,6 +233,8 @@ class Lockstep:
         self.dec = sc.decode_config.with_policy(declared_policy(type(self.kernel)))
         self.ragged = any(p.window_lens is not None for p in self.plans)
         self.zero_noop = self.kernel.zero_accept == "noop" and self.dec.speculative
+        if self.ragged and self.golden is not None:
+            raise ValueError("truth: golden: the plan has ragged windows; the golden scenarios have none")
         if self.ragged:
             for who, obj in (("kernel", self.kernel), ("literal model", self.literal)):
                 if obj is not None and not getattr(obj, "supports_ragged_windows", False):
@@ -471,13 +481,36 @@ class Lockstep:
             sel = (kt == t + 1).view(-1, *([1] * (st.dim() - 1)))
             new = torch.where(sel, st, new)
         self.ref_magnitude = torch.stack(mags, dim=1)
-        if self.bound is not None:
-            fl = torch.zeros(self.sc.rows, dtype=torch.bool, device=self.device)
-            fl[list(flush_rows)] = True
-            def readout(s_abs, tok):
-                return readout_magnitude(self.sc.family, s_abs, tok, self.ref_params, False)
-            self.fp64 = self.bound.window(toks, self.ref_params, fl, self.dec.speculative, kt, st, readout)
+        self._bound_window(toks, kt, flush_rows, st)
         return torch.stack(outs, dim=1), new, after_first
+
+    def _bound_window(self, toks: list[dict], kt: torch.Tensor, flush_rows, like: torch.Tensor) -> None:
+        """Advance the fp64 running-error bound over the window into ``self.fp64`` (when there is one)."""
+        if self.bound is None:
+            return
+        fl = torch.zeros(self.sc.rows, dtype=torch.bool, device=self.device)
+        fl[list(flush_rows)] = True
+
+        def readout(s_abs, tok):
+            return readout_magnitude(self.sc.family, s_abs, tok, self.ref_params, False)
+        self.fp64 = self.bound.window(toks, self.ref_params, fl, self.dec.speculative, kt, like, readout)
+
+    def _golden_window(self, ctx: StepContext, inputs: dict[str, torch.Tensor], p: StepPlan, flush_rows):
+        """The truth of step ``p`` from the golden data (no reference recurrence): on a stored step
+        the stored outputs and committed state (``ctx.ref_out``, ``ctx.ref_state``, zeros past the
+        stored elements), the literal models' outputs and ``ctx.state_mask`` for the state check;
+        otherwise none.  The fp64 bound advances as usual.  Returns the kernel's active outputs to
+        judge (its value past the stored elements replaced by the truth's placeholder) or None."""
+        toks = [{n: v[:, t].to(torch.float64) for n, v in inputs.items()} for t in range(self.sc.window)]
+        self._bound_window(toks, torch.tensor(p.accepted, device=self.device), flush_rows, self.ref)
+        if p.step not in self.golden.steps:
+            return None
+        act = self.active_idx
+        ctx.ref_out, mask, ctx.ref_magnitude = self.golden.outputs(p.step, ctx.out)
+        ctx.ref_state, ctx.state_mask = self.golden.state(p.step, self.ref)
+        if ctx.lit_outs:
+            ctx.lit_outs = [masked(x, mask, ctx.ref_out) for x in ctx.lit_outs]
+        return masked(ctx.o_act, mask.index_select(0, act), ctx.ref_out.index_select(0, act))
 
     def step(self) -> dict:
         """Run the next planned step; returns its record (per-step metrics as floats when
@@ -529,17 +562,24 @@ class Lockstep:
         ctx.lit_outs = [lit.verify(self.ids, inputs, **lit_kw) for lit in self.literals] if use_lit else None
         if use_lit and ctx.checkpoint is not None:
             ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
-        ctx.ref_state_before = self.ref
-        ctx.ref_out, ctx.ref_state, ctx.ref_first = self._reference_window(inputs, p.accepted, flush_rows)
-        ctx.fp64 = self.fp64 if self.bound is not None else None
-        ctx.ref_magnitude = self.ref_magnitude
         ctx.out_raw = ctx.out
+        act = self.active_idx
+        if self.golden is None:
+            ctx.ref_state_before = self.ref
+            ctx.ref_out, ctx.ref_state, ctx.ref_first = self._reference_window(inputs, p.accepted, flush_rows)
+            ctx.ref_magnitude = self.ref_magnitude
+            o_judged = ctx.o_act
+        else:
+            o_judged = self._golden_window(ctx, inputs, p, flush_rows)
+        ctx.fp64 = self.fp64 if self.bound is not None else None
         if p.window_lens is not None:
             self._fill_window_tails(ctx, p.window_lens)
-        act = self.active_idx
-        m = ctx.metrics = error_metrics(ctx.o_act, ctx.ref_out.index_select(0, act), self.rule.u_out, lead=2)
-        ctx.device_record.update({"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(),
-                                  "rms_ratio": m["rms_ratio"], "in_u": m["in_u"].amax()})
+            o_judged = ctx.o_act
+        m = ctx.metrics = ({} if o_judged is None else
+                           error_metrics(o_judged, ctx.ref_out.index_select(0, act), self.rule.u_out, lead=2))
+        if m:
+            ctx.device_record.update({"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(),
+                                      "rms_ratio": m["rms_ratio"], "in_u": m["in_u"].amax()})
         self._run_hook("after-verify", ctx, due)
         if at_flush:
             self._run_hook("at-flush", ctx, due)
@@ -553,7 +593,8 @@ class Lockstep:
             self.wp[r], self.origin[r] = self.dec.commit_cursor(self.wp[r], self.origin[r], r in flush_rows,
                                                                 p.accepted[r])
             self.tokens_accepted += p.accepted[r]
-        self.ref = ctx.ref_state
+        if self.golden is None:
+            self.ref = ctx.ref_state
         if "after-commit" in needs:
             ctx.snapshots["after-commit"] = k.snapshot()
         self._run_hook("after-commit", ctx, due)
@@ -564,13 +605,15 @@ class Lockstep:
             self.digest.update(ctx.out_raw)
         full_max = torch.full((sc.rows, sc.window), float("nan"), dtype=torch.float64, device=dev)
         full_rel = full_max.clone()
-        full_max[act], full_rel[act] = m["max_abs"], m["rel_l2"]
+        if m:
+            full_max[act], full_rel[act] = m["max_abs"], m["rel_l2"]
         self.last_step = {"plan": p, "inputs": inputs, "out": out, "ref_out": ctx.ref_out, "max_abs": full_max,
                           "rel_l2": full_rel, "flush_rows": flush_rows}
         if self.record_metrics:
             dev_rec = ctx.device_record
             names = list(dev_rec)
-            rec.update(zip(names, torch.stack([dev_rec[n].to(torch.float64) for n in names]).tolist()))
+            if names:
+                rec.update(zip(names, torch.stack([dev_rec[n].to(torch.float64) for n in names]).tolist()))
             for key in self.metrics:
                 self.metrics[key].append(rec.get(key))
         self.step_idx += 1
@@ -686,6 +729,11 @@ class Lockstep:
             res.notes.append("no padding rows: padding-row handling was not exercised")
         if self.literal is None:
             res.notes.append("no literal model at this mode: the tolerance rule was not applied to outputs")
+        if self.golden is not None:
+            g = self.golden
+            res.notes.append(f"truth: golden {g.stem} (golden/trajectories, sha256-checked): outputs and committed "
+                             f"states judged at steps {', '.join(map(str, g.steps))} on the stored elements "
+                             f"(at most {g.keep} per row); flush checkpoints and the other steps have no stored truth")
         res.passed = not self.failure_counts and exception is None
         return res
 
@@ -697,7 +745,7 @@ def _exception_record(step: int, e: BaseException) -> dict:
 
 def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, repeat_check: bool = True,
                  literal_every: int = 1, invariants_every: int = 1, state_every: int = 1,
-                 stop_on_failure: bool = False, max_failures: int = 200) -> ValidationResult:
+                 stop_on_failure: bool = False, max_failures: int = 200, truth: str = "reference") -> ValidationResult:
     """Validate ``kernel`` (registered name, class, or a zero-argument factory of fresh instances is not
     needed: names and classes are rebuilt for the repeat run) on ``sc``; never raises for a kernel
     error: exceptions are recorded in the result with the step they happened at."""
@@ -711,7 +759,7 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
         raise ValueError("kernel: pass a registered name or a class so the repeat check can build a fresh instance "
                          "(or repeat_check=False)")
     ls = Lockstep(sc, kernel, device=device, literal_every=literal_every, invariants_every=invariants_every,
-                  state_every=state_every, max_failures=max_failures)
+                  state_every=state_every, max_failures=max_failures, truth=truth)
     n = len(ls.plans)
     bar = None
     if progress:

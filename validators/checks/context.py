@@ -44,6 +44,7 @@ class StepContext:
     ref_first: torch.Tensor | None = None  # ... after window position 0
     ref_state_before: torch.Tensor | None = None  # ... before the window (the committed prefix)
     ref_magnitude: torch.Tensor | None = None  # readout magnitudes [R, T', ...]
+    state_mask: torch.Tensor | None = None  # golden truth: the stored elements of ``ref_state`` (None: all)
     lit_outs: list[torch.Tensor] | None = None  # literal model (and SR replicas) outputs
     fp64: dict[str, torch.Tensor] | None = None  # the fp64 running-error bounds (checks/fp64_bound.py)
     walk: torch.Tensor | None = None  # the rule's sr_walk of the active rows at this step (None: computed now)
@@ -66,6 +67,14 @@ class StepContext:
 
     def fail(self, check: str, message: str, **where) -> None:
         self.run.fail(self.step, check, message, **where)
+
+    def judged_state(self, x: torch.Tensor) -> torch.Tensor:
+        """A state as the state checks judge it: itself, or with golden truth its stored elements
+        (the placeholder of ``ref_state`` elsewhere, so they add no error)."""
+        if self.state_mask is None:
+            return x
+        keep = self.state_mask | ~torch.isfinite(x)  # a non-finite value is judged wherever it is
+        return torch.where(keep, x, self.ref_state.to(x.dtype))
 
     # ---- shared, computed once -------------------------------------------------------------------------
     @property
