@@ -184,6 +184,7 @@ def run(args) -> int:
         pj, pm = res.save(Path(args.out), stem)
         print(res.headline())
         if not args.quiet:
+            print(f"conventions: {res.conventions}")
             if not res.passed:
                 for c, k in sorted(res.failure_counts.items()):
                     print(f"  {c}: {k} failure(s)")

@@ -48,6 +48,7 @@ from collections import Counter
 import numpy as np
 import torch
 
+from replayssm.conventions import conv_kwargs
 from replayssm.families import family
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators import invariants as inv
@@ -89,13 +90,14 @@ class _ChunkReference:
     ``reference_advance`` token by token -- the same two functions ``reference_step`` runs, so the
     same bits."""
 
-    def __init__(self, fam, K: int, params: dict[str, torch.Tensor]) -> None:
+    def __init__(self, fam, K: int, params: dict[str, torch.Tensor], conv=None) -> None:
         self.fam, self.K, self.params = fam, K, params
+        self.kw = conv_kwargs(conv)  # the kernel's declared conventions (as the slow path's reference_step)
         self.buf: dict[str, torch.Tensor] | None = None
 
     def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
         """Tokens ``[n, R, ...]`` (fp64, token-major) into the buffers."""
-        prep = self.fam.reference_prepare(tok, self.params)
+        prep = self.fam.reference_prepare(tok, self.params, **self.kw)
         if self.buf is None:
             self.buf = {k: torch.empty((self.K, *v.shape[1:]), dtype=v.dtype, device=v.device) for k, v in prep.items()}
             self.v = {k: b.unbind(0) for k, b in self.buf.items()}
@@ -104,7 +106,7 @@ class _ChunkReference:
 
     def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None) -> torch.Tensor:
         """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given."""
-        y, new = self.fam.reference_advance(st, {k: v[i] for k, v in self.v.items()}, self.params)
+        y, new = self.fam.reference_advance(st, {k: v[i] for k, v in self.v.items()}, self.params, **self.kw)
         if y_out is not None:
             y_out.copy_(y)
         return new
@@ -151,7 +153,7 @@ class FastCell:
         state_dims = len(g.state_shape)
         self.sel_v = [self.sel[j, t].view(R, *([1] * state_dims)) for j in range(K) for t in range(T)]
         self.arange_T = torch.arange(1, T + 1, device=dev).view(1, T, 1)
-        self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params)
+        self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params, ls.conv)
         self.bound = ls.bound  # the fp64 running-error bound (None: the family gives no error model)
         if self.bound is not None:
             self.tok_buf = {n: torch.empty((K * T, R, *s), dtype=torch.float64, device=dev)

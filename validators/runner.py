@@ -45,6 +45,7 @@ from collections import Counter
 
 import torch
 
+from replayssm.conventions import Conventions, declared
 from replayssm.families import families, family
 from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, policy
 from replayssm.ops.literal import LiteralFlushWhenFullKernel, LiteralFoldEveryCommitKernel
@@ -69,9 +70,20 @@ SR_REPLICAS = 2
 
 
 def reference_step(family_name: str, state: torch.Tensor, tok: dict[str, torch.Tensor],
-                   params: dict[str, torch.Tensor]):
-    """One fp64 recurrence step (spec 2) of the family's ``naive.py`` for all rows: (output, new state)."""
-    return family(family_name).reference_step(state, tok, params)
+                   params: dict[str, torch.Tensor], conv: Conventions | None = None):
+    """One fp64 recurrence step (spec 2) of the family's ``naive.py`` for all rows: (output, new state);
+    ``conv``: the kernel's declared conventions (replayssm/conventions.py)."""
+    return family(family_name).reference_step(state, tok, params, conv)
+
+
+def kernel_conventions(cls: type[KernelUnderTest], sc: Scenario) -> Conventions:
+    """The conventions a kernel class declares for ``sc`` (``cls.conventions``: fields, or fields per
+    decode ``{"standard": {...}, "speculative": {...}}``); ValueError naming ``conventions``."""
+    decl = dict(getattr(cls, "conventions", {}) or {})
+    if decl and set(decl) <= {"standard", "speculative"}:
+        decl = dict(decl.get(sc.decode, {}))
+    return declared(decl, family(sc.family).conventions, sc.precision.act_dtype,
+                    who=f"kernel {getattr(cls, 'name', '') or cls.__name__!r}")
 
 
 def readout_magnitude(family_name: str, state: torch.Tensor, tok: dict[str, torch.Tensor],
@@ -139,9 +151,11 @@ def literal_twin_name(cls: type[KernelUnderTest], sc: Scenario) -> str | None:
     return None
 
 
-def build_kernel(kernel, sc: Scenario, device, params=None, twin: bool = False) -> KernelUnderTest:
+def build_kernel(kernel, sc: Scenario, device, params=None, twin: bool = False,
+                 conventions: Conventions | None = None) -> KernelUnderTest:
     """A kernel for ``sc``: a registered name, a KernelUnderTest subclass, or an instance.  A literal
-    ``twin`` gets only the scenario's kernel options it declares (the rest are the kernel under test's)."""
+    ``twin`` gets only the scenario's kernel options it declares (the rest are the kernel under test's)
+    and computes with ``conventions`` (the kernel under test's; otherwise a kernel gets its own)."""
     if isinstance(kernel, KernelUnderTest):
         return kernel
     cls = get(kernel, sc.family) if isinstance(kernel, str) else kernel
@@ -152,7 +166,8 @@ def build_kernel(kernel, sc: Scenario, device, params=None, twin: bool = False) 
     cfg = KernelConfig(sc.geometry_obj, {k: v.to(device) for k, v in params.items()}, sc.precision,
                        sc.decode_config.with_policy(declared_policy(cls)), num_slots=sc.num_slots,
                        device=torch.device(device),
-                       options={k: v for k, v in sc.kernel_options.items() if not twin or k in cls.accepted_options})
+                       options={k: v for k, v in sc.kernel_options.items() if not twin or k in cls.accepted_options},
+                       conventions=conventions if conventions is not None else kernel_conventions(cls, sc))
     return cls(cfg)
 
 
@@ -195,6 +210,12 @@ class Lockstep:
             raise ValueError(f"kernel: instance was built for {self.kernel.geometry} {self.kernel.mode.id}, "
                              f"the scenario needs {sc.geometry_obj} {sc.mode}")
         self.kernel_name = self.kernel.name or type(self.kernel).__name__
+        # The recurrence the kernel claims (its declared conventions): the reference and the literal
+        # model follow it.
+        self.conv = kernel_conventions(type(self.kernel), sc)
+        if self.golden is not None and not self.conv.is_default:
+            raise ValueError(f"truth: golden: the golden trajectories follow the default conventions; kernel "
+                             f"{self.kernel_name!r} declares {self.conv.changes()}")
         # The fp64 running-error bound judges every step the literal model does not run; a family
         # without an error model keeps the literal model on every step (no option turns the
         # numerical checks off).
@@ -207,14 +228,15 @@ class Lockstep:
         if self.bound is None and not literal_every:
             literal_every = 1
         self.literal_name = literal_twin_name(type(self.kernel), sc) if literal_every else None
-        self.literal = (build_kernel(self.literal_name, sc, self.device, self.params, twin=True)
+        self.literal = (build_kernel(self.literal_name, sc, self.device, self.params, twin=True, conventions=self.conv)
                         if self.literal_name else None)
         self.literal_every = literal_every if self.literal is not None else 0
         self.replicas = []
         if self.literal is not None and sc.precision.rounding == "stochastic":
             for i in range(1, SR_REPLICAS + 1):
                 rsc = sc.replace(mode=dataclasses.replace(sc.precision, seed=sc.precision.seed + 7919 * i).id)
-                self.replicas.append(build_kernel(self.literal_name, rsc, self.device, self.params, twin=True))
+                self.replicas.append(build_kernel(self.literal_name, rsc, self.device, self.params, twin=True,
+                                                  conventions=self.conv))
         self.invariants_every = invariants_every
         self.state_every = state_every
         self.max_failures = max_failures
@@ -473,7 +495,7 @@ class Lockstep:
         for t in range(T):
             tok = {n: v[:, t].to(torch.float64) for n, v in inputs.items()}
             toks.append(tok)
-            y, st = reference_step(self.sc.family, st, tok, self.ref_params)
+            y, st = reference_step(self.sc.family, st, tok, self.ref_params, self.conv)
             outs.append(y)
             mags.append(readout_magnitude(self.sc.family, st, tok, self.ref_params, self.sc.precision.scaled_state))
             if t == 0:
@@ -706,7 +728,8 @@ class Lockstep:
                                tokens_accepted=self.tokens_accepted, tokens_verified=self.tokens_verified,
                                wall_s=wall_s, failures=sorted(self.failures, key=lambda f: f.sort_key),
                                failure_counts=dict(self.failure_counts), exception=exception,
-                               device=str(self.device))
+                               device=str(self.device),
+                               conventions=self.conv.label(family(sc.family).conventions))
         res.metrics = {k: v for k, v in self.metrics.items() if any(x is not None for x in v)}
         summ = {}
         for key in ("max_abs", "rel_l2", "rms_ratio", "in_u", "literal_max_abs", "bound_ratio", "state_err",
@@ -788,5 +811,5 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
     return ls.result(wall_s=wall, exception=exc)
 
 
-__all__ = ["SR_REPLICAS", "SR_WALK_CAP", "Lockstep", "build_kernel", "literal_twin_name", "reference_step",
-           "run_scenario"]
+__all__ = ["SR_REPLICAS", "SR_WALK_CAP", "Lockstep", "build_kernel", "kernel_conventions", "literal_twin_name",
+           "reference_step", "run_scenario"]
