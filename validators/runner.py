@@ -590,12 +590,12 @@ class Lockstep:
             ctx.ref_state_before = self.ref
             ctx.ref_out, ctx.ref_state, ctx.ref_first = self._reference_window(inputs, p.accepted, flush_rows)
             ctx.ref_magnitude = self.ref_magnitude
-            o_judged = ctx.o_act
-        else:
+        else:  # (ragged plans are refused with golden truth)
             o_judged = self._golden_window(ctx, inputs, p, flush_rows)
         ctx.fp64 = self.fp64 if self.bound is not None else None
         if p.window_lens is not None:
             self._fill_window_tails(ctx, p.window_lens)
+        if self.golden is None:  # (after the tails are filled: o_act is computed once)
             o_judged = ctx.o_act
         m = ctx.metrics = ({} if o_judged is None else
                            error_metrics(o_judged, ctx.ref_out.index_select(0, act), self.rule.u_out, lead=2))
