@@ -192,8 +192,8 @@ def test_fast_path_issues_a_fraction_of_the_host_ops():
     slow, fast = _harness_ops(False), _harness_ops(True)
     # Measured 2026-11-29 (tiny, 2 rows, local_every=2, literal model faked): 256.5 vs 34.3 ops per step
     # before either path computed the fp64 running-error bound; 2026-12-01 with it on both (drift's
-    # output check, issue 15): 458.1 vs 299.1 -- the bound's host-side advance is ~265 of the fast
-    # path's ops per step (left to capture in the CUDA graph, drift_fast.py).
+    # output check, issue 15): 458.1 vs 299.1 -- the bound's advance is ~265 of the fast path's
+    # eager ops per step (on a GPU the CUDA graph pieces replay it without host launches).
     assert fast * 1.4 < slow, (slow, fast)
 
 

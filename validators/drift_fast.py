@@ -23,9 +23,10 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   host's schedule (it depends on the inputs, flushes and accepted counts only); the readout
   magnitudes it is scaled by are computed beside the reference (also inside a graph), and the
   ``output`` check runs, with its own code, on the steps whose errors exceed the bound once the
-  chunk is looked at (the excess test batched over the chunk, the same elementwise bits).  The
-  bound's advance is host-launched per step (~265 aten ops per step on a CPU, tiny): not yet
-  inside the CUDA graphs;
+  chunk is looked at (the excess test batched over the chunk, the same elementwise bits).  With
+  graphs (and ``static``) the bound advances inside the pieces, on fixed buffers (flush masks
+  filled by the host before a piece runs); eagerly it is host-launched per step (~265 aten ops
+  per step on a CPU, tiny);
 * a kernel with a raw launch path (``launch_verify``/``launch_commit``: the Triton Mamba-2
   kernels) is called through it (no host checks, no sync); any other kernel through
   ``verify``/``commit`` (the interface path, as the slow path does);
@@ -163,6 +164,9 @@ class FastCell:
             self.mag_v = [self.mag[j, :, t, 0] for j in range(K) for t in range(T)]
             self.fp_out = torch.empty((K, R, T), dtype=torch.float64, device=dev)  # the bound on each output
             self.walk = torch.empty((K, R), dtype=torch.float64, device=dev)  # the rule's sr_walk at the step
+            self.flush_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # rows each step flushes
+            if self.graphs:  # the bound's running state on fixed buffers (what a graph reads and writes)
+                self.bound_buf = {k: v.clone() for k, v in self.bound.cur.items()}
         self.chunk_at = None  # first step of the chunk in the buffers
         self.checked = cell.step  # steps before this one had their outputs checked
         self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
@@ -237,6 +241,8 @@ class FastCell:
             elif hit.any():
                 new = torch.where(self.sel_v[j * T + t], st, new)
         self._rel(out, self.ref_out_v[j], self.rel_v[j], exact=False)
+        if self.bound is not None and self.graphs:
+            self._bound_advance(j, ref)
         if shadow is not None:
             shadow = self._advance(shadow, j, k)
         return new, shadow
@@ -251,6 +257,8 @@ class FastCell:
         self.ref_buf.copy_(ref)
         if any(flags):
             self.shadow_buf.copy_(sh)
+        if self.bound is not None:
+            self._keep_bound_static()
 
     def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int]) -> None:
         key = (j0, flags)
@@ -274,25 +282,37 @@ class FastCell:
             self.replays += 1
 
     # ---- the fp64 running-error bound ----------------------------------------------------------------------
-    def _bound_step(self, j: int, flush_rows: list[int], k: np.ndarray) -> None:
+    def _bound_step(self, j: int, flush_rows: list[int]) -> None:
         """What ``Lockstep.step`` does for the bound at chunk step ``j`` (before its cursors move):
-        count the flushes (the tolerance rule's envelope), advance the running bound over the window."""
-        ls, T = self.ls, self.T
+        count the flushes (the tolerance rule's envelope) and, eagerly, advance the running bound over
+        the window (with graphs the piece did)."""
+        ls = self.ls
         for r in flush_rows:
             ls.lit_env["flushes"][r] += 1
         if self.bound is None:
             return
-        fl = torch.zeros(self.R, dtype=torch.bool, device=self.dev)
-        fl[flush_rows] = True
-        kt = torch.as_tensor(k, device=self.dev)
+        if not self.graphs:
+            self._bound_advance(j, ls.ref)
+        self.walk[j].copy_(ls.rule.sr_walk(ls.active_idx))
+
+    def _bound_advance(self, j: int, like: torch.Tensor) -> None:
+        """``Lockstep._bound_window`` for chunk step ``j`` (flush rows in ``flush_mask[j]``, accepted
+        counts in ``acc[j]``; ``like``: a state, for its shape), its output bound into ``fp_out[j]``."""
+        ls, T = self.ls, self.T
 
         def readout(s_abs, tok):
             return readout_magnitude(self.sc.family, s_abs, tok, ls.ref_params, False)
 
-        fp = self.bound.window(self.tok_v[j * T:(j + 1) * T], ls.ref_params, fl, ls.dec.speculative, kt, ls.ref,
-                               readout)
+        fp = self.bound.window(self.tok_v[j * T:(j + 1) * T], ls.ref_params, self.flush_mask[j], ls.dec.speculative,
+                               self.acc_v[j], like, readout)
         self.fp_out[j].copy_(fp["output"])
-        self.walk[j].copy_(ls.rule.sr_walk(ls.active_idx))
+
+    def _keep_bound_static(self) -> None:
+        """The bound's running state back into its fixed buffers (the end of a piece)."""
+        for k, v in self.bound.cur.items():
+            if v is not self.bound_buf[k]:
+                self.bound_buf[k].copy_(v)
+        self.bound.cur = self.bound_buf
 
     def _over_bound(self, a: int, b: int) -> list[int]:
         """Chunk steps ``a..b-1`` (offsets from ``a``) where some output error exceeds the fp64
@@ -421,10 +441,13 @@ class FastCell:
         if cell.shadow is not self.shadow_buf:
             self.shadow_buf.copy_(cell.shadow)
             cell.shadow = self.shadow_buf
+        if self.bound is not None and self.bound.cur is not self.bound_buf:
+            self._keep_bound_static()
 
     def _piece(self, end: int) -> tuple[list[int], list[bool]]:
         """The steps from ``cell.step`` up to the next host event (a flush, a state sample, the chunk's
-        end, ``end``), and whether each advances the shadow."""
+        end, ``end``), and whether each advances the shadow; each step's flush rows go into
+        ``flush_mask`` (what the bound reads)."""
         cell, ls, dec = self.cell, self.ls, self.ls.dec
         stop = min(end, self.chunk_at + self.K, cell.n_steps)
         wp, pos = list(ls.wp), cell.pos.copy()
@@ -433,6 +456,10 @@ class FastCell:
         while s < stop:
             p = cell.plans[s]
             flush = [r for r in ls.active if dec.is_flush(wp[r])]
+            if self.bound is not None:
+                mask = self.flush_mask[s - self.chunk_at]
+                mask.zero_()
+                mask[flush] = True
             steps.append(s)
             flags.append(not flush and bool(cell.armed.any()))
             for r in ls.active:
@@ -479,7 +506,7 @@ class FastCell:
             for i, s in enumerate(steps):
                 j = s - at
                 flush_rows = self._flush_rows()
-                self._bound_step(j, flush_rows, ks[i])
+                self._bound_step(j, flush_rows)
                 pos_before, k = self._book(j, flush_rows)
                 if i == len(steps) - 1:
                     self._events(j, flush_rows, pos_before, k, ref_before)
