@@ -185,6 +185,9 @@ def run(args) -> int:
         print(res.headline())
         if not args.quiet:
             print(f"conventions: {res.conventions}")
+            for note in res.notes:
+                if note.startswith("truth: "):
+                    print(note)
             if not res.passed:
                 for c, k in sorted(res.failure_counts.items()):
                     print(f"  {c}: {k} failure(s)")
