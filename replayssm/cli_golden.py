@@ -4,7 +4,9 @@ Oracle: the fp64 reference (each family's ``naive.py``, stepped by the engine's 
 as a validation run steps it) on the canonical scenarios: each family x {tiny, the family's bench
 geometry} x {standard, speculative}, 2 rows, mode s32a32, the ``random`` schedule, 8 steps, seed 0.
 At steps :data:`SAMPLE_STEPS` the reference window outputs and the committed reference state are
-stored (per row, at most :data:`KEEP` evenly spaced elements of each, fp64) in
+stored (per row, at most :data:`KEEP` evenly spaced elements of each, fp64: ``golden_truth.sample``),
+with the largest readout magnitude of each (row, window position) (``mag<step>``, the scale of
+the tolerance floor, for ``validate --truth golden``) in
 ``golden/trajectories/<family>-<geometry>-<decode>.npz``, with ``manifest.json`` holding each file's
 sha256, its scenario and the provenance of the data.  ``verify`` checks every sha256 and that the
 reference recomputed on ``--device`` reproduces every stored value to :data:`TOLERANCE` x the
@@ -28,10 +30,10 @@ from replayssm.cli import check_device
 from replayssm.cli_guard import check_writable
 from replayssm.families import family, family_names
 from replayssm.scenarios.scenario import Scenario
+from replayssm.validators.golden_truth import KEEP, sample
 from replayssm.validators.runner import Lockstep
 
 SAMPLE_STEPS = (0, 3, 7)
-KEEP = 512
 TOLERANCE = 1e-12
 FOLDER = ("trajectories",)
 
@@ -48,15 +50,9 @@ def canonical() -> dict[str, Scenario]:
     return out
 
 
-def _keep(x: torch.Tensor) -> np.ndarray:
-    """Per row, at most KEEP evenly spaced elements of the flattened rest (fp64)."""
-    flat = x.detach().to("cpu", torch.float64).reshape(x.shape[0], -1).numpy()
-    idx = np.unique(np.linspace(0, flat.shape[1] - 1, min(KEEP, flat.shape[1])).round().astype(np.int64))
-    return np.ascontiguousarray(flat[:, idx])
-
-
 def trajectory(sc: Scenario, device: str = "cpu") -> dict[str, np.ndarray]:
-    """The sampled reference outputs (``out<step>``) and committed states (``state<step>``) of ``sc``."""
+    """The sampled reference outputs (``out<step>``), committed states (``state<step>``) and readout
+    maxima per (row, position) (``mag<step>``) of ``sc``."""
     ls = Lockstep(sc, "literal-replay", device=device, literal_every=0, invariants_every=0, state_every=0,
                   record_metrics=False, digest=False)
     ls.start()
@@ -64,8 +60,9 @@ def trajectory(sc: Scenario, device: str = "cpu") -> dict[str, np.ndarray]:
     for s in range(max(SAMPLE_STEPS) + 1):
         ls.step()
         if s in SAMPLE_STEPS:
-            arrays[f"out{s}"] = _keep(ls.last_step["ref_out"])
-            arrays[f"state{s}"] = _keep(ls.ref)
+            arrays[f"out{s}"] = sample(ls.last_step["ref_out"])
+            arrays[f"state{s}"] = sample(ls.ref)
+            arrays[f"mag{s}"] = ls.ref_magnitude.flatten(2).amax(-1).to("cpu", torch.float64).numpy()
     return arrays
 
 

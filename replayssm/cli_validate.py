@@ -20,6 +20,7 @@ from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import default_steps
 from replayssm.validators.fuzz_artifacts import kernel_of_file, module_of_file
+from replayssm.validators.golden_truth import GoldenTruth
 from replayssm.validators.runner import run_scenario
 
 # Flags that map onto scenario fields (dest -> field).  Their argparse default is None so an
@@ -64,9 +65,17 @@ def add_parser(subparsers):
     p.add_argument("--out", default="replayssm-results", help="folder for the result JSON and Markdown")
     p.add_argument("--save-scenario", metavar="FILE", help="also write the scenario JSON used")
     p.add_argument("--literal-every", type=int, default=1, help="run the literal model every N steps (0: never)")
-    p.add_argument("--invariants-every", type=int, default=1, help="snapshot invariants every N steps (0: never)")
-    p.add_argument("--state-every", type=int, default=1, help="committed-state check every N steps (0: never)")
+    p.add_argument("--invariants-every", type=int, default=1,
+                   help="snapshot invariants every N >= 1 steps and the last step")
+    p.add_argument("--state-every", type=int, default=1,
+                   help="committed-state check every N >= 1 steps and the last step (every flush's checkpoint "
+                        "is judged whatever N)")
     p.add_argument("--no-repeat", action="store_true", help="skip the repeated-run bit-identity check")
+    p.add_argument("--truth", choices=["reference", "golden"], default="reference",
+                   help="where the fp64 truth comes from: the reference recomputed (default), or the golden "
+                        "trajectories of a canonical scenario (golden/trajectories; the value checks judge the "
+                        "stored elements at the stored steps; refused when the scenario is no golden entry's or "
+                        "the data fails its sha256 manifest)")
     p.add_argument("--stop-on-failure", action="store_true", help="stop after the first failing step")
     p.add_argument("--progress", action="store_true", default=None, help="progress bar (default: long runs on a tty)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: 1 for small geometries, whose "
@@ -140,10 +149,19 @@ def run(args) -> int:
     import torch
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads: expected a positive integer, got {args.threads}")
-    for flag in ("literal_every", "invariants_every", "state_every"):
-        if getattr(args, flag) < 0:
-            raise ValueError(f"--{flag.replace('_', '-')}: expected an integer >= 0 (0: never), "
-                             f"got {getattr(args, flag)}")
+    if args.literal_every < 0:
+        raise ValueError(f"--literal-every: expected an integer >= 0 (0: never; the fp64 running-error bound "
+                         f"judges the other steps), got {args.literal_every}")
+    for flag in ("invariants_every", "state_every"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag.replace('_', '-')}: expected an integer >= 1, got {getattr(args, flag)} "
+                             f"(0 would switch checks off; no option does: a larger N samples them, every flush "
+                             f"and the last step are always judged)")
+    if args.truth == "golden":
+        try:
+            GoldenTruth.load(sc)
+        except ValueError as e:
+            raise ValueError(f"--{e}") from None
     check_writable(args.out, "--out")
     if args.save_scenario:
         check_writable(args.save_scenario, "--save-scenario", is_dir=False)
@@ -160,11 +178,16 @@ def run(args) -> int:
     with output_lock(args.out, "--out"):
         res = run_scenario(sc, args.kernel, device=dev, progress=progress, repeat_check=not args.no_repeat,
                            literal_every=args.literal_every, invariants_every=args.invariants_every,
-                           state_every=args.state_every, stop_on_failure=args.stop_on_failure)
+                           state_every=args.state_every, stop_on_failure=args.stop_on_failure,
+                           truth=args.truth)
         stem = f"{sc.family}-{args.kernel}-{sc.mode}-{sc.decode}-{sc.schedule}-seed{sc.seed}"
         pj, pm = res.save(Path(args.out), stem)
         print(res.headline())
         if not args.quiet:
+            print(f"conventions: {res.conventions}")
+            for note in res.notes:
+                if note.startswith("truth: "):
+                    print(note)
             if not res.passed:
                 for c, k in sorted(res.failure_counts.items()):
                     print(f"  {c}: {k} failure(s)")

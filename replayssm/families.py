@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from replayssm.conventions import conv_kwargs
 from replayssm.interface import DecodeConfig, Geometry
 from replayssm.precision import PrecisionMode
 
@@ -130,6 +131,11 @@ class Family(abc.ABC):
         """The law (one of :data:`INPUT_LAWS`) input ``name`` is drawn from."""
 
     # ---- the fp64 reference (spec 2) ----------------------------------------------------------------
+    # The declared conventions (replayssm/conventions.py) the family's recurrence has: a family
+    # listing some takes ``conv=`` in reference_prepare / reference_advance and in its literal
+    # math's window / step (it is only passed when a kernel declares one other than the default).
+    conventions: tuple[str, ...] = ()
+
     @abc.abstractmethod
     def reference_prepare(self, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]) -> dict:
         """The exact, elementwise part of one reference step (casts, per-head broadcasts, bias adds):
@@ -155,10 +161,12 @@ class Family(abc.ABC):
         ``log1p`` differently).  Default: ``prep`` unchanged."""
         return prep
 
-    def reference_step(self, state: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One reference step (spec 2) for all rows, in the dtype of ``state``: ``(output, new state)``."""
-        return self.reference_advance(state, self.reference_prepare(tok, params), params)
+    def reference_step(self, state: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
+                       conv=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One reference step (spec 2) for all rows, in the dtype of ``state``: ``(output, new state)``;
+        ``conv``: the kernel's declared conventions (None or the defaults: the family's own)."""
+        kw = conv_kwargs(conv)
+        return self.reference_advance(state, self.reference_prepare(tok, params, **kw), params, **kw)
 
     @abc.abstractmethod
     def readout_magnitude(self, state_abs: torch.Tensor, tok: dict[str, torch.Tensor],

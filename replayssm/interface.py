@@ -55,6 +55,7 @@ from typing import ClassVar, Protocol
 
 import torch
 
+from replayssm.conventions import DEFAULT, Conventions
 from replayssm.precision import PrecisionMode, parse_mode
 
 
@@ -360,6 +361,9 @@ class KernelConfig:
     num_slots: int
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     options: dict = field(default_factory=dict)
+    # The conventions of the recurrence it is measured against: the kernel's declared ones (a
+    # literal model computes with them; replayssm/conventions.py).
+    conventions: Conventions = DEFAULT
 
     def __post_init__(self) -> None:
         self.mode = parse_mode(self.mode)
@@ -416,6 +420,9 @@ class KernelUnderTest(abc.ABC):
     supports_mixed_decode: ClassVar[bool] = False  # one-token verifies (standard steps) on a speculative object
     bookkeeping: ClassVar[str] = "spec"  # the cursor policy (POLICIES)
     accepted_options: ClassVar[tuple[str, ...]] = ()  # the KernelConfig.options names it reads; others are refused
+    # The conventions it computes with, where they differ from the defaults (replayssm/conventions.py:
+    # beta_rounded, softplus_threshold, l2_eps, l2_form): the reference and the literal model follow them.
+    conventions: ClassVar[dict] = {}
 
     @classmethod
     def check_options(cls, options: dict) -> None:

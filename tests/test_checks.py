@@ -84,10 +84,11 @@ class _CountsSnapshots:
 
 
 @pytest.mark.parametrize("kernel,every,want", [
-    # canaries once, then per checked step: before and after the verify, after the commit
-    ("literal-replay", 2, 1 + 3 * 2),
+    # canaries once, then per checked step (0, 2 and the last, 3): before and after the verify,
+    # after the commit
+    ("literal-replay", 2, 1 + 3 * 3),
     # a baseline has no check that needs the snapshot before the verify
-    ("literal-baseline", 2, 1 + 2 * 2),
+    ("literal-baseline", 2, 1 + 2 * 3),
     ("literal-replay", 0, 0),
 ], ids=["replay-every2", "baseline-every2", "replay-off"])
 def test_snapshots_are_taken_only_where_a_due_check_needs_them(kernel, every, want):

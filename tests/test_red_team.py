@@ -88,6 +88,8 @@ CASES = [
                               "--out", "{T}/out"], EXIT_USAGE, "prepas"),
     ("validate-prepass-on-literal", [*VALIDATE, "--kernel-option", "prepass=false"], EXIT_USAGE, "prepass"),
     ("validate-literal-every-negative", [*VALIDATE, "--literal-every", "-1"], EXIT_USAGE, "--literal-every"),
+    ("validate-state-every-zero", [*VALIDATE, "--state-every", "0"], EXIT_USAGE, "--state-every"),
+    ("validate-invariants-every-zero", [*VALIDATE, "--invariants-every", "0"], EXIT_USAGE, "--invariants-every"),
     ("validate-threads-zero", [*VALIDATE, "--threads", "0"], EXIT_USAGE, "--threads"),
     ("validate-steps-zero", [*VALIDATE, "--steps", "0"], EXIT_USAGE, "scenario.steps"),
     ("validate-window-text", [*VALIDATE, "--window", "four"], EXIT_USAGE, "--window"),

@@ -288,7 +288,7 @@ def test_lockstep_resumes_bit_for_bit():
 
 def test_lockstep_without_literal_still_checks_exactly():
     sc = Scenario.tiny("mamba2", schedule="random", steps=6)
-    res = run_scenario(sc, "mutant-padding-writer", literal_every=0, state_every=0)
+    res = run_scenario(sc, "mutant-padding-writer", literal_every=0, state_every=100)
     assert res.literal is None and not res.passed and "unused-slot" in res.failure_counts
     assert any("tolerance rule was not applied" in n for n in res.notes)
     ok = run_scenario(sc, "literal-replay", literal_every=3, invariants_every=2, state_every=2)
@@ -304,3 +304,22 @@ def test_runner_rejects_bad_arguments():
     with pytest.raises(ValueError, match="sc"):
         run_scenario(sc.to_dict(), "literal-replay")
     assert issubclass(Mamba2LiteralReplay, LiteralReplayKernel)
+
+
+@pytest.mark.parametrize("flag", ["state_every", "invariants_every"])
+def test_sampling_flags_refuse_zero(flag):
+    with pytest.raises(ValueError, match=f"{flag}: expected an integer >= 1, got 0 .*switch checks off"):
+        run_scenario(Scenario.tiny("mamba2"), "literal-replay", **{flag: 0})
+
+
+@pytest.mark.parametrize("mutant,decode", [("mutant-late-flush", "speculative"),
+                                           ("mutant-checkpoint-bf16-precision", "standard"),
+                                           ("mutant-flush-bf16-arithmetic", "standard")],
+                         ids=["late-flush-spec", "ckpt-bf16-std", "flush-bf16-std"])
+def test_sparse_sampling_still_judges_every_flush_and_the_last_step(mutant, decode):
+    # Before: sampling state and invariants every 1000 steps judged step 0 alone, and these three
+    # mutants passed 12 steps (their bugs show only in checkpoints and committed states).
+    sc = Scenario.tiny("mamba2", decode, steps=12)
+    res = run_scenario(sc, mutant, repeat_check=False, state_every=1000, invariants_every=1000)
+    assert not res.passed, res.to_markdown()
+    assert "flush-checkpoint" in res.failure_counts or "state" in res.failure_counts, res.failure_counts

@@ -24,6 +24,15 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   an unwritten or non-finite output makes that position's error non-finite, and the chunk's
   errors are looked at once, at the end of each run call; only a flagged step is checked
   element by element, on the output and reference it kept, with Lockstep's messages;
+* the fp64 running-error bound (``checks/fp64_bound.py``, what judges drift's outputs on the
+  slow path: no literal model) is the Lockstep's own ``RunningBound``, advanced per step on the
+  host's schedule (it depends on the inputs, flushes and accepted counts only); the readout
+  magnitudes it is scaled by are computed beside the reference (also inside a graph), and the
+  ``output`` check runs, with its own code, on the steps whose errors exceed the bound once the
+  chunk is looked at (the excess test batched over the chunk, the same elementwise bits).  With
+  graphs (and ``static``) the bound advances inside the pieces, on fixed buffers (flush masks
+  filled by the host before a piece runs); eagerly it is host-launched per step (~265 aten ops
+  per step on a CPU, tiny);
 * a kernel with a raw launch path (``launch_verify``/``launch_commit``: the Triton Mamba-2
   kernels) is called through it (no host checks, no sync); any other kernel through
   ``verify``/``commit`` (the interface path, as the slow path does);
@@ -46,12 +55,15 @@ from collections import Counter
 import numpy as np
 import torch
 
+from replayssm.conventions import conv_kwargs
 from replayssm.families import family
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators import invariants as inv
 from replayssm.validators.checks.context import StepContext
 from replayssm.validators.checks.output_bits import non_finite, unwritten_output
-from replayssm.validators.metrics import rel_l2_into, row_rel_l2
+from replayssm.validators.checks.output_tolerance import output as output_check
+from replayssm.validators.metrics import error_metrics, rel_l2_into, row_rel_l2
+from replayssm.validators.runner import readout_magnitude
 
 MAX_GRAPHS = 48
 MAX_INDEX_LISTS = 512  # row lists kept as device tensors (speculative flushes vary by row)
@@ -96,14 +108,21 @@ class _ChunkReference:
     ``reference_advance`` token by token -- the same two functions ``reference_step`` runs, so the
     same bits."""
 
-    def __init__(self, fam, K: int, params: dict[str, torch.Tensor], fused: bool = False, hoist: bool = False) -> None:
-        self.fam, self.K, self.params, self.hoist = fam, K, params, hoist
+    def __init__(self, fam, K: int, params: dict[str, torch.Tensor], conv=None, fused: bool = False,
+                 hoist: bool = False) -> None:
+        self.fam, self.K, self.params = fam, K, params
+        self.kw = conv_kwargs(conv)  # the kernel's declared conventions (as the slow path's reference_step)
+        # the fused Triton step and the hoisted terms compute the default conventions only
+        if self.kw and (fused or hoist):
+            raise ValueError("fused/hoist: the fused fp64 step computes the default conventions only; "
+                             f"this kernel declares {conv.changes()}")
+        self.hoist = hoist
         self.advance = fam.reference_advance_fused if fused else fam.reference_advance
         self.buf: dict[str, torch.Tensor] | None = None
 
     def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
         """Tokens ``[n, R, ...]`` (fp64, token-major) into the buffers."""
-        prep = self.fam.reference_prepare(tok, self.params)
+        prep = self.fam.reference_prepare(tok, self.params, **self.kw)
         if self.hoist:
             prep = self.fam.reference_hoist(prep, self.params)
         if self.buf is None:
@@ -114,7 +133,7 @@ class _ChunkReference:
 
     def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None) -> torch.Tensor:
         """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given."""
-        y, new = self.advance(st, {k: v[i] for k, v in self.v.items()}, self.params)
+        y, new = self.advance(st, {k: v[i] for k, v in self.v.items()}, self.params, **self.kw)
         if y_out is not None:
             y_out.copy_(y)
         return new
@@ -162,14 +181,27 @@ class FastCell:
         state_dims = len(g.state_shape)
         self.sel_v = [self.sel[j, t].view(R, *([1] * state_dims)) for j in range(K) for t in range(T)]
         self.arange_T = torch.arange(1, T + 1, device=dev).view(1, T, 1)
-        self.fused = dev.type == "cuda" if fused is None else bool(fused)
+        # the fused fp64 step computes the default conventions only (a declared one: the plain step)
+        self.fused = (dev.type == "cuda" and ls.conv.is_default) if fused is None else bool(fused)
         self.hoist = self.fused and dev.type == "cuda" if hoist is None else bool(hoist)
         if self.hoist and not self.fused:
             raise ValueError("hoist: the hoisted chunk terms are taken by the fused reference step (fused=True)")
-        self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params, self.fused, self.hoist)
+        self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
         self.raw_ck = raw_checkpoint(ls.kernel)
         self.ids_host = ls.ids.tolist()
         self.idx_cache: dict[tuple[int, ...], torch.Tensor] = {}
+        self.bound = ls.bound  # the fp64 running-error bound (None: the family gives no error model)
+        if self.bound is not None:
+            self.tok_buf = {n: torch.empty((K * T, R, *s), dtype=torch.float64, device=dev)
+                            for n, s in g.input_shapes().items()}
+            self.tok_v = [{n: b[i] for n, b in self.tok_buf.items()} for i in range(K * T)]
+            self.mag = torch.empty((K, R, T, 1), dtype=torch.float64, device=dev)  # readout magnitude maxima
+            self.mag_v = [self.mag[j, :, t, 0] for j in range(K) for t in range(T)]
+            self.fp_out = torch.empty((K, R, T), dtype=torch.float64, device=dev)  # the bound on each output
+            self.walk = torch.empty((K, R), dtype=torch.float64, device=dev)  # the rule's sr_walk at the step
+            self.flush_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # rows each step flushes
+            if self.graphs:  # the bound's running state on fixed buffers (what a graph reads and writes)
+                self.bound_buf = {k: v.clone() for k, v in self.bound.cur.items()}
         self.chunk_at = None  # first step of the chunk in the buffers
         self.checked = cell.step  # steps before this one had their outputs checked
         self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
@@ -198,6 +230,9 @@ class FastCell:
         tok = {name: v[:n].transpose(1, 2).reshape(n * T, R, *v.shape[3:]).to(torch.float64)
                for name, v in self.inb.items()}
         self.ref.load(tok, n * T)
+        if self.bound is not None:
+            for name, b in self.tok_buf.items():
+                b[:n * T].copy_(tok[name])
         self.chunk_at = at
 
     # ---- device work ----------------------------------------------------------------------------------------
@@ -234,12 +269,18 @@ class FastCell:
         st, new = ref, ref
         for t in range(T):
             st = self.ref.step(st, j * T + t, self.y_v[j * T + t])
+            if self.bound is not None:  # Lockstep._reference_window's readout magnitude, its maximum
+                mag = readout_magnitude(self.sc.family, st, self.tok_v[j * T + t], ls.ref_params,
+                                        self.sc.precision.scaled_state)
+                self.mag_v[j * T + t].copy_(mag.flatten(1).amax(-1))
             hit = k == t + 1
             if hit.all():
                 new = st
             elif hit.any():
                 new = torch.where(self.sel_v[j * T + t], st, new)
         self._rel(out, self.ref_out_v[j], self.rel_v[j], exact=False)
+        if self.bound is not None and self.graphs:
+            self._bound_advance(j, ref)
         if shadow is not None:
             shadow = self._advance(shadow, j, k)
         return new, shadow
@@ -254,6 +295,8 @@ class FastCell:
         self.ref_buf.copy_(ref)
         if any(flags):
             self.shadow_buf.copy_(sh)
+        if self.bound is not None:
+            self._keep_bound_static()
 
     def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int]) -> None:
         key = (j0, flags)
@@ -275,6 +318,50 @@ class FastCell:
         else:
             g.replay()
             self.replays += 1
+
+    # ---- the fp64 running-error bound ----------------------------------------------------------------------
+    def _bound_step(self, j: int, flush_rows: list[int]) -> None:
+        """What ``Lockstep.step`` does for the bound at chunk step ``j`` (before its cursors move):
+        count the flushes (the tolerance rule's envelope) and, eagerly, advance the running bound over
+        the window (with graphs the piece did)."""
+        ls = self.ls
+        for r in flush_rows:
+            ls.lit_env["flushes"][r] += 1
+        if self.bound is None:
+            return
+        if not self.graphs:
+            self._bound_advance(j, ls.ref)
+        self.walk[j].copy_(ls.rule.sr_walk(ls.active_idx))
+
+    def _bound_advance(self, j: int, like: torch.Tensor) -> None:
+        """``Lockstep._bound_window`` for chunk step ``j`` (flush rows in ``flush_mask[j]``, accepted
+        counts in ``acc[j]``; ``like``: a state, for its shape), its output bound into ``fp_out[j]``."""
+        ls, T = self.ls, self.T
+
+        def readout(s_abs, tok):
+            return readout_magnitude(self.sc.family, s_abs, tok, ls.ref_params, False)
+
+        fp = self.bound.window(self.tok_v[j * T:(j + 1) * T], ls.ref_params, self.flush_mask[j], ls.dec.speculative,
+                               self.acc_v[j], like, readout)
+        self.fp_out[j].copy_(fp["output"])
+
+    def _keep_bound_static(self) -> None:
+        """The bound's running state back into its fixed buffers (the end of a piece)."""
+        for k, v in self.bound.cur.items():
+            if v is not self.bound_buf[k]:
+                self.bound_buf[k].copy_(v)
+        self.bound.cur = self.bound_buf
+
+    def _over_bound(self, a: int, b: int) -> list[int]:
+        """Chunk steps ``a..b-1`` (offsets from ``a``) where some output error exceeds the fp64
+        bound: ``output_tolerance``'s bound, batched over the steps (the same elementwise bits)."""
+        if self.bound is None or b <= a:
+            return []
+        rule = self.ls.rule
+        m = error_metrics(self.out[a:b], self.ref_out[a:b], rule.u_out, lead=3)
+        scale = torch.maximum(m["ref_max"], self.mag[a:b].flatten(3).amax(-1)).amax(-1, keepdim=True)
+        bnd = self.fp_out[a:b] + rule.tol.floor_u * rule.u_out * scale * self.walk[a:b][:, :, None]
+        return torch.nonzero((m["max_abs"] > bnd).flatten(1).any(1)).flatten().tolist()
 
     # ---- host bookkeeping (Lockstep.step and CellRun.run_steps, without the device work) ----------------------
     def _flush_rows(self) -> list[int]:
@@ -370,20 +457,27 @@ class FastCell:
         if hi <= lo:
             return
         a, b = lo - self.chunk_at, hi - self.chunk_at
-        flagged = torch.nonzero(~torch.isfinite(self.rel[a:b]).flatten(1).all(1)).flatten().tolist()
-        for j in flagged:
+        nonfinite = set(torch.nonzero(~torch.isfinite(self.rel[a:b]).flatten(1).all(1)).flatten().tolist())
+        for j in sorted(nonfinite | set(self._over_bound(a, b))):
             out, ro = self.out_v[a + j], self.ref_out_v[a + j]
-            self._rel(out, ro, self.rel_v[a + j], exact=True)
-            self._output_failures(self.cell.plans[lo + j], out, ro)
+            if j in nonfinite:
+                self._rel(out, ro, self.rel_v[a + j], exact=True)
+            self._output_failures(self.cell.plans[lo + j], out, ro, a + j)
         self.checked = hi
 
-    def _output_failures(self, plan, out: torch.Tensor, ref_out: torch.Tensor) -> None:
-        """The engine's own unwritten-output and non-finite checks on one flagged step (no literal
-        model, no padding rows on the fast path)."""
+    def _output_failures(self, plan, out: torch.Tensor, ref_out: torch.Tensor, j: int) -> None:
+        """The engine's own unwritten-output, non-finite and output (fp64 bound) checks on one
+        flagged step, chunk step ``j`` (no literal model, no padding rows on the fast path)."""
         ctx = StepContext(run=self.ls, plan=plan, inputs={}, flush_rows=[], hook="after-verify", out=out,
                           ref_out=ref_out)
         unwritten_output(ctx)
         non_finite(ctx)
+        if self.bound is not None:
+            ctx.metrics = error_metrics(ctx.o_act, ref_out.index_select(0, self.ls.active_idx), self.ls.rule.u_out,
+                                        lead=2)
+            ctx.ref_magnitude, ctx.walk = self.mag[j], self.walk[j]
+            ctx.fp64 = {"output": self.fp_out[j]}
+            output_check(ctx)
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def _sync_static(self) -> None:
@@ -395,10 +489,13 @@ class FastCell:
         if cell.shadow is not self.shadow_buf:
             self.shadow_buf.copy_(cell.shadow)
             cell.shadow = self.shadow_buf
+        if self.bound is not None and self.bound.cur is not self.bound_buf:
+            self._keep_bound_static()
 
     def _piece(self, end: int) -> tuple[list[int], list[bool]]:
         """The steps from ``cell.step`` up to the next host event (a flush, a state sample, the chunk's
-        end, ``end``), and whether each advances the shadow."""
+        end, ``end``), and whether each advances the shadow; each step's flush rows go into
+        ``flush_mask`` (what the bound reads)."""
         cell, ls, dec = self.cell, self.ls, self.ls.dec
         stop = min(end, self.chunk_at + self.K, cell.n_steps)
         wp, pos = list(ls.wp), cell.pos.copy()
@@ -407,6 +504,10 @@ class FastCell:
         while s < stop:
             p = cell.plans[s]
             flush = [r for r in ls.active if dec.is_flush(wp[r])]
+            if self.bound is not None:
+                mask = self.flush_mask[s - self.chunk_at]
+                mask.zero_()
+                mask[flush] = True
             steps.append(s)
             flags.append(not flush and bool(cell.armed.any()))
             for r in ls.active:
@@ -453,6 +554,7 @@ class FastCell:
             for i, s in enumerate(steps):
                 j = s - at
                 flush_rows = self._flush_rows()
+                self._bound_step(j, flush_rows)
                 pos_before, k = self._book(j, flush_rows)
                 if i == len(steps) - 1:
                     self._events(j, flush_rows, pos_before, k, ref_before)

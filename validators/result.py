@@ -76,6 +76,7 @@ class ValidationResult:
     checks: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     device: str = "cpu"
+    conventions: str = ""  # the recurrence's conventions the kernel was measured against (replayssm/conventions.py)
 
     # ---- derived -----------------------------------------------------------------------------------
     @property
@@ -119,6 +120,8 @@ class ValidationResult:
             f"slots {s.get('num_slots')}, schedule `{s.get('schedule')}`, distribution `{s.get('distribution')}`, "
             f"seed {s.get('seed')}",
             f"- literal model compared (tolerance rule): `{self.literal}`",
+            f"- conventions of the recurrence (declared by the kernel, followed by the reference): "
+            f"{self.conventions or 'the defaults'}",
             f"- steps {self.steps_run}/{self.steps_planned}, tokens accepted {self.tokens_accepted}, "
             f"verified {self.tokens_verified}, {self.wall_s:.2f} s, **{self.tokens_per_s:,.0f} tokens/s** "
             f"on {self.device}",

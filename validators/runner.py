@@ -52,6 +52,7 @@ from collections import Counter
 
 import torch
 
+from replayssm.conventions import Conventions, declared
 from replayssm.families import families, family
 from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, policy
 from replayssm.ops.literal import LiteralFlushWhenFullKernel, LiteralFoldEveryCommitKernel, LiteralHostCursorsKernel
@@ -64,6 +65,7 @@ from replayssm.validators import mutants  # noqa: F401 - registers every mutant 
 from replayssm.validators.checks import CHECKS, HOOKS, RunContext, StepContext, ToleranceRule, checks_at
 from replayssm.validators.checks.fp64_bound import RunningBound, error_model, state_norm
 from replayssm.validators.checks.tolerance_rule import SR_WALK_CAP
+from replayssm.validators.golden_truth import GoldenTruth, masked
 from replayssm.validators.metrics import error_metrics
 from replayssm.validators.result import Failure, ValidationResult
 
@@ -75,9 +77,20 @@ SR_REPLICAS = 2
 
 
 def reference_step(family_name: str, state: torch.Tensor, tok: dict[str, torch.Tensor],
-                   params: dict[str, torch.Tensor]):
-    """One fp64 recurrence step (spec 2) of the family's ``naive.py`` for all rows: (output, new state)."""
-    return family(family_name).reference_step(state, tok, params)
+                   params: dict[str, torch.Tensor], conv: Conventions | None = None):
+    """One fp64 recurrence step (spec 2) of the family's ``naive.py`` for all rows: (output, new state);
+    ``conv``: the kernel's declared conventions (replayssm/conventions.py)."""
+    return family(family_name).reference_step(state, tok, params, conv)
+
+
+def kernel_conventions(cls: type[KernelUnderTest], sc: Scenario) -> Conventions:
+    """The conventions a kernel class declares for ``sc`` (``cls.conventions``: fields, or fields per
+    decode ``{"standard": {...}, "speculative": {...}}``); ValueError naming ``conventions``."""
+    decl = dict(getattr(cls, "conventions", {}) or {})
+    if decl and set(decl) <= {"standard", "speculative"}:
+        decl = dict(decl.get(sc.decode, {}))
+    return declared(decl, family(sc.family).conventions, sc.precision.act_dtype,
+                    who=f"kernel {getattr(cls, 'name', '') or cls.__name__!r}")
 
 
 def readout_magnitude(family_name: str, state: torch.Tensor, tok: dict[str, torch.Tensor],
@@ -146,9 +159,11 @@ def literal_twin_name(cls: type[KernelUnderTest], sc: Scenario) -> str | None:
     return None
 
 
-def build_kernel(kernel, sc: Scenario, device, params=None, twin: bool = False) -> KernelUnderTest:
+def build_kernel(kernel, sc: Scenario, device, params=None, twin: bool = False,
+                 conventions: Conventions | None = None) -> KernelUnderTest:
     """A kernel for ``sc``: a registered name, a KernelUnderTest subclass, or an instance.  A literal
-    ``twin`` gets only the scenario's kernel options it declares (the rest are the kernel under test's)."""
+    ``twin`` gets only the scenario's kernel options it declares (the rest are the kernel under test's)
+    and computes with ``conventions`` (the kernel under test's; otherwise a kernel gets its own)."""
     if isinstance(kernel, KernelUnderTest):
         return kernel
     cls = get(kernel, sc.family) if isinstance(kernel, str) else kernel
@@ -159,7 +174,8 @@ def build_kernel(kernel, sc: Scenario, device, params=None, twin: bool = False) 
     cfg = KernelConfig(sc.geometry_obj, {k: v.to(device) for k, v in params.items()}, sc.precision,
                        sc.decode_config.with_policy(declared_policy(cls)), num_slots=sc.num_slots,
                        device=torch.device(device),
-                       options={k: v for k, v in sc.kernel_options.items() if not twin or k in cls.accepted_options})
+                       options={k: v for k, v in sc.kernel_options.items() if not twin or k in cls.accepted_options},
+                       conventions=conventions if conventions is not None else kernel_conventions(cls, sc))
     return cls(cfg)
 
 
@@ -168,10 +184,16 @@ class Lockstep:
 
     ``kernel``: registered name, KernelUnderTest subclass, or an instance built for ``sc``
     (a fresh instance each run).  ``literal_every``: run the literal model (tolerance rule) every
-    n-th step (0: never).  ``invariants_every``: snapshot-based exact checks every n-th step
-    (0: never).  ``state_every``: committed-state check every n-th step (flush checks always run
-    when invariants or state checks run on that step).  ``max_failures``: failures kept in full
-    (all are counted).
+    n-th step (0: never; the fp64 running-error bound judges the other steps).
+    ``invariants_every``: snapshot-based exact checks every n-th step and the last step.
+    ``state_every``: committed-state check every n-th step and the last step.  The checkpoint of
+    every flush is judged (``flush-checkpoint``) unless both are 0, which only jobs that judge
+    states themselves use (drift, the golden trajectories, the repeat run); :func:`run_scenario`
+    refuses 0 for either.  ``max_failures``: failures kept in full (all are counted).
+    ``truth``: ``"reference"`` (the fp64 reference, recomputed) or ``"golden"`` (read from the
+    golden fp64 trajectories of a canonical scenario, ``validators/golden_truth.py``: the value
+    checks judge the stored elements at the stored steps; ValueError naming ``truth`` when the
+    scenario is no golden entry's or the data fails its sha256 manifest).
 
     The checks are the registered units of ``validators/checks/`` (``CHECKS``): each runs at its
     hooks on the steps its schedule names, for the kernel kinds it lists; a snapshot is taken only
@@ -180,7 +202,10 @@ class Lockstep:
 
     def __init__(self, sc: Scenario, kernel, *, device="cpu", literal_every: int = 1, invariants_every: int = 1,
                  state_every: int = 1, max_failures: int = 200, record_metrics: bool = True, digest: bool = True,
-                 steps: list[StepPlan] | None = None) -> None:
+                 steps: list[StepPlan] | None = None, truth: str = "reference") -> None:
+        if truth not in ("reference", "golden"):
+            raise ValueError(f"truth: expected 'reference' or 'golden', got {truth!r}")
+        self.golden = GoldenTruth.load(sc) if truth == "golden" else None
         for name, v in (("literal_every", literal_every), ("invariants_every", invariants_every),
                         ("state_every", state_every)):
             if not isinstance(v, int) or v < 0:
@@ -193,6 +218,12 @@ class Lockstep:
             raise ValueError(f"kernel: instance was built for {self.kernel.geometry} {self.kernel.mode.id}, "
                              f"the scenario needs {sc.geometry_obj} {sc.mode}")
         self.kernel_name = self.kernel.name or type(self.kernel).__name__
+        # The recurrence the kernel claims (its declared conventions): the reference and the literal
+        # model follow it.
+        self.conv = kernel_conventions(type(self.kernel), sc)
+        if self.golden is not None and not self.conv.is_default:
+            raise ValueError(f"truth: golden: the golden trajectories follow the default conventions; kernel "
+                             f"{self.kernel_name!r} declares {self.conv.changes()}")
         # The fp64 running-error bound judges every step the literal model does not run; a family
         # without an error model keeps the literal model on every step (no option turns the
         # numerical checks off).
@@ -205,14 +236,15 @@ class Lockstep:
         if self.bound is None and not literal_every:
             literal_every = 1
         self.literal_name = literal_twin_name(type(self.kernel), sc) if literal_every else None
-        self.literal = (build_kernel(self.literal_name, sc, self.device, self.params, twin=True)
+        self.literal = (build_kernel(self.literal_name, sc, self.device, self.params, twin=True, conventions=self.conv)
                         if self.literal_name else None)
         self.literal_every = literal_every if self.literal is not None else 0
         self.replicas = []
         if self.literal is not None and sc.precision.rounding == "stochastic":
             for i in range(1, SR_REPLICAS + 1):
                 rsc = sc.replace(mode=dataclasses.replace(sc.precision, seed=sc.precision.seed + 7919 * i).id)
-                self.replicas.append(build_kernel(self.literal_name, rsc, self.device, self.params, twin=True))
+                self.replicas.append(build_kernel(self.literal_name, rsc, self.device, self.params, twin=True,
+                                                  conventions=self.conv))
         self.invariants_every = invariants_every
         self.state_every = state_every
         self.max_failures = max_failures
@@ -231,6 +263,8 @@ class Lockstep:
         self.dec = sc.decode_config.with_policy(declared_policy(type(self.kernel)))
         self.ragged = any(p.window_lens is not None for p in self.plans)
         self.zero_noop = self.kernel.zero_accept == "noop" and self.dec.speculative
+        if self.ragged and self.golden is not None:
+            raise ValueError("truth: golden: the plan has ragged windows; the golden scenarios have none")
         if self.ragged:
             for who, obj in (("kernel", self.kernel), ("literal model", self.literal)):
                 if obj is not None and not getattr(obj, "supports_ragged_windows", False):
@@ -278,13 +312,14 @@ class Lockstep:
     def _enabled(self, schedule: str) -> bool:
         """Whether checks of ``schedule`` can run at all in this run."""
         return {"every-step": True, "invariants": bool(self.invariants_every), "literal": bool(self.literal_every),
-                "state": bool(self.state_every), "invariants-or-state": bool(self.invariants_every or self.state_every),
+                "state": bool(self.state_every), "every-flush": bool(self.invariants_every or self.state_every),
                 "once": True, "repeat": True}[schedule]
 
-    def _due(self, s: int) -> set[str]:
-        """The schedules due at step ``s``."""
-        inv_on = bool(self.invariants_every) and s % self.invariants_every == 0
-        st_on = bool(self.state_every) and s % self.state_every == 0
+    def _due(self, s: int, last: bool = False) -> set[str]:
+        """The schedules due at step ``s`` (``last``: the plan's last step, where every sampled
+        schedule that is on is due, so sampling never leaves the end of a run unjudged)."""
+        inv_on = bool(self.invariants_every) and (last or s % self.invariants_every == 0)
+        st_on = bool(self.state_every) and (last or s % self.state_every == 0)
         due = {"every-step"}
         if inv_on:
             due.add("invariants")
@@ -292,8 +327,8 @@ class Lockstep:
             due.add("literal")
         if st_on:
             due.add("state")
-        if inv_on or st_on:
-            due.add("invariants-or-state")
+        if self.invariants_every or self.state_every:
+            due.add("every-flush")
         return due
 
     def _needs(self, due: set[str]) -> set[str]:
@@ -583,7 +618,7 @@ class Lockstep:
         for t in range(T):
             tok = {n: v[:, t].to(torch.float64) for n, v in inputs.items()}
             toks.append(tok)
-            y, st = reference_step(self.sc.family, st, tok, self.ref_params)
+            y, st = reference_step(self.sc.family, st, tok, self.ref_params, self.conv)
             outs.append(y)
             mags.append(readout_magnitude(self.sc.family, st, tok, self.ref_params, self.sc.precision.scaled_state))
             if t == 0:
@@ -591,13 +626,36 @@ class Lockstep:
             sel = (kt == t + 1).view(-1, *([1] * (st.dim() - 1)))
             new = torch.where(sel, st, new)
         self.ref_magnitude = torch.stack(mags, dim=1)
-        if self.bound is not None:
-            fl = torch.zeros(self.sc.rows, dtype=torch.bool, device=self.device)
-            fl[list(flush_rows)] = True
-            def readout(s_abs, tok):
-                return readout_magnitude(self.sc.family, s_abs, tok, self.ref_params, False)
-            self.fp64 = self.bound.window(toks, self.ref_params, fl, self.dec.speculative, kt, st, readout)
+        self._bound_window(toks, kt, flush_rows, st)
         return torch.stack(outs, dim=1), new, after_first
+
+    def _bound_window(self, toks: list[dict], kt: torch.Tensor, flush_rows, like: torch.Tensor) -> None:
+        """Advance the fp64 running-error bound over the window into ``self.fp64`` (when there is one)."""
+        if self.bound is None:
+            return
+        fl = torch.zeros(self.sc.rows, dtype=torch.bool, device=self.device)
+        fl[list(flush_rows)] = True
+
+        def readout(s_abs, tok):
+            return readout_magnitude(self.sc.family, s_abs, tok, self.ref_params, False)
+        self.fp64 = self.bound.window(toks, self.ref_params, fl, self.dec.speculative, kt, like, readout)
+
+    def _golden_window(self, ctx: StepContext, inputs: dict[str, torch.Tensor], p: StepPlan, flush_rows):
+        """The truth of step ``p`` from the golden data (no reference recurrence): on a stored step
+        the stored outputs and committed state (``ctx.ref_out``, ``ctx.ref_state``, zeros past the
+        stored elements), the literal models' outputs and ``ctx.state_mask`` for the state check;
+        otherwise none.  The fp64 bound advances as usual.  Returns the kernel's active outputs to
+        judge (its value past the stored elements replaced by the truth's placeholder) or None."""
+        toks = [{n: v[:, t].to(torch.float64) for n, v in inputs.items()} for t in range(self.sc.window)]
+        self._bound_window(toks, torch.tensor(p.accepted, device=self.device), flush_rows, self.ref)
+        if p.step not in self.golden.steps:
+            return None
+        act = self.active_idx
+        ctx.ref_out, mask, ctx.ref_magnitude = self.golden.outputs(p.step, ctx.out)
+        ctx.ref_state, ctx.state_mask = self.golden.state(p.step, self.ref)
+        if ctx.lit_outs:
+            ctx.lit_outs = [masked(x, mask, ctx.ref_out) for x in ctx.lit_outs]
+        return masked(ctx.o_act, mask.index_select(0, act), ctx.ref_out.index_select(0, act))
 
     def step(self) -> dict:
         """Run the next planned step; returns its record (per-step metrics as floats when
@@ -613,7 +671,7 @@ class Lockstep:
         s, sc, k, dev = p.step, self.sc, self.kernel, self.device
         self.reset_rows(p)
         inputs = make_inputs(sc, s, dev)
-        due = self._due(s)
+        due = self._due(s, last=self.step_idx == len(self.plans) - 1)
         needs = self._needs(due)
         use_lit = "literal" in due
         flush_rows = [r for r in self.active if self.dec.is_flush(self.wp[r])]
@@ -654,17 +712,24 @@ class Lockstep:
         ctx.lit_outs = [self._literal_verify(lit, p, inputs, lit_kw) for lit in self.literals] if use_lit else None
         if use_lit and ctx.checkpoint is not None:
             ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
-        ctx.ref_state_before = self.ref
-        ctx.ref_out, ctx.ref_state, ctx.ref_first = self._reference_window(inputs, p.accepted, flush_rows)
-        ctx.fp64 = self.fp64 if self.bound is not None else None
-        ctx.ref_magnitude = self.ref_magnitude
         ctx.out_raw = ctx.out
+        act = self.active_idx
+        if self.golden is None:
+            ctx.ref_state_before = self.ref
+            ctx.ref_out, ctx.ref_state, ctx.ref_first = self._reference_window(inputs, p.accepted, flush_rows)
+            ctx.ref_magnitude = self.ref_magnitude
+        else:  # (ragged plans are refused with golden truth)
+            o_judged = self._golden_window(ctx, inputs, p, flush_rows)
+        ctx.fp64 = self.fp64 if self.bound is not None else None
         if lens is not None:
             self._fill_window_tails(ctx, lens)
-        act = self.active_idx
-        m = ctx.metrics = error_metrics(ctx.o_act, ctx.ref_out.index_select(0, act), self.rule.u_out, lead=2)
-        ctx.device_record.update({"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(),
-                                  "rms_ratio": m["rms_ratio"], "in_u": m["in_u"].amax()})
+        if self.golden is None:  # (after the tails are filled: o_act is computed once)
+            o_judged = ctx.o_act
+        m = ctx.metrics = ({} if o_judged is None else
+                           error_metrics(o_judged, ctx.ref_out.index_select(0, act), self.rule.u_out, lead=2))
+        if m:
+            ctx.device_record.update({"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(),
+                                      "rms_ratio": m["rms_ratio"], "in_u": m["in_u"].amax()})
         self._run_hook("after-verify", ctx, due)
         if at_flush:
             self._run_hook("at-flush", ctx, due)
@@ -678,7 +743,8 @@ class Lockstep:
             self.wp[r], self.origin[r] = self.dec.commit_cursor(self.wp[r], self.origin[r], r in flush_rows,
                                                                 p.accepted[r])
             self.tokens_accepted += p.accepted[r]
-        self.ref = ctx.ref_state
+        if self.golden is None:
+            self.ref = ctx.ref_state
         if "after-commit" in needs:
             ctx.snapshots["after-commit"] = self.snapshot()
         self._run_hook("after-commit", ctx, due)
@@ -689,13 +755,15 @@ class Lockstep:
             self.digest.update(ctx.out_raw)
         full_max = torch.full((sc.rows, sc.window), float("nan"), dtype=torch.float64, device=dev)
         full_rel = full_max.clone()
-        full_max[act], full_rel[act] = m["max_abs"], m["rel_l2"]
+        if m:
+            full_max[act], full_rel[act] = m["max_abs"], m["rel_l2"]
         self.last_step = {"plan": p, "inputs": inputs, "out": out, "ref_out": ctx.ref_out, "max_abs": full_max,
                           "rel_l2": full_rel, "flush_rows": flush_rows}
         if self.record_metrics:
             dev_rec = ctx.device_record
             names = list(dev_rec)
-            rec.update(zip(names, torch.stack([dev_rec[n].to(torch.float64) for n in names]).tolist()))
+            if names:
+                rec.update(zip(names, torch.stack([dev_rec[n].to(torch.float64) for n in names]).tolist()))
             for key in self.metrics:
                 self.metrics[key].append(rec.get(key))
         self.step_idx += 1
@@ -775,9 +843,9 @@ class Lockstep:
         self.started = True
 
     def _when(self, schedule: str) -> str:
-        return {"every-step": "every step", "invariants": f"every {self.invariants_every} step(s)",
+        return {"every-step": "every step", "invariants": f"every {self.invariants_every} step(s) and the last",
                 "literal": f"every {self.literal_every} step(s), vs {self.literal_name}",
-                "state": f"every {self.state_every} step(s)", "invariants-or-state": "at flushes",
+                "state": f"every {self.state_every} step(s) and the last", "every-flush": "at every flush",
                 "once": "end of run", "repeat": "end of run"}[schedule]
 
     # ---- result -------------------------------------------------------------------------------------------------
@@ -788,7 +856,8 @@ class Lockstep:
                                tokens_accepted=self.tokens_accepted, tokens_verified=self.tokens_verified,
                                wall_s=wall_s, failures=sorted(self.failures, key=lambda f: f.sort_key),
                                failure_counts=dict(self.failure_counts), exception=exception,
-                               device=str(self.device))
+                               device=str(self.device),
+                               conventions=self.conv.label(family(sc.family).conventions))
         res.metrics = {k: v for k, v in self.metrics.items() if any(x is not None for x in v)}
         summ = {}
         for key in ("max_abs", "rel_l2", "rms_ratio", "in_u", "literal_max_abs", "bound_ratio", "state_err",
@@ -811,6 +880,11 @@ class Lockstep:
             res.notes.append("no padding rows: padding-row handling was not exercised")
         if self.literal is None:
             res.notes.append("no literal model at this mode: the tolerance rule was not applied to outputs")
+        if self.golden is not None:
+            g = self.golden
+            res.notes.append(f"truth: golden {g.stem} (golden/trajectories, sha256-checked): outputs and committed "
+                             f"states judged at steps {', '.join(map(str, g.steps))} on the stored elements "
+                             f"(at most {g.keep} per row); flush checkpoints and the other steps have no stored truth")
         res.passed = not self.failure_counts and exception is None
         return res
 
@@ -822,17 +896,21 @@ def _exception_record(step: int, e: BaseException) -> dict:
 
 def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, repeat_check: bool = True,
                  literal_every: int = 1, invariants_every: int = 1, state_every: int = 1,
-                 stop_on_failure: bool = False, max_failures: int = 200) -> ValidationResult:
+                 stop_on_failure: bool = False, max_failures: int = 200, truth: str = "reference") -> ValidationResult:
     """Validate ``kernel`` (registered name, class, or a zero-argument factory of fresh instances is not
     needed: names and classes are rebuilt for the repeat run) on ``sc``; never raises for a kernel
     error: exceptions are recorded in the result with the step they happened at."""
     if not isinstance(sc, Scenario):
         raise ValueError(f"sc: expected a Scenario, got {type(sc).__name__}")
+    for name, v in (("invariants_every", invariants_every), ("state_every", state_every)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: expected an integer >= 1, got {v!r} (0 would switch checks off; no option "
+                             f"does: a larger n samples them, every flush and the last step are always judged)")
     if isinstance(kernel, KernelUnderTest) and repeat_check:
         raise ValueError("kernel: pass a registered name or a class so the repeat check can build a fresh instance "
                          "(or repeat_check=False)")
     ls = Lockstep(sc, kernel, device=device, literal_every=literal_every, invariants_every=invariants_every,
-                  state_every=state_every, max_failures=max_failures)
+                  state_every=state_every, max_failures=max_failures, truth=truth)
     n = len(ls.plans)
     bar = None
     if progress:
@@ -861,5 +939,5 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
     return ls.result(wall_s=wall, exception=exc)
 
 
-__all__ = ["SR_REPLICAS", "SR_WALK_CAP", "Lockstep", "build_kernel", "literal_twin_name", "reference_step",
-           "run_scenario"]
+__all__ = ["SR_REPLICAS", "SR_WALK_CAP", "Lockstep", "build_kernel", "kernel_conventions", "literal_twin_name",
+           "reference_step", "run_scenario"]

@@ -51,6 +51,9 @@ class FLABaselineGDN(SlotAdapter):
     kind = "baseline"
     description = ("flash-linear-attention fused_recurrent_gated_delta_rule (GDN baseline; speculative: "
                    "draft states kept by the adapter)")
+    # Read in fla-core 0.6.0 (ops/gated_delta_rule/fused_recurrent.py): beta = sigmoid(b) in fp32,
+    # q, k divided by sqrt(sum u^2 + 1e-6), softplus threshold 20: the default conventions.
+    conventions: dict = {}
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):

@@ -164,6 +164,10 @@ class VllmGDNBaseline(_VllmBaseline):
     family = "gdn"
     description = ("vLLM GDN baselines: packed recurrent decode (standard), fused sigmoid-gating delta rule "
                    "(speculative: num_accepted_tokens, one state block per draft)")
+    # Read in vLLM: the packed decode (fused_recurrent.py) rounds beta = sigmoid(b).to(b.dtype) and
+    # divides by sqrt(sum u^2 + 1e-6); fused_sigmoid_gating.py keeps beta in fp32 and multiplies by
+    # rsqrt(sum u^2 + 1e-6); softplus threshold 20 in both.
+    conventions = {"standard": {"beta_rounded": True}, "speculative": {"l2_form": "reciprocal"}}
 
     def __init__(self, config):
         super().__init__(config)

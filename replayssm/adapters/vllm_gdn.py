@@ -47,6 +47,10 @@ class VllmGDNReplay(SlotAdapter):
     kind = "replay"
     description = ("official ReplaySSM GDN (vLLM fork): fused_recurrent_replayssm standard decode; "
                    "gdn_replayssm_spec_decode speculative verify + commit + cursor reset")
+    # Read in the fork: fused_recurrent_replayssm.py rounds beta = sigmoid(b).to(b.dtype) and both
+    # kernels normalise q, k as u * (1.0 / sqrt(sum u^2 + 1e-6)); softplus threshold 20 (the defaults').
+    conventions = {"standard": {"beta_rounded": True, "l2_form": "reciprocal"},
+                   "speculative": {"l2_form": "reciprocal"}}
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):

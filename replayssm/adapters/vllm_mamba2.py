@@ -57,6 +57,9 @@ def _spec_dot_reason(mode, decode):
 
 
 class _VllmMamba2(SlotAdapter):
+    # The fork's kernels apply softplus as where(dt <= 20.0, softplus(dt), dt): the default threshold.
+    conventions: dict = {}
+
     family = "mamba2"
 
     def __init__(self, config):

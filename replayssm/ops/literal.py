@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from replayssm.conventions import conv_kwargs
 from replayssm.interface import PAD_SLOT, DecodeConfig, KernelConfig, KernelSnapshot, KernelUnderTest
 from replayssm.precision import PrecisionMode
 from replayssm.rounding import dequantize_state, philox_generator, quantize_state
@@ -242,7 +243,7 @@ class LiteralReplayKernel(_LiteralBase):
             wp, n = self.write_pos[s], lens[r]
             flush = self.decode.is_flush(wp)
             res = self.math.window(self._load_checkpoint(s), self._history(s, wp), self._row_window(inputs, r, n),
-                                   self.params, self.mode, self.config.options)
+                                   self.params, self.mode, self.config.options, **conv_kwargs(self.config.conventions))
             out[r, :n].copy_(res.outputs.to(self.mode.act_dtype))
             # A flush that folds window position 0 (the spec's standard decode) keeps no record of it.
             if not (flush and self.decode.flush_folds_first):
@@ -385,7 +386,8 @@ class LiteralBaselineKernel(_LiteralBase):
             row = self._row_inputs(inputs, r)
             self.win_len[s] = lens[r]
             for t in range(lens[r]):
-                y, st = self.math.step(st, {k: v[t] for k, v in row.items()}, self.params)
+                y, st = self.math.step(st, {k: v[t] for k, v in row.items()}, self.params,
+                                       **conv_kwargs(self.config.conventions))
                 out[r, t].copy_(y.to(self.mode.act_dtype))
                 if self.decode.speculative:
                     scale = None if self.draft_scale is None else self.draft_scale[s, t]

@@ -18,8 +18,10 @@ from replayssm.validators.checks.registry import BOTH, register_check
                 mutant="mutant-exclusive-cumsum")
 def state(ctx) -> None:
     run = ctx.run
-    got = run.committed_state(ctx.kernel)
-    lit = [run.committed_state(x) for x in run.literals] if ctx.use_literal else None
+    if ctx.ref_state is None:  # golden truth: no state stored at this step
+        return
+    got = ctx.judged_state(run.committed_state(ctx.kernel))
+    lit = [ctx.judged_state(run.committed_state(x)) for x in run.literals] if ctx.use_literal else None
     ctx.record["state_err"], ctx.record["state_bound_ratio"] = ctx.rule.check_states(
         ctx, "state", got, ctx.ref_state, lit, run.active, None if ctx.fp64 is None else ctx.fp64["state"],
                           None if ctx.fp64 is None else ctx.fp64["state_arith"])

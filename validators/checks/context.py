@@ -44,8 +44,10 @@ class StepContext:
     ref_first: torch.Tensor | None = None  # ... after window position 0
     ref_state_before: torch.Tensor | None = None  # ... before the window (the committed prefix)
     ref_magnitude: torch.Tensor | None = None  # readout magnitudes [R, T', ...]
+    state_mask: torch.Tensor | None = None  # golden truth: the stored elements of ``ref_state`` (None: all)
     lit_outs: list[torch.Tensor] | None = None  # literal model (and SR replicas) outputs
     fp64: dict[str, torch.Tensor] | None = None  # the fp64 running-error bounds (checks/fp64_bound.py)
+    walk: torch.Tensor | None = None  # the rule's sr_walk of the active rows at this step (None: computed now)
     use_literal: bool = False
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)  # error_metrics of the active outputs
     device_record: dict[str, torch.Tensor] = field(default_factory=dict)  # per-step metrics, on the device
@@ -66,7 +68,20 @@ class StepContext:
     def fail(self, check: str, message: str, **where) -> None:
         self.run.fail(self.step, check, message, **where)
 
+    def judged_state(self, x: torch.Tensor) -> torch.Tensor:
+        """A state as the state checks judge it: itself, or with golden truth its stored elements
+        (the placeholder of ``ref_state`` elsewhere, so they add no error)."""
+        if self.state_mask is None:
+            return x
+        keep = self.state_mask | ~torch.isfinite(x)  # a non-finite value is judged wherever it is
+        return torch.where(keep, x, self.ref_state.to(x.dtype))
+
     # ---- shared, computed once -------------------------------------------------------------------------
+    @property
+    def sr_walk(self) -> torch.Tensor:
+        """The tolerance rule's stochastic-rounding walk of the active rows at this step."""
+        return self.walk if self.walk is not None else self.rule.sr_walk(self.run.active_idx)
+
     @cached_property
     def o_act(self) -> torch.Tensor:
         """The outputs of the active rows."""

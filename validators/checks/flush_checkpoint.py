@@ -15,12 +15,14 @@ from __future__ import annotations
 from replayssm.validators.checks.registry import REPLAY, register_check
 
 
-@register_check("flush-checkpoint", hooks="at-flush", schedule="invariants-or-state", kinds=REPLAY,
+@register_check("flush-checkpoint", hooks="at-flush", schedule="every-flush", kinds=REPLAY,
                 needs=("checkpoint",),
                 catches="at a flush the checkpoint differs from the reference state at the folded token count",
                 mutant="mutant-late-flush")
 def flush_checkpoint(ctx) -> None:
     folded = ctx.ref_first if ctx.run.dec.flush_folds_first else ctx.ref_state_before
+    if folded is None:  # golden truth: no state at the folded count is stored
+        return
     ctx.rule.check_states(ctx, "flush-checkpoint", ctx.checkpoint, folded, ctx.lit_checkpoints, ctx.flush_rows,
                           None if ctx.fp64 is None else ctx.fp64["checkpoint"],
                           None if ctx.fp64 is None else ctx.fp64["checkpoint_arith"])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from replayssm.conventions import conv_kwargs
 from replayssm.families import family
 from replayssm.interface import PAD_SLOT
 from replayssm.precision import parse_mode
@@ -59,7 +60,7 @@ def fold_of_own_storage(ctx, r: int) -> torch.Tensor | None:
     hist = _history(snap, s, int(snap.write_pos[s]), ring)
     win = {k: v[r].to("cpu", torch.float64) for k, v in ctx.inputs.items()}
     params = {k: v.to("cpu") for k, v in run.ref_params.items()}
-    res = math.window(s0, hist, win, params, _FP64, dict(run.sc.kernel_options))
+    res = math.window(s0, hist, win, params, _FP64, dict(run.sc.kernel_options), **conv_kwargs(run.conv))
     # what the declared bookkeeping policy's flush folds: the committed prefix, or it and window position 0
     return res.state_after_first if run.dec.flush_folds_first else res.state_before
 

@@ -75,8 +75,9 @@ def non_finite(ctx) -> None:
             bad = bad & ~lit_nonfinite[i]
         if bool(bad.any()):
             pos = inv.first_index(bad)
+            ref = "not stored" if ctx.ref_out is None else f"{float(ctx.ref_out[r][pos]):.4g}"
             ctx.fail("non-finite", f"first non-finite output element {pos[1:]} (value {float(ctx.o_act[i][pos]):g}, "
-                                   f"reference {float(ctx.ref_out[r][pos]):.4g})",
+                                   f"reference {ref})",
                      row=r, slot=run.ids_list[r], position=pos[0])
 
 

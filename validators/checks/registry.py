@@ -27,10 +27,11 @@ HOOKS = {
 # When a check runs, in terms of the Lockstep's schedules (n: the step number).
 SCHEDULES = {
     "every-step": "every step",
-    "invariants": "every invariants_every-th step",
+    "invariants": "every invariants_every-th step and the last step",
     "literal": "every literal_every-th step (with a literal model)",
-    "state": "every state_every-th step",
-    "invariants-or-state": "steps of the invariants or the state schedule",
+    "state": "every state_every-th step and the last step",
+    "every-flush": "every step with a flush (off only for jobs that judge states themselves: both sampled "
+                   "schedules 0, which run_scenario refuses)",
     "once": "once per run",
     "repeat": "once per run, when the repeat run is asked for (run_scenario's repeat_check) and no step raised",
 }

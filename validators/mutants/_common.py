@@ -22,11 +22,11 @@ class DelegatingMath(FamilyMath):
     def fold(self, s0, hist, params, mode):
         return self.inner.fold(s0, hist, params, mode)
 
-    def window(self, s0, hist, win, params, mode, options):
-        return self.inner.window(s0, hist, win, params, mode, options)
+    def window(self, s0, hist, win, params, mode, options, **conv):
+        return self.inner.window(s0, hist, win, params, mode, options, **conv)
 
-    def step(self, s, tok, params):
-        return self.inner.step(s, tok, params)
+    def step(self, s, tok, params, **conv):
+        return self.inner.step(s, tok, params, **conv)
 
 
 class WrapMath:

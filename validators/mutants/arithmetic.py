@@ -7,8 +7,11 @@ tolerance rule on states and outputs must catch it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
+from replayssm.conventions import DEFAULT
 from replayssm.ops.gdn import literal as gdn_literal
 from replayssm.ops.gdn import naive as gdn_naive
 from replayssm.ops.literal import WindowResult
@@ -90,20 +93,16 @@ class DtBiasTwice:
         self.params = {**self.params, "dt_bias": 2 * self.params["dt_bias"]}
 
 
-def _softplus_early_identity(u: torch.Tensor) -> torch.Tensor:
-    return torch.where(u > 2, u, torch.log1p(torch.exp(torch.clamp(u, max=2))))
-
-
 class _SoftplusThresholdMath(DelegatingMath):
-    def window(self, s0, hist, win, params, mode, options):
-        with patched(mamba2_literal, "softplus", _softplus_early_identity), \
-                patched(gdn_naive, "softplus", _softplus_early_identity):
-            return self.inner.window(s0, hist, win, params, mode, options)
+    def window(self, s0, hist, win, params, mode, options, conv=DEFAULT):
+        # The bug: the window computes with threshold 2 while the kernel declares the default 20.
+        return self.inner.window(s0, hist, win, params, mode, options,
+                                 conv=dataclasses.replace(conv, softplus_threshold=2.0))
 
 
 class SoftplusThreshold(WrapMath):
     """softplus switches to the identity for u > 2 instead of u > 20 (a threshold typed for a
-    different dtype): Δ / the gate is off by log1p(exp(-u)) for 2 < u <= 20."""
+    different dtype, undeclared): Δ / the gate is off by log1p(exp(-u)) for 2 < u <= 20."""
 
     math_wrapper = _SoftplusThresholdMath
 

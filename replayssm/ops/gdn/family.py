@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from replayssm.conventions import DEFAULT
 from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.gdn import literal, naive
 from replayssm.ops.triton.reference import decay_outer_update
@@ -81,12 +82,14 @@ class GatedDeltaNet(Family):
     def input_law(self, name):
         return {"a": "gate", "b": "normal", "v": "value"}.get(name, "act")
 
-    def reference_prepare(self, tok, params):
+    conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form")
+
+    def reference_prepare(self, tok, params, conv=DEFAULT):
         return tok
 
-    def reference_advance(self, state, prep, params):
+    def reference_advance(self, state, prep, params, conv=DEFAULT):
         t = prep
-        return naive.gdn_step(state, t["q"], t["k"], t["v"], t["a"], t["b"], params["A_log"], params["dt_bias"])
+        return naive.gdn_step(state, t["q"], t["k"], t["v"], t["a"], t["b"], params["A_log"], params["dt_bias"], conv)
 
     def _gates(self, prep, params, dtype):
         a, b = prep["a"].to(dtype), prep["b"].to(dtype)

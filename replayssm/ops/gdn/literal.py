@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from replayssm.conventions import DEFAULT
 from replayssm.ops.gdn.naive import gdn_gates, gdn_step, l2norm
 from replayssm.ops.literal import FamilyMath, LiteralBaselineKernel, LiteralReplayKernel, WindowResult
 from replayssm.precision import PrecisionMode
@@ -90,14 +91,14 @@ class GDNMath(FamilyMath):
         kh = hist["k"].repeat_interleave(s0.shape[0] // hist["k"].shape[-2], dim=-2)
         return total[:, None, None] * s0 + torch.einsum("jh,jhv,jhk->hvk", w, hist["d"], kh)
 
-    def window(self, s0, hist, win, params, mode, options):
+    def window(self, s0, hist, win, params, mode, options, conv=DEFAULT):
         s_h = self.fold(s0, hist, params, mode)
         nv = s0.shape[0]
-        qn = l2norm(win["q"]) * win["q"].shape[-1] ** -0.5
-        kn = l2norm(win["k"])
+        qn = l2norm(win["q"], conv) * win["q"].shape[-1] ** -0.5
+        kn = l2norm(win["k"], conv)
         rep = nv // win["q"].shape[-2]
         qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
-        g, beta = gdn_gates(win["a"], win["b"], params["A_log"], params["dt_bias"])
+        g, beta = gdn_gates(win["a"], win["b"], params["A_log"], params["dt_bias"], conv)
         o, d = self.solve(s_h, qh, kh, win["v"], g, beta, mode)
         after_first = torch.exp(g[0])[:, None, None] * s_h + d[0][:, :, None] * kh[0][:, None, :]
         return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
@@ -118,8 +119,8 @@ class GDNMath(FamilyMath):
         new = rho * norm + beta * vmax
         return rho, new, 2 * beta * (vmax + rho * norm)
 
-    def step(self, s, tok, params):
-        return gdn_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"])
+    def step(self, s, tok, params, conv=DEFAULT):
+        return gdn_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv)
 
 
 class GDNMathCumprod(GDNMath):

@@ -17,39 +17,42 @@ from __future__ import annotations
 
 import torch
 
-L2_EPS = 1e-6
+from replayssm.conventions import DEFAULT, Conventions
+
+L2_EPS = DEFAULT.l2_eps
 
 
 def softplus(u: torch.Tensor) -> torch.Tensor:
     """log1p(exp(u)), the identity for u > 20 (the literal models' and kernels' form)."""
-    return torch.where(u > 20, u, torch.log1p(torch.exp(torch.clamp(u, max=20))))
+    return DEFAULT.softplus(u)
 
 
-def l2norm(u: torch.Tensor) -> torch.Tensor:
-    """u / sqrt(sum(u^2) + 1e-6) over the last dimension."""
-    return u / torch.sqrt((u * u).sum(-1, keepdim=True) + L2_EPS)
+def l2norm(u: torch.Tensor, conv: Conventions = DEFAULT) -> torch.Tensor:
+    """u / sqrt(sum(u^2) + 1e-6) over the last dimension (eps and form: ``conv``)."""
+    return conv.l2norm(u)
 
 
-def gdn_gates(a, b, A_log, dt_bias):
-    """g = -exp(A_log) softplus(a + dt_bias) (log decay), beta = sigmoid(b)."""
-    return -torch.exp(A_log) * softplus(a + dt_bias), torch.sigmoid(b)
+def gdn_gates(a, b, A_log, dt_bias, conv: Conventions = DEFAULT):
+    """g = -exp(A_log) softplus(a + dt_bias) (log decay), beta = sigmoid(b) (threshold and beta's
+    rounding: ``conv``, the kernel's declared conventions, replayssm/conventions.py)."""
+    return -torch.exp(A_log) * conv.softplus(a + dt_bias), conv.beta(b)
 
 
-def gdn_prepare(q, k, nv: int):
+def gdn_prepare(q, k, nv: int, conv: Conventions = DEFAULT):
     """Normalised, per-value-head q (scaled by K^-1/2) and k: ``[..., H, K] -> [..., HV, K]``."""
     K = q.shape[-1]
     rep = nv // q.shape[-2]
-    qn = l2norm(q) * K**-0.5
-    kn = l2norm(k)
+    qn = conv.l2norm(q) * K**-0.5
+    kn = conv.l2norm(k)
     return qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
 
 
-def gdn_step(state, q, k, v, a, b, A_log, dt_bias):
+def gdn_step(state, q, k, v, a, b, A_log, dt_bias, conv: Conventions = DEFAULT):
     """One gated delta-rule step in the dtype of ``state``: ``(o [..., HV, V], new_state)``."""
     dtype = state.dtype
     q, k, v, a, b, A_log, dt_bias = (t.to(dtype) for t in (q, k, v, a, b, A_log, dt_bias))
-    qh, kh = gdn_prepare(q, k, v.shape[-2])
-    g, beta = gdn_gates(a, b, A_log, dt_bias)
+    qh, kh = gdn_prepare(q, k, v.shape[-2], conv)
+    g, beta = gdn_gates(a, b, A_log, dt_bias, conv)
     alpha = torch.exp(g)
     sk = (state * kh[..., None, :]).sum(-1)
     d = beta[..., None] * (v - alpha[..., None] * sk)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from replayssm.conventions import DEFAULT
 from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.mamba2 import literal, naive
 from replayssm.ops.triton.reference import decay_outer_update
@@ -85,11 +86,13 @@ class Mamba2(Family):
     def input_law(self, name):
         return {"dt": "gate", "x": "value"}.get(name, "act")
 
-    def reference_prepare(self, tok, params):
-        return naive.prepare(tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"], params["D"],
-                             tok.get("z"), dtype=tok["x"].dtype)
+    conventions = ("softplus_threshold",)
 
-    def reference_advance(self, state, prep, params):
+    def reference_prepare(self, tok, params, conv=DEFAULT):
+        return naive.prepare(tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"], params["D"],
+                             tok.get("z"), dtype=tok["x"].dtype, threshold=conv.softplus_threshold)
+
+    def reference_advance(self, state, prep, params, conv=DEFAULT):
         return naive.advance(state, prep, params["A"])
 
     def _decay(self, p, params, dtype):

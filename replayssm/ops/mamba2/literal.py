@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import torch
 
+from replayssm.conventions import DEFAULT
 from replayssm.ops.literal import FamilyMath, LiteralBaselineKernel, LiteralReplayKernel, WindowResult
 from replayssm.ops.mamba2.naive import mamba2_step, softplus
 from replayssm.precision import PrecisionMode
@@ -64,14 +65,14 @@ class Mamba2Math(FamilyMath):
         return (total[:, None, None] * s0
                 + torch.einsum("jh,jhp,jhn->hpn", w, hist["x"], Bh))
 
-    def window(self, s0, hist, win, params, mode, options):
+    def window(self, s0, hist, win, params, mode, options, conv=DEFAULT):
         route = options.get("route", "output_only")
         if route not in ROUTES:
             raise ValueError(f"options['route']: expected one of {ROUTES}, got {route!r}")
         A, D = params["A"], params["D"]
         H = s0.shape[0]
         n = hist["dt"].shape[0]
-        delta_w = softplus(win["dt"] + params["dt_bias"])  # [T, H]
+        delta_w = softplus(win["dt"] + params["dt_bias"], conv.softplus_threshold)  # [T, H]
         delta = torch.cat([hist["dt"], delta_w])  # [n+T, H]
         xs = torch.cat([hist["x"], win["x"]])  # [n+T, H, P]
         Bs = _per_head(torch.cat([hist["B"], win["B"]]), H)  # [n+T, H, N]
@@ -119,9 +120,9 @@ class Mamba2Math(FamilyMath):
         new = rho * norm + delta * tok["x"].abs().amax(-1) * Bh
         return rho, new, torch.zeros_like(new)
 
-    def step(self, s, tok, params):
+    def step(self, s, tok, params, conv=DEFAULT):
         return mamba2_step(s, tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"],
-                           params["D"], tok.get("z"))
+                           params["D"], tok.get("z"), threshold=conv.softplus_threshold)
 
 
 class Mamba2MathCumprod(Mamba2Math):

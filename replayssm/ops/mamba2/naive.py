@@ -22,16 +22,18 @@ from __future__ import annotations
 import torch
 
 
-def prepare(x, dt, B, C, A, dt_bias, D, z=None, dtype=torch.float64) -> dict[str, torch.Tensor]:
+def prepare(x, dt, B, C, A, dt_bias, D, z=None, dtype=torch.float64, threshold: float = 20.0
+            ) -> dict[str, torch.Tensor]:
     """The exact part of a step, for any leading dims: per-head B/C ``[..., H, 1, N]``, the softplus
-    argument ``u = dt + dt_bias`` and its clamp ``[..., H, 1, 1]``, ``x [..., H, P, 1]``, ``D x``, z."""
+    argument ``u = dt + dt_bias`` and its clamp ``[..., H, 1, 1]``, ``x [..., H, P, 1]``, ``D x``, z.
+    ``threshold``: softplus is the identity above it (a declared convention, replayssm/conventions.py)."""
     x, dt, B, C, dt_bias, D = (t.to(dtype) for t in (x, dt, B, C, dt_bias, D))
     H = x.shape[-2]
     u = dt + dt_bias
     prep = {
         "u": u[..., None, None],
-        "large": (u > 20)[..., None, None],
-        "u_clamped": torch.clamp(u, max=20)[..., None, None],
+        "large": (u > threshold)[..., None, None],
+        "u_clamped": torch.clamp(u, max=threshold)[..., None, None],
         "x": x[..., None],
         "Bh": B.repeat_interleave(H // B.shape[-2], dim=-2)[..., None, :],
         "Ch": C.repeat_interleave(H // C.shape[-2], dim=-2)[..., None, :],
@@ -53,9 +55,9 @@ def advance(state: torch.Tensor, p: dict[str, torch.Tensor], A: torch.Tensor):
     return y, state
 
 
-def mamba2_step(state, x, dt, B, C, A, dt_bias, D, z=None):
+def mamba2_step(state, x, dt, B, C, A, dt_bias, D, z=None, threshold: float = 20.0):
     """One selective-state update in the dtype of ``state``: ``(y [..., H, P], new_state)``."""
-    return advance(state, prepare(x, dt, B, C, A, dt_bias, D, z, dtype=state.dtype), A)
+    return advance(state, prepare(x, dt, B, C, A, dt_bias, D, z, dtype=state.dtype, threshold=threshold), A)
 
 
 def mamba2_sequence(state, x, dt, B, C, A, dt_bias, D, z=None):
@@ -68,6 +70,6 @@ def mamba2_sequence(state, x, dt, B, C, A, dt_bias, D, z=None):
     return torch.stack(ys, dim=-3), state
 
 
-def softplus(u: torch.Tensor) -> torch.Tensor:
-    """log1p(exp(u)), the identity for u > 20 (the literal models' and kernels' form)."""
-    return torch.where(u > 20, u, torch.log1p(torch.exp(torch.clamp(u, max=20))))
+def softplus(u: torch.Tensor, threshold: float = 20.0) -> torch.Tensor:
+    """log1p(exp(u)), the identity for u > threshold (20: the literal models' and kernels' form)."""
+    return torch.where(u > threshold, u, torch.log1p(torch.exp(torch.clamp(u, max=threshold))))
