@@ -66,8 +66,11 @@ def test_cuda_reference_reproduces_the_golden_trajectories():
 
 TINY = [s for s in canonical() if "-tiny-" in s]
 # kernel -> the families it exists for; the mutants fail (state, output) at the stored steps
-TRUTH_KERNELS = {"literal-replay": ("mamba2", "gdn"), "literal-baseline": ("mamba2", "gdn"),
-                 "mutant-exclusive-cumsum": ("mamba2", "gdn"), "mutant-readout-without-skip": ("mamba2",)}
+TRUTH_KERNELS = {"literal-replay": ("mamba2", "gdn", "kda"), "literal-baseline": ("mamba2", "gdn", "kda"),
+                 "mutant-exclusive-cumsum": ("mamba2", "gdn"), "mutant-readout-without-skip": ("mamba2",),
+                 "mutant-scalar-gate": ("kda",)}
+# per family, a mutant the golden truth's stored states catch (measured: state fails at steps 0, 3, 7)
+STATE_MUTANT = {"mamba2": "mutant-exclusive-cumsum", "gdn": "mutant-exclusive-cumsum", "kda": "mutant-scalar-gate"}
 
 
 TRUTH_CASES = [(k, s) for k, fams in TRUTH_KERNELS.items() for s in TINY if s.split("-")[0] in fams]
@@ -117,5 +120,5 @@ def test_cuda_validation_from_golden_truth_matches_the_recomputed_truth(stem):
     gold = run_scenario(sc, "triton-replay", device="cuda", repeat_check=False, truth="golden")
     ref = run_scenario(sc, "triton-replay", device="cuda", repeat_check=False)
     assert gold.passed and ref.passed, (gold.failure_counts, ref.failure_counts)
-    bad = run_scenario(sc, "mutant-exclusive-cumsum", device="cuda", repeat_check=False, truth="golden")
+    bad = run_scenario(sc, STATE_MUTANT[stem.split("-")[0]], device="cuda", repeat_check=False, truth="golden")
     assert not bad.passed and "state" in bad.failure_counts, bad.failure_counts

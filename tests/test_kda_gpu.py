@@ -81,7 +81,7 @@ def test_engine_gpu_batch512(name, decode, T, steps):
     ids = tuple(range(1, 513))[::-1]  # a permutation: row r uses slot 512 - r
     sc = _sc("s32a16", decode, T, 16, "per-row" if T > 1 else "random", steps, rows=512, slot_ids=ids,
              num_slots=513)
-    res = run_scenario(sc, name, device="cuda", repeat_check=False, literal_every=0, invariants_every=0,
+    res = run_scenario(sc, name, device="cuda", repeat_check=False, literal_every=0, invariants_every=steps,
                        state_every=steps)
     assert res.exception is None, res.exception
     assert res.passed, [str(f) for f in res.failures[:5]]
