@@ -1,5 +1,5 @@
 """The adapters on the GPU (compiled Triton, no interpreter) at real geometry: nano4b (Mamba-2) and
-qwen35-4b (GDN), batch 8 and 512, the 16-bit activation modes the interpreter cannot run.
+qwen35-4b (GDN), kimi-linear-48b (KDA), batch 8 and 512, the 16-bit activation modes the interpreter cannot run.
 
 Oracle: the validation engine.  What is asserted here is the bridging: every exact check
 (padding rows and canary slots untouched, outputs written, checkpoint bit-identical over a
@@ -42,6 +42,9 @@ CASES = [  # family, kernel, decode, mode
     ("mamba2", "flashinfer-replay", "speculative", "si8a16"),
     ("mamba2", "flashinfer-replay", "speculative", "sfp8a16"),
     ("mamba2", "flashinfer-replay", "speculative", "sfp8a16-sr"),
+    ("kda", "fla-baseline", "standard", "s32a16"), ("kda", "fla-baseline", "speculative", "s32a16"),
+    ("kda", "sglang-replay", "standard", "s32a32-tf32"), ("kda", "sglang-replay-fold", "speculative", "s32a16"),
+    ("kda", "sglang-replay-fold", "speculative", "s16a16"),
 ]
 SOURCES = {"fla-": "fla", "sglang-": "sglang", "mamba-ssm-": "mamba_ssm", "flashinfer-": "flashinfer"}
 
@@ -60,7 +63,7 @@ def test_adapter_bridges_hold_at_real_geometry(loaded, family, name, decode, mod
     ok, line = loaded[source]
     if not ok:
         pytest.skip(line)
-    geometry = "nano4b" if family == "mamba2" else "qwen35-4b"
+    geometry = {"mamba2": "nano4b", "gdn": "qwen35-4b", "kda": "kimi-linear-48b"}[family]
     # flashinfer-replay's standard decode is its T' = 1 ring of L + 1 rows (a power of two)
     kw = (dict(schedule="exhaustive", window=4, buffer=12) if decode == "speculative"
           else dict(schedule="always-1", buffer=15 if name == "flashinfer-replay" else 16, steps=36))

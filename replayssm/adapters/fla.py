@@ -1,7 +1,8 @@
-"""The FLA source: flash-linear-attention's ``fused_recurrent_gated_delta_rule`` as a GDN baseline.
+"""The FLA source: flash-linear-attention's fused recurrent GDN and KDA kernels as baselines.
 
 ``pip install fla-core==0.6.0 einops`` (or ``pip install replayssm[adapters]``); registers
-``fla-baseline`` (family gdn).
+``fla-baseline`` for family gdn (``fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule``)
+and for family kda (``fla.ops.kda.fused_recurrent_kda``).
 
 Oracle: the validation engine against ``literal-baseline`` (fp64 gated delta rule on the accepted
 stream; the literal baseline at the same mode for the tolerance rule).  Expected: the literal
@@ -15,10 +16,21 @@ per sequence, no slots, no padding, no speculative bookkeeping.  Bridges:
   scatters back; padding rows are never passed to it (their outputs stay untouched).
 * **Gates in the kernel.**  ``g`` = raw ``a`` with ``use_gate_in_kernel=True`` (the kernel computes
   ``-exp(A_log) softplus(a + dt_bias)``), ``beta`` = raw ``b`` with ``use_beta_sigmoid_in_kernel=True``,
-  q / k L2-normalised in the kernel, scale K^-1/2.
+  q / k L2-normalised in the kernel, scale K^-1/2.  KDA (read in ``fla/ops/kda/fused_recurrent.py``)
+  takes the same arguments with ``g`` = ``a [N, T, HV, K]`` (the gate pre-activation per key
+  channel; without ``use_gate_in_kernel`` it would be the log decay itself), ``A_log [HV]`` and
+  ``dt_bias`` read at ``i_hv * K + k`` (our ``[HV, K]``, contiguous; the docstring's ``[HV]`` is
+  the GDN shape), ``lower_bound=None`` (the softplus gate, not the sigmoid "safe gate"),
+  ``allow_neg_eigval=False``: exactly ``naive.py``'s recurrence (``S *= exp(g)`` per key column,
+  ``v -= S k``, ``v *= beta``, ``S += v kᵀ``, ``o = S q``), checked against FLA's own
+  ``naive_recurrent_kda`` when the family was written.
 * **Speculative decode** by keeping draft states in the adapter: the kernel runs one token at a
   time (T = 1 per launch, the state it returns feeding the next), each draft position's state is
   kept, and commit(k) makes draft k - 1 live (the accepted count includes the bonus token).
+
+Conventions (both families): beta = sigmoid(b) in fp32, q / k divided by sqrt(sum u^2 + 1e-6),
+softplus threshold 20 (``log(1 + exp(x))`` below it; on NVIDIA FLA's ``softplus`` is PTX
+``ex2.approx`` / ``lg2.approx``, which the GPU run judges): the defaults, nothing declared.
 
 Modes: FLA returns the final state in fp32; the adapter stores it in the mode's state dtype (fp32,
 bf16 or fp16: a round-to-nearest cast, as a serving engine keeping a bf16 state would), and the
@@ -46,6 +58,7 @@ _FN = {}
 
 
 class FLABaselineGDN(SlotAdapter):
+    op = ("fla.ops.gated_delta_rule", "fused_recurrent_gated_delta_rule")  # (module, function)
     name = "fla-baseline"
     family = "gdn"
     kind = "baseline"
@@ -61,7 +74,7 @@ class FLABaselineGDN(SlotAdapter):
 
     def __init__(self, config):
         super().__init__(config)
-        self.fn = _kernel()
+        self.fn = _kernel(*self.op)
         T = self.decode.window if self.decode.speculative else 1
         self.T = T
         p = {k: v.to(self.device, torch.float32).contiguous() for k, v in config.params.items()}
@@ -122,22 +135,36 @@ class FLABaselineGDN(SlotAdapter):
             extra={"drafts": self.drafts.cpu().clone(), "accepted": self.live.cpu().clone()})
 
 
-def _kernel():
+class FLABaselineKDA(FLABaselineGDN):
+    op = ("fla.ops.kda", "fused_recurrent_kda")
+    family = "kda"
+    description = ("flash-linear-attention fused_recurrent_kda (KDA baseline; speculative: draft states kept by "
+                   "the adapter)")
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        return float_mode_reason(mode, "FLA's fused recurrent KDA (with the adapter's state store)")
+
+
+CLASSES = (FLABaselineGDN, FLABaselineKDA)
+
+
+def _kernel(module: str, function: str):
     """FLA's kernel, imported on first use (importing fla costs ~2 s: load() stays cheap)."""
-    if "fn" not in _FN:
+    if module not in _FN:
         try:
             with warnings.catch_warnings():  # fla warns at import that it runs on CPU when no GPU exists
                 warnings.simplefilter("ignore", UserWarning)
-                mod = importlib.import_module("fla.ops.gated_delta_rule")
+                mod = importlib.import_module(module)
         except Exception as e:
-            raise ValueError(f"flash-linear-attention: importing fla.ops.gated_delta_rule failed "
+            raise ValueError(f"flash-linear-attention: importing {module} failed "
                              f"({type(e).__name__}: {e}); {HOW}") from None
-        _FN["fn"] = mod.fused_recurrent_gated_delta_rule
-    return _FN["fn"]
+        _FN[module] = getattr(mod, function)
+    return _FN[module]
 
 
 def load(path: str | None = None) -> list[str]:
-    """Register ``fla-baseline`` when fla-core VERSION is installed (checked from its metadata, not
+    """Register ``fla-baseline`` (gdn, kda) when fla-core VERSION is installed (checked from its metadata, not
     imported); one-line ``RuntimeError`` otherwise."""
     from importlib import metadata
     if importlib.util.find_spec("fla") is None:
@@ -149,5 +176,6 @@ def load(path: str | None = None) -> list[str]:
     if have != VERSION:
         raise RuntimeError(f"flash-linear-attention: fla-core {have} installed, the adapter is written against "
                            f"fla-core {VERSION}; {HOW}")
-    register(FLABaselineGDN, replace=True)
-    return [f"{FLABaselineGDN.family}/{FLABaselineGDN.name} (fla-core {have})"]
+    for cls in CLASSES:
+        register(cls, replace=True)
+    return [f"{cls.family}/{cls.name} (fla-core {have})" for cls in CLASSES]

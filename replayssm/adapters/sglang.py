@@ -14,6 +14,10 @@ runs, nothing is copied), with stand-ins for the helpers they import:
 * ``sglang-replay`` (GDN, ``sglang_gdn.py``): ``fused_recurrent_linear_replayssm`` standard decode;
   ``gdn_replayssm_spec_decode`` speculative verify (exact fold + verify + flush-output launches) with
   ``commit_gdn_replayssm_spec``;
+* ``sglang-replay`` (KDA standard decode) and ``sglang-replay-fold`` (KDA speculative,
+  fold-every-commit), ``sglang_kda.py``: ``fused_recurrent_linear_replayssm`` with ``is_kda=True``;
+  the KDA recurrent verify (``fused_sigmoid_gating_recurrent``, raw-window ring) with
+  ``kda_replayssm_spec_decode.commit_kda_replayssm_spec``;
 * ``sglang-baseline`` (Mamba-2, ``sglang_mamba2.py``): ``mamba_ssm.selective_state_update``
   (standard; speculative through its intermediate-state buffer).
 
@@ -34,7 +38,7 @@ from pathlib import Path
 import torch
 from packaging import version as _version
 
-from replayssm.adapters import sglang_gdn, sglang_mamba2
+from replayssm.adapters import sglang_gdn, sglang_kda, sglang_mamba2
 from replayssm.registry import register
 
 NAME = "sglang"
@@ -46,12 +50,14 @@ MODULES = {  # short name -> module
     "gdn_replayssm_spec_fold": f"{LINEAR}.gdn_replayssm_spec_fold",
     "gdn_replayssm_spec_decode": f"{LINEAR}.gdn_replayssm_spec_decode",
     "fused_recurrent_linear_replayssm": f"{LINEAR}.fused_recurrent_linear_replayssm",
+    "kda_replayssm_spec_decode": f"{LINEAR}.kda_replayssm_spec_decode",
     "mamba_ssm": "sglang.kernels.ops.mamba.triton_ops.mamba_ssm",
 }
 PACKAGES = ("sglang", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.attention", LINEAR,
             "sglang.kernels.ops.attention.fla", "sglang.kernels.ops.mamba", "sglang.kernels.ops.mamba.triton_ops",
             "sglang.kernels.jit", "sglang.srt")
-CLASSES = (sglang_gdn.SGLangGDNReplay, sglang_mamba2.SGLangMamba2Baseline)
+CLASSES = (sglang_gdn.SGLangGDNReplay, sglang_kda.SGLangKDAReplay, sglang_kda.SGLangKDAReplayFold,
+           sglang_mamba2.SGLangMamba2Baseline)
 
 _LOADED: dict[str, types.ModuleType] = {}
 
@@ -105,6 +111,7 @@ def load(path: str | None = None) -> list[str]:
     done = []
     for cls in CLASSES:
         cls.loader = staticmethod(modules)
+        cls.interpreter_loops = staticmethod(interpreter_loops)
         register(cls, replace=True)
         done.append(f"{cls.family}/{cls.name}")
     return done

@@ -1,0 +1,239 @@
+"""Adapters for SGLang 0.5.23's KDA ReplaySSM kernels: ``sglang-replay`` (standard decode) and
+``sglang-replay-fold`` (speculative decode), family kda.
+
+Oracle: the validation engine (fp64 KDA recurrence on the accepted stream, the literal model of the
+kernel's bookkeeping at the same precision mode, exact invariants).  Expected: the literal model's
+error within its small factor at every declared mode.
+
+SGLang keeps two different bookkeepings for KDA, so they are two kernels (a kernel declares one
+cursor policy):
+
+* ``sglang-replay``, standard decode, the spec's rule: ``fused_recurrent_linear_replayssm_decode``
+  with ``is_kda=True`` on linear d / k / g buffers ``[blocks, HV, L, V]``, ``[blocks, H, L, K]``,
+  ``[blocks, HV, L, K]`` (g fp32, one log decay per key channel); the flush is ``write_pos == L - 1``
+  inside the kernel (folds L - 1 records + the current token); cursors per row, advanced at commit
+  (0 after a flush, else + 1), as for GDN (``sglang_gdn.py``).  Its speculative path does not exist.
+* ``sglang-replay-fold``, speculative decode, ``fold-every-commit``
+  (``kda_replayssm_spec_decode.py``): the verify is SGLang's KDA recurrent verify
+  (``fused_sigmoid_gating_delta_rule_update``, ``is_kda=True``, ``disable_state_update=True``, no
+  intermediate states, ``cache_ring=True``: it stores each draft token's raw v, raw (pre-norm) k,
+  per-channel log gate and beta into a per-slot window of T' rows); ``commit_kda_replayssm_spec``
+  replays the accepted prefix (the bonus token counted: our k as is; k = 0 folds nothing) from the
+  checkpoint into the checkpoint, in place.  No history, no flush: ``write_pos`` is 0 before every
+  verify.  Its standard decode is ``sglang-replay``.
+
+Bridges (besides the ``_base.py`` slot bridge: slot s = block s + 1, null block 0):
+
+* **Padding.**  The standard kernel takes ``-1`` for a padding row (and writes zeros to its output:
+  the poisoned scratch keeps that out of our rows); the verify is given the active rows only
+  (packed with ``cu_seqlens``), the commit the null block 0 for padding rows (it skips them).
+* **Gates in the kernels.**  ``a [.., HV, K]`` and ``dt_bias [HV, K]`` raw: the kernels compute
+  ``g = -exp(A_log) softplus(a + dt_bias)`` per key channel (softplus ``log(1 + exp(x))`` up to 20),
+  ``beta = sigmoid(b)``; q / k L2-normalised in the kernels, scale K^-1/2.
+* **Records.**  Standard: d / k in the activation dtype, g fp32 (snapshot records, folded in fp64 by
+  ``committed_state``).  Speculative: the raw window (v, k in the activation dtype: exact copies;
+  g, beta fp32) is kept in the snapshot's ``extra``; with no committed history there are no records.
+* **Launch config.**  ``nk`` splits K into tiles of K / nk >= 16 for ``tl.dot``: ``nk = 1`` where
+  the default 2 would go below (K = 16, the tiny geometry).
+
+Conventions, read from the code, and what is declared.  q / k are normalised in the reciprocal form
+``u * (1 / sqrt(sum u^2 + 1e-6))`` by the standard kernel and the verify, in the division form by
+the commit's fold (its docstring's "bitwise clone" is of FLA's recurrent kernel, not of SGLang's own
+verify): an fp32 ulp of k, inside the tolerance; the KDA family's recurrence has no declared
+conventions, so nothing is declared.  The standard kernel rounds beta to the gate input's dtype
+(``sigmoid(b).to(b.dtype)``): with 16-bit activations that is a ``beta_rounded`` recurrence the
+KDA family cannot state yet, so the standard decode is declared with fp32 activations only.
+
+Modes.  State in the state tensor's dtype (a plain cast, round to nearest).  Standard: the
+reconstruction ``tl.dot`` runs at Triton's default precision on operands in the output dtype, with
+fp32 activations tf32 on the GPU: ``s32a32-tf32`` (under the interpreter an fp32 dot, inside the
+tf32 bound); the decay-weighted keys ``(k * decay).to(act dtype)`` are rounded before that dot.
+Speculative: no dots (fp32 elementwise recurrence), any float state and activations, ieee.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._vllm_source import launch_guard
+from replayssm.interface import KernelSnapshot
+from replayssm.ops.kda.literal import KDAMath
+
+
+def _nk(K: int) -> int:
+    return 1 if (1 << max(0, (K - 1).bit_length())) // 2 < 16 else 2
+
+
+class _SGLangKDA(SlotAdapter):
+    family = "kda"
+    kind = "replay"
+    loader = None  # set by replayssm.adapters.sglang.load(): returns the kernel modules
+    interpreter_loops = None  # set by load(): replayssm.adapters.sglang.interpreter_loops
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.mods = type(self).loader()
+        g, S = self.geometry, self.num_slots + 1
+        p = {k: v.to(self.device, torch.float32).contiguous() for k, v in config.params.items()}
+        self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
+        self.params64 = {k: v.double() for k, v in p.items()}
+        self.scale = g.head_k_dim ** -0.5
+        self.state = torch.zeros((S, *self.state_shape), dtype=self.mode.state_dtype, device=self.device)
+        self.write_pos = torch.zeros(S, dtype=torch.int32, device=self.device)
+
+    def _reset_rows(self, slot_ids, initial_state, origin):
+        ids = self.check_reset_args(slot_ids, initial_state, origin)
+        rows = self.active_rows(slot_ids)
+        b = self.blocks(slot_ids).index_select(0, rows).long()
+        self.write_pos[b] = 0
+        self.state[b] = 0 if initial_state is None else initial_state.index_select(0, rows).to(self.state.dtype)
+        self.mark_reset(ids)
+
+    def verify(self, slot_ids, inputs, out=None):
+        ids = self.begin_verify(slot_ids, inputs, out)
+        out = self.new_out(len(ids)) if out is None else out
+        self._verify(slot_ids, inputs, out)
+        self.end_verify(ids)
+        return out
+
+    def checkpoint_state(self, slot_ids):
+        return self.per_slot(slot_ids, lambda s: self.state[s + 1].double())
+
+
+class SGLangKDAReplay(_SGLangKDA):
+    name = "sglang-replay"
+    decodes = ("standard",)
+    description = "SGLang 0.5.23 ReplaySSM KDA standard decode: fused_recurrent_linear_replayssm (is_kda=True)"
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        if decode.speculative:
+            return ("SGLang's KDA speculative decode keeps fold-every-commit books: it is the kernel "
+                    "'sglang-replay-fold'")
+        reason = float_mode_reason(mode, "SGLang's KDA replay kernel", ("ieee", "tf32"))
+        if reason:
+            return reason
+        if mode.act != "fp32":
+            return (f"with {mode.act} activations it rounds beta to the activation dtype, a recurrence the kda "
+                    f"family declares no convention for: declared with fp32 activations only")
+        if mode.dot != "tf32":
+            return ("with fp32 activations its reconstruction tl.dot runs at Triton's default precision, tf32 on "
+                    "the GPU: standard decode implements s32a32-tf32, not ieee")
+        return None
+
+    def __init__(self, config):
+        super().__init__(config)
+        g, m, S, L = self.geometry, self.mode, self.num_slots + 1, self.decode.ring_rows
+        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
+        self.d_cache = torch.zeros((S, HV, L, V), dtype=m.act_dtype, device=self.device)
+        self.k_cache = torch.zeros((S, H, L, K), dtype=m.act_dtype, device=self.device)
+        self.g_cache = torch.zeros((S, HV, L, K), dtype=torch.float32, device=self.device)
+
+    def reset(self, slot_ids, initial_state=None, origin=None):
+        self._reset_rows(slot_ids, initial_state, origin)
+
+    def _verify(self, slot_ids, inputs, out):
+        g, R = self.geometry, slot_ids.shape[0]
+        blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
+        tok = {k: v[:, 0] for k, v in inputs.items()}
+        mixed = torch.cat([tok["q"].flatten(1), tok["k"].flatten(1), tok["v"].flatten(1)], 1).contiguous()
+        o = self.scratch(R, 1, g.num_v_heads, g.head_v_dim)
+        fn = self.mods["fused_recurrent_linear_replayssm"].fused_recurrent_linear_replayssm_decode
+        with launch_guard(self.device):
+            fn(mixed, tok["a"].contiguous(), tok["b"].contiguous(), self.A_log, self.dt_bias, self.scale, self.state,
+               self.d_cache, self.k_cache, self.g_cache, o, torch.where(slot_ids >= 0, blk, -1).contiguous(),
+               self.write_pos.index_select(0, blk.long()).contiguous(), use_qk_l2norm_in_kernel=True, is_kda=True,
+               nk=_nk(g.head_k_dim))
+        out[act] = o.index_select(0, act)
+
+    def commit(self, slot_ids, accepted):
+        self.begin_commit(slot_ids, accepted)
+        b = self.blocks(slot_ids).index_select(0, self.active_rows(slot_ids)).long()
+        wp = self.write_pos[b]
+        self.write_pos[b] = torch.where(wp == self.decode.buffer - 1, 0, wp + 1).to(torch.int32)
+
+    def _records(self):
+        return {"d": self.d_cache[1:].permute(0, 2, 1, 3), "k": self.k_cache[1:].permute(0, 2, 1, 3),
+                "g": self.g_cache[1:].permute(0, 2, 1, 3)}
+
+    def committed_state(self, slot_ids):
+        """Checkpoint + committed d / k / g records folded in fp64."""
+        rec = self._records()
+
+        def fold(s):
+            idx = self.hist_rows(s, int(self.write_pos[s + 1]), 0)
+            hist = {k: v[s].index_select(0, idx).double() for k, v in rec.items()}
+            return KDAMath().fold(self.state[s + 1].double(), hist, self.params64, self.mode)
+        return self.per_slot(slot_ids, fold)
+
+    def snapshot(self):
+        wp = self.write_pos[1:].cpu().to(torch.int64)
+        return KernelSnapshot(
+            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None,
+            records={k: v.cpu().clone() for k, v in self._records().items()},
+            write_pos=wp, origin=torch.zeros_like(wp), is_flush=wp == self.decode.buffer - 1, extra={})
+
+
+class SGLangKDAReplayFold(_SGLangKDA):
+    name = "sglang-replay-fold"
+    decodes = ("speculative",)
+    bookkeeping = "fold-every-commit"
+    zero_accept = "noop"
+    description = ("SGLang 0.5.23 ReplaySSM KDA speculative decode: recurrent verify writing the raw window, "
+                   "commit_kda_replayssm_spec folding the accepted prefix (fold-every-commit)")
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        if not decode.speculative:
+            return "SGLang's KDA standard decode keeps the spec's linear buffer: it is the kernel 'sglang-replay'"
+        return float_mode_reason(mode, "SGLang's KDA verify + commit fold")
+
+    def __init__(self, config):
+        super().__init__(config)
+        g, m, S, T = self.geometry, self.mode, self.num_slots + 1, self.decode.window
+        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
+        self.rawv = torch.zeros((S, HV, T, V), dtype=m.act_dtype, device=self.device)
+        self.rawk = torch.zeros((S, H, T, K), dtype=m.act_dtype, device=self.device)
+        self.gk = torch.zeros((S, HV, T, K), dtype=torch.float32, device=self.device)
+        self.beta = torch.zeros((S, HV, T), dtype=torch.float32, device=self.device)
+
+    def reset(self, slot_ids, initial_state=None, origin=None):
+        self._reset_rows(slot_ids, initial_state, origin)
+
+    def _verify(self, slot_ids, inputs, out):
+        g, T = self.geometry, self.decode.window
+        blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
+        n = act.numel()
+        tok = {k: v.index_select(0, act).flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
+        qsl = torch.arange(0, (n + 1) * T, T, dtype=torch.int32, device=self.device)
+        fn = self.mods["fused_sigmoid_gating_recurrent"].fused_sigmoid_gating_delta_rule_update
+        with launch_guard(self.device):
+            o = fn(self.A_log, tok["a"], self.dt_bias, 1.0, 20.0, tok["q"], tok["k"], tok["v"], tok["b"], self.state,
+                   blk.index_select(0, act).contiguous(), scale=self.scale, use_qk_l2norm_in_kernel=True,
+                   cu_seqlens=qsl, is_kda=True, disable_state_update=True, cache_ring=True, replayssm_rawv=self.rawv,
+                   replayssm_rawk=self.rawk, replayssm_g=self.gk, replayssm_beta=self.beta)
+        out[act] = o.view(n, T, g.num_v_heads, g.head_v_dim).to(out.dtype)
+
+    def commit(self, slot_ids, accepted):
+        self.begin_commit(slot_ids, accepted)
+        spec = self.mods["kda_replayssm_spec_decode"]
+        loops = type(self).interpreter_loops(spec) if self.device.type == "cpu" else contextlib.nullcontext()
+        with launch_guard(self.device), loops:
+            spec.commit_kda_replayssm_spec(self.state, self.rawv, self.rawk, self.gk, self.beta, self.blocks(slot_ids),
+                                           accepted.to(torch.int32).contiguous(), self.decode.window,
+                                           self.geometry.num_k_heads, use_qk_l2norm_in_kernel=True, null_block_id=0)
+
+    def committed_state(self, slot_ids):
+        return self.checkpoint_state(slot_ids)
+
+    def snapshot(self):
+        n = self.num_slots
+        zeros = torch.zeros(n, dtype=torch.int64)
+        return KernelSnapshot(
+            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None, records={}, write_pos=zeros,
+            origin=zeros.clone(), is_flush=torch.zeros(n, dtype=torch.bool),
+            extra={"rawv": self.rawv[1:].cpu().clone(), "rawk": self.rawk[1:].cpu().clone(),
+                   "g": self.gk[1:].cpu().clone(), "beta": self.beta[1:].cpu().clone()})
