@@ -55,7 +55,8 @@ import torch
 from replayssm.conventions import Conventions, declared
 from replayssm.families import families, family
 from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, policy
-from replayssm.ops.literal import LiteralFlushWhenFullKernel, LiteralFoldEveryCommitKernel, LiteralHostCursorsKernel
+from replayssm.ops.literal import (LiteralFlushWhenFullKernel, LiteralFoldAtCommitKernel, LiteralFoldEveryCommitKernel,
+                                   LiteralHostCursorsKernel)
 from replayssm.registry import get, register
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
@@ -108,7 +109,7 @@ def readout_magnitude(family_name: str, state: torch.Tensor, tok: dict[str, torc
 
 # The literal replay model of each non-default bookkeeping policy (a mixin over the family's).
 POLICY_LITERALS = {"flush-when-full": LiteralFlushWhenFullKernel, "fold-every-commit": LiteralFoldEveryCommitKernel,
-                   "host-cursors": LiteralHostCursorsKernel}
+                   "host-cursors": LiteralHostCursorsKernel, "fold-at-commit": LiteralFoldAtCommitKernel}
 
 
 def policy_literal_name(family_name: str, policy_name: str) -> str:
