@@ -55,8 +55,12 @@ import torch
 from replayssm.conventions import Conventions, declared
 from replayssm.families import families, family
 from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, policy
-from replayssm.ops.literal import (LiteralFlushWhenFullKernel, LiteralFoldAtCommitKernel, LiteralFoldEveryCommitKernel,
-                                   LiteralHostCursorsKernel)
+from replayssm.ops.literal import (
+    LiteralFlushWhenFullKernel,
+    LiteralFoldAtCommitKernel,
+    LiteralFoldEveryCommitKernel,
+    LiteralHostCursorsKernel,
+)
 from replayssm.registry import get, register
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario

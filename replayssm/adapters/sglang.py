@@ -14,6 +14,9 @@ runs, nothing is copied), with stand-ins for the helpers they import:
 * ``sglang-replay`` (GDN, ``sglang_gdn.py``): ``fused_recurrent_linear_replayssm`` standard decode;
   ``gdn_replayssm_spec_decode`` speculative verify (exact fold + verify + flush-output launches) with
   ``commit_gdn_replayssm_spec``;
+* ``sglang-replay-serving`` (GDN, ``sglang_serving.py``): the same verify as the server launches it
+  (``launch_mode="verify"``) with its commit-time fold ``commit_gdn_replayssm_circular``
+  (bookkeeping ``fold-at-commit``);
 * ``sglang-baseline`` (Mamba-2, ``sglang_mamba2.py``): ``mamba_ssm.selective_state_update``
   (standard; speculative through its intermediate-state buffer).
 
@@ -34,7 +37,7 @@ from pathlib import Path
 import torch
 from packaging import version as _version
 
-from replayssm.adapters import sglang_gdn, sglang_mamba2
+from replayssm.adapters import sglang_gdn, sglang_mamba2, sglang_serving
 from replayssm.registry import register
 
 NAME = "sglang"
@@ -51,7 +54,7 @@ MODULES = {  # short name -> module
 PACKAGES = ("sglang", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.attention", LINEAR,
             "sglang.kernels.ops.attention.fla", "sglang.kernels.ops.mamba", "sglang.kernels.ops.mamba.triton_ops",
             "sglang.kernels.jit", "sglang.srt")
-CLASSES = (sglang_gdn.SGLangGDNReplay, sglang_mamba2.SGLangMamba2Baseline)
+CLASSES = (sglang_gdn.SGLangGDNReplay, sglang_serving.SGLangGDNReplayServing, sglang_mamba2.SGLangMamba2Baseline)
 
 _LOADED: dict[str, types.ModuleType] = {}
 

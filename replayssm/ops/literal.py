@@ -460,4 +460,5 @@ class LiteralBaselineKernel(_LiteralBase):
 
 
 __all__ = ["DecodeConfig", "FamilyMath", "LiteralBaselineKernel", "LiteralFlushWhenFullKernel",
-           "LiteralFoldAtCommitKernel", "LiteralFoldEveryCommitKernel", "LiteralHostCursorsKernel", "LiteralReplayKernel", "WindowResult"]
+           "LiteralFoldAtCommitKernel", "LiteralFoldEveryCommitKernel", "LiteralHostCursorsKernel",
+           "LiteralReplayKernel", "WindowResult"]
