@@ -744,9 +744,14 @@ class Lockstep:
         if use_lit:
             for lit in self.literals:
                 lit.commit(self.ids, acc)
+        moves = self.dec.rule.checkpoint_moves_at_commit(self.dec)
         for r in self.active:
+            held = self.wp[r] + p.accepted[r]
             self.wp[r], self.origin[r] = self.dec.commit_cursor(self.wp[r], self.origin[r], r in flush_rows,
                                                                 p.accepted[r])
+            if moves and p.accepted[r] and self.wp[r] != held:  # the commit folded: one more checkpoint rounding
+                self.lit_env["flushes"][r] += 1
+                self.coverage["commit folds"] += 1
             self.tokens_accepted += p.accepted[r]
         if self.golden is None:
             self.ref = ctx.ref_state
