@@ -244,8 +244,49 @@ class HostCursorsPolicy(SpecPolicy):
     host_owned = True
 
 
+class FoldAtCommitPolicy(BookkeepingPolicy):
+    """No verify flushes: verify reads the checkpoint + the committed history and writes its
+    window's records at logical positions write_pos..write_pos+T'-1 of a ring of next_pow2(B + T')
+    rows; commit(k) sets write_pos += k and, when write_pos + 2 T' > B + T', folds the whole
+    committed history (the accepted prefix included) into the checkpoint, moves the origin by
+    write_pos and sets write_pos = 0 (SGLang's serving path: ``launch_mode="verify"`` +
+    ``commit_gdn_replayssm_circular``).  With B = T' the rule folds after every commit with k > 0
+    while the ring base keeps moving (SGLang's ``fold_every_commit`` for 16-bit checkpoints)."""
+
+    name = "fold-at-commit"
+    description = "verify never flushes; commit folds the committed history when write_pos + 2T' > B + T'"
+
+    def uses_ring(self, dec):
+        return True
+
+    def lspec(self, dec):
+        return dec.buffer + dec.window
+
+    def ring_rows(self, dec):
+        return next_pow2(self.lspec(dec))
+
+    def is_flush(self, dec, write_pos):
+        return False
+
+    def max_write_pos(self, dec):
+        return dec.buffer - dec.window
+
+    def flush_folds_first(self, dec):
+        return False
+
+    def commit_cursor(self, dec, write_pos, origin, flushed, k):
+        held = write_pos + k
+        if held + 2 * dec.window > self.lspec(dec):
+            return 0, (origin + held) % self.ring_rows(dec)
+        return held, origin
+
+    def checkpoint_moves_at_commit(self, dec):
+        return True
+
+
 POLICIES: dict[str, BookkeepingPolicy] = {p.name: p for p in (SpecPolicy(), FlushWhenFullPolicy(),
-                                                              FoldEveryCommitPolicy(), HostCursorsPolicy())}
+                                                              FoldEveryCommitPolicy(), HostCursorsPolicy(),
+                                                              FoldAtCommitPolicy())}
 
 
 def policy(name: str) -> BookkeepingPolicy:

@@ -265,7 +265,7 @@ def _cover_walk(sc, order: list[int]) -> tuple[list[int], list[int]]:
     step indices before which the row is reset (to reach write_pos = 0 again)."""
     dec = sc.decode_config
     T, hi = sc.window, dec.max_write_pos()
-    nxt = lambda w, k: k if dec.is_flush(w) else w + k
+    nxt = lambda w, k: dec.commit_cursor(w, 0, dec.is_flush(w), k)[0]
     todo = {(w, k) for w in range(hi + 1) for k in range(1, T + 1)}
     w, ks, resets = 0, [], []
     while todo:
@@ -302,19 +302,21 @@ def _cover_walk(sc, order: list[int]) -> tuple[list[int], list[int]]:
 
 
 def _until_wrap(sc, ks: list[int], resets: list[int], origin: int, reset_origin: int) -> list[int]:
-    """``ks`` extended with k = T' until some flush wraps the ring (origin + write_pos >= ring)."""
+    """``ks`` extended with k = T' until some step wraps the ring (the origin moves past its last row)."""
     dec = sc.decode_config
     ks = list(ks)
+    if not dec.uses_ring:
+        return ks
     w, o, s = 0, origin, 0
     while True:
         if s in resets:
             w, o = 0, reset_origin
         if s == len(ks):
             ks.append(sc.window)
-        f = dec.is_flush(w)
-        if f and w and o + w >= dec.ring_rows:
+        nw, no = dec.commit_cursor(w, o, dec.is_flush(w), ks[s])
+        if no < o:
             return ks
-        w, o = dec.commit_cursor(w, o, f, ks[s])
+        w, o = nw, no
         s += 1
 
 

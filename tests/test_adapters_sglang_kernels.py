@@ -46,13 +46,19 @@ def _assert_passes(res):
 CASES = [  # family, kernel, mode, scenario arguments
     ("gdn", "sglang-replay", "s32a32-tf32", dict(decode="standard", schedule="always-1", buffer=4, steps=7)),
     ("gdn", "sglang-replay", "s32a32", dict(decode="speculative", schedule="exhaustive", window=2, buffer=2)),
+    ("gdn", "sglang-replay-serving", "s32a32-tf32", dict(decode="speculative", schedule="exhaustive", window=2,
+                                                         buffer=6)),
+    ("gdn", "sglang-replay-serving", "s32a32-tf32", dict(decode="speculative", schedule="zero-accept", window=2,
+                                                         buffer=2, steps=6, schedule_params={"zero_prob": 0.3},
+                                                         kernel_options={"fold_every_commit": True})),
     ("mamba2", "sglang-baseline", "s32a32", dict(decode="standard", schedule="always-1", buffer=1, steps=4)),
     ("mamba2", "sglang-baseline", "s32a32", dict(decode="speculative", schedule="exhaustive", window=2, buffer=2)),
 ]
 
 
 @pytest.mark.parametrize("family,name,mode,kw", CASES, ids=[
-    "gdn-sglang-replay-s32a32tf32-L4", "gdn-sglang-replay-s32a32-T2-B2", "mamba2-sglang-baseline-s32a32-L1",
+    "gdn-sglang-replay-s32a32tf32-L4", "gdn-sglang-replay-s32a32-T2-B2", "gdn-sglang-replay-serving-s32a32tf32-T2-B6",
+    "gdn-sglang-replay-serving-fold-every-commit-s32a32tf32-T2-B2", "mamba2-sglang-baseline-s32a32-L1",
     "mamba2-sglang-baseline-s32a32-T2-B2"])
 def test_sglang_kernels_pass_the_engine(sglang_kernels, one_thread, family, name, mode, kw):
     _assert_passes(run_scenario(Scenario.tiny(family, mode=mode, **kw), name))
@@ -69,6 +75,35 @@ def test_sglang_refuses_what_it_does_not_implement(sglang_kernels):
         assert_kernel_valid("sglang-replay", Scenario.tiny("gdn", mode="s16a16-sr", steps=2))
     with pytest.raises(ValueError, match="does not support sfp8a16"):
         assert_kernel_valid("sglang-baseline", Scenario.tiny("mamba2", mode="sfp8a16", steps=2))
+
+
+def test_sglang_serving_bookkeeping_is_fold_at_commit_and_no_other(sglang_kernels, one_thread):
+    """Declared as the spec's rule (same ring, B + T' = 4), the serving path fails the cursor check
+    at the first commit that folds; declared fold-every-commit (origin fixed at 0), likewise."""
+    from replayssm.registry import get
+    base = get("sglang-replay-serving", "gdn")
+    sc = Scenario.tiny("gdn", decode="speculative", mode="s32a32-tf32", window=2, buffer=2, schedule="always-1",
+                       steps=2)
+    for pol in ("spec", "fold-every-commit"):
+        res = run_scenario(sc, type("Declared", (base,), {"name": f"serving-as-{pol}", "bookkeeping": pol}),
+                           repeat_check=False, stop_on_failure=True)
+        assert not res.passed and res.first_failure.check == "cursor", res.to_markdown()
+
+
+def test_sglang_serving_refuses_what_its_path_does_not_implement(sglang_kernels):
+    from replayssm.validators.pytest_plugin import assert_kernel_valid
+    spec = dict(decode="speculative", window=2, steps=2)
+    for kw, match in [(dict(mode="s32a32", buffer=2), "commit fold's tl.dot runs at Triton's default precision"),
+                      (dict(mode="s32a32-tf32", buffer=3), "B \\+ T' must be a power of two"),
+                      (dict(mode="s16a16", buffer=6), "fold_every_commit folds after every commit: .* B = T'"),
+                      (dict(mode="s16a16-tf32", buffer=2), "checkpoint is cast to the key dtype"),
+                      (dict(mode="s32a32-tf32", buffer=2, kernel_options={"fold_every_commit": 1}),
+                       "options.fold_every_commit: expected a bool")]:
+        with pytest.raises(ValueError, match=match):
+            assert_kernel_valid("sglang-replay-serving", Scenario.tiny("gdn", **spec, **kw))
+    with pytest.raises(ValueError, match="does not support .*standard decode"):
+        assert_kernel_valid("sglang-replay-serving", Scenario.tiny("gdn", decode="standard", mode="s32a32-tf32",
+                                                                  steps=2))
 
 
 _SOFTPLUS = None  # the kernel module's jitted softplus, bound by the test (the interpreter resolves globals)

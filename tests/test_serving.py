@@ -209,7 +209,7 @@ def test_each_policy_literal_passes_under_its_own_policy_only(impl, declared):
                                            "flush-checkpoint", "exception"), res.to_markdown()
 
 
-@pytest.mark.parametrize("pol", ["flush-when-full", "fold-every-commit"])
+@pytest.mark.parametrize("pol", ["flush-when-full", "fold-every-commit", "fold-at-commit"])
 def test_policy_literals_run_speculative_ragged_plans(pol):
     sc = Scenario.tiny("gdn", schedule="ragged", steps=8, schedule_params={"zero_prob": 0.2})
     res = run_scenario(sc, policy_literal_name("gdn", pol))
@@ -221,6 +221,14 @@ def test_flush_when_full_is_standard_decode_as_the_speculative_rule_with_one_tok
     assert dec.ring_rows == 8 and [dec.is_flush(w) for w in range(5)] == [False] * 4 + [True]
     assert dec.commit_cursor(4, 2, True, 1) == (1, 6) and not dec.flush_folds_first
     assert DecodeConfig("standard", 1, 4).commit_cursor(3, 0, True, 1) == (0, 0)
+
+
+def test_fold_at_commit_folds_the_held_history_at_commit_and_never_at_a_verify():
+    dec = DecodeConfig("speculative", 4, 12, "fold-at-commit")  # SGLang's serving ring: 16 rows, threshold 16
+    assert dec.ring_rows == 16 and dec.max_write_pos() == 8 and not any(dec.is_flush(w) for w in range(9))
+    assert dec.commit_cursor(5, 3, False, 3) == (8, 3) and dec.commit_cursor(5, 14, False, 4) == (0, 7)
+    every = DecodeConfig("speculative", 4, 4, "fold-at-commit")  # B = T': a fold after every commit
+    assert [every.commit_cursor(0, 6, False, k) for k in range(5)] == [(0, 6), (0, 7), (0, 0), (0, 1), (0, 2)]
 
 
 # ---- bad input: one line naming the argument and the row, nothing changed -------------------------------------
@@ -334,8 +342,8 @@ def test_bad_cursor_tables_are_refused_naming_the_entry(cursors, match):
 
 
 def test_unknown_policy_names_are_refused():
-    with pytest.raises(ValueError, match=r"policy: expected one of \['flush-when-full', 'fold-every-commit', "
-                                         r"'host-cursors', 'spec'\], got 'lru'"):
+    with pytest.raises(ValueError, match=r"policy: expected one of \['flush-when-full', 'fold-at-commit', "
+                                         r"'fold-every-commit', 'host-cursors', 'spec'\], got 'lru'"):
         DecodeConfig("standard", 1, 4, "lru")
     bad = type("BadPolicy", (_literal(),), {"name": "bad-policy", "bookkeeping": "lru"})
     with pytest.raises(ValueError, match=r"bookkeeping: kernel 'bad-policy' declares an unknown policy"):

@@ -55,7 +55,12 @@ import torch
 from replayssm.conventions import Conventions, declared
 from replayssm.families import families, family
 from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, policy
-from replayssm.ops.literal import LiteralFlushWhenFullKernel, LiteralFoldEveryCommitKernel, LiteralHostCursorsKernel
+from replayssm.ops.literal import (
+    LiteralFlushWhenFullKernel,
+    LiteralFoldAtCommitKernel,
+    LiteralFoldEveryCommitKernel,
+    LiteralHostCursorsKernel,
+)
 from replayssm.registry import get, register
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
@@ -108,7 +113,7 @@ def readout_magnitude(family_name: str, state: torch.Tensor, tok: dict[str, torc
 
 # The literal replay model of each non-default bookkeeping policy (a mixin over the family's).
 POLICY_LITERALS = {"flush-when-full": LiteralFlushWhenFullKernel, "fold-every-commit": LiteralFoldEveryCommitKernel,
-                   "host-cursors": LiteralHostCursorsKernel}
+                   "host-cursors": LiteralHostCursorsKernel, "fold-at-commit": LiteralFoldAtCommitKernel}
 
 
 def policy_literal_name(family_name: str, policy_name: str) -> str:
@@ -739,9 +744,14 @@ class Lockstep:
         if use_lit:
             for lit in self.literals:
                 lit.commit(self.ids, acc)
+        moves = self.dec.rule.checkpoint_moves_at_commit(self.dec)
         for r in self.active:
+            held = self.wp[r] + p.accepted[r]
             self.wp[r], self.origin[r] = self.dec.commit_cursor(self.wp[r], self.origin[r], r in flush_rows,
                                                                 p.accepted[r])
+            if moves and p.accepted[r] and self.wp[r] != held:  # the commit folded: one more checkpoint rounding
+                self.lit_env["flushes"][r] += 1
+                self.coverage["commit folds"] += 1
             self.tokens_accepted += p.accepted[r]
         if self.golden is None:
             self.ref = ctx.ref_state

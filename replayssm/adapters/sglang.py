@@ -18,6 +18,9 @@ runs, nothing is copied), with stand-ins for the helpers they import:
   fold-every-commit), ``sglang_kda.py``: ``fused_recurrent_linear_replayssm`` with ``is_kda=True``;
   the KDA recurrent verify (``fused_sigmoid_gating_recurrent``, raw-window ring) with
   ``kda_replayssm_spec_decode.commit_kda_replayssm_spec``;
+* ``sglang-replay-serving`` (GDN, ``sglang_serving.py``): the same verify as the server launches it
+  (``launch_mode="verify"``) with its commit-time fold ``commit_gdn_replayssm_circular``
+  (bookkeeping ``fold-at-commit``);
 * ``sglang-baseline`` (Mamba-2, ``sglang_mamba2.py``): ``mamba_ssm.selective_state_update``
   (standard; speculative through its intermediate-state buffer).
 
@@ -38,7 +41,7 @@ from pathlib import Path
 import torch
 from packaging import version as _version
 
-from replayssm.adapters import sglang_gdn, sglang_kda, sglang_mamba2
+from replayssm.adapters import sglang_gdn, sglang_kda, sglang_mamba2, sglang_serving
 from replayssm.registry import register
 
 NAME = "sglang"
@@ -56,8 +59,8 @@ MODULES = {  # short name -> module
 PACKAGES = ("sglang", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.attention", LINEAR,
             "sglang.kernels.ops.attention.fla", "sglang.kernels.ops.mamba", "sglang.kernels.ops.mamba.triton_ops",
             "sglang.kernels.jit", "sglang.srt")
-CLASSES = (sglang_gdn.SGLangGDNReplay, sglang_kda.SGLangKDAReplay, sglang_kda.SGLangKDAReplayFold,
-           sglang_mamba2.SGLangMamba2Baseline)
+CLASSES = (sglang_gdn.SGLangGDNReplay, sglang_serving.SGLangGDNReplayServing, sglang_kda.SGLangKDAReplay,
+           sglang_kda.SGLangKDAReplayFold, sglang_mamba2.SGLangMamba2Baseline)
 
 _LOADED: dict[str, types.ModuleType] = {}
 

@@ -17,8 +17,9 @@ layout (``query_start_loc``: unpacked into the padded layout with window lengths
 back; spare tokens untouched) and standard steps on a speculative object (``supports_mixed_decode``:
 a one-token verify is a window of length 1 in the same ring).  The replay model's bookkeeping is
 the policy named by its class attribute ``implements`` (the spec's by default):
-:class:`LiteralFlushWhenFullKernel`, :class:`LiteralFoldEveryCommitKernel` and
-:class:`LiteralHostCursorsKernel` are the literal models of the other policies of
+:class:`LiteralFlushWhenFullKernel`, :class:`LiteralFoldEveryCommitKernel`,
+:class:`LiteralHostCursorsKernel` and :class:`LiteralFoldAtCommitKernel` are the literal models
+of the other policies of
 ``replayssm.interface.POLICIES``.
 """
 
@@ -350,6 +351,29 @@ class LiteralHostCursorsKernel(LiteralReplayKernel):
             self.pending[s] = False
 
 
+class LiteralFoldAtCommitKernel(LiteralReplayKernel):
+    """Literal ReplaySSM under ``fold-at-commit``: verify never flushes (it reads the checkpoint
+    and the committed history and writes its window's records after them in the ring); commit(k)
+    holds write_pos + k records and, when write_pos + k + 2 T' > B + T', folds all of them into
+    the checkpoint, moves the origin past them and sets write_pos = 0."""
+
+    implements = "fold-at-commit"
+    bookkeeping = "fold-at-commit"
+    description = "literal ReplaySSM, fold-at-commit bookkeeping (commit folds the history when it is full)"
+
+    def commit(self, slot_ids, accepted) -> None:
+        for s, k in self._commit_rows(slot_ids, accepted):
+            held = self.write_pos[s] + k
+            if held + 2 * self.decode.window > self.decode.buffer + self.decode.window:
+                folded = self.math.fold(self._load_checkpoint(s), self._history(s, held), self.params, self.mode)
+                scale = None if self.ckpt_scale is None else self.ckpt_scale[s]
+                self._store_state(s, folded, self.ckpt[s], scale)
+                self.write_pos[s], self.origin[s] = 0, (self.origin[s] + held) % self.decode.ring_rows
+            else:
+                self.write_pos[s] = held
+            self.pending[s] = False
+
+
 class LiteralBaselineKernel(_LiteralBase):
     """Literal baseline: the state is read and written every token.
 
@@ -436,4 +460,5 @@ class LiteralBaselineKernel(_LiteralBase):
 
 
 __all__ = ["DecodeConfig", "FamilyMath", "LiteralBaselineKernel", "LiteralFlushWhenFullKernel",
-           "LiteralFoldEveryCommitKernel", "LiteralHostCursorsKernel", "LiteralReplayKernel", "WindowResult"]
+           "LiteralFoldAtCommitKernel", "LiteralFoldEveryCommitKernel", "LiteralHostCursorsKernel",
+           "LiteralReplayKernel", "WindowResult"]

@@ -18,7 +18,7 @@ Oracle: ``validators/tolerances.py`` (err <= factor x literal-model error + floo
 factor and floor per precision mode).  With stochastic rounding the literal model's error is one
 random draw of the mode's noise: the bound uses the running maximum, per row since its last
 reset, over the literal model and its replicas with other rounding seeds, and the floor grows
-like a random walk of one rounding per flush (``SR_WALK_CAP`` flushes at most).
+like a random walk of one rounding per flush or commit-time fold (``SR_WALK_CAP`` at most).
 """
 
 from __future__ import annotations
