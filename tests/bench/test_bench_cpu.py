@@ -60,6 +60,7 @@ def test_fuzz_cpu(measured, one_thread):
     measured(samples, group="suite: fuzz (CPU smoke)", **extra)
 
 
+@pytest.mark.slow  # a subprocess pytest run (the 10-minute budget; tests/test_bench.py renders tables in CI)
 def test_tables_come_from_a_saved_run(tmp_path):
     """A real pytest-benchmark run of two smoke cases (subprocess, no xdist) saved as JSON; the table
     generator reads it back: one row per case with the run's own medians."""
