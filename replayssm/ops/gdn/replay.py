@@ -106,6 +106,12 @@ class TritonGDNReplay(TritonGDNBase):
         return self._scratch[rows]
 
     # ---- steps -----------------------------------------------------------------------------------------
+    # the launches, swapped by a family with another record layout (KDA's per-channel gates)
+    launch_split = staticmethod(launch_split)
+    launch_replay_spec = staticmethod(launch_replay_spec)
+    launch_replay_spec_commit = staticmethod(launch_replay_spec_commit)
+    launch_replay_decode = staticmethod(launch_replay_decode)
+
     def verify(self, slot_ids, inputs, out=None):
         if self.checks:
             ids = self.check_verify_args(slot_ids, inputs, out, self._host(self.write_pos), self._host(self.ready))
@@ -115,11 +121,11 @@ class TritonGDNReplay(TritonGDNBase):
         if R == 0:
             return out
         if self.use_split(R):
-            launch_split(self, slot_ids, inputs, out)
+            self.launch_split(self, slot_ids, inputs, out)
         elif self.decode.speculative:
-            launch_replay_spec(self, slot_ids, inputs, out)
+            self.launch_replay_spec(self, slot_ids, inputs, out)
         else:
-            launch_replay_decode(self, slot_ids, inputs, out)
+            self.launch_replay_decode(self, slot_ids, inputs, out)
         return out
 
     def commit(self, slot_ids, accepted) -> None:
@@ -130,7 +136,7 @@ class TritonGDNReplay(TritonGDNBase):
         if R == 0:
             return
         if self.decode.speculative:
-            launch_replay_spec_commit(self, slot_ids, accepted)
+            self.launch_replay_spec_commit(self, slot_ids, accepted)
         elif self.checks:
             self._close_step(slot_ids)
 

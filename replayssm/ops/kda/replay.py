@@ -37,6 +37,10 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
     name = "triton-replay"
     family = "kda"
     accepted_options = OPTIONS + SPLIT_OPTIONS
+    launch_split = staticmethod(launch_split)
+    launch_replay_spec = staticmethod(launch_replay_spec)
+    launch_replay_spec_commit = staticmethod(launch_replay_spec_commit)
+    launch_replay_decode = staticmethod(launch_replay_decode)
     description = ("Triton ReplaySSM (per-channel gates): records d, normalised k, per-channel g (fp32); "
                    "output-only readout; flush at write_pos = L-1; speculative verify with the in-window "
                    "WY/UT solve and device-side commit; standard decode as coefficient pre-pass + checkpoint "
@@ -75,41 +79,6 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
         if self.prepass is not None:
             return self.prepass
         return self.interpret or rows >= 16
-
-    def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if rows not in self._scratch:
-            self._scratch[rows] = (
-                torch.zeros((rows, self.HV, self.coef_layout["NCOEF"]), dtype=torch.float32, device=self.device),
-                torch.zeros((rows, 4), dtype=torch.int64, device=self.device))
-        return self._scratch[rows]
-
-    def verify(self, slot_ids, inputs, out=None):
-        if self.checks:
-            ids = self.check_verify_args(slot_ids, inputs, out, self._host(self.write_pos), self._host(self.ready))
-            self._check_ready(ids)
-        R = slot_ids.shape[0]
-        out = self._alloc_out(R, out)
-        if R == 0:
-            return out
-        if self.use_split(R):
-            launch_split(self, slot_ids, inputs, out)
-        elif self.decode.speculative:
-            launch_replay_spec(self, slot_ids, inputs, out)
-        else:
-            launch_replay_decode(self, slot_ids, inputs, out)
-        return out
-
-    def commit(self, slot_ids, accepted) -> None:
-        if self.checks:
-            ids, ks = self.check_commit_args(slot_ids, accepted)
-            self._check_pending(ids)
-        R = slot_ids.shape[0]
-        if R == 0:
-            return
-        if self.decode.speculative:
-            launch_replay_spec_commit(self, slot_ids, accepted)
-        elif self.checks:
-            self._close_step(slot_ids)
 
     def committed_state(self, slot_ids) -> torch.Tensor:
         ids = self._check_slot_ids(slot_ids)
