@@ -13,7 +13,14 @@ import torch
 
 from replayssm.scenarios import Scenario
 from replayssm.validators import run_scenario
-from replayssm.validators.checks.stored_precision import MIN_VALUES, coarser_formats, exact_shares, verdict
+from replayssm.validators.checks.stored_precision import (
+    MIN_VALUES,
+    SAMPLE,
+    coarser_formats,
+    evenly_spaced,
+    exact_shares,
+    verdict,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -22,6 +29,16 @@ def test_coarser_formats_follow_the_formats_table():
     assert coarser_formats("fp32") == ["bf16", "fp16", "fp8e4m3"]
     assert coarser_formats("bf16") == ["fp8e4m3"]
     assert coarser_formats("fp16") == ["bf16", "fp8e4m3"]
+
+
+@pytest.mark.parametrize("n", [SAMPLE + 1, 2**24 + 3, 2**27, 512 * 32 * 128 * 128 + 7],
+                         ids=["n10001", "n2p24p3", "n2p27-kda-batch256", "n-kda-batch512"])
+def test_the_sample_indices_stay_inside_every_size(n):
+    # a float32 linspace put the last index at n for n = 2^27 (KDA's checkpoint at batch 256 on the H200)
+    idx = evenly_spaced(n, SAMPLE)
+    assert idx.dtype == torch.int64 and idx.numel() == SAMPLE
+    assert int(idx[0]) == 0 and int(idx[-1]) == n - 1
+    assert bool((idx[1:] > idx[:-1]).all())
 
 
 def test_the_verdict_names_what_is_stored():

@@ -46,8 +46,8 @@ def main(argv=None) -> int:
     for kernel in a.kernels.split(","):
         for rows in (int(r) for r in a.rows.split(",")):
             for order in a.orders.split(","):
-                p = subprocess.run([sys.executable, "-c", CHILD, kernel, str(rows), order, a.geometry, a.device], env=env,
-                                   capture_output=True, text=True, timeout=300)
+                cmd = [sys.executable, "-c", CHILD, kernel, str(rows), order, a.geometry, a.device]
+                p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
                 tag = f"{kernel} rows={rows} {order}"
                 last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
                 try:

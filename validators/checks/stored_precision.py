@@ -46,8 +46,15 @@ def sample(values: torch.Tensor) -> torch.Tensor:
     v = values.reshape(-1).to(torch.float64)
     v = v[torch.isfinite(v) & (v != 0)]
     if v.numel() > SAMPLE:
-        v = v[torch.linspace(0, v.numel() - 1, SAMPLE, device=v.device).long()]
+        v = v[evenly_spaced(v.numel(), SAMPLE, v.device)]
     return v
+
+
+def evenly_spaced(n: int, k: int, device=None) -> torch.Tensor:
+    """``k`` evenly spaced indices into ``n`` elements, first and last included, in int64
+    arithmetic (a float32 ``linspace`` rounds past ``n - 1`` once ``n`` exceeds 2^24: the
+    device-side index assertion of KDA at batch 256 and 512 on the H200, 2026-12-01)."""
+    return torch.arange(k, dtype=torch.int64, device=device) * (n - 1) // max(k - 1, 1)
 
 
 def exact_shares(values: torch.Tensor, declared: str) -> dict[str, float]:
