@@ -4,8 +4,9 @@ Oracle: the validation engine (``run_scenario``, the path of ``replayssm validat
 scenarios drawn by ``replayssm.scenarios.strategies``: fp64 reference, the literal-model
 tolerance rule, the exact invariants and the repeat check.  Mutants are skipped (they must fail:
 tests/test_mutation_gallery.py).  Profile from ``REPLAYSSM_FUZZ_PROFILE`` (default ``ci``:
-derandomized; 20 scenarios per kernel in this run, Triton kernels run through the interpreter
-on CPU 3 tiny ones; ``dev`` 200, ``nightly`` 2,000).  A failure is shrunk and saved under failures/ for
+derandomized; 20 scenarios per kernel in this run, 8 for the alternate literal kernels (policy
+literals, legitimate variants), Triton kernels run through the interpreter on CPU 3 tiny ones;
+``dev`` 200, ``nightly`` 2,000).  A failure is shrunk and saved under failures/ for
 ``replayssm validate --scenario failures/<family>-<kernel>.json``.
 """
 
@@ -17,13 +18,11 @@ from hypothesis import given
 from replayssm.families import family_names
 from replayssm.scenarios.strategies import scenarios
 from replayssm.validators.fuzz import (
-    CI_EXAMPLES,
-    CI_EXAMPLES_INTERPRETED,
     check_scenario,
+    ci_examples,
     fuzz_kernel,
     fuzz_settings,
     fuzzable_kernels,
-    is_interpreted,
     profile_name,
 )
 
@@ -44,7 +43,7 @@ def test_registry_has_kernels_of_every_family():
 def test_validation_contract_holds_for_drawn_scenarios(cls):
     n = None  # dev / nightly: the profile's own count
     if profile_name() == "ci":
-        n = CI_EXAMPLES_INTERPRETED if is_interpreted(cls) else CI_EXAMPLES
+        n = ci_examples(cls)
     report = fuzz_kernel(cls, max_examples=n, failures_dir=FAILURES)
     msg = report.summary()
     if report.record is not None:

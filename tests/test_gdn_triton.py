@@ -49,8 +49,11 @@ def test_exhaustive_standard_fused():
                         "triton-replay"))
 
 
+# replay-bv4 (68 s of a loaded 2-core run, 2026-12-01) is in the slow tier for ./dev test's 10 minutes:
+# two value blocks per head also run in test_prepass_readout_variants (bv4x2) and test_exhaustive_standard_fused.
 @pytest.mark.parametrize("name,options", [("triton-replay", {}), ("triton-baseline", {}),
-                                          ("triton-replay", {"block_v": 4}), ("triton-replay", {"readout": "tile"}),
+                                          pytest.param("triton-replay", {"block_v": 4}, marks=pytest.mark.slow),
+                                          ("triton-replay", {"readout": "tile"}),
                                           ("triton-replay", {"prepass": False})],
                          ids=["replay", "baseline", "replay-bv4", "replay-tile", "replay-fused"])
 def test_exhaustive_speculative(name, options):

@@ -60,6 +60,11 @@ for _name, _kw in PROFILES.items():
 # and Triton kernels run through the interpreter on CPU.
 CI_EXAMPLES = 20
 CI_EXAMPLES_INTERPRETED = 3
+# The alternate literal kernels (each bookkeeping policy's literal model and the legitimate
+# variants: every ``literal-*`` kernel but literal-replay and literal-baseline) get fewer, for
+# ./dev test's 10 minutes (2026-12-01: 19 of them took ~20 s each of a loaded 2-core run); the
+# nightly profile runs 2,000 each (docs/fuzzing.md).
+CI_EXAMPLES_ALTERNATE = 8
 
 # Strategy sizes.  Interpreted Triton kernels on CPU cost ~0.1-0.4 s per step: tiny shapes.
 STRATEGY = {"max_steps": 64, "max_rows": 3, "max_dim": 8}
@@ -83,6 +88,15 @@ def fuzz_settings(name: str | None = None, **overrides) -> settings:
 def is_interpreted(cls: type[KernelUnderTest], device: str = "cpu") -> bool:
     """True for Triton kernels on CPU (run through the Triton interpreter: slow)."""
     return str(device).startswith("cpu") and ("triton" in cls.name or "triton" in cls.__module__)
+
+
+def ci_examples(cls: type[KernelUnderTest]) -> int:
+    """Scenarios for correct kernel ``cls`` in the default pytest run (the ``ci`` profile)."""
+    if is_interpreted(cls):
+        return CI_EXAMPLES_INTERPRETED
+    if cls.name.startswith("literal-") and cls.name not in ("literal-replay", "literal-baseline"):
+        return CI_EXAMPLES_ALTERNATE
+    return CI_EXAMPLES
 
 
 def fuzzable_kernels(family: str | None = None, include_mutants: bool = False) -> list[type[KernelUnderTest]]:
@@ -284,6 +298,6 @@ def sweep_kernel(kernel, family: str | None = None, *, examples: int, seed: int,
     return out
 
 
-__all__ = ["CI_EXAMPLES", "CI_EXAMPLES_INTERPRETED", "INTERPRETED_STRATEGY", "PROFILES", "PROFILE_ENV", "STRATEGY",
-           "FuzzReport", "check_scenario", "fuzz_kernel", "fuzz_settings", "fuzzable_kernels", "is_interpreted",
-           "profile_name", "sweep_kernel"]
+__all__ = ["CI_EXAMPLES", "CI_EXAMPLES_ALTERNATE", "CI_EXAMPLES_INTERPRETED", "FuzzReport", "INTERPRETED_STRATEGY",
+           "PROFILES", "PROFILE_ENV", "STRATEGY", "check_scenario", "ci_examples", "fuzz_kernel", "fuzz_settings",
+           "fuzzable_kernels", "is_interpreted", "profile_name", "sweep_kernel"]
