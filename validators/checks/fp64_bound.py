@@ -22,7 +22,8 @@ compute format's u, ``u_a`` the activation format's and ``u_s`` the state format
 The state bound of a row is ``FACTOR x`` the largest head bound; the output bound is the
 family's readout magnitude of that state bound (``runner.readout_magnitude`` on a state of
 per-head bound values), plus the tolerance rule's floor.  ``fold_terms`` (``K_SUM n + K_EXP L`` of
-a flush's fold) sizes the arithmetic the ``flush-increment`` check allows.  Expected: a correct kernel stays below
+a flush's fold) and ``fold_abs`` (the same times ``u_c M``, in absolute terms: it holds where the
+fold's contributions cancel) size the arithmetic the ``flush-increment`` check allows.  Expected: a correct kernel stays below
 it at every mode (measured in ``tests/test_fp64_bound.py``); a state stored one format coarser
 than declared exceeds it wherever the declared format's u dominates the bound (an fp32 state
 whose records are exact inputs: Mamba-2; GDN's own bf16 d records make its state bound bf16-level
@@ -123,11 +124,12 @@ class RunningBound:
         prefix; returns per row the bounds (``FACTOR`` included) on each window output ``output``
         [R, T'], on the state after the accepted prefix ``state`` [R] and on a checkpoint written
         by this verify ``checkpoint`` [R]; the same of the arithmetic alone (``*_arith``); and
-        ``fold_terms`` of the fold a flush stores."""
+        ``fold_terms`` of the fold a flush stores, and ``fold_abs`` its arithmetic's absolute
+        bound ``u_c (K_SUM n + K_EXP L) M`` (largest over heads)."""
         st = self.cur
-        ckpt = terms = None
+        ckpt = terms = fold_abs = None
         if self.replay and speculative:
-            terms = self.fold_terms(st)
+            terms, fold_abs = self.fold_terms(st), self._fold(st).amax(-1)
             st = self.stored(st, flush)
             ckpt = st
         kept, out, out_a = st, [], []
@@ -139,7 +141,7 @@ class RunningBound:
             if not self.replay:
                 st = self.stored(st)
             elif t == 0 and not speculative:
-                terms = self.fold_terms(st)
+                terms, fold_abs = self.fold_terms(st), self._fold(st).amax(-1)
                 st = self.stored(st, flush)
                 ckpt = st
             # The readout magnitude is linear in the state: subtract its state-free part once.
@@ -155,12 +157,12 @@ class RunningBound:
         if ckpt is None:
             ckpt = kept
         if terms is None:
-            terms = self.fold_terms(kept)
+            terms, fold_abs = self.fold_terms(kept), self._fold(kept).amax(-1)
         return {"output": FACTOR * torch.stack(out, dim=1), "state": FACTOR * self.value(kept).amax(-1),
                 "checkpoint": FACTOR * ckpt["E"].amax(-1),
                 "output_arith": FACTOR * torch.stack(out_a, dim=1),
                 "state_arith": FACTOR * self.value_arith(kept).amax(-1),
-                "checkpoint_arith": FACTOR * ckpt["A"].amax(-1), "fold_terms": terms}
+                "checkpoint_arith": FACTOR * ckpt["A"].amax(-1), "fold_terms": terms, "fold_abs": fold_abs}
 
     @staticmethod
     def fold_terms(st: dict) -> torch.Tensor:
