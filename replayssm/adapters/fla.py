@@ -140,6 +140,9 @@ class FLABaselineKDA(FLABaselineGDN):
     family = "kda"
     description = ("flash-linear-attention fused_recurrent_kda (KDA baseline; speculative: draft states kept by "
                    "the adapter)")
+    # Read in fla-core 0.6.0 (ops/kda/fused_recurrent.py): beta = sigmoid(b) in fp32, q, k divided by
+    # sqrt(sum u^2 + 1e-6), softplus threshold 20 (fla/ops/utils/softplus.py): the default conventions.
+    conventions: dict = {}
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
