@@ -148,6 +148,28 @@ class FLABaselineKDA(FLABaselineGDN):
     def unsupported_reason(cls, mode, decode, options):
         return float_mode_reason(mode, "FLA's fused recurrent KDA (with the adapter's state store)")
 
+    def timed_step(self, slot_ids, inputs, out, accepted):
+        """Standard decode, for the bench (``_base.py``): FLA's serving launch alone,
+        ``fused_recurrent_kda_fwd`` reading and writing the slots' states in place through
+        ``ssm_state_indices`` (as vLLM calls it), on inputs made contiguous once; one token, so the
+        same arithmetic and roundings as :meth:`verify`'s gather / kernel / cast / scatter."""
+        if self.decode.speculative:
+            raise ValueError("decode: FLA's KDA timed step is for standard decode (speculative keeps the draft "
+                             "states in the adapter)")
+        if bool((slot_ids < 0).any()):
+            raise ValueError("slot_ids: a timed step takes no padding rows")
+        fwd = _kernel("fla.ops.kda.fused_recurrent", "fused_recurrent_kda_fwd")
+        pool = self.drafts.view(self.num_slots, *self.state_shape)  # T = 1: one state per slot
+        idx, tok = slot_ids.to(torch.int32).contiguous(), {k: v.contiguous() for k, v in inputs.items()}
+
+        def step():
+            with launch_guard(self.device):
+                fwd(tok["q"], tok["k"], tok["v"], g=tok["a"], beta=tok["b"], A_log=self.A_log, dt_bias=self.dt_bias,
+                    initial_state=pool, inplace_final_state=True, ssm_state_indices=idx,
+                    use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                    state_v_first=True)
+        return step
+
 
 CLASSES = (FLABaselineGDN, FLABaselineKDA)
 
