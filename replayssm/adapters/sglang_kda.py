@@ -5,8 +5,7 @@ Oracle: the validation engine (fp64 KDA recurrence on the accepted stream, the l
 kernel's bookkeeping at the same precision mode, exact invariants).  Expected: the literal model's
 error within its small factor at every declared mode.
 
-SGLang keeps two different bookkeepings for KDA, so they are two kernels (a kernel declares one
-cursor policy):
+SGLang keeps two bookkeepings for KDA, so they are two kernels (a kernel declares one policy):
 
 * ``sglang-replay``, standard decode, the spec's rule: ``fused_recurrent_linear_replayssm_decode``
   with ``is_kda=True`` on linear d / k / g buffers ``[blocks, HV, L, V]``, ``[blocks, H, L, K]``,
@@ -27,9 +26,8 @@ Bridges (besides the ``_base.py`` slot bridge: slot s = block s + 1, null block 
 * **Padding.**  The standard kernel takes ``-1`` for a padding row (and writes zeros to its output:
   the poisoned scratch keeps that out of our rows); the verify is given the active rows only
   (packed with ``cu_seqlens``), the commit the null block 0 for padding rows (it skips them).
-* **Gates in the kernels.**  ``a [.., HV, K]`` and ``dt_bias [HV, K]`` raw: the kernels compute
-  ``g = -exp(A_log) softplus(a + dt_bias)`` per key channel (softplus ``log(1 + exp(x))`` up to 20),
-  ``beta = sigmoid(b)``; q / k L2-normalised in the kernels, scale K^-1/2.
+* **Gates in the kernels.**  ``a [.., HV, K]``, ``dt_bias [HV, K]``, ``b`` raw: the kernels compute
+  ``g = -exp(A_log) softplus(a + dt_bias)`` per key channel and beta; q / k normalised, scale K^-1/2.
 * **Records.**  Standard: d / k in the activation dtype, g fp32 (snapshot records, folded in fp64 by
   ``committed_state``).  Speculative: the raw window (v, k in the activation dtype: exact copies;
   g, beta fp32) is kept in the snapshot's ``extra``; with no committed history there are no records.
@@ -56,9 +54,8 @@ decay-weighted keys ``(k * decay).to(act dtype)`` are rounded before that dot (a
 weights, as SGLang's GDN standard decode: the GPU run says what that costs).  Speculative: no dots
 (fp32 elementwise recurrence), any float state and activations, ieee.
 
-Timed steps (``timed_step``, the bench's side-by-side runs, ``_base.py``): the standard kernel's
-launch alone on ``mixed_qkv`` packed once, ``write_pos`` from the precomputed cursor positions; the
-speculative verify + commit launches on tokens packed once (``cu_seqlens`` of T' per row).
+Timed steps (the bench, ``_base.py``): the launches alone on tokens packed once (``mixed_qkv``;
+``cu_seqlens`` of T' per row), standard ``write_pos`` from the precomputed cursor positions.
 """
 
 from __future__ import annotations
@@ -244,10 +241,12 @@ class SGLangKDAReplayFold(_SGLangKDA):
     def reset(self, slot_ids, initial_state=None, origin=None):
         self._reset_rows(slot_ids, initial_state, origin)
 
-    def _launch_verify(self, tok, rows, n):
-        """The recurrent verify on ``n`` rows' packed tokens ``tok [1, n T', ...]`` (blocks ``rows``)."""
+    def _qsl(self, n: int) -> torch.Tensor:
         T = self.decode.window
-        qsl = torch.arange(0, (n + 1) * T, T, dtype=torch.int32, device=self.device)
+        return torch.arange(0, (n + 1) * T, T, dtype=torch.int32, device=self.device)
+
+    def _launch_verify(self, tok, rows, qsl):
+        """The recurrent verify on packed tokens ``tok [1, n T', ...]`` (blocks ``rows``, ``cu_seqlens`` qsl)."""
         fn = self.mods["fused_sigmoid_gating_recurrent"].fused_sigmoid_gating_delta_rule_update
         with launch_guard(self.device):
             return fn(self.A_log, tok["a"], self.dt_bias, 1.0, 20.0, tok["q"], tok["k"], tok["v"], tok["b"],
@@ -268,7 +267,7 @@ class SGLangKDAReplayFold(_SGLangKDA):
         blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
         n = act.numel()
         tok = {k: v.index_select(0, act).flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
-        o = self._launch_verify(tok, blk.index_select(0, act).contiguous(), n)
+        o = self._launch_verify(tok, blk.index_select(0, act).contiguous(), self._qsl(n))
         out[act] = o.view(n, T, g.num_v_heads, g.head_v_dim).to(out.dtype)
 
     def commit(self, slot_ids, accepted):
@@ -280,10 +279,10 @@ class SGLangKDAReplayFold(_SGLangKDA):
         commits ``accepted`` (the bench's k)."""
         no_padding(slot_ids)
         tok = {k: v.flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
-        blk, acc, n = self.blocks(slot_ids), accepted.to(torch.int32).contiguous(), slot_ids.shape[0]
+        blk, acc, qsl = self.blocks(slot_ids), accepted.to(torch.int32).contiguous(), self._qsl(slot_ids.shape[0])
 
         def step():
-            self._launch_verify(tok, blk, n)
+            self._launch_verify(tok, blk, qsl)
             self._launch_commit(blk, acc)
         return step
 
