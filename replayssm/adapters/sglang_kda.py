@@ -79,7 +79,7 @@ def _mixed(tok: dict) -> torch.Tensor:
     return torch.cat([tok["q"].flatten(1), tok["k"].flatten(1), tok["v"].flatten(1)], 1).contiguous()
 
 
-def no_padding(slot_ids: torch.Tensor) -> None:
+def _no_padding(slot_ids: torch.Tensor) -> None:
     if bool((slot_ids < 0).any()):
         raise ValueError("slot_ids: a timed step takes no padding rows")
 
@@ -173,7 +173,7 @@ class SGLangKDAReplay(_SGLangKDA):
     def timed_step(self, slot_ids, inputs, out, accepted):
         """The kernel's launch alone on ``mixed_qkv`` packed once; call n at cursor position n mod L
         (``_base.py``)."""
-        no_padding(slot_ids)
+        _no_padding(slot_ids)
         g, L, blk = self.geometry, self.decode.buffer, self.blocks(slot_ids)
         n, pos = self.cursor_positions(blk, self.write_pos)
         tok = {k: v[:, 0].contiguous() for k, v in inputs.items()}
@@ -277,7 +277,7 @@ class SGLangKDAReplayFold(_SGLangKDA):
     def timed_step(self, slot_ids, inputs, out, accepted):
         """The verify and commit launches alone on tokens packed once (``_base.py``); every step
         commits ``accepted`` (the bench's k)."""
-        no_padding(slot_ids)
+        _no_padding(slot_ids)
         tok = {k: v.flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
         blk, acc, qsl = self.blocks(slot_ids), accepted.to(torch.int32).contiguous(), self._qsl(slot_ids.shape[0])
 
