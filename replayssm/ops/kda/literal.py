@@ -21,6 +21,10 @@ difference of fp32 sums of log gates: the place per-channel drift enters (tests/
   ``literal-replay-cumprod`` (fold weights as running products of exp(g)) and
   ``literal-replay-recurrent`` (the window by stepping the recurrence).
 
+Conventions: the window's q / k normalisation and gates and the baseline step follow ``conv`` (the
+declared conventions of the kernel this model is the twin of, replayssm/conventions.py), as in
+``naive.py``; the fold takes recorded values and has none.
+
 Expected error: at s64a64 the replay model equals the fp64 recurrence to ~1e-12 relative.
 """
 
