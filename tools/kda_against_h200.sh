@@ -8,16 +8,17 @@
 #   1. standard decode L = 16, batches 1,8,32,128,256,512: triton-replay, triton-baseline,
 #      sglang-replay (fused_recurrent_linear_replayssm, is_kda), fla-baseline (fused_recurrent_kda_fwd,
 #      in place through ssm_state_indices);
-#   2. speculative T' = 4 (B = 16), k = 4 and 2, batches KDA_SPEC_BATCHES (default 8,128: the open
-#      batch-512 speculative fault, docs/benchmarks.md, is probed by tools/kda_spec_probe.py):
+#   2. speculative T' = 4 (B = 16), k = KDA_KS (default 4: every draft accepted), batches
+#      KDA_SPEC_BATCHES (default 8,128: the open batch-512 speculative fault of our replay,
+#      docs/benchmarks.md, is probed by tools/kda_spec_probe.py):
 #      triton-replay, triton-baseline, sglang-replay-fold (recurrent verify + commit fold; its bytes
 #      differ from the replay bytes model the %-copy column uses, fold-every-commit writes the state
 #      every step).  Its own process: a CUDA fault there cannot take the standard table with it.
 # Carry [".whl/sglang", ".whl/fla_core-0.6.0-py3-none-any.whl"] (39.3 MB + 1.1 MB; tools/README.md
 # says how to fill .whl/); set REPLAYSSM_COMMIT (the device copy has no .git).
 #   REPLAYSSM_COMMIT=<sha> bash tools/kda_against_h200.sh
-# Env: KDA_MODE (s32a16), KDA_BATCHES, KDA_SPEC_BATCHES, KDA_REP_MS (100), KDA_STD_LIMIT (180 s),
-#      KDA_SPEC_LIMIT (70 s; 0 skips the speculative run), KDA_SWEEP=1 (our replay: the fastest
+# Env: KDA_MODE (s32a16), KDA_BATCHES, KDA_SPEC_BATCHES, KDA_KS, KDA_REP_MS (100), KDA_STD_LIMIT (180 s),
+#      KDA_SPEC_LIMIT (80 s; 0 skips the speculative run), KDA_SWEEP=1 (our replay: the fastest
 #      validated launch candidate).
 # Results in $OUT (6 files): probe.txt, log.txt, std/against_kda_<commit>.{json,md},
 #   spec/against_kda_<commit>.{json,md}.
@@ -49,9 +50,9 @@ COMMON=(--family kda --geometry kimi-linear-48b --precision "${KDA_MODE:-s32a16}
 timeout "${KDA_STD_LIMIT:-180}" python -m replayssm bench "${COMMON[@]}" --against "sglang-replay${BASE:+,$BASE}" \
   --batches "${KDA_BATCHES:-1,8,32,128,256,512}" --out "$OUT/std" >> "$OUT/log.txt" 2>&1
 log "standard decode side by side (exit $?)"
-if [ "${KDA_SPEC_LIMIT:-70}" != 0 ]; then
-  timeout "${KDA_SPEC_LIMIT:-70}" python -m replayssm bench "${COMMON[@]}" --against sglang-replay-fold \
-    --spec-batches "${KDA_SPEC_BATCHES:-8,128}" --ks 4,2 --out "$OUT/spec" >> "$OUT/log.txt" 2>&1
+if [ "${KDA_SPEC_LIMIT:-80}" != 0 ]; then
+  timeout "${KDA_SPEC_LIMIT:-80}" python -m replayssm bench "${COMMON[@]}" --against sglang-replay-fold \
+    --spec-batches "${KDA_SPEC_BATCHES:-8,128}" --ks "${KDA_KS:-4}" --out "$OUT/spec" >> "$OUT/log.txt" 2>&1
   log "speculative side by side (exit $?)"
 fi
 grep -E "^\| standard|^\| spec|Copy ceiling|FAILS|Not timed" "$OUT"/std/*.md "$OUT"/spec/*.md 2>/dev/null | cut -c1-400
