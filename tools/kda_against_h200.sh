@@ -9,8 +9,8 @@
 #      sglang-replay (fused_recurrent_linear_replayssm, is_kda), fla-baseline (fused_recurrent_kda_fwd,
 #      in place through ssm_state_indices);
 #   2. speculative T' = 4 (B = 16), k = KDA_KS (default 4: every draft accepted), batches
-#      KDA_SPEC_BATCHES (default 8,128: the open batch-512 speculative fault of our replay,
-#      docs/benchmarks.md, is probed by tools/kda_spec_probe.py):
+#      KDA_SPEC_BATCHES (default 8,512; the batch-512 device-side index assertion of our replay was
+#      the stored-precision check's float32 indices, fixed on main in ee2e075):
 #      triton-replay, triton-baseline, sglang-replay-fold (recurrent verify + commit fold; its bytes
 #      differ from the replay bytes model the %-copy column uses, fold-every-commit writes the state
 #      every step).  Its own process: a CUDA fault there cannot take the standard table with it.
@@ -52,7 +52,7 @@ timeout "${KDA_STD_LIMIT:-180}" python -m replayssm bench "${COMMON[@]}" --again
 log "standard decode side by side (exit $?)"
 if [ "${KDA_SPEC_LIMIT:-80}" != 0 ]; then
   timeout "${KDA_SPEC_LIMIT:-80}" python -m replayssm bench "${COMMON[@]}" --against sglang-replay-fold \
-    --spec-batches "${KDA_SPEC_BATCHES:-8,128}" --ks "${KDA_KS:-4}" --out "$OUT/spec" >> "$OUT/log.txt" 2>&1
+    --spec-batches "${KDA_SPEC_BATCHES:-8,512}" --ks "${KDA_KS:-4}" --out "$OUT/spec" >> "$OUT/log.txt" 2>&1
   log "speculative side by side (exit $?)"
 fi
 grep -E "^\| standard|^\| spec|Copy ceiling|FAILS|Not timed" "$OUT"/std/*.md "$OUT"/spec/*.md 2>/dev/null | cut -c1-400
