@@ -7,13 +7,14 @@ defaults are this project's own kernels'); the fp64 reference and the literal mo
 the declared recurrence, so a kernel is measured against the recurrence it claims, and results
 name the convention (``ValidationResult.conventions``):
 
-* ``beta_rounded`` (GDN): beta = sigmoid(b) rounded to the activation dtype before use (vLLM's
-  packed decode and its ReplaySSM standard decode store ``sigmoid(b).to(b.dtype)``); default
-  False (beta kept in the compute dtype);
-* ``softplus_threshold`` (both families): softplus(u) = u above it (vLLM, FLA, SGLang: 20);
-* ``l2_eps`` (GDN): q, k <- u / sqrt(sum u^2 + eps) (everyone: 1e-6);
-* ``l2_form`` (GDN): ``"division"`` u / sqrt(.) or ``"reciprocal"`` u * (1 / sqrt(.)) (vLLM's
-  ReplaySSM kernels, FLA's ``l2norm``; rsqrt is the reciprocal form too).
+* ``beta_rounded`` (GDN, KDA): beta = sigmoid(b) rounded to the activation dtype before use (vLLM's
+  packed decode and its ReplaySSM standard decode, SGLang's GDN / KDA ReplaySSM standard decode
+  store ``sigmoid(b).to(b.dtype)``); default False (beta kept in the compute dtype);
+* ``softplus_threshold`` (every family): softplus(u) = u above it (vLLM, FLA, SGLang: 20);
+* ``l2_eps`` (GDN, KDA): q, k <- u / sqrt(sum u^2 + eps) (everyone: 1e-6);
+* ``l2_form`` (GDN, KDA): ``"division"`` u / sqrt(.) or ``"reciprocal"`` u * (1 / sqrt(.)) (vLLM's
+  ReplaySSM kernels, FLA's ``l2norm``, SGLang's KDA standard decode and recurrent verify; rsqrt is
+  the reciprocal form too).
 
 Expected effect: beta rounded to bf16 moves a GDN state by ~bf16 u relative per token (fails the
 default recurrence at s32a16); the others move values by an fp32 ulp or by exp(-threshold).

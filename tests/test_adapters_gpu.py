@@ -44,7 +44,8 @@ CASES = [  # family, kernel, decode, mode
     ("mamba2", "flashinfer-replay", "speculative", "sfp8a16"),
     ("mamba2", "flashinfer-replay", "speculative", "sfp8a16-sr"),
     ("kda", "fla-baseline", "standard", "s32a16"), ("kda", "fla-baseline", "speculative", "s32a16"),
-    ("kda", "sglang-replay", "standard", "s32a32-tf32"), ("kda", "sglang-replay-fold", "speculative", "s32a16"),
+    ("kda", "sglang-replay", "standard", "s32a32-tf32"), ("kda", "sglang-replay", "standard", "s32a16"),
+    ("kda", "sglang-replay-fold", "speculative", "s32a16"),
     ("kda", "sglang-replay-fold", "speculative", "s16a16"),
 ]
 SOURCES = {"fla-": "fla", "sglang-": "sglang", "mamba-ssm-": "mamba_ssm", "flashinfer-": "flashinfer"}

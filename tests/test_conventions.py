@@ -43,6 +43,8 @@ CASES = [  # family, mode, decode, convention (each fails the default recurrence
     ("gdn", "s32a32", "speculative", {"l2_eps": 1e-2}),
     ("gdn", "s32a32", "standard", {"softplus_threshold": 1.0}),
     ("mamba2", "s32a32", "speculative", {"softplus_threshold": 1.0}),
+    ("kda", "s32a16", "standard", {"beta_rounded": True}),
+    ("kda", "s32a32", "speculative", {"l2_eps": 1e-2}),
 ]
 
 

@@ -49,7 +49,7 @@ from replayssm.precision import parse_mode
 from replayssm.registry import get, kernels
 from replayssm.scenarios.inputs import make_params
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.runner import declared_policy, run_scenario
 
 # ---- generic harness ----------------------------------------------------------------------------------
 
@@ -209,7 +209,8 @@ def check_configuration(kernel: str, sc: Scenario, device) -> str:
 def _build(family_name, name, g, params, mode, decode, slots, device, options):
     cls = get(name, family_name)
     quiet = {"checks": False} if "checks" in cls.accepted_options else {}  # no host checks in the timed loop
-    cfg = KernelConfig(g, params, mode, decode, num_slots=slots, device=device, options={**quiet, **options})
+    cfg = KernelConfig(g, params, mode, decode.with_policy(declared_policy(cls)), num_slots=slots, device=device,
+                       options={**quiet, **options})  # the kernel's own bookkeeping (e.g. fold-every-commit)
     return cls(cfg)
 
 

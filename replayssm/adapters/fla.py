@@ -140,10 +140,35 @@ class FLABaselineKDA(FLABaselineGDN):
     family = "kda"
     description = ("flash-linear-attention fused_recurrent_kda (KDA baseline; speculative: draft states kept by "
                    "the adapter)")
+    # Read in fla-core 0.6.0 (ops/kda/fused_recurrent.py): beta = sigmoid(b) in fp32, q, k divided by
+    # sqrt(sum u^2 + 1e-6), softplus threshold 20 (fla/ops/utils/softplus.py): the default conventions.
+    conventions: dict = {}
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
         return float_mode_reason(mode, "FLA's fused recurrent KDA (with the adapter's state store)")
+
+    def timed_step(self, slot_ids, inputs, out, accepted):
+        """Standard decode, for the bench (``_base.py``): FLA's serving launch alone,
+        ``fused_recurrent_kda_fwd`` reading and writing the slots' states in place through
+        ``ssm_state_indices`` (as vLLM calls it), on inputs made contiguous once; one token, so the
+        same arithmetic and roundings as :meth:`verify`'s gather / kernel / cast / scatter."""
+        if self.decode.speculative:
+            raise ValueError("decode: FLA's KDA timed step is for standard decode (speculative keeps the draft "
+                             "states in the adapter)")
+        if bool((slot_ids < 0).any()):
+            raise ValueError("slot_ids: a timed step takes no padding rows")
+        fwd = _kernel("fla.ops.kda.fused_recurrent", "fused_recurrent_kda_fwd")
+        pool = self.drafts.view(self.num_slots, *self.state_shape)  # T = 1: one state per slot
+        idx, tok = slot_ids.to(torch.int32).contiguous(), {k: v.contiguous() for k, v in inputs.items()}
+
+        def step():
+            with launch_guard(self.device):
+                fwd(tok["q"], tok["k"], tok["v"], g=tok["a"], beta=tok["b"], A_log=self.A_log, dt_bias=self.dt_bias,
+                    initial_state=pool, inplace_final_state=True, ssm_state_indices=idx,
+                    use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                    state_v_first=True)
+        return step
 
 
 CLASSES = (FLABaselineGDN, FLABaselineKDA)

@@ -5,8 +5,7 @@ Oracle: the validation engine (fp64 KDA recurrence on the accepted stream, the l
 kernel's bookkeeping at the same precision mode, exact invariants).  Expected: the literal model's
 error within its small factor at every declared mode.
 
-SGLang keeps two different bookkeepings for KDA, so they are two kernels (a kernel declares one
-cursor policy):
+SGLang keeps two bookkeepings for KDA, so they are two kernels (a kernel declares one policy):
 
 * ``sglang-replay``, standard decode, the spec's rule: ``fused_recurrent_linear_replayssm_decode``
   with ``is_kda=True`` on linear d / k / g buffers ``[blocks, HV, L, V]``, ``[blocks, H, L, K]``,
@@ -27,28 +26,36 @@ Bridges (besides the ``_base.py`` slot bridge: slot s = block s + 1, null block 
 * **Padding.**  The standard kernel takes ``-1`` for a padding row (and writes zeros to its output:
   the poisoned scratch keeps that out of our rows); the verify is given the active rows only
   (packed with ``cu_seqlens``), the commit the null block 0 for padding rows (it skips them).
-* **Gates in the kernels.**  ``a [.., HV, K]`` and ``dt_bias [HV, K]`` raw: the kernels compute
-  ``g = -exp(A_log) softplus(a + dt_bias)`` per key channel (softplus ``log(1 + exp(x))`` up to 20),
-  ``beta = sigmoid(b)``; q / k L2-normalised in the kernels, scale K^-1/2.
+* **Gates in the kernels.**  ``a [.., HV, K]``, ``dt_bias [HV, K]``, ``b`` raw: the kernels compute
+  ``g = -exp(A_log) softplus(a + dt_bias)`` per key channel and beta; q / k normalised, scale K^-1/2.
 * **Records.**  Standard: d / k in the activation dtype, g fp32 (snapshot records, folded in fp64 by
   ``committed_state``).  Speculative: the raw window (v, k in the activation dtype: exact copies;
   g, beta fp32) is kept in the snapshot's ``extra``; with no committed history there are no records.
 * **Launch config.**  ``nk`` splits K into tiles of K / nk >= 16 for ``tl.dot``: ``nk = 1`` where
   the default 2 would go below (K = 16, the tiny geometry).
 
-Conventions, read from the code, and what is declared.  q / k are normalised in the reciprocal form
-``u * (1 / sqrt(sum u^2 + 1e-6))`` by the standard kernel and the verify, in the division form by
-the commit's fold (its docstring's "bitwise clone" is of FLA's recurrent kernel, not of SGLang's own
-verify): an fp32 ulp of k, inside the tolerance; the KDA family's recurrence has no declared
-conventions, so nothing is declared.  The standard kernel rounds beta to the gate input's dtype
-(``sigmoid(b).to(b.dtype)``): with 16-bit activations that is a ``beta_rounded`` recurrence the
-KDA family cannot state yet, so the standard decode is declared with fp32 activations only.
+Conventions, read from the code, and what is declared (``replayssm/conventions.py``).  Every kernel:
+softplus ``log(1 + exp(x))`` up to the threshold 20 (the standard kernel's ``SOFTPLUS_THRESHOLD``,
+the verify's ``softplus_threshold`` argument, which the adapter passes as 20), L2 eps 1e-6 inside
+the square root.  The standard kernel normalises q / k in the reciprocal form
+``u * (1 / sqrt(sum u^2 + 1e-6))`` and rounds beta to the gate input's dtype
+(``sigmoid(b).to(b.dtype)``): declared, ``beta_rounded`` and ``l2_form = "reciprocal"`` (at fp32
+activations the rounding is a no-op).  Speculative: the verify normalises in the reciprocal form with
+beta ``1 / (1 + exp(-b))`` in fp32, the commit's fold (which makes the state) in the division form
+(its docstring's "bitwise clone" is of FLA's recurrent kernel, not of SGLang's own verify): the
+declared recurrence is the state's, the defaults; the verify's outputs differ from it by an fp32 ulp
+of k, inside the tolerance (docs/findings.md, KDA).
 
 Modes.  State in the state tensor's dtype (a plain cast, round to nearest).  Standard: the
 reconstruction ``tl.dot`` runs at Triton's default precision on operands in the output dtype, with
 fp32 activations tf32 on the GPU: ``s32a32-tf32`` (under the interpreter an fp32 dot, inside the
-tf32 bound); the decay-weighted keys ``(k * decay).to(act dtype)`` are rounded before that dot.
-Speculative: no dots (fp32 elementwise recurrence), any float state and activations, ieee.
+tf32 bound); with 16-bit activations 16-bit operands (exact products, fp32 sums): ieee modes; the
+decay-weighted keys ``(k * decay).to(act dtype)`` are rounded before that dot (at s32a16 bf16 fold
+weights, as SGLang's GDN standard decode: the GPU run says what that costs).  Speculative: no dots
+(fp32 elementwise recurrence), any float state and activations, ieee.
+
+Timed steps (the bench, ``_base.py``): the launches alone on tokens packed once (``mixed_qkv``;
+``cu_seqlens`` of T' per row), standard ``write_pos`` from the precomputed cursor positions.
 """
 
 from __future__ import annotations
@@ -65,6 +72,16 @@ from replayssm.ops.kda.literal import KDAMath
 
 def _nk(K: int) -> int:
     return 1 if (1 << max(0, (K - 1).bit_length())) // 2 < 16 else 2
+
+
+def _mixed(tok: dict) -> torch.Tensor:
+    """The packed ``mixed_qkv = [q | k | v]`` of one token per row."""
+    return torch.cat([tok["q"].flatten(1), tok["k"].flatten(1), tok["v"].flatten(1)], 1).contiguous()
+
+
+def _no_padding(slot_ids: torch.Tensor) -> None:
+    if bool((slot_ids < 0).any()):
+        raise ValueError("slot_ids: a timed step takes no padding rows")
 
 
 class _SGLangKDA(SlotAdapter):
@@ -107,6 +124,9 @@ class SGLangKDAReplay(_SGLangKDA):
     name = "sglang-replay"
     decodes = ("standard",)
     description = "SGLang 0.5.23 ReplaySSM KDA standard decode: fused_recurrent_linear_replayssm (is_kda=True)"
+    # Read in fused_recurrent_linear_replayssm.py (IS_KDA branch): beta = sigmoid(b).to(b.dtype),
+    # q, k * (1 / sqrt(sum u^2 + 1e-6)), softplus threshold 20.
+    conventions = {"beta_rounded": True, "l2_form": "reciprocal"}
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
@@ -116,12 +136,11 @@ class SGLangKDAReplay(_SGLangKDA):
         reason = float_mode_reason(mode, "SGLang's KDA replay kernel", ("ieee", "tf32"))
         if reason:
             return reason
-        if mode.act != "fp32":
-            return (f"with {mode.act} activations it rounds beta to the activation dtype, a recurrence the kda "
-                    f"family declares no convention for: declared with fp32 activations only")
-        if mode.dot != "tf32":
+        if mode.act == "fp32" and mode.dot != "tf32":
             return ("with fp32 activations its reconstruction tl.dot runs at Triton's default precision, tf32 on "
                     "the GPU: standard decode implements s32a32-tf32, not ieee")
+        if mode.act != "fp32" and mode.dot != "ieee":
+            return f"with {mode.act} activations its dots take 16-bit operands (exact products): ieee modes only"
         return None
 
     def __init__(self, config):
@@ -135,19 +154,36 @@ class SGLangKDAReplay(_SGLangKDA):
     def reset(self, slot_ids, initial_state=None, origin=None):
         self._reset_rows(slot_ids, initial_state, origin)
 
+    def _launch(self, mixed, tok, o, rows, write_pos):
+        fn = self.mods["fused_recurrent_linear_replayssm"].fused_recurrent_linear_replayssm_decode
+        with launch_guard(self.device):
+            fn(mixed, tok["a"], tok["b"], self.A_log, self.dt_bias, self.scale, self.state, self.d_cache, self.k_cache,
+               self.g_cache, o, rows, write_pos, use_qk_l2norm_in_kernel=True, is_kda=True,
+               nk=_nk(self.geometry.head_k_dim))
+
     def _verify(self, slot_ids, inputs, out):
         g, R = self.geometry, slot_ids.shape[0]
         blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
-        tok = {k: v[:, 0] for k, v in inputs.items()}
-        mixed = torch.cat([tok["q"].flatten(1), tok["k"].flatten(1), tok["v"].flatten(1)], 1).contiguous()
+        tok = {k: v[:, 0].contiguous() for k, v in inputs.items()}
         o = self.scratch(R, 1, g.num_v_heads, g.head_v_dim)
-        fn = self.mods["fused_recurrent_linear_replayssm"].fused_recurrent_linear_replayssm_decode
-        with launch_guard(self.device):
-            fn(mixed, tok["a"].contiguous(), tok["b"].contiguous(), self.A_log, self.dt_bias, self.scale, self.state,
-               self.d_cache, self.k_cache, self.g_cache, o, torch.where(slot_ids >= 0, blk, -1).contiguous(),
-               self.write_pos.index_select(0, blk.long()).contiguous(), use_qk_l2norm_in_kernel=True, is_kda=True,
-               nk=_nk(g.head_k_dim))
+        self._launch(_mixed(tok), tok, o, torch.where(slot_ids >= 0, blk, -1).contiguous(),
+                     self.write_pos.index_select(0, blk.long()).contiguous())
         out[act] = o.index_select(0, act)
+
+    def timed_step(self, slot_ids, inputs, out, accepted):
+        """The kernel's launch alone on ``mixed_qkv`` packed once; call n at cursor position n mod L
+        (``_base.py``)."""
+        _no_padding(slot_ids)
+        g, L, blk = self.geometry, self.decode.buffer, self.blocks(slot_ids)
+        n, pos = self.cursor_positions(blk, self.write_pos)
+        tok = {k: v[:, 0].contiguous() for k, v in inputs.items()}
+        mixed, o, calls = _mixed(tok), self.scratch(slot_ids.shape[0], 1, g.num_v_heads, g.head_v_dim), [n]
+
+        def step():
+            wp = pos[calls[0] % L][0]
+            calls[0] += 1
+            self._launch(mixed, tok, o, blk, wp)
+        return step
 
     def commit(self, slot_ids, accepted):
         self.begin_commit(slot_ids, accepted)
@@ -184,6 +220,8 @@ class SGLangKDAReplayFold(_SGLangKDA):
     zero_accept = "noop"
     description = ("SGLang 0.5.23 ReplaySSM KDA speculative decode: recurrent verify writing the raw window, "
                    "commit_kda_replayssm_spec folding the accepted prefix (fold-every-commit)")
+    # The state's recurrence, read in the commit's fold: division-form L2 norm, fp32 beta: the defaults.
+    conventions: dict = {}
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
@@ -203,28 +241,50 @@ class SGLangKDAReplayFold(_SGLangKDA):
     def reset(self, slot_ids, initial_state=None, origin=None):
         self._reset_rows(slot_ids, initial_state, origin)
 
+    def _qsl(self, n: int) -> torch.Tensor:
+        T = self.decode.window
+        return torch.arange(0, (n + 1) * T, T, dtype=torch.int32, device=self.device)
+
+    def _launch_verify(self, tok, rows, qsl):
+        """The recurrent verify on packed tokens ``tok [1, n T', ...]`` (blocks ``rows``, ``cu_seqlens`` qsl)."""
+        fn = self.mods["fused_sigmoid_gating_recurrent"].fused_sigmoid_gating_delta_rule_update
+        with launch_guard(self.device):
+            return fn(self.A_log, tok["a"], self.dt_bias, 1.0, 20.0, tok["q"], tok["k"], tok["v"], tok["b"],
+                      self.state, rows, scale=self.scale, use_qk_l2norm_in_kernel=True, cu_seqlens=qsl, is_kda=True,
+                      disable_state_update=True, cache_ring=True, replayssm_rawv=self.rawv, replayssm_rawk=self.rawk,
+                      replayssm_g=self.gk, replayssm_beta=self.beta)
+
+    def _launch_commit(self, blk, accepted):
+        spec = self.mods["kda_replayssm_spec_decode"]
+        loops = type(self).interpreter_loops(spec) if self.device.type == "cpu" else contextlib.nullcontext()
+        with launch_guard(self.device), loops:
+            spec.commit_kda_replayssm_spec(self.state, self.rawv, self.rawk, self.gk, self.beta, blk, accepted,
+                                           self.decode.window, self.geometry.num_k_heads, use_qk_l2norm_in_kernel=True,
+                                           null_block_id=0)
+
     def _verify(self, slot_ids, inputs, out):
         g, T = self.geometry, self.decode.window
         blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
         n = act.numel()
         tok = {k: v.index_select(0, act).flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
-        qsl = torch.arange(0, (n + 1) * T, T, dtype=torch.int32, device=self.device)
-        fn = self.mods["fused_sigmoid_gating_recurrent"].fused_sigmoid_gating_delta_rule_update
-        with launch_guard(self.device):
-            o = fn(self.A_log, tok["a"], self.dt_bias, 1.0, 20.0, tok["q"], tok["k"], tok["v"], tok["b"], self.state,
-                   blk.index_select(0, act).contiguous(), scale=self.scale, use_qk_l2norm_in_kernel=True,
-                   cu_seqlens=qsl, is_kda=True, disable_state_update=True, cache_ring=True, replayssm_rawv=self.rawv,
-                   replayssm_rawk=self.rawk, replayssm_g=self.gk, replayssm_beta=self.beta)
+        o = self._launch_verify(tok, blk.index_select(0, act).contiguous(), self._qsl(n))
         out[act] = o.view(n, T, g.num_v_heads, g.head_v_dim).to(out.dtype)
 
     def commit(self, slot_ids, accepted):
         self.begin_commit(slot_ids, accepted)
-        spec = self.mods["kda_replayssm_spec_decode"]
-        loops = type(self).interpreter_loops(spec) if self.device.type == "cpu" else contextlib.nullcontext()
-        with launch_guard(self.device), loops:
-            spec.commit_kda_replayssm_spec(self.state, self.rawv, self.rawk, self.gk, self.beta, self.blocks(slot_ids),
-                                           accepted.to(torch.int32).contiguous(), self.decode.window,
-                                           self.geometry.num_k_heads, use_qk_l2norm_in_kernel=True, null_block_id=0)
+        self._launch_commit(self.blocks(slot_ids), accepted.to(torch.int32).contiguous())
+
+    def timed_step(self, slot_ids, inputs, out, accepted):
+        """The verify and commit launches alone on tokens packed once (``_base.py``); every step
+        commits ``accepted`` (the bench's k)."""
+        _no_padding(slot_ids)
+        tok = {k: v.flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
+        blk, acc, qsl = self.blocks(slot_ids), accepted.to(torch.int32).contiguous(), self._qsl(slot_ids.shape[0])
+
+        def step():
+            self._launch_verify(tok, blk, qsl)
+            self._launch_commit(blk, acc)
+        return step
 
     def committed_state(self, slot_ids):
         return self.checkpoint_state(slot_ids)

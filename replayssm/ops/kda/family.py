@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from replayssm.conventions import DEFAULT
 from replayssm.families import Family, FamilyMutant, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.kda import literal, naive
 from replayssm.ops.kda import mutants as broken
@@ -95,12 +96,15 @@ class KimiDeltaAttention(Family):
     def input_law(self, name):
         return {"a": "gate", "b": "normal", "v": "value"}.get(name, "act")
 
-    def reference_prepare(self, tok, params):
+    conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form")
+
+    def reference_prepare(self, tok, params, conv=DEFAULT):
         return tok
 
-    def reference_advance(self, state, prep, params):
+    def reference_advance(self, state, prep, params, conv=DEFAULT):
         t = prep
-        return naive.kda_step(state, t["q"], t["k"], t["v"], t["a"], t["b"], params["A_log"], params["dt_bias"])
+        return naive.kda_step(state, t["q"], t["k"], t["v"], t["a"], t["b"], params["A_log"], params["dt_bias"],
+                              conv)
 
     def readout_magnitude(self, state_abs, tok, params):
         qh, _ = naive.kda_prepare(tok["q"], tok["k"], state_abs.shape[-3])

@@ -21,6 +21,10 @@ difference of fp32 sums of log gates: the place per-channel drift enters (tests/
   ``literal-replay-cumprod`` (fold weights as running products of exp(g)) and
   ``literal-replay-recurrent`` (the window by stepping the recurrence).
 
+Conventions: the window's q / k normalisation and gates and the baseline step follow ``conv`` (the
+declared conventions of the kernel this model is the twin of, replayssm/conventions.py), as in
+``naive.py``; the fold takes recorded values and has none.
+
 Expected error: at s64a64 the replay model equals the fp64 recurrence to ~1e-12 relative.
 """
 
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import torch
 
+from replayssm.conventions import DEFAULT
 from replayssm.ops.kda.naive import kda_gates, kda_step, l2norm
 from replayssm.ops.literal import FamilyMath, LiteralBaselineKernel, LiteralReplayKernel, WindowResult
 from replayssm.precision import PrecisionMode
@@ -79,9 +84,10 @@ class KDAMath(FamilyMath):
     The gates (:meth:`gates`), the fold's decay weights (:meth:`decays`) and the in-window solve
     (:meth:`solve`) are one method each: the places a kernel (or a mutant) does them its own way."""
 
-    def gates(self, win: dict[str, torch.Tensor], params: dict[str, torch.Tensor]):
-        """The window's per-channel log gates ``g [T, HV, K]`` and ``beta [T, HV]``."""
-        return kda_gates(win["a"], win["b"], params["A_log"], params["dt_bias"])
+    def gates(self, win: dict[str, torch.Tensor], params: dict[str, torch.Tensor], conv=DEFAULT):
+        """The window's per-channel log gates ``g [T, HV, K]`` and ``beta [T, HV]`` (``conv``: the
+        kernel's declared conventions)."""
+        return kda_gates(win["a"], win["b"], params["A_log"], params["dt_bias"], conv)
 
     def decays(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``exp(G_n)`` [HV, K] and ``exp(G_n - G_j)`` [n, HV, K] (G the inclusive cumulative sum of
@@ -105,14 +111,14 @@ class KDAMath(FamilyMath):
         kh = hist["k"].repeat_interleave(s0.shape[0] // hist["k"].shape[-2], dim=-2)
         return total[:, None, :] * s0 + torch.einsum("jhc,jhv,jhc->hvc", w, hist["d"], kh)
 
-    def window(self, s0, hist, win, params, mode, options):
+    def window(self, s0, hist, win, params, mode, options, conv=DEFAULT):
         s_h = self.fold(s0, hist, params, mode)
         nv = s0.shape[0]
-        qn = l2norm(win["q"]) * win["q"].shape[-1] ** -0.5
-        kn = l2norm(win["k"])
+        qn = l2norm(win["q"], conv) * win["q"].shape[-1] ** -0.5
+        kn = l2norm(win["k"], conv)
         rep = nv // win["q"].shape[-2]
         qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
-        g, beta = self.gates(win, params)
+        g, beta = self.gates(win, params, conv)
         o, d = self.solve(s_h, qh, kh, win["v"], g, beta, mode)
         after_first = torch.exp(g[0])[:, None, :] * s_h + d[0][:, :, None] * kh[0][:, None, :]
         return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
@@ -136,8 +142,8 @@ class KDAMath(FamilyMath):
         new = rho * norm + beta * vmax
         return rho, new, 2 * beta * (vmax + rho * norm), -g.amin(-1)
 
-    def step(self, s, tok, params):
-        return kda_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"])
+    def step(self, s, tok, params, conv=DEFAULT):
+        return kda_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv)
 
 
 class KDAMathCumprod(KDAMath):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from replayssm.conventions import DEFAULT
 from replayssm.ops.kda.literal import KDAMath
 
 
@@ -41,8 +42,8 @@ class _GateOnValueAxisMath(KDAMath):
 
 
 class _ScalarGateMath(KDAMath):
-    def gates(self, win, params):
-        g, beta = super().gates(win, params)
+    def gates(self, win, params, conv=DEFAULT):
+        g, beta = super().gates(win, params, conv)
         return g[..., :1].expand_as(g).clone(), beta
 
 

@@ -22,46 +22,52 @@ uses key head ``h // (HV / H)``; parameters ``A_log [HV]``, ``dt_bias [HV, K]``.
 
 With ``A_log = 0`` the gate is ``log sigmoid(-(a + dt_bias))``: a log-sigmoid log decay per
 channel, the direct form some models use.
+
+Conventions (``conv``, replayssm/conventions.py; the kernel's declared ones, the defaults above
+otherwise): the softplus threshold, beta rounded to the activation dtype, the L2-norm eps and form,
+as for Gated DeltaNet (``ops/gdn/naive.py``).
 """
 
 from __future__ import annotations
 
 import torch
 
-L2_EPS = 1e-6
+from replayssm.conventions import DEFAULT, Conventions
+
+L2_EPS = DEFAULT.l2_eps
 
 
 def softplus(u: torch.Tensor) -> torch.Tensor:
     """log1p(exp(u)), the identity for u > 20."""
-    return torch.where(u > 20, u, torch.log1p(torch.exp(torch.clamp(u, max=20))))
+    return DEFAULT.softplus(u)
 
 
-def l2norm(u: torch.Tensor) -> torch.Tensor:
-    """u / sqrt(sum(u^2) + 1e-6) over the last dimension."""
-    return u / torch.sqrt((u * u).sum(-1, keepdim=True) + L2_EPS)
+def l2norm(u: torch.Tensor, conv: Conventions = DEFAULT) -> torch.Tensor:
+    """u / sqrt(sum(u^2) + 1e-6) over the last dimension (eps and form: ``conv``)."""
+    return conv.l2norm(u)
 
 
-def kda_gates(a, b, A_log, dt_bias):
+def kda_gates(a, b, A_log, dt_bias, conv: Conventions = DEFAULT):
     """Per-channel log decay ``g = -exp(A_log) softplus(a + dt_bias)`` ``[..., HV, K]`` and
-    ``beta = sigmoid(b)`` ``[..., HV]``."""
-    return -torch.exp(A_log)[:, None] * softplus(a + dt_bias), torch.sigmoid(b)
+    ``beta = sigmoid(b)`` ``[..., HV]`` (threshold and beta's rounding: ``conv``)."""
+    return -torch.exp(A_log)[:, None] * conv.softplus(a + dt_bias), conv.beta(b)
 
 
-def kda_prepare(q, k, nv: int):
+def kda_prepare(q, k, nv: int, conv: Conventions = DEFAULT):
     """Normalised, per-value-head q (scaled by K^-1/2) and k: ``[..., H, K] -> [..., HV, K]``."""
     K = q.shape[-1]
     rep = nv // q.shape[-2]
-    qn = l2norm(q) * K**-0.5
-    kn = l2norm(k)
+    qn = conv.l2norm(q) * K**-0.5
+    kn = conv.l2norm(k)
     return qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
 
 
-def kda_step(state, q, k, v, a, b, A_log, dt_bias):
+def kda_step(state, q, k, v, a, b, A_log, dt_bias, conv: Conventions = DEFAULT):
     """One KDA step in the dtype of ``state``: ``(o [..., HV, V], new_state)``."""
     dtype = state.dtype
     q, k, v, a, b, A_log, dt_bias = (t.to(dtype) for t in (q, k, v, a, b, A_log, dt_bias))
-    qh, kh = kda_prepare(q, k, v.shape[-2])
-    g, beta = kda_gates(a, b, A_log, dt_bias)
+    qh, kh = kda_prepare(q, k, v.shape[-2], conv)
+    g, beta = kda_gates(a, b, A_log, dt_bias, conv)
     decayed = state * torch.exp(g)[..., None, :]
     sk = (decayed * kh[..., None, :]).sum(-1)
     d = beta[..., None] * (v - sk)
