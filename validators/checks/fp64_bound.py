@@ -25,9 +25,10 @@ per-head bound values), plus the tolerance rule's floor.  ``fold_terms`` (``K_SU
 a flush's fold) and ``fold_abs`` (the same times ``u_c M``, in absolute terms: it holds where the
 fold's contributions cancel) size the arithmetic the ``flush-increment`` check allows.
 Expected: a correct kernel stays below it at every mode (measured in ``tests/test_fp64_bound.py``);
-a state stored one format coarser than declared exceeds it wherever the declared format's u dominates the bound (an fp32 state
-whose records are exact inputs: Mamba-2; GDN's own bf16 d records make its state bound bf16-level
-at s32a16, where the stored-precision checks name the coarser state instead).
+a state stored one format coarser than declared exceeds it wherever the declared format's u
+dominates the bound (an fp32 state whose records are exact inputs: Mamba-2; GDN's own bf16 d
+records make its state bound bf16-level at s32a16, where the stored-precision checks name the
+coarser state instead).
 """
 
 from __future__ import annotations
