@@ -52,10 +52,12 @@ def _run(cmd, cwd, env, timeout=300) -> subprocess.CompletedProcess:
 
 
 def _copy_sources(dest: Path) -> None:
-    """The files a wheel build reads: pyproject.toml, the readme and every package-dir folder."""
+    """The files a wheel build reads: pyproject.toml, setup.py (the package list), the readme and
+    every package-dir folder."""
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     dest.mkdir()
     shutil.copy2(ROOT / "pyproject.toml", dest)
+    shutil.copy2(ROOT / "setup.py", dest)
     shutil.copy2(ROOT / meta["project"]["readme"], dest)
     junk = shutil.ignore_patterns("__pycache__", "*.pyc")
     for folder in sorted(set(meta["tool"]["setuptools"]["package-dir"].values())):
@@ -130,3 +132,19 @@ def test_installed_regression_corpus_replays(installed):
     names = sorted(f.name for f in (ROOT / "golden" / "regressions").glob("*.json"))
     assert names, "the repository has no regression corpus"
     assert sorted(re.findall(r"^ok   (\S+\.json):", p.stdout, re.M)) == names, p.stdout
+
+
+def test_the_wheel_carries_every_package_of_the_checkout(installed):
+    # setup.py finds the packages (a new family folder needs no packaging line): every folder with
+    # an __init__.py under a package-dir folder must be importable from the install
+    python, _, run_dir, env, target = installed
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    want = sorted({name for name in meta["tool"]["setuptools"]["package-dir"]} | {
+        f"{name}." + ".".join(init.parent.relative_to(ROOT / folder).parts)
+        for name, folder in meta["tool"]["setuptools"]["package-dir"].items()
+        for init in (ROOT / folder).rglob("__init__.py") if init.parent != ROOT / folder})
+    assert {"replayssm.ops.mamba2", "replayssm.ops.gdn", "replayssm.ops.kda"} <= set(want)
+    code = "import importlib, sys; [print(importlib.import_module(m).__file__) for m in sys.argv[1:]]"
+    files = _run([python, "-I", "-c", code, *want], run_dir, env).stdout.split()
+    assert len(files) == len(want)
+    assert all(Path(f).resolve().is_relative_to(target.resolve()) for f in files), files
