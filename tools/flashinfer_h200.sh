@@ -48,7 +48,8 @@ if [ "$GROUP" = flashinfer ]; then
               "flashinfer-replay --decode speculative --window 4 --buffer 12 --steps 8" \
               "flashinfer-replay --decode speculative --window 4 --buffer 12 --steps 8 --precision si8a16"; do
     set -- $args
-    timeout 300 python -m replayssm validate --kernel $args --family mamba2 --geometry nano4b --device cuda \
+    # super120b (head dim 64): FlashInfer 0.7.2 built no kernel for nano4b's head dim 80 (2026-12-01)
+    timeout 300 python -m replayssm validate --kernel $args --family mamba2 --geometry "${FI_GEOMETRY:-super120b}" --device cuda \
       --debug >> "$OUT/validate.txt" 2>&1; log "validate $* rc=$?"
   done
   tail -c 3000 "$OUT/validate.txt" >> "$OUT/log.txt"
