@@ -112,7 +112,7 @@ class TritonGDNBaseline(_BaselineStorage):
     description = ("Triton baseline: state read and written every token; speculative stores one state per "
                    "draft position and keeps the accepted one")
 
-    def verify(self, slot_ids, inputs, out=None):
+    def verify_padded(self, slot_ids, inputs, out=None):
         if self.checks:
             ids = self.check_verify_args(slot_ids, inputs, out)
             self._check_ready(ids)
@@ -131,7 +131,7 @@ class TritonGDNBaseline(_BaselineStorage):
 
     def commit(self, slot_ids, accepted) -> None:
         if self.checks:
-            ids, ks = self.check_commit_args(slot_ids, accepted)
+            ids, ks = self.check_commit_args(slot_ids, accepted, window_lens=self.window_bound())
             self._check_pending(ids)
         R = slot_ids.shape[0]
         if R == 0:

@@ -112,7 +112,7 @@ class TritonGDNReplay(TritonGDNBase):
     launch_replay_spec_commit = staticmethod(launch_replay_spec_commit)
     launch_replay_decode = staticmethod(launch_replay_decode)
 
-    def verify(self, slot_ids, inputs, out=None):
+    def verify_padded(self, slot_ids, inputs, out=None):
         if self.checks:
             ids = self.check_verify_args(slot_ids, inputs, out, self._host(self.write_pos), self._host(self.ready))
             self._check_ready(ids)
@@ -130,7 +130,7 @@ class TritonGDNReplay(TritonGDNBase):
 
     def commit(self, slot_ids, accepted) -> None:
         if self.checks:
-            ids, ks = self.check_commit_args(slot_ids, accepted)
+            ids, ks = self.check_commit_args(slot_ids, accepted, window_lens=self.window_bound())
             self._check_pending(ids)
         R = slot_ids.shape[0]
         if R == 0:

@@ -40,8 +40,9 @@ import torch
 import triton
 import triton.language as tl
 
-from replayssm.interface import PAD_SLOT, KernelSnapshot, KernelUnderTest, next_pow2
+from replayssm.interface import PAD_SLOT, KernelSnapshot, next_pow2
 from replayssm.ops.gdn.literal import GDNMath
+from replayssm.ops.serving_layouts import ServingLayouts
 from replayssm.ops.triton.math import softplus
 from replayssm.ops.triton.rounding import INTERPRET, STREAM_RESET, store_state
 
@@ -143,7 +144,7 @@ def _close_step_kernel(slot_ptr, pending_ptr, R, BLOCK: tl.constexpr):
     tl.store(pending_ptr + slot, 0, mask=(offs < R) & (slot >= 0))
 
 
-class TritonGDNBase(KernelUnderTest):
+class TritonGDNBase(ServingLayouts):
     """Common part of the GDN Triton kernels (not registered itself)."""
 
     family = "gdn"

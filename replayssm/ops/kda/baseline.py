@@ -92,7 +92,7 @@ class TritonKDABaseline(TritonKDABase, TritonGDNBaseline):
     description = ("Triton baseline: state read and written every token (per-channel gates); speculative "
                    "stores one state per draft position and keeps the accepted one")
 
-    def verify(self, slot_ids, inputs, out=None):
+    def verify_padded(self, slot_ids, inputs, out=None):
         if self.checks:
             ids = self.check_verify_args(slot_ids, inputs, out)
             self._check_ready(ids)

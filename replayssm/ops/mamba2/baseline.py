@@ -167,7 +167,7 @@ class TritonBaseline(TritonMamba2Base):
         self._reset_cursors(slot_ids, origin)
         self._host_reset(ids)
 
-    def verify(self, slot_ids, inputs, out=None):
+    def verify_padded(self, slot_ids, inputs, out=None):
         if self.checks:
             ids = self.check_verify_args(slot_ids, inputs, out, None, None)
             for r, s in enumerate(ids):
@@ -183,7 +183,7 @@ class TritonBaseline(TritonMamba2Base):
 
     def commit(self, slot_ids, accepted) -> None:
         if self.checks:
-            ids, _ = self.check_commit_args(slot_ids, accepted, self.pending)
+            ids, _ = self.check_commit_args(slot_ids, accepted, self.pending, self.window_bound())
             if accepted.device != self.device:
                 raise ValueError(f"accepted: expected device {self.device}, got {accepted.device}")
         self.launch_commit(slot_ids, accepted)

@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, next_pow2
+from replayssm.interface import PAD_SLOT, KernelConfig, next_pow2
+from replayssm.ops.serving_layouts import ServingLayouts
 from replayssm.ops.triton.rounding import INTERPRET, triton_dtype
 
 # options a Triton Mamba-2 kernel accepts (KernelConfig.options)
@@ -110,7 +111,7 @@ def reset_cursor_kernel(slot_ptr, org_src_ptr, wp_ptr, org_ptr, cnt_ptr, live_pt
     tl.store(cnt_ptr + slot, c + 1, mask=act)
 
 
-class TritonMamba2Base(KernelUnderTest):
+class TritonMamba2Base(ServingLayouts):
     """Storage common to the Triton Mamba-2 kernels; subclasses add their launches."""
 
     family = "mamba2"
