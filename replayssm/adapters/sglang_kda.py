@@ -26,7 +26,8 @@ Bridges (besides the ``_base.py`` slot bridge: slot s = block s + 1, null block 
 
 * **Padding.**  The standard kernel takes ``-1`` for a padding row (and writes zeros to its output:
   the poisoned scratch keeps that out of our rows); the verify is given the active rows only
-  (packed with ``cu_seqlens``), the commit the null block 0 for padding rows (it skips them).
+  (packed with ``cu_seqlens``, a draft count per row: the engine's packed calls pass through, ragged
+  ones are packed with each row's length, ``_base.py``), the commit the null block 0 for padding rows (it skips them).
 * **Gates in the kernels.**  ``a [.., HV, K]`` and ``dt_bias [HV, K]`` raw: the kernels compute
   ``g = -exp(A_log) softplus(a + dt_bias)`` per key channel (softplus ``log(1 + exp(x))`` up to 20),
   ``beta = sigmoid(b)``; q / k L2-normalised in the kernels, scale K^-1/2.
@@ -182,6 +183,10 @@ class SGLangKDAReplayFold(_SGLangKDA):
     decodes = ("speculative",)
     bookkeeping = "fold-every-commit"
     zero_accept = "noop"
+    # the verify is varlen (cu_seqlens: each row's draft count, its raw window rows 0..T'_r-1): packed calls
+    # pass through, ragged ones are packed with each row's length (_base.py); speculative only
+    supports_packed_layout = True
+    supports_ragged_windows = True
     description = ("SGLang 0.5.23 ReplaySSM KDA speculative decode: recurrent verify writing the raw window, "
                    "commit_kda_replayssm_spec folding the accepted prefix (fold-every-commit)")
 
@@ -203,19 +208,23 @@ class SGLangKDAReplayFold(_SGLangKDA):
     def reset(self, slot_ids, initial_state=None, origin=None):
         self._reset_rows(slot_ids, initial_state, origin)
 
-    def _verify(self, slot_ids, inputs, out):
-        g, T = self.geometry, self.decode.window
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
+        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
+        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        tok, qsl, lens, put = self.pack_tokens(ids, inputs, window_lens, query_start_loc)
+        tok = {k: v[None].contiguous() for k, v in tok.items()}
         blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
-        n = act.numel()
-        tok = {k: v.index_select(0, act).flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
-        qsl = torch.arange(0, (n + 1) * T, T, dtype=torch.int32, device=self.device)
+        # the verify is given the active rows only: their offsets (a padding row holds no tokens, Q[r+1] = Q[r])
+        qsl = torch.cat([qsl[:1], qsl[1:].index_select(0, act)]).contiguous()
         fn = self.mods["fused_sigmoid_gating_recurrent"].fused_sigmoid_gating_delta_rule_update
         with launch_guard(self.device):
             o = fn(self.A_log, tok["a"], self.dt_bias, 1.0, 20.0, tok["q"], tok["k"], tok["v"], tok["b"], self.state,
                    blk.index_select(0, act).contiguous(), scale=self.scale, use_qk_l2norm_in_kernel=True,
                    cu_seqlens=qsl, is_kda=True, disable_state_update=True, cache_ring=True, replayssm_rawv=self.rawv,
                    replayssm_rawk=self.rawk, replayssm_g=self.gk, replayssm_beta=self.beta)
-        out[act] = o.view(n, T, g.num_v_heads, g.head_v_dim).to(out.dtype)
+        put(o[0], out)
+        self.end_verify(ids, lens)
+        return out
 
     def commit(self, slot_ids, accepted):
         self.begin_commit(slot_ids, accepted)
