@@ -140,3 +140,22 @@ def test_a_commit_past_the_rows_window_is_refused():
         k.commit(ids, torch.tensor([2, 0, 2]))
     k.commit(ids, torch.tensor([2, 0, 1]))
     assert k.write_pos[list(sc.slot_ids)].tolist() == [2, 0, 1]
+
+
+@pytest.mark.parametrize("family,name,options", [("mamba2", "triton-replay", {}),
+                                                 ("gdn", "triton-replay", {"prepass": False})],
+                         ids=["ragged-s32a16-T3-B4-micro-mamba2-replay", "ragged-s32a16-T3-B4-micro-gdn-replay-fused"])
+def test_a_ragged_verify_is_bit_identical_to_a_padded_one_whatever_the_tail(family, name, options):
+    """Row r's first T'_r outputs do not depend on the window tokens past them (the wrapper's zeros
+    or the caller's drafts): the wrapper is the padded kernel, not an approximation of it (Mamba-2's
+    two-launch path; GDN's single kernel with its in-window WY/UT solve)."""
+    sc = _sc(family, PACKED)
+    outs = []
+    for lens in (torch.tensor([1, 1, 2]), None):
+        k = get(name, family)(KernelConfig(sc.geometry_obj, make_params(sc), sc.precision, sc.decode_config,
+                                           sc.num_slots, options=options))
+        ids = torch.tensor(sc.slot_ids)
+        k.reset(ids)
+        outs.append(k.verify(ids, make_inputs(sc, 0), window_lens=lens))
+    assert torch.equal(outs[0][0, :1], outs[1][0, :1]) and torch.equal(outs[0][2, :2], outs[1][2, :2])
+    assert outs[0][0, 1:].isnan().all() and outs[0][2, 2:].isnan().all() and outs[0][1].isnan().all()

@@ -5,7 +5,8 @@ Oracle: the contract of ``replayssm/interface.py`` -- ``window_lens`` (``support
 ``query_start_loc`` (``supports_packed_layout``) and one-token verifies on a speculative object
 (``supports_mixed_decode``) -- judged by the validation engine (window-tail, padding-output,
 unwritten-output, the value checks against the fp64 reference).  Expected error: exactly the
-padded launch's (the valid positions are bit-identical to a padded verify of the same tokens).
+padded launch's (the valid positions are bit-identical to a padded verify whose later window
+positions hold anything else: tests/test_serving_triton.py, under the interpreter).
 
 How a verify in one of these layouts runs (:meth:`ServingLayouts.verify`):
 

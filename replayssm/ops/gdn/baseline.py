@@ -14,6 +14,10 @@ Oracle: ``gdn_sequence`` in fp64 and the literal baseline (``literal-baseline``)
 the same places (state stores in the state dtype, outputs in the activation dtype; within a
 speculative window the fp32 state carries over unrounded).  Expected error: within a small
 factor of the literal baseline's at the same precision mode (tests/test_gdn_triton.py).
+
+Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
+declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:
+not natively; exact, since window position t depends only on positions <= t).
 """
 
 from __future__ import annotations

@@ -32,6 +32,12 @@ Standard decode (T' = 1): ``verify`` applies the token and advances the cursor o
 last of a slot's programs to finish, through an atomic ticket); ``commit(1)`` only closes the
 step (with checks on it verifies there was a step to close).  Speculative decode: ``commit``
 launches the device-side cursor update.
+
+Serving layouts (``replayssm/ops/serving_layouts.py``, the base class): ragged windows
+(``window_lens``), the packed layout (``query_start_loc``) and standard steps on speculative slots
+(one-token verifies) are run by the kernel-interface wrapper around the padded launches (each row's
+T'_r tokens in a zero-filled ``[R, T']`` buffer, one launch, positions t < T'_r copied back), not by
+the kernels themselves; the raw launches take the padded layout only.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ stores the state after each position in the T' other buffers (``(1 + T') S`` byt
 One program owns one (batch row, head) and ``NCH`` tiles of ``BP`` state rows, like the replay
 kernel; stochastic rounding keys its Philox stream by (slot, per-slot write counter, window
 position), the counter moving in the commit launch.
+
+Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
+declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:
+not natively; exact, since window position t depends only on positions <= t).
 """
 
 from __future__ import annotations

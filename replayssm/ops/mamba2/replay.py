@@ -38,6 +38,10 @@ A non-flush verify only reads the checkpoint.  Cursors move in :func:`_commit_ke
 launch, no host synchronisation), or, for standard decode, inside the step itself
 (``launch_step``: the last program of a slot to finish, counted with an atomic, advances the
 slot's cursor; verify + commit in one launch, CUDA-graph safe).
+
+Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
+declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:
+not natively; exact, since window position t depends only on positions <= t).
 """
 
 from __future__ import annotations

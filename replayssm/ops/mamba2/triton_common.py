@@ -12,6 +12,12 @@ Every wrapper has two paths:
   synchronisation and no host-side state, so a decode step can be captured in a CUDA graph and
   replayed.  Cursors (``write_pos``, ``origin``, the live draft index, the stochastic-rounding
   write counter) live on the device and are read and advanced there.
+
+Serving layouts (``replayssm/ops/serving_layouts.py``, the base class): ragged windows
+(``window_lens``), the packed layout (``query_start_loc``) and standard steps on speculative slots
+(one-token verifies) are run by the kernel-interface wrapper around the padded launches (each row's
+T'_r tokens in a zero-filled ``[R, T']`` buffer, one launch, positions t < T'_r copied back), not by
+the kernels themselves; the raw launches take the padded layout only.
 """
 
 from __future__ import annotations
