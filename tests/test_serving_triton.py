@@ -159,3 +159,14 @@ def test_a_ragged_verify_is_bit_identical_to_a_padded_one_whatever_the_tail(fami
         outs.append(k.verify(ids, make_inputs(sc, 0), window_lens=lens))
     assert torch.equal(outs[0][0, :1], outs[1][0, :1]) and torch.equal(outs[0][2, :2], outs[1][2, :2])
     assert outs[0][0, 1:].isnan().all() and outs[0][2, 2:].isnan().all() and outs[0][1].isnan().all()
+
+
+def test_a_host_cursor_table_is_refused_naming_the_kernels_policy():
+    sc = _sc("mamba2", PACKED)
+    k = get("triton-baseline", "mamba2")(KernelConfig(sc.geometry_obj, make_params(sc), sc.precision,
+                                                      sc.decode_config, sc.num_slots))
+    ids = torch.tensor(sc.slot_ids)
+    k.reset(ids)
+    with pytest.raises(ValueError, match=r"cursors: kernel 'triton-baseline' keeps its own cursors \(bookkeeping"):
+        k.verify(ids, make_inputs(sc, 0), cursors=torch.zeros((sc.num_slots, 2), dtype=torch.int64))
+    assert not any(k.pending)

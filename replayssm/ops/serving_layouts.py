@@ -31,6 +31,9 @@ they are never committed and the next verify overwrites them) and a speculative 
 states past T'_r (never made live).  A standard step on a speculative kernel object is the
 hand-over rule of the interface: a window of length 1 in the same ring, the flush decided with T'.
 
+Not declared: host-owned cursors (the ``host-cursors`` policy): the cursors live on the device and
+move in the kernels' commit launches; a ``cursors=`` table is refused, naming the kernel's policy.
+
 Cost: the host gather/scatter and a scratch output per call; the raw launches (``launch_*``,
 bench and the drift fast path) are the padded ones, unchanged.
 """
@@ -67,7 +70,12 @@ class ServingLayouts(KernelUnderTest):
         """Per slot, the window length of its last verify (the largest k its commit may accept)."""
         return self.win_len
 
-    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None, cursors=None):
+        """``verify_padded`` for a padded call with every row at T'; else the serving layouts as the
+        module docstring says.  The kernels keep their cursors on the device (bookkeeping ``spec``): a
+        caller's cursor table (``host-cursors``) is refused with ``check_cursors``' line."""
+        if cursors is not None:
+            self.check_cursors(self._check_slot_ids(slot_ids), cursors)
         T = self.decode.window
         if window_lens is None and query_start_loc is None and self.call_window(inputs) == T:
             out = self.verify_padded(slot_ids, inputs, out)
