@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import find, settings
 
-from replayssm.interface import KernelConfig
+from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.registry import get
 from replayssm.scenarios.inputs import make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
+from replayssm.scenarios.strategies import serving_options
 from replayssm.validators.runner import run_scenario
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -170,3 +172,11 @@ def test_a_host_cursor_table_is_refused_naming_the_kernels_policy():
     with pytest.raises(ValueError, match=r"cursors: kernel 'triton-baseline' keeps its own cursors \(bookkeeping"):
         k.verify(ids, make_inputs(sc, 0), cursors=torch.zeros((sc.num_slots, 2), dtype=torch.int64))
     assert not any(k.pending)
+
+
+@pytest.mark.parametrize("option", ["window_lens", "layout", "standard_steps"])
+def test_the_fuzzer_draws_the_serving_layouts_for_the_triton_kernels(option):
+    plan = {"accepted": [[2, 0, 1], [1, 0, 2]]}
+    strat = serving_options(get("triton-replay", "gdn"), DecodeConfig("speculative", 2, 4), (3, -1, 1), plan)
+    find(strat, lambda p: bool(p.get(option)) and p.get(option) != "padded", settings=settings(max_examples=200,
+                                                                                                 database=None))
