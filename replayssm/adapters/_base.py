@@ -17,10 +17,19 @@
   built beforehand (:meth:`SlotAdapter.cursor_positions`) and call ``n`` uses position ``n mod L``,
   which is what the device cursor would hold when every row commits one token per step.  A timed
   step leaves the adapter's own cursor bookkeeping behind: the instance is for timing only after it.
+* **Serving layouts** (an adapter whose speculative kernel takes ``query_start_loc`` / ``cu_seqlens``
+  declares ``supports_packed_layout``, ``supports_ragged_windows`` and ``supports_mixed_decode``):
+  :meth:`SlotAdapter.pack_tokens` hands the kernel the packed layout as the caller gave it (the
+  buffer and its offsets: the kernel reads row r's T'_r tokens at ``Q[r]..Q[r+1]-1`` itself) and
+  packs a padded call with each row's own length (``window_lens``; 1 at a standard step on the
+  speculative slots; else T'); the kernel's packed outputs go back to the caller's positions only.
+  A standard-decode object's kernels take one token per row and no offsets: a packed call (one
+  token per active row) is unpacked for them (:meth:`SlotAdapter.standard_from_packed`).
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import ClassVar
 
 import torch
@@ -57,6 +66,7 @@ class SlotAdapter(KernelUnderTest):
         super().__init__(config)
         self.ready = [False] * self.num_slots
         self.pending = [False] * self.num_slots
+        self.win_len = [self.decode.window] * self.num_slots  # window length of each slot's last verify
 
     # ---- the slot bridge -----------------------------------------------------------------------------
     def blocks(self, slot_ids: torch.Tensor) -> torch.Tensor:
@@ -74,8 +84,8 @@ class SlotAdapter(KernelUnderTest):
                           device=self.device)
 
     # ---- host bookkeeping (bad calls are refused before anything changes) -----------------------------
-    def begin_verify(self, slot_ids, inputs, out) -> list[int]:
-        ids = self.check_verify_args(slot_ids, inputs, out)
+    def begin_verify(self, slot_ids, inputs, out, window_lens=None, query_start_loc=None) -> list[int]:
+        ids = self.check_verify_args(slot_ids, inputs, out, window_lens=window_lens, query_start_loc=query_start_loc)
         for r, s in enumerate(ids):
             if s != PAD_SLOT and not self.ready[s]:
                 raise ValueError(f"slot_ids[{r}]: slot {s} was never reset")
@@ -83,13 +93,14 @@ class SlotAdapter(KernelUnderTest):
                 raise ValueError(f"slot_ids[{r}]: slot {s} has an uncommitted verify; commit it first")
         return ids
 
-    def end_verify(self, ids: list[int]) -> None:
-        for s in ids:
+    def end_verify(self, ids: list[int], lens: list[int] | None = None) -> None:
+        for r, s in enumerate(ids):
             if s != PAD_SLOT:
                 self.pending[s] = True
+                self.win_len[s] = self.decode.window if lens is None else lens[r]
 
     def begin_commit(self, slot_ids, accepted) -> tuple[list[int], list[int]]:
-        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending)
+        ids, ks = self.check_commit_args(slot_ids, accepted, self.pending, self.win_len)
         if not self.decode.speculative and any(k != 1 for s, k in zip(ids, ks) if s != PAD_SLOT):
             raise ValueError("accepted: standard decode commits exactly 1 token per row")
         for s in ids:
@@ -102,6 +113,53 @@ class SlotAdapter(KernelUnderTest):
             if s != PAD_SLOT:
                 self.ready[s] = True
                 self.pending[s] = False
+
+    # ---- serving layouts (checked by begin_verify first) --------------------------------------------------
+    def pack_tokens(self, ids: list[int], inputs, window_lens=None, query_start_loc=None):
+        """``(tokens, offsets, lens, put)``: the verify's tokens back to back (``{name: [n, ...]}``),
+        int32 offsets ``[R + 1]``, each row's window length, and ``put(o, out)`` copying the kernel's
+        packed outputs ``o [n, ...]`` to the caller's positions.  Packed layout: the caller's buffer
+        (its first n = Q[R] tokens) and offsets as given; padded: each row's first T'_r tokens."""
+        if query_start_loc is not None:
+            lens = self.check_query_start_loc(ids, query_start_loc, int(next(iter(inputs.values())).shape[0]))
+            n = sum(lens)
+
+            def put(o, out):
+                out[:n] = o[:n]
+            return {k: v[:n] for k, v in inputs.items()}, query_start_loc.to(torch.int32), lens, put
+        width = self.call_window(inputs)
+        lens = self.check_window_lens(ids, window_lens, width)
+        idx = torch.tensor([r * width + t for r, m in enumerate(lens) for t in range(m)], dtype=torch.long,
+                           device=self.device)
+        qsl = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=self.device)
+
+        def put(o, out):
+            out.view(-1, *out.shape[2:]).index_copy_(0, idx, o[:idx.numel()].to(out.dtype))
+        return {k: v.flatten(0, 1).index_select(0, idx) for k, v in inputs.items()}, qsl, lens, put
+
+    def serving_out(self, inputs, query_start_loc=None) -> torch.Tensor:
+        """A NaN output buffer in the caller's layout (packed ``[N, ...]``, else ``[R, T_call, ...]``)."""
+        first = next(iter(inputs.values()))
+        lead = (first.shape[0],) if query_start_loc is not None else (first.shape[0], first.shape[1])
+        return torch.full((*lead, *self.out_shape), float("nan"), dtype=self.mode.act_dtype, device=self.device)
+
+    def standard_from_packed(self, slot_ids, inputs, out, query_start_loc, verify):
+        """A packed standard-decode verify (one token per active row, at ``query_start_loc[r]``) run
+        through ``verify``, the padded standard path (its kernels take one token per row, no offsets)."""
+        ids = self.check_verify_args(slot_ids, inputs, out, query_start_loc=query_start_loc)
+        first = next(iter(inputs.values()))
+        lens = self.check_query_start_loc(ids, query_start_loc, int(first.shape[0]))
+        starts = query_start_loc.tolist()
+        rows = torch.tensor([r for r, m in enumerate(lens) if m], dtype=torch.long, device=self.device)
+        toks = torch.tensor([starts[r] for r, m in enumerate(lens) if m], dtype=torch.long, device=self.device)
+        padded = {}
+        for k, v in inputs.items():
+            padded[k] = torch.zeros((len(ids), 1, *v.shape[1:]), dtype=v.dtype, device=self.device)
+            padded[k][rows, 0] = v.index_select(0, toks)
+        got = verify(slot_ids, padded, None)
+        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        out[toks] = got[rows, 0]
+        return out
 
     # ---- timed steps (bench job) -------------------------------------------------------------------------
     def cursor_positions(self, blk: torch.Tensor, write_pos: torch.Tensor):

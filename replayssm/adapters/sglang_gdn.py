@@ -35,7 +35,9 @@ Bridges (besides the poisoned output scratch of ``_base.py``):
   early-flush rule compares with the same length, so B + T' must be a power of two (e.g. T' = 4,
   B = 12); other buffers are refused.
 * **Split, packed tokens.**  q / k / v go in split (``[tokens, H, K]``, ``[tokens, HV, V]``), packed
-  per row with ``query_start_loc`` (padding rows: no tokens); the standard kernel takes packed
+  per row with ``query_start_loc`` (padding rows: no tokens; spec_len per row, so the engine's packed
+  calls pass through and ragged calls and standard steps on the speculative slots are packed with each
+  row's length, ``_base.py``; the early-flush flag is set at commit with T'max); the standard kernel takes packed
   ``mixed_qkv = [q | k | v]``.  q / k are L2-normalised in the kernels, scale K^-1/2.
 * **Records.**  d / k in the activation dtype, g in fp32; the speculative path's raw v / raw k (in
   the activation dtype: exact) and beta (fp32) feed its exact fold and are kept in the snapshot's
@@ -92,6 +94,12 @@ class SGLangGDNReplay(SlotAdapter):
     description = ("SGLang 0.5.23 ReplaySSM GDN: fused_recurrent_linear_replayssm standard decode; "
                    "gdn_replayssm_spec_decode speculative verify + commit_gdn_replayssm_spec")
     loader = None  # set by replayssm.adapters.sglang.load(): returns the kernel modules
+    # the speculative kernel reads spec_len = query_start_loc[r+1] - query_start_loc[r] per row (its padding
+    # lanes clamped): packed calls pass through, ragged ones and standard steps on speculative slots are
+    # packed with each row's length (_base.py)
+    supports_packed_layout = True
+    supports_ragged_windows = True
+    supports_mixed_decode = True
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
@@ -135,14 +143,17 @@ class SGLangGDNReplay(SlotAdapter):
         self.state[b] = 0 if initial_state is None else initial_state.index_select(0, rows).to(self.state.dtype)
         self.mark_reset(ids)
 
-    def verify(self, slot_ids, inputs, out=None):
-        ids = self.begin_verify(slot_ids, inputs, out)
-        out = self.new_out(len(ids)) if out is None else out
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
+        if not self.decode.speculative and query_start_loc is not None:
+            return self.standard_from_packed(slot_ids, inputs, out, query_start_loc, self.verify)
+        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
+        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        lens = None
         if self.decode.speculative:
-            self._verify_spec(slot_ids, inputs, out)
+            lens = self._verify_spec(slot_ids, self.pack_tokens(ids, inputs, window_lens, query_start_loc), out)
         else:
             self._verify_standard(slot_ids, inputs, out)
-        self.end_verify(ids)
+        self.end_verify(ids, lens)
         return out
 
     def _verify_standard(self, slot_ids, inputs, out):
@@ -158,14 +169,14 @@ class SGLangGDNReplay(SlotAdapter):
                self.write_pos.index_select(0, blk.long()).contiguous(), use_qk_l2norm_in_kernel=True, nk=self.nk)
         out[act] = o.index_select(0, act)
 
-    def _verify_spec(self, slot_ids, inputs, out):
+    def _verify_spec(self, slot_ids, packed, out) -> list[int]:
+        """The speculative kernel on ``packed`` (``pack_tokens``); returns the rows' window lengths."""
         g, d = self.geometry, self.decode
         T, HV, V = d.window, g.num_v_heads, g.head_v_dim
-        blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
-        tok = {k: v.index_select(0, act).flatten(0, 1).contiguous() for k, v in inputs.items()}
-        counts = (slot_ids >= 0).to(torch.int32) * T
-        qsl = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32)
-        o = self.scratch(act.numel() * T, HV, V)
+        blk = self.blocks(slot_ids)
+        tok, qsl, lens, put = packed
+        tok = {k: v.contiguous() for k, v in tok.items()}
+        o = self.scratch(sum(lens), HV, V)
         spec = self.mods["gdn_replayssm_spec_decode"]
         with launch_guard(self.device):
             spec.gdn_replayssm_spec_decode(
@@ -173,7 +184,8 @@ class SGLangGDNReplay(SlotAdapter):
                 self.k_cache, self.g_cache, self.rawv, self.rawk, self.beta, o, qsl, blk, blk, self.write_pos,
                 self.cache_base, self.is_flush, d.lspec, T, scale=self.scale, use_qk_l2norm_in_kernel=True,
                 null_block_id=0, nk=self.nk, nk_flush=self.nk, dot_precision=self.mode.dot)
-        out[act] = o.view(act.numel(), T, HV, V)
+        put(o, out)
+        return lens
 
     def commit(self, slot_ids, accepted):
         self.begin_commit(slot_ids, accepted)

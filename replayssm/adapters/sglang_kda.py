@@ -25,9 +25,11 @@ Bridges (besides the ``_base.py`` slot bridge: slot s = block s + 1, null block 
 
 * **Padding.**  The standard kernel takes ``-1`` for a padding row (and writes zeros to its output:
   the poisoned scratch keeps that out of our rows); the verify is given the active rows only
-  (packed with ``cu_seqlens``), the commit the null block 0 for padding rows (it skips them).
-* **Gates in the kernels.**  ``a [.., HV, K]``, ``dt_bias [HV, K]``, ``b`` raw: the kernels compute
-  ``g = -exp(A_log) softplus(a + dt_bias)`` per key channel and beta; q / k normalised, scale K^-1/2.
+  (packed with ``cu_seqlens``, a draft count per row: the engine's packed calls pass through, ragged
+  ones are packed with each row's length, ``_base.py``), the commit the null block 0 for padding rows (it skips them).
+* **Gates in the kernels.**  ``a [.., HV, K]`` and ``dt_bias [HV, K]`` raw: the kernels compute
+  ``g = -exp(A_log) softplus(a + dt_bias)`` per key channel (softplus ``log(1 + exp(x))`` up to 20),
+  ``beta = sigmoid(b)``; q / k L2-normalised in the kernels, scale K^-1/2.
 * **Records.**  Standard: d / k in the activation dtype, g fp32 (snapshot records, folded in fp64 by
   ``committed_state``).  Speculative: the raw window (v, k in the activation dtype: exact copies;
   g, beta fp32) is kept in the snapshot's ``extra``; with no committed history there are no records.
@@ -218,6 +220,10 @@ class SGLangKDAReplayFold(_SGLangKDA):
     decodes = ("speculative",)
     bookkeeping = "fold-every-commit"
     zero_accept = "noop"
+    # the verify is varlen (cu_seqlens: each row's draft count, its raw window rows 0..T'_r-1): packed calls
+    # pass through, ragged ones are packed with each row's length (_base.py); speculative only
+    supports_packed_layout = True
+    supports_ragged_windows = True
     description = ("SGLang 0.5.23 ReplaySSM KDA speculative decode: recurrent verify writing the raw window, "
                    "commit_kda_replayssm_spec folding the accepted prefix (fold-every-commit)")
     # The state's recurrence, read in the commit's fold: division-form L2 norm, fp32 beta: the defaults.
@@ -262,13 +268,18 @@ class SGLangKDAReplayFold(_SGLangKDA):
                                            self.decode.window, self.geometry.num_k_heads, use_qk_l2norm_in_kernel=True,
                                            null_block_id=0)
 
-    def _verify(self, slot_ids, inputs, out):
-        g, T = self.geometry, self.decode.window
-        blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
-        n = act.numel()
-        tok = {k: v.index_select(0, act).flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
-        o = self._launch_verify(tok, blk.index_select(0, act).contiguous(), self._qsl(n))
-        out[act] = o.view(n, T, g.num_v_heads, g.head_v_dim).to(out.dtype)
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
+        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
+        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        tok, qsl, lens, put = self.pack_tokens(ids, inputs, window_lens, query_start_loc)
+        act = self.active_rows(slot_ids)
+        # the verify is given the active rows only: their offsets (a padding row holds no tokens, Q[r+1] = Q[r])
+        qsl = torch.cat([qsl[:1], qsl[1:].index_select(0, act)]).contiguous()
+        o = self._launch_verify({k: v[None].contiguous() for k, v in tok.items()},
+                                self.blocks(slot_ids).index_select(0, act).contiguous(), qsl)
+        put(o[0], out)
+        self.end_verify(ids, lens)
+        return out
 
     def commit(self, slot_ids, accepted):
         self.begin_commit(slot_ids, accepted)

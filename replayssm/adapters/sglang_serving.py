@@ -26,7 +26,8 @@ Bridges (besides the poisoned output scratch of ``_base.py``): **padding** is th
 (slot ids as mamba slots, ``-1`` for padding, ``null_block_id=-1``); the cursors are request-keyed
 and the checkpoint block-keyed, both our slot; **layers**: the commit kernels take
 ``[layers, slots, ...]`` tensors, the adapter keeps one layer; **tokens** packed per row with
-``query_start_loc`` (padding rows: no tokens); **reset** zeroes the cursors as the pool does for a
+``query_start_loc`` (padding rows: no tokens; spec_len per row: the engine's packed calls pass through,
+ragged ones are packed with each row's length, ``_base.py``); **reset** zeroes the cursors as the pool does for a
 fresh request (``cache_base = origin``).  Option ``fold_every_commit`` (bool; default: the server's
 choice, ``state dtype != fp32``) exercises that cursor path with an fp32 checkpoint on CPU.
 
@@ -57,6 +58,10 @@ class SGLangGDNReplayServing(SlotAdapter):
     decodes = ("speculative",)
     bookkeeping = "fold-at-commit"
     zero_accept = "noop"
+    # the verify launch reads spec_len per row from query_start_loc: packed calls pass through, ragged ones
+    # are packed with each row's length (_base.py); speculative decode only, so no standard steps
+    supports_packed_layout = True
+    supports_ragged_windows = True
     accepted_options = ("fold_every_commit",)
     description = ("SGLang 0.5.23 ReplaySSM GDN, its serving path: gdn_replayssm_spec_decode(launch_mode='verify') "
                    "+ commit_gdn_replayssm_spec + commit_gdn_replayssm_circular (fold at commit)")
@@ -127,16 +132,14 @@ class SGLangGDNReplayServing(SlotAdapter):
         self.state5[0, s] = 0 if initial_state is None else initial_state.index_select(0, rows).to(self.state5)
         self.mark_reset(ids)
 
-    def verify(self, slot_ids, inputs, out=None):
-        ids = self.begin_verify(slot_ids, inputs, out)
-        out = self.new_out(len(ids)) if out is None else out
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
+        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
+        out = self.serving_out(inputs, query_start_loc) if out is None else out
         d, g = self.decode, self.geometry
         T, HV, V = d.window, g.num_v_heads, g.head_v_dim
-        act = self.active_rows(slot_ids)
-        tok = {k: v.index_select(0, act).flatten(0, 1).contiguous() for k, v in inputs.items()}
-        counts = (slot_ids >= 0).to(torch.int32) * T
-        qsl = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(self.device, torch.int32)
-        o = self.scratch(act.numel() * T, HV, V)
+        tok, qsl, lens, put = self.pack_tokens(ids, inputs, window_lens, query_start_loc)
+        tok = {k: v.contiguous() for k, v in tok.items()}
+        o = self.scratch(sum(lens), HV, V)
         sid = self._ids(slot_ids)
         lo = self.dlo5 is not None
         with launch_guard(self.device):
@@ -146,8 +149,8 @@ class SGLangGDNReplayServing(SlotAdapter):
                 None, o, qsl, sid, sid, self.write_pos, self.cache_base, self.is_flush, d.ring_rows, T,
                 scale=self.scale, use_qk_l2norm_in_kernel=True, null_block_id=-1, nk=self.nk,
                 launch_mode="verify", dot_precision=self.mode.dot)
-        out[act] = o.view(act.numel(), T, HV, V)
-        self.end_verify(ids)
+        put(o, out)
+        self.end_verify(ids, lens)
         return out
 
     def commit(self, slot_ids, accepted):

@@ -32,6 +32,12 @@ from replayssm.interface import KernelSnapshot
 
 class _VllmBaseline(SlotAdapter):
     kind = "baseline"
+    # the speculative kernels are varlen (cu_seqlens, a seq_len per row; the live block chosen by
+    # num_accepted_tokens): packed calls pass their buffer and offsets through, ragged calls and standard
+    # steps on the speculative slots are packed with each row's length (_base.py)
+    supports_packed_layout = True
+    supports_ragged_windows = True
+    supports_mixed_decode = True
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
@@ -63,13 +69,26 @@ class _VllmBaseline(SlotAdapter):
         self.live[self.blocks(slot_ids).index_select(0, rows).long()] = 1
         self.mark_reset(ids)
 
-    def verify(self, slot_ids, inputs, out=None):
-        ids = self.begin_verify(slot_ids, inputs, out)
-        out = self.new_out(len(ids)) if out is None else out
-        act = self.active_rows(slot_ids)
-        o = self.launch(slot_ids, inputs)
-        out[act] = o.index_select(0, act)
-        self.end_verify(ids)
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
+        if not self.decode.speculative and query_start_loc is not None:
+            return self.standard_from_packed(slot_ids, inputs, out, query_start_loc, self.verify)
+        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
+        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        live = self.live.index_select(0, self.blocks(slot_ids).long()).contiguous()
+        if not self.decode.speculative:
+            act = self.active_rows(slot_ids)
+            fn, o = self.launch_fn(slot_ids, inputs, live)
+            with launch_guard(self.device):
+                fn()
+            out[act] = self.packed_out(o).view(len(ids), 1, *self.out_shape).index_select(0, act)
+            self.end_verify(ids)
+            return out
+        tok, cu, lens, put = self.pack_tokens(ids, inputs, window_lens, query_start_loc)
+        fn, o = self.launch_fn(slot_ids, inputs, live, (sum(lens), cu, tok))
+        with launch_guard(self.device):
+            fn()
+        put(self.packed_out(o), out)
+        self.end_verify(ids, lens)
         return out
 
     def commit(self, slot_ids, accepted):
@@ -91,10 +110,12 @@ class _VllmBaseline(SlotAdapter):
                 launch()
         return step
 
-    def packing(self, slot_ids):
-        """(packed token count, int32 cu_seqlens): T' tokens per active row, none for padding."""
+    def packing(self, slot_ids, inputs):
+        """(packed token count, int32 cu_seqlens, packed tokens): T' tokens per active row, none for
+        padding (the timed step's layout)."""
         counts = (slot_ids >= 0).to(torch.int32) * self.T
-        return int(counts.sum()), torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32)
+        tok = {k: v.index_select(0, self.active_rows(slot_ids)).flatten(0, 1) for k, v in inputs.items()}
+        return int(counts.sum()), torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32), tok
 
     def checkpoint_state(self, slot_ids):
         return self.per_slot(slot_ids, lambda s: self.states[self.live_block(s)].double())
@@ -128,8 +149,9 @@ class VllmMamba2Baseline(_VllmBaseline):
         self.bias2 = p["dt_bias"].contiguous()[:, None].expand(H, P)
         self.D2 = p["D"].contiguous()[:, None].expand(H, P)
 
-    def launch_fn(self, slot_ids, inputs, num_accepted):
-        """``(launch, packed output)``: the kernel call on inputs gathered here."""
+    def launch_fn(self, slot_ids, inputs, num_accepted, packed=None):
+        """``(launch, packed output)``: the kernel call on inputs gathered here (speculative: on
+        ``packed`` = (token count, cu_seqlens, packed tokens) when given)."""
         g, R = self.geometry, slot_ids.shape[0]
         fn = self.modules["mamba_ssm"].selective_state_update
         if not self.decode.speculative:
@@ -137,26 +159,18 @@ class VllmMamba2Baseline(_VllmBaseline):
             o = self.scratch(R, g.nheads, g.headdim)
             kw = dict(state_batch_indices=self.blocks(slot_ids))
         else:
-            n, cu = self.packing(slot_ids)
-            tok = {k: v.index_select(0, self.active_rows(slot_ids)).flatten(0, 1).contiguous()
-                   for k, v in inputs.items()}
+            n, cu, tok = packed if packed is not None else self.packing(slot_ids, inputs)
+            tok = {k: v.contiguous() for k, v in tok.items()}
             o = self.scratch(n, g.nheads, g.headdim)
             kw = dict(state_batch_indices=self.draft_blocks(slot_ids), cu_seqlens=cu, num_accepted_tokens=num_accepted)
         dt = tok["dt"][..., None].expand(*tok["dt"].shape, g.headdim)
         return lambda: fn(self.states, tok["x"], dt, self.A3, tok["B"], tok["C"], self.D2, self.bias2,
                           z=tok.get("z"), dt_softplus=True, null_block_id=0, out=o, **kw), o
 
-    def launch(self, slot_ids, inputs):
-        g, R, T = self.geometry, slot_ids.shape[0], self.T
-        live = self.live.index_select(0, self.blocks(slot_ids).long()).contiguous()
-        fn, o = self.launch_fn(slot_ids, inputs, live)
-        with launch_guard(self.device):
-            fn()
-        if not self.decode.speculative:
-            return o[:, None]
-        full = self.scratch(R, T, g.nheads, g.headdim)
-        full[self.active_rows(slot_ids)] = o.view(-1, T, g.nheads, g.headdim)
-        return full
+    @staticmethod
+    def packed_out(o):
+        """The launch's outputs, one per token (``[tokens, H, P]``)."""
+        return o
 
 
 class VllmGDNBaseline(_VllmBaseline):
@@ -175,8 +189,9 @@ class VllmGDNBaseline(_VllmBaseline):
         self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
         self.scale = self.geometry.head_k_dim ** -0.5
 
-    def launch_fn(self, slot_ids, inputs, num_accepted):
-        """``(launch, packed output)``: the kernel call on inputs gathered and packed here."""
+    def launch_fn(self, slot_ids, inputs, num_accepted, packed=None):
+        """``(launch, packed output)``: the kernel call on inputs gathered and packed here (speculative:
+        on ``packed`` = (token count, cu_seqlens, packed tokens) when given)."""
         g, R = self.geometry, slot_ids.shape[0]
         if not self.decode.speculative:
             tok = {k: v[:, 0] for k, v in inputs.items()}
@@ -186,9 +201,8 @@ class VllmGDNBaseline(_VllmBaseline):
             fn = self.modules["fused_recurrent"].fused_recurrent_gated_delta_rule_packed_decode
             return lambda: fn(mixed, a, b, self.A_log, self.dt_bias, self.scale, self.states, o, blk,
                               use_qk_l2norm_in_kernel=True), o
-        n, cu = self.packing(slot_ids)
-        act = self.active_rows(slot_ids)
-        tok = {k: v.index_select(0, act).flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
+        n, cu, tok = packed if packed is not None else self.packing(slot_ids, inputs)
+        tok = {k: v[None].contiguous() for k, v in tok.items()}
         fn = self.modules["fused_sigmoid_gating"].fused_sigmoid_gating_delta_rule_update
         blk, res = self.draft_blocks(slot_ids), [None]
 
@@ -198,15 +212,7 @@ class VllmGDNBaseline(_VllmBaseline):
                         num_accepted_tokens=num_accepted, use_qk_l2norm_in_kernel=True)[0]
         return launch, res
 
-    def launch(self, slot_ids, inputs):
-        g, R, T = self.geometry, slot_ids.shape[0], self.T
-        HV, V = g.num_v_heads, g.head_v_dim
-        live = self.live.index_select(0, self.blocks(slot_ids).long()).contiguous()
-        fn, o = self.launch_fn(slot_ids, inputs, live)
-        with launch_guard(self.device):
-            fn()
-        if not self.decode.speculative:
-            return o
-        full = self.scratch(R, T, HV, V)
-        full[self.active_rows(slot_ids)] = o[0].reshape(-1, T, HV, V)
-        return full
+    def packed_out(self, o):
+        """The launch's outputs, one per token: the standard scratch ``[R, 1, HV, V]``, or the
+        speculative kernel's returned ``[1, tokens, HV, V]``."""
+        return o.flatten(0, 1) if isinstance(o, torch.Tensor) else o[0][0]

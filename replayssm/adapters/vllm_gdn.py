@@ -15,7 +15,10 @@ into padding rows' outputs): standard-decode cursors are per row (gathered from 
 per-block cursor, advanced at commit: 0 after a flush, else +1); speculative cursors are per block
 and moved by the fork's commit/reset kernels, ``num_accepted`` counting the bonus token; the fork's
 reset starts the ring at 0, so ``reset(origin=...)`` writes the ring start into ``cache_base``;
-tokens are packed ``mixed_qkv = [q | k | v]`` with ``query_start_loc`` (padding rows: no tokens);
+tokens are packed ``mixed_qkv = [q | k | v]`` with ``query_start_loc`` (padding rows: no tokens;
+the kernel reads spec_len = ``Q[r+1] - Q[r]`` per row, so packed calls pass their buffer and offsets
+through, ragged calls and standard steps on the speculative slots are packed with each row's length,
+``_base.py``; the flush flag is set at commit with T'max);
 q / k are L2-normalised in the kernel (``use_qk_l2norm_in_kernel=True``), scale K^-1/2.  Launch
 config: the fork's default ``nk = 2`` splits K into tiles of K / 2, below the 16 a ``tl.dot`` needs
 at K = 16 (the tiny geometry): there the adapter asks for ``nk = 1`` through the fork's own
@@ -51,6 +54,11 @@ class VllmGDNReplay(SlotAdapter):
     # kernels normalise q, k as u * (1.0 / sqrt(sum u^2 + 1e-6)); softplus threshold 20 (the defaults').
     conventions = {"standard": {"beta_rounded": True, "l2_form": "reciprocal"},
                    "speculative": {"l2_form": "reciprocal"}}
+    # the speculative kernel takes query_start_loc (spec_len per row); a standard step on a speculative
+    # slot is a one-token row of it (the speculative conventions)
+    supports_packed_layout = True
+    supports_ragged_windows = True
+    supports_mixed_decode = True
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
@@ -114,9 +122,11 @@ class VllmGDNReplay(SlotAdapter):
         self.state[b] = 0 if initial_state is None else initial_state.index_select(0, rows).to(self.state.dtype)
         self.mark_reset(ids)
 
-    def verify(self, slot_ids, inputs, out=None):
-        ids = self.begin_verify(slot_ids, inputs, out)
-        out = self.new_out(len(ids)) if out is None else out
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
+        if not self.decode.speculative and query_start_loc is not None:
+            return self.standard_from_packed(slot_ids, inputs, out, query_start_loc, self.verify)
+        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
+        out = self.serving_out(inputs, query_start_loc) if out is None else out
         g, d, R = self.geometry, self.decode, len(ids)
         HV, V = g.num_v_heads, g.head_v_dim
         blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
@@ -132,10 +142,8 @@ class VllmGDNReplay(SlotAdapter):
             out[act, 0] = o.index_select(0, act)
         else:
             T = d.window
-            tok = {k: v.index_select(0, act).flatten(0, 1) for k, v in inputs.items()}
-            counts = (slot_ids >= 0).to(torch.int32) * T
-            qsl = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32)
-            o = self.scratch(act.numel() * T, HV, V)
+            tok, qsl, lens, put = self.pack_tokens(ids, inputs, window_lens, query_start_loc)
+            o = self.scratch(sum(lens), HV, V)
             spec = self.modules["gdn_replayssm_spec_decode"]
             with launch_guard(self.device), self._config():
                 spec.gdn_replayssm_spec_decode(
@@ -143,7 +151,9 @@ class VllmGDNReplay(SlotAdapter):
                     self.state, self.d_cache, self.k_cache, self.g_cache, o, qsl, blk, self.write_pos,
                     self.origin, self.is_flush, d.lspec, T, scale=self.scale, use_qk_l2norm_in_kernel=True,
                     null_block_id=0)
-            out[act] = o.view(act.numel(), T, HV, V)
+            put(o, out)
+            self.end_verify(ids, lens)
+            return out
         self.end_verify(ids)
         return out
 

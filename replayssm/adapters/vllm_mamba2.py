@@ -27,6 +27,10 @@ Bridges (besides null block 0 / poisoned output scratch, see ``_base.py``):
   ``conv_out = [x | B | C]`` rows (``[tokens, H P + 2 G N]``) with raw ``dt``; padding rows get no
   tokens.  Records: ``x | B`` in the post-conv ring (activation dtype), *raw* dt in fp32 (the
   kernel applies bias and softplus when it reads them).
+  Packed calls pass their buffer and offsets through as given; ragged calls (``window_lens``) and
+  standard steps on the speculative slots (one-token inputs) are packed with each row's own length
+  (``_base.py``), the kernel reading spec_len = ``Q[r+1] - Q[r]`` per row; its flush flag is set at
+  commit with T'max (``write_pos + 2 T' > B + T'``), the spec's rule for ragged windows.
 * ``A``, ``dt``, ``dt_bias`` are passed as stride-0 ``[H, P, N]`` / ``[.., H, P]`` views (TIE_HDIM).
 
 Precision each kernel really implements: the state in the state tensor's dtype (fp32 / bf16 / fp16,
@@ -187,6 +191,11 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
     description = ("official ReplaySSM Mamba-2 (vLLM fork): output_only standard decode; speculative "
                    "verify + commit + cursor reset on the circular post-conv ring")
     route_fn = "selective_state_update_replayssm_output_only"
+    # the speculative kernel reads each row's tokens from query_start_loc (spec_len per row): packed and
+    # ragged calls and standard steps on the speculative slots (one token per row) pass the offsets through
+    supports_packed_layout = True
+    supports_ragged_windows = True
+    supports_mixed_decode = True
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
@@ -223,18 +232,19 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
             self.origin[b] = origin.index_select(0, rows).to(torch.int32)
         self.mark_reset(ids)
 
-    def verify(self, slot_ids, inputs, out=None):
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
         if not self.decode.speculative:
+            if query_start_loc is not None:
+                return self.standard_from_packed(slot_ids, inputs, out, query_start_loc, super().verify)
+            self.check_window_lens(self._check_slot_ids(slot_ids), window_lens, 1)
             return super().verify(slot_ids, inputs, out)
-        ids = self.begin_verify(slot_ids, inputs, out)
-        out = self.new_out(len(ids)) if out is None else out
+        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
+        out = self.serving_out(inputs, query_start_loc) if out is None else out
         g, d = self.geometry, self.decode
-        act = self.active_rows(slot_ids)
-        T, n = d.window, act.numel() * d.window
-        tok = self._tok(inputs, act)
+        T = d.window
+        tok, qsl, lens, put = self.pack_tokens(ids, inputs, window_lens, query_start_loc)
+        n = sum(lens)
         conv_out = torch.cat([tok["x"].reshape(n, -1), tok["B"].reshape(n, -1), tok["C"].reshape(n, -1)], 1)
-        counts = (slot_ids >= 0).to(torch.int32) * T
-        qsl = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32)
         o = self.scratch(n, g.nheads, g.headdim)
         with launch_guard(self.device):
             self.spec.selective_state_update_replayssm_spec(
@@ -242,8 +252,8 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
                 self.write_pos, self.origin, self.is_flush, qsl, self.blocks(slot_ids), d.lspec, T,
                 self.d_inner, g.ngroups, g.dstate, D=self.D2, z=tok.get("z"), dt_bias=self.bias,
                 dt_softplus=True, out=o, null_block_id=0)
-        out[act] = o.view(act.numel(), T, g.nheads, g.headdim)
-        self.end_verify(ids)
+        put(o, out)
+        self.end_verify(ids, lens)
         return out
 
     def timed_step(self, slot_ids, inputs, out, accepted):

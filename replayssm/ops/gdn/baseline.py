@@ -14,6 +14,10 @@ Oracle: ``gdn_sequence`` in fp64 and the literal baseline (``literal-baseline``)
 the same places (state stores in the state dtype, outputs in the activation dtype; within a
 speculative window the fp32 state carries over unrounded).  Expected error: within a small
 factor of the literal baseline's at the same precision mode (tests/test_gdn_triton.py).
+
+Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
+declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:
+not natively; exact, since window position t depends only on positions <= t).
 """
 
 from __future__ import annotations
@@ -112,7 +116,7 @@ class TritonGDNBaseline(_BaselineStorage):
     description = ("Triton baseline: state read and written every token; speculative stores one state per "
                    "draft position and keeps the accepted one")
 
-    def verify(self, slot_ids, inputs, out=None):
+    def verify_padded(self, slot_ids, inputs, out=None):
         if self.checks:
             ids = self.check_verify_args(slot_ids, inputs, out)
             self._check_ready(ids)
@@ -131,7 +135,7 @@ class TritonGDNBaseline(_BaselineStorage):
 
     def commit(self, slot_ids, accepted) -> None:
         if self.checks:
-            ids, ks = self.check_commit_args(slot_ids, accepted)
+            ids, ks = self.check_commit_args(slot_ids, accepted, window_lens=self.window_bound())
             self._check_pending(ids)
         R = slot_ids.shape[0]
         if R == 0:

@@ -9,6 +9,10 @@ activation dtype, ``g [slots, rows, HV]`` fp32; rows = L (standard) or next_pow2
 
 Oracle: ``literal-replay`` and ``gdn_sequence`` in fp64.  Expected error: within a small factor
 of the literal model's at the same precision mode (tests/test_gdn_triton.py).
+
+Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
+declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:
+not natively; exact, since window position t depends only on positions <= t).
 """
 
 from __future__ import annotations
@@ -112,7 +116,7 @@ class TritonGDNReplay(TritonGDNBase):
     launch_replay_spec_commit = staticmethod(launch_replay_spec_commit)
     launch_replay_decode = staticmethod(launch_replay_decode)
 
-    def verify(self, slot_ids, inputs, out=None):
+    def verify_padded(self, slot_ids, inputs, out=None):
         if self.checks:
             ids = self.check_verify_args(slot_ids, inputs, out, self._host(self.write_pos), self._host(self.ready))
             self._check_ready(ids)
@@ -130,7 +134,7 @@ class TritonGDNReplay(TritonGDNBase):
 
     def commit(self, slot_ids, accepted) -> None:
         if self.checks:
-            ids, ks = self.check_commit_args(slot_ids, accepted)
+            ids, ks = self.check_commit_args(slot_ids, accepted, window_lens=self.window_bound())
             self._check_pending(ids)
         R = slot_ids.shape[0]
         if R == 0:

@@ -32,6 +32,12 @@ Standard decode (T' = 1): ``verify`` applies the token and advances the cursor o
 last of a slot's programs to finish, through an atomic ticket); ``commit(1)`` only closes the
 step (with checks on it verifies there was a step to close).  Speculative decode: ``commit``
 launches the device-side cursor update.
+
+Serving layouts (``replayssm/ops/serving_layouts.py``, the base class): ragged windows
+(``window_lens``), the packed layout (``query_start_loc``) and standard steps on speculative slots
+(one-token verifies) are run by the kernel-interface wrapper around the padded launches (each row's
+T'_r tokens in a zero-filled ``[R, T']`` buffer, one launch, positions t < T'_r copied back), not by
+the kernels themselves; the raw launches take the padded layout only.
 """
 
 from __future__ import annotations
@@ -40,8 +46,9 @@ import torch
 import triton
 import triton.language as tl
 
-from replayssm.interface import PAD_SLOT, KernelSnapshot, KernelUnderTest, next_pow2
+from replayssm.interface import PAD_SLOT, KernelSnapshot, next_pow2
 from replayssm.ops.gdn.literal import GDNMath
+from replayssm.ops.serving_layouts import ServingLayouts
 from replayssm.ops.triton.math import softplus
 from replayssm.ops.triton.rounding import INTERPRET, STREAM_RESET, store_state
 
@@ -143,7 +150,7 @@ def _close_step_kernel(slot_ptr, pending_ptr, R, BLOCK: tl.constexpr):
     tl.store(pending_ptr + slot, 0, mask=(offs < R) & (slot >= 0))
 
 
-class TritonGDNBase(KernelUnderTest):
+class TritonGDNBase(ServingLayouts):
     """Common part of the GDN Triton kernels (not registered itself)."""
 
     family = "gdn"

@@ -13,6 +13,10 @@ Oracle: ``naive.py``'s recurrence in fp64 and the literal baseline (``literal-ba
 kda), which rounds at the same places (state stores in the state dtype, outputs in the activation
 dtype; within a speculative window the fp32 state carries over unrounded).  Expected error: within
 a small factor of the literal baseline's at the same precision mode (tests/test_kda_triton.py).
+
+Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
+declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:
+not natively; exact, since window position t depends only on positions <= t).
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ class TritonKDABaseline(TritonKDABase, TritonGDNBaseline):
     description = ("Triton baseline: state read and written every token (per-channel gates); speculative "
                    "stores one state per draft position and keeps the accepted one")
 
-    def verify(self, slot_ids, inputs, out=None):
+    def verify_padded(self, slot_ids, inputs, out=None):
         if self.checks:
             ids = self.check_verify_args(slot_ids, inputs, out)
             self._check_ready(ids)

@@ -17,6 +17,10 @@ stores the state after each position in the T' other buffers (``(1 + T') S`` byt
 One program owns one (batch row, head) and ``NCH`` tiles of ``BP`` state rows, like the replay
 kernel; stochastic rounding keys its Philox stream by (slot, per-slot write counter, window
 position), the counter moving in the commit launch.
+
+Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
+declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:
+not natively; exact, since window position t depends only on positions <= t).
 """
 
 from __future__ import annotations
@@ -167,7 +171,7 @@ class TritonBaseline(TritonMamba2Base):
         self._reset_cursors(slot_ids, origin)
         self._host_reset(ids)
 
-    def verify(self, slot_ids, inputs, out=None):
+    def verify_padded(self, slot_ids, inputs, out=None):
         if self.checks:
             ids = self.check_verify_args(slot_ids, inputs, out, None, None)
             for r, s in enumerate(ids):
@@ -183,7 +187,7 @@ class TritonBaseline(TritonMamba2Base):
 
     def commit(self, slot_ids, accepted) -> None:
         if self.checks:
-            ids, _ = self.check_commit_args(slot_ids, accepted, self.pending)
+            ids, _ = self.check_commit_args(slot_ids, accepted, self.pending, self.window_bound())
             if accepted.device != self.device:
                 raise ValueError(f"accepted: expected device {self.device}, got {accepted.device}")
         self.launch_commit(slot_ids, accepted)

@@ -38,6 +38,10 @@ A non-flush verify only reads the checkpoint.  Cursors move in :func:`_commit_ke
 launch, no host synchronisation), or, for standard decode, inside the step itself
 (``launch_step``: the last program of a slot to finish, counted with an atomic, advances the
 slot's cursor; verify + commit in one launch, CUDA-graph safe).
+
+Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
+declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:
+not natively; exact, since window position t depends only on positions <= t).
 """
 
 from __future__ import annotations
@@ -499,7 +503,7 @@ class _TritonReplay(TritonMamba2Base):
         self._reset_cursors(slot_ids, origin)
         self._host_reset(ids)
 
-    def verify(self, slot_ids, inputs, out=None):
+    def verify_padded(self, slot_ids, inputs, out=None):
         if self.checks:
             ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos.tolist(), self.ready)
         out = self._new_out(slot_ids.shape[0]) if out is None else out
@@ -512,7 +516,7 @@ class _TritonReplay(TritonMamba2Base):
 
     def commit(self, slot_ids, accepted) -> None:
         if self.checks:
-            ids, ks = self.check_commit_args(slot_ids, accepted, self.pending)
+            ids, ks = self.check_commit_args(slot_ids, accepted, self.pending, self.window_bound())
             if not self.decode.speculative and any(k != 1 for s, k in zip(ids, ks) if s != PAD_SLOT):
                 raise ValueError("accepted: standard decode commits exactly 1 token per row")
             if accepted.device != self.device:

@@ -12,6 +12,12 @@ Every wrapper has two paths:
   synchronisation and no host-side state, so a decode step can be captured in a CUDA graph and
   replayed.  Cursors (``write_pos``, ``origin``, the live draft index, the stochastic-rounding
   write counter) live on the device and are read and advanced there.
+
+Serving layouts (``replayssm/ops/serving_layouts.py``, the base class): ragged windows
+(``window_lens``), the packed layout (``query_start_loc``) and standard steps on speculative slots
+(one-token verifies) are run by the kernel-interface wrapper around the padded launches (each row's
+T'_r tokens in a zero-filled ``[R, T']`` buffer, one launch, positions t < T'_r copied back), not by
+the kernels themselves; the raw launches take the padded layout only.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, next_pow2
+from replayssm.interface import PAD_SLOT, KernelConfig, next_pow2
+from replayssm.ops.serving_layouts import ServingLayouts
 from replayssm.ops.triton.rounding import INTERPRET, triton_dtype
 
 # options a Triton Mamba-2 kernel accepts (KernelConfig.options)
@@ -110,7 +117,7 @@ def reset_cursor_kernel(slot_ptr, org_src_ptr, wp_ptr, org_ptr, cnt_ptr, live_pt
     tl.store(cnt_ptr + slot, c + 1, mask=act)
 
 
-class TritonMamba2Base(KernelUnderTest):
+class TritonMamba2Base(ServingLayouts):
     """Storage common to the Triton Mamba-2 kernels; subclasses add their launches."""
 
     family = "mamba2"
