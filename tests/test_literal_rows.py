@@ -17,10 +17,17 @@ import torch
 from core_drive import make_inputs, make_params
 
 from replayssm import registry
+from replayssm.conventions import declared
 from replayssm.families import preset
 from replayssm.interface import PAD_SLOT, DecodeConfig, KernelConfig
+from replayssm.precision import parse_mode
 
-KERNELS = [("mamba2", "literal-replay"), ("mamba2", "literal-replay-state"), ("gdn", "literal-replay")]
+KERNELS = [("mamba2", "literal-replay"), ("mamba2", "literal-replay-state"), ("gdn", "literal-replay"),
+           ("kda", "literal-replay")]
+# declared conventions other than the defaults (the window's normalisation and gates follow them)
+CONVENTIONS = {"mamba2": {"softplus_threshold": 10.0},
+               "gdn": {"beta_rounded": True, "l2_form": "reciprocal", "softplus_threshold": 10.0},
+               "kda": {"beta_rounded": True, "l2_form": "reciprocal", "softplus_threshold": 10.0}}
 MODES = ["s32a32", "s32a16", "s16a16", "sfp8a16", "sfp16a16-sr"]
 DECODES = {"standard-L4": DecodeConfig("standard", 1, 4), "spec-T3-B4": DecodeConfig("speculative", 3, 4)}
 SLOTS = (2, PAD_SLOT, 0, 3)
@@ -48,10 +55,20 @@ def _assert_same_storage(batched, rows, where: str) -> None:
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("family,name", KERNELS, ids=[f"{f}-{n}" for f, n in KERNELS])
 def test_batched_rows_equal_per_row_reference(family, name, mode, decode_id):
-    decode = DECODES[decode_id]
+    _run_both(family, name, mode, DECODES[decode_id], {})
+
+
+@pytest.mark.parametrize("decode_id", list(DECODES))
+@pytest.mark.parametrize("family", list(CONVENTIONS))
+def test_batched_rows_follow_declared_conventions(family, decode_id):
+    _run_both(family, "literal-replay", "s32a16", DECODES[decode_id], CONVENTIONS[family])
+
+
+def _run_both(family, name, mode, decode, decl):
     geometry = preset("tiny", family)
     gen = torch.Generator().manual_seed(18)
-    cfg = KernelConfig(geometry, make_params(geometry, gen), mode, decode, num_slots=5)
+    conv = declared(decl, tuple(decl), parse_mode(mode).act_dtype)
+    cfg = KernelConfig(geometry, make_params(geometry, gen), mode, decode, num_slots=5, conventions=conv)
     cls = registry.get(name, family)
     batched, rows = cls(cfg), cls(cfg)
     rows.vectorised = False
