@@ -10,6 +10,11 @@ At ``s64a64`` these models equal the fp64 token-by-token recurrence to ~1e-12
 
 A family plugs in through a :class:`FamilyMath` object (see ``ops/mamba2/naive.py``).
 
+Row batching (issue 18): on the CPU, the rows of one call with equal (write_pos, T'_r) run as one
+batched call of the family's ``window_rows`` / ``fold_rows`` twin when it has one; the per-row
+loops (``_verify_rows``, ``_committed_rows``) are the reference it equals bit for bit
+(tests/test_literal_rows.py) and run variants, mutants, CUDA and ``vectorised = False``.
+
 Serving-engine behaviour (issue 14): both models accept k = 0 as a no-op commit
 (``zero_accept = "noop"``, speculative decode) and ragged windows (``window_lens``: row r
 verifies only its first T'_r positions, writes only their outputs and records), the packed
