@@ -291,9 +291,9 @@ class LiteralReplayKernel(_LiteralBase):
 
     def _ring_rows(self, slots: torch.Tensor, start: int, n: int) -> torch.Tensor:
         """``[len(slots), n]`` ring rows of positions start..start+n-1 of each slot."""
-        org = torch.tensor([self.origin[s] for s in slots.tolist()], dtype=torch.long, device=self.device)
-        pos = torch.arange(start, start + n, dtype=torch.long, device=self.device)
-        return (org[:, None] + pos[None, :]) % self.decode.ring_rows
+        ring = self.decode.ring_rows
+        return torch.tensor([[(self.origin[s] + p) % ring for p in range(start, start + n)] for s in slots.tolist()],
+                            dtype=torch.long, device=self.device).reshape(len(slots), n)
 
     def _histories(self, slots: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
         rows = self._ring_rows(slots, 0, n)
