@@ -10,6 +10,11 @@ At ``s64a64`` these models equal the fp64 token-by-token recurrence to ~1e-12
 
 A family plugs in through a :class:`FamilyMath` object (see ``ops/mamba2/naive.py``).
 
+Row batching (issue 18): on the CPU, the rows of one call with equal (write_pos, T'_r) run as one
+batched call of the family's ``window_rows`` / ``fold_rows`` twin when it has one; the per-row
+loops (``_verify_rows``, ``_committed_rows``) are the reference it equals bit for bit
+(tests/test_literal_rows.py) and run variants, mutants, CUDA and ``vectorised = False``.
+
 Serving-engine behaviour (issue 14): both models accept k = 0 as a no-op commit
 (``zero_accept = "noop"``, speculative decode) and ragged windows (``window_lens``: row r
 verifies only its first T'_r positions, writes only their outputs and records), the packed
@@ -67,6 +72,31 @@ class FamilyMath(abc.ABC):
     def step(self, s: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]
              ) -> tuple[torch.Tensor, torch.Tensor]:
         """One baseline recurrence step (spec 2): (output, new state), in the dtype of ``s``."""
+
+    # A family whose math has a row-batched twin sets this and implements the two methods below:
+    # the same arithmetic as :meth:`fold` / :meth:`window` on a leading row axis (rows of one call
+    # with equal history and window lengths), bit for bit (tests/test_literal_rows.py).  A subclass
+    # that overrides a per-row method (a variant, a mutant) runs per row (:meth:`rows_batchable`).
+    batches_rows: bool = False
+
+    def rows_batchable(self) -> bool:
+        """Whether the row-batched twin computes what this object's per-row methods compute: the
+        class that declared ``batches_rows`` also owns every per-row method it mirrors."""
+        owner = next((c for c in type(self).__mro__ if c.__dict__.get("batches_rows")), None)
+        return owner is not None and all(getattr(type(self), m, None) is getattr(owner, m, None)
+                                         for m in ("record_layout", "fold", "window", "decays", "solve", "gates"))
+
+    def fold_rows(self, s0: torch.Tensor, hist: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
+                  mode: PrecisionMode) -> torch.Tensor:
+        """:meth:`fold` of ``R`` rows at once: ``s0 [R, ...]``, ``hist`` each ``[R, n, ...]``."""
+        raise NotImplementedError(f"{type(self).__name__} has no row-batched fold")
+
+    def window_rows(self, s0: torch.Tensor, hist: dict[str, torch.Tensor], win: dict[str, torch.Tensor],
+                    params: dict[str, torch.Tensor], mode: PrecisionMode, options: dict,
+                    need_before: bool = True, **conv) -> WindowResult:
+        """:meth:`window` of ``R`` rows at once (every field with a leading row axis);
+        ``state_before`` is None when ``need_before`` is False (the caller does not flush it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no row-batched window")
 
 
 class _LiteralBase(KernelUnderTest):
@@ -232,12 +262,54 @@ class LiteralReplayKernel(_LiteralBase):
         idx = torch.tensor(rows, dtype=torch.long, device=self.device)
         return {k: v[slot].index_select(0, idx).to(self.ct) for k, v in self.records.items()}
 
+    # Row batching (issue 18): on the CPU, the rows of one call that share (write_pos, T'_r) run as
+    # one batched call of the family's ``window_rows`` / ``fold_rows`` when it has them; the per-row
+    # loops (``_verify_rows``, ``_committed_rows``) are the readable reference they equal bit for bit
+    # (tests/test_literal_rows.py) and run everything else (variants, CUDA, ``vectorised = False``).
+    vectorised: bool = True
+
+    def _batches_rows(self) -> bool:
+        hooks = ("_row_of", "_history", "_load_checkpoint", "_row_window")  # a mutant may override one
+        return (self.vectorised and self.device.type == "cpu" and self.math.rows_batchable()
+                and all(getattr(type(self), h) is getattr(LiteralReplayKernel, h) for h in hooks))
+
+    def _groups(self, ids: list[int], key) -> dict:
+        """Active rows grouped by ``key(r, slot)``: key -> (row indices, slot indices) as tensors."""
+        groups: dict = {}
+        for r, s in enumerate(ids):
+            if s != PAD_SLOT:
+                groups.setdefault(key(r, s), ([], []))
+                groups[key(r, s)][0].append(r)
+                groups[key(r, s)][1].append(s)
+        dev = self.device
+        return {k: (torch.tensor(rs, dtype=torch.long, device=dev), torch.tensor(ss, dtype=torch.long, device=dev))
+                for k, (rs, ss) in groups.items()}
+
+    def _load_checkpoints(self, slots: torch.Tensor) -> torch.Tensor:
+        scale = None if self.ckpt_scale is None else self.ckpt_scale[slots]
+        return dequantize_state(self.ckpt[slots], scale, self.ct)
+
+    def _ring_rows(self, slots: torch.Tensor, start: int, n: int) -> torch.Tensor:
+        """``[len(slots), n]`` ring rows of positions start..start+n-1 of each slot."""
+        ring = self.decode.ring_rows
+        return torch.tensor([[(self.origin[s] + p) % ring for p in range(start, start + n)] for s in slots.tolist()],
+                            dtype=torch.long, device=self.device).reshape(len(slots), n)
+
+    def _histories(self, slots: torch.Tensor, n: int) -> dict[str, torch.Tensor]:
+        rows = self._ring_rows(slots, 0, n)
+        return {k: v[slots[:, None], rows].to(self.ct) for k, v in self.records.items()}
+
     def _verify(self, slot_ids, inputs, out=None, window_lens=None):
         ids = self.check_verify_args(slot_ids, inputs, out, self.write_pos, self.ready, window_lens)
         T = self.call_window(inputs)
         lens = self.check_window_lens(ids, window_lens, T)
         out = self._alloc_out(len(ids), out, T)
         self.calls += 1
+        (self._verify_batched if self._batches_rows() else self._verify_rows)(ids, inputs, out, lens)
+        return out
+
+    def _verify_rows(self, ids, inputs, out, lens) -> None:
+        """The reference: one row at a time."""
         for r, s in enumerate(ids):
             if s == PAD_SLOT:
                 continue
@@ -257,7 +329,27 @@ class LiteralReplayKernel(_LiteralBase):
                 scale = None if self.ckpt_scale is None else self.ckpt_scale[s]
                 self._store_state(s, folded, self.ckpt[s], scale)
             self.flushed[s], self.pending[s], self.win_len[s] = flush, True, n
-        return out
+
+    def _verify_batched(self, ids, inputs, out, lens) -> None:
+        """:meth:`_verify_rows`, the rows of equal (write_pos, T'_r) as one batched call."""
+        conv = conv_kwargs(self.config.conventions)
+        for (wp, n), (rs, ss) in self._groups(ids, lambda r, s: (self.write_pos[s], lens[r])).items():
+            flush = self.decode.is_flush(wp)
+            res = self.math.window_rows(self._load_checkpoints(ss), self._histories(ss, wp),
+                                        {k: v[rs, :n].to(self.ct) for k, v in inputs.items()},
+                                        self.params, self.mode, self.config.options,
+                                        need_before=flush and not self.decode.flush_folds_first, **conv)
+            out[rs, :n] = res.outputs.to(self.mode.act_dtype)
+            if not (flush and self.decode.flush_folds_first):
+                rows = self._ring_rows(ss, wp, n)
+                for name, rec in self.records.items():
+                    rec[ss[:, None], rows] = res.records[name].to(rec.dtype)
+            for i, s in enumerate(ss.tolist()):
+                if flush:
+                    folded = res.state_after_first[i] if self.decode.flush_folds_first else res.state_before[i]
+                    scale = None if self.ckpt_scale is None else self.ckpt_scale[s]
+                    self._store_state(s, folded, self.ckpt[s], scale)
+                self.flushed[s], self.pending[s], self.win_len[s] = flush, True, n
 
     def _commit_rows(self, slot_ids, accepted) -> list[tuple[int, int]]:
         """The checked (slot, k) of every active row of a commit, before anything changes."""
@@ -281,6 +373,15 @@ class LiteralReplayKernel(_LiteralBase):
         """The fold of each row's checkpoint and committed history by the cursors held now."""
         ids = self._check_slot_ids(slot_ids)
         out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
+        if not self._batches_rows():
+            return self._committed_rows(ids, out)
+        for n, (rs, ss) in self._groups(ids, lambda r, s: self.write_pos[s]).items():
+            out[rs] = self.math.fold_rows(self._load_checkpoints(ss), self._histories(ss, n), self.params,
+                                          self.mode).to(torch.float64)
+        return out
+
+    def _committed_rows(self, ids, out) -> torch.Tensor:
+        """The reference of :meth:`_committed_by_own_cursors`: one row at a time."""
         for r, s in enumerate(ids):
             if s != PAD_SLOT:
                 st = self.math.fold(self._load_checkpoint(s), self._history(s, self.write_pos[s]),

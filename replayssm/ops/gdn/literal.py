@@ -5,7 +5,7 @@ section 4, read line by line, over the bookkeeping of ``replayssm/ops/literal.py
 step is ``naive.gdn_step``.
 
 * :func:`gdn_window_solve`: the causal in-window solve ``d = (I + A)^-1 R`` and the window
-  outputs, from the state before the window.
+  outputs, from the state before the window; :func:`gdn_window_solve_rows` its row-batched twin.
 * :class:`GDNLiteralReplay` ("literal-replay") and :class:`GDNLiteralBaseline`
   ("literal-baseline"): literal models of the kernel interface.
 
@@ -63,6 +63,36 @@ def gdn_window_solve(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None)
     return torch.stack(outs), d
 
 
+def gdn_window_solve_rows(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None):
+    """:func:`gdn_window_solve` of ``R`` rows at once (every argument and result with a leading
+    row axis), the same arithmetic bit for bit (tests/test_literal_rows.py)."""
+    T = qh.shape[1]
+    G = torch.cumsum(g, dim=1)  # [R, T, HV]
+    eG = torch.exp(G)
+    s_h_dot = _dot(s_h, mode)
+    sk = (s_h_dot[:, None] * _dot(kh, mode)[:, :, :, None, :]).sum(-1)  # [R, T, HV, V]
+    Rm = beta[..., None] * (v - eG[..., None] * sk)
+    kk = torch.einsum("rihk,rjhk->rhij", kh, kh)  # [R, HV, T, T]
+    Gt = G.transpose(1, 2)  # [R, HV, T]
+    decay = torch.exp(Gt[:, :, :, None] - Gt[:, :, None, :])  # [R, HV, i, j]
+    d = []
+    for i in range(T):
+        acc = Rm[:, i]
+        for j in range(i):
+            acc = acc - (beta[:, i] * decay[:, :, i, j] * kk[:, :, i, j])[:, :, None] * d[j]
+        d.append(acc)
+    d = torch.stack(d, dim=1)  # [R, T, HV, V]
+    sq = (s_h_dot[:, None] * _dot(qh, mode)[:, :, :, None, :]).sum(-1)
+    kq = torch.einsum("rjhk,rshk->rhsj", kh, qh)  # [R, HV, s, j]
+    outs = []
+    for s in range(T):
+        o = eG[:, s][:, :, None] * sq[:, s]
+        for j in range(s + 1):
+            o = o + (decay[:, :, s, j] * kq[:, :, s, j])[:, :, None] * d[:, j]
+        outs.append(o)
+    return torch.stack(outs, dim=1), d
+
+
 class GDNMath(FamilyMath):
     """Replay arithmetic: records d and normalised k in the activation dtype, g in compute dtype.
 
@@ -101,6 +131,38 @@ class GDNMath(FamilyMath):
         g, beta = gdn_gates(win["a"], win["b"], params["A_log"], params["dt_bias"], conv)
         o, d = self.solve(s_h, qh, kh, win["v"], g, beta, mode)
         after_first = torch.exp(g[0])[:, None, None] * s_h + d[0][:, :, None] * kh[0][:, None, :]
+        return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
+                            state_after_first=after_first)
+
+    # ---- the row-batched twin of fold / window (same arithmetic with a leading row axis r) -----------
+    batches_rows = True
+
+    def rows_batchable(self):
+        # a mutant replaces the module's per-row solve (validators/mutants/arithmetic.py)
+        return super().rows_batchable() and gdn_window_solve is _SOLVE
+
+    def fold_rows(self, s0, hist, params, mode):
+        g = hist["g"]  # [R, n, HV]
+        if g.shape[1] == 0:
+            return s0
+        G = torch.cumsum(g, dim=1)
+        total, w = torch.exp(G[:, -1]), torch.exp(G[:, -1:] - G)
+        kh = hist["k"].repeat_interleave(s0.shape[1] // hist["k"].shape[-2], dim=-2)
+        return total[:, :, None, None] * s0 + torch.einsum("rjh,rjhv,rjhk->rhvk", w, hist["d"], kh)
+
+    def window_rows(self, s0, hist, win, params, mode, options, need_before=True, conv=DEFAULT):
+        s_h = self.fold_rows(s0, hist, params, mode)
+        R, nv = s0.shape[0], s0.shape[1]
+        # the normalisation and the gates (log1p, sigmoid) on each row's own tensors, as the per-row
+        # model: torch rounds log1p and sigmoid differently in its vectorised and scalar loops
+        rows = [(l2norm(win["q"][r], conv) * win["q"].shape[-1] ** -0.5, l2norm(win["k"][r], conv),
+                 *gdn_gates(win["a"][r], win["b"][r], params["A_log"], params["dt_bias"], conv)) for r in range(R)]
+        qn, kn, g, beta = (torch.stack(t) for t in zip(*rows))
+        rep = nv // win["q"].shape[-2]
+        qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
+        o, d = gdn_window_solve_rows(s_h, qh, kh, win["v"], g, beta, mode)
+        after_first = (torch.exp(g[:, 0])[:, :, None, None] * s_h
+                       + d[:, 0][:, :, :, None] * kh[:, 0][:, :, None, :])
         return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
                             state_after_first=after_first)
 
@@ -152,6 +214,7 @@ class GDNMathRecurrentWindow(GDNMath):
         return torch.stack(outs), torch.stack(ds)
 
 
+_SOLVE = gdn_window_solve  # the per-row solve this module defines (see GDNMath.rows_batchable)
 _MATH = GDNMath()
 
 

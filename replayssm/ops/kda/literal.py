@@ -14,7 +14,8 @@ dtype: fp32, fp64 for s64a64) of the recorded log gates, per key channel:
 The decay between two records is a product over tokens per key channel, an elementwise exp of a
 difference of fp32 sums of log gates: the place per-channel drift enters (tests/test_kda.py).
 
-* :func:`kda_window_solve`: the in-window solve and the window outputs for one row.
+* :func:`kda_window_solve`: the in-window solve and the window outputs for one row;
+  :func:`kda_window_solve_rows` its row-batched twin.
 * :class:`KDALiteralReplay` ("literal-replay") and :class:`KDALiteralBaseline`
   ("literal-baseline"): literal models of the kernel interface;
 * legitimate variants (other operation orders the tolerance rule must pass, tests/test_variants.py):
@@ -77,6 +78,36 @@ def kda_window_solve(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None)
     return torch.stack(outs), d
 
 
+def kda_window_solve_rows(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None):
+    """:func:`kda_window_solve` of ``R`` rows at once (every argument and result with a leading
+    row axis), the same arithmetic bit for bit (tests/test_literal_rows.py)."""
+    T = qh.shape[1]
+    G = torch.cumsum(g, dim=1)  # [R, T, HV, K]
+    eG = torch.exp(G)
+    s_dot = _dot(s_h, mode)
+    sk = (s_dot[:, None] * _dot(eG * kh, mode)[:, :, :, None, :]).sum(-1)  # [R, T, HV, V]
+    Rm = beta[..., None] * (v - sk)
+    causal = torch.ones(T, T, dtype=torch.bool, device=g.device).tril()[None, :, :, None, None]
+    decay = torch.where(causal, torch.exp(torch.where(causal, G[:, :, None] - G[:, None, :], 0.0)), 0.0)
+    kk = torch.einsum("rijhc,rjhc,rihc->rhij", decay, kh, kh)  # [R, HV, i, j]
+    d = []
+    for i in range(T):
+        acc = Rm[:, i]
+        for j in range(i):
+            acc = acc - (beta[:, i] * kk[:, :, i, j])[:, :, None] * d[j]
+        d.append(acc)
+    d = torch.stack(d, dim=1)  # [R, T, HV, V]
+    sq = (s_dot[:, None] * _dot(eG * qh, mode)[:, :, :, None, :]).sum(-1)
+    kq = torch.einsum("rsjhc,rjhc,rshc->rhsj", decay, kh, qh)  # [R, HV, s, j]
+    outs = []
+    for s in range(T):
+        o = sq[:, s]
+        for j in range(s + 1):
+            o = o + kq[:, :, s, j][:, :, None] * d[:, j]
+        outs.append(o)
+    return torch.stack(outs, dim=1), d
+
+
 class KDAMath(FamilyMath):
     """Replay arithmetic: records d and normalised k in the activation dtype, the per-channel log
     gate g in the compute dtype.
@@ -121,6 +152,34 @@ class KDAMath(FamilyMath):
         g, beta = self.gates(win, params, conv)
         o, d = self.solve(s_h, qh, kh, win["v"], g, beta, mode)
         after_first = torch.exp(g[0])[:, None, :] * s_h + d[0][:, :, None] * kh[0][:, None, :]
+        return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
+                            state_after_first=after_first)
+
+    # ---- the row-batched twin of fold / window (same arithmetic with a leading row axis r) -----------
+    batches_rows = True
+
+    def fold_rows(self, s0, hist, params, mode):
+        g = hist["g"]  # [R, n, HV, K]
+        if g.shape[1] == 0:
+            return s0
+        G = torch.cumsum(g, dim=1)
+        total, w = torch.exp(G[:, -1]), torch.exp(G[:, -1:] - G)
+        kh = hist["k"].repeat_interleave(s0.shape[1] // hist["k"].shape[-2], dim=-2)
+        return total[:, :, None, :] * s0 + torch.einsum("rjhc,rjhv,rjhc->rhvc", w, hist["d"], kh)
+
+    def window_rows(self, s0, hist, win, params, mode, options, need_before=True, conv=DEFAULT):
+        s_h = self.fold_rows(s0, hist, params, mode)
+        R, nv = s0.shape[0], s0.shape[1]
+        # the normalisation and the gates (log1p, sigmoid) on each row's own tensors, as the per-row
+        # model: torch rounds log1p and sigmoid differently in its vectorised and scalar loops
+        rows = [(l2norm(win["q"][r], conv) * win["q"].shape[-1] ** -0.5, l2norm(win["k"][r], conv),
+                 *self.gates({k: v[r] for k, v in win.items()}, params, conv)) for r in range(R)]
+        qn, kn, g, beta = (torch.stack(t) for t in zip(*rows))
+        rep = nv // win["q"].shape[-2]
+        qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
+        o, d = kda_window_solve_rows(s_h, qh, kh, win["v"], g, beta, mode)
+        after_first = (torch.exp(g[:, 0])[:, :, None, :] * s_h
+                       + d[:, 0][:, :, :, None] * kh[:, 0][:, :, None, :])
         return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
                             state_after_first=after_first)
 

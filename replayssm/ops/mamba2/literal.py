@@ -108,6 +108,72 @@ class Mamba2Math(FamilyMath):
             state_after_first=after_first,
         )
 
+    # ---- the row-batched twin of fold / window (same arithmetic with a leading row axis r) -----------
+    batches_rows = True
+
+    def _decays_rows(self, A, delta, upto):
+        c = torch.cumsum(delta[:, : upto + 1], dim=1)
+        return torch.exp(A * c[:, -1]), torch.exp(A * (c[:, -1:] - c))
+
+    def fold_rows(self, s0, hist, params, mode):
+        A = params["A"]
+        delta = hist["dt"]  # [R, n, H]
+        n = delta.shape[1]
+        if n == 0:
+            return s0
+        total, seg = self._decays_rows(A, delta, n - 1)
+        w = delta * seg
+        Bh = _per_head(hist["B"], s0.shape[1])
+        return (total[:, :, None, None] * s0
+                + torch.einsum("rjh,rjhp,rjhn->rhpn", w, hist["x"], Bh))
+
+    def window_rows(self, s0, hist, win, params, mode, options, need_before=True, conv=DEFAULT):
+        route = options.get("route", "output_only")
+        if route not in ROUTES:
+            raise ValueError(f"options['route']: expected one of {ROUTES}, got {route!r}")
+        A, D = params["A"], params["D"]
+        R, H = s0.shape[0], s0.shape[1]
+        n = hist["dt"].shape[1]
+        # softplus (log1p) on each row's own [T, H] tensor, as the per-row model: torch rounds it
+        # differently in its vectorised and scalar loops, so its bits depend on the tensor's shape
+        delta_w = torch.stack([softplus(win["dt"][r] + params["dt_bias"], conv.softplus_threshold)
+                               for r in range(R)])  # [R, T, H]
+        delta = torch.cat([hist["dt"], delta_w], dim=1)
+        xs = torch.cat([hist["x"], win["x"]], dim=1)
+        Bs = _per_head(torch.cat([hist["B"], win["B"]], dim=1), H)
+        s0_r = _dot_operand(s0, mode)
+        outs, after_first = [], None
+        for s in range(win["x"].shape[1]):
+            w_idx = n + s
+            C = _per_head(win["C"][:, s], H)  # [R, H, N]
+            decay_w, seg = self._decays_rows(A, delta, w_idx)
+            seg = delta[:, : w_idx + 1] * seg
+            if route == "output_only":
+                s0c = (s0_r * _dot_operand(C, mode)[:, :, None, :]).sum(-1)
+                bc = (_dot_operand(Bs[:, : w_idx + 1], mode) * _dot_operand(C, mode)[:, None]).sum(-1)
+                y = decay_w[:, :, None] * s0c + torch.einsum("rjh,rjhp->rhp", seg * bc, xs[:, : w_idx + 1])
+                if s == 0:
+                    after_first = (decay_w[:, :, None, None] * s0
+                                   + torch.einsum("rjh,rjhp,rjhn->rhpn", seg, xs[:, : w_idx + 1],
+                                                  Bs[:, : w_idx + 1]))
+            else:
+                S = decay_w[:, :, None, None] * s0 + torch.einsum("rjh,rjhp,rjhn->rhpn", seg, xs[:, : w_idx + 1],
+                                                                  Bs[:, : w_idx + 1])
+                y = (_dot_operand(S, mode) * _dot_operand(C, mode)[:, :, None, :]).sum(-1)
+                if s == 0:
+                    after_first = S
+            y = y + D[:, None] * win["x"][:, s]
+            if "z" in win:
+                z = win["z"][:, s]
+                y = y * z * torch.stack([torch.sigmoid(z[r]) for r in range(R)])  # per row, as softplus
+            outs.append(y)
+        return WindowResult(
+            outputs=torch.stack(outs, dim=1),
+            records={"x": win["x"], "B": win["B"], "dt": delta_w},
+            state_before=self.fold_rows(s0, hist, params, mode) if need_before else None,
+            state_after_first=after_first,
+        )
+
     def error_terms(self, norm, tok, params):
         """The running-error model of one token (fp64, all rows): per head, the factor an existing
         state error is scaled by (exp(A Δ)), a bound on the new state's max |S| (the sum of absolute
