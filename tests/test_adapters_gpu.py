@@ -1,5 +1,6 @@
 """The adapters on the GPU (compiled Triton, no interpreter) at real geometry: nano4b (Mamba-2;
-FlashInfer's at super120b, head dim 64) and qwen35-4b (GDN), kimi-linear-48b (KDA), batch 8 and 512, the 16-bit activation modes the interpreter cannot run.
+FlashInfer's at super120b, head dim 64) and qwen35-4b (GDN), kimi-linear-48b (KDA), batch 8 and 512,
+the 16-bit activation modes the interpreter cannot run.
 
 Oracle: the validation engine.  What is asserted here is the bridging: every exact check
 (padding rows and canary slots untouched, outputs written, checkpoint bit-identical over a
