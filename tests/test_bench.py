@@ -30,9 +30,11 @@ from replayssm.validators.bench import (
 from replayssm.validators.bench_table import load_runs, render
 
 
-# gdn's smoke run is the slowest (77 s of a loaded 2-core run, 2026-12-01): slow tier, for ./dev test's
-# 10 minutes; its Triton kernels are exercised by tests/test_gdn_triton.py in every run.
-@pytest.mark.parametrize("fam", [pytest.param(f, marks=pytest.mark.slow) if f == "gdn" else f for f in family_names()])
+# gdn's and kda's smoke runs are the slowest (77 s of a loaded 2-core run; kda 19 s idle, 2026-12-01):
+# slow tier, for ./dev test's 10 minutes; every Triton kernel is benched in every run by
+# tests/bench/test_bench_cpu.py and validated by the family's Triton tests.
+@pytest.mark.parametrize("fam", [pytest.param(f, marks=pytest.mark.slow) if f in ("gdn", "kda") else f
+                                 for f in family_names()])
 def test_bench_family_runs_under_the_interpreter(fam, tmp_path):
     if (fam, "triton-replay") not in kernels(fam):
         pytest.skip(f"family {fam!r} has no Triton kernels (triton-baseline / triton-replay) to bench yet")

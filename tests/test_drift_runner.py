@@ -184,6 +184,7 @@ def test_killed_run_resumes_to_identical_reports(reference, tmp_path):
     assert _reports(out) == _reports(reference), f"kill seed {seed}"
 
 
+@pytest.mark.slow  # 16.7 s of an idle 2-core run, in the drift-runner group's serial chain (2026-12-01)
 def test_shards_merge_to_the_unsharded_report(reference, tmp_path):
     procs = [subprocess.Popen(_cli(*SMALL, "--out", str(tmp_path / f"s{i}"), "--shard", f"{i}/2", "--workers", "1"),
                               env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -200,6 +201,7 @@ def test_shards_merge_to_the_unsharded_report(reference, tmp_path):
         load_cells([tmp_path / "s0"])
 
 
+@pytest.mark.slow  # 12.5 s of an idle 2-core run, in the drift-runner group's serial chain (2026-12-01)
 def test_worker_processes_give_the_same_report(reference, tmp_path):
     assert main(["drift", *SMALL, "--out", str(tmp_path / "w"), "--workers", "2"]) == 0
     assert _reports(tmp_path / "w") == _reports(reference)

@@ -49,11 +49,12 @@ def test_exhaustive_standard_fused():
                         "triton-replay"))
 
 
-# replay-bv4 (68 s of a loaded 2-core run, 2026-12-01) is in the slow tier for ./dev test's 10 minutes:
-# two value blocks per head also run in test_prepass_readout_variants (bv4x2) and test_exhaustive_standard_fused.
+# replay-bv4 (68 s of a loaded 2-core run, 2026-12-01) and replay-tile (12.5 s idle) are in the slow tier
+# for ./dev test's 10 minutes: two value blocks per head also run in test_prepass_readout_variants (bv4x2)
+# and test_exhaustive_standard_fused, the tile kernel in test_long_window_generic_kernel.
 @pytest.mark.parametrize("name,options", [("triton-replay", {}), ("triton-baseline", {}),
                                           pytest.param("triton-replay", {"block_v": 4}, marks=pytest.mark.slow),
-                                          ("triton-replay", {"readout": "tile"}),
+                                          pytest.param("triton-replay", {"readout": "tile"}, marks=pytest.mark.slow),
                                           ("triton-replay", {"prepass": False})],
                          ids=["replay", "baseline", "replay-bv4", "replay-tile", "replay-fused"])
 def test_exhaustive_speculative(name, options):
@@ -173,11 +174,15 @@ def test_tensor_core_readout_only_on_the_prepass_path(options):
         get("triton-replay", "gdn")(cfg)
 
 
+# spec-tf32x3, spec-s32a32-dot and std-s16a32-dot-x2 are in the slow tier (9, 9 and 6 s of an idle 2-core
+# run, 2026-12-01, for ./dev test's 10 minutes): std-tf32 keeps the tensor-core readout in every run.
+_SLOW = pytest.mark.slow
 @pytest.mark.parametrize("decode,mode,options", [
-    ("speculative", "s32a32-tf32x3", {}), ("standard", "s32a16-tf32", {}),
+    pytest.param("speculative", "s32a32-tf32x3", {}, marks=_SLOW), ("standard", "s32a16-tf32", {}),
     ("speculative", "sfp8a16-sr", {"kchunks": 2}), ("standard", "s32a32", {"kchunks": 4}),
     ("standard", "sfp8a16-sr", {"block_v": 4, "tiles": 2}), ("speculative", "s32a32", {"block_v": 4, "tiles": 2}),
-    ("speculative", "s32a32", {"readout": "dot"}), ("standard", "s16a32", {"readout": "dot", "tiles": 2})],
+    pytest.param("speculative", "s32a32", {"readout": "dot"}, marks=_SLOW),
+    pytest.param("standard", "s16a32", {"readout": "dot", "tiles": 2}, marks=_SLOW)],
     ids=["spec-tf32x3", "std-tf32", "spec-fp8sr-kc2", "std-s32a32-kc4", "std-fp8sr-bv4x2", "spec-s32a32-bv4x2",
          "spec-s32a32-dot", "std-s16a32-dot-x2"])
 def test_prepass_readout_variants(decode, mode, options):

@@ -60,7 +60,10 @@ def test_standard_decode_flush_cycles(name, L):
     assert_kernel_valid(name, _std("s32a16", L, steps=L + 2 if L > 1 else 4), repeat_check=L == 4)
 
 
-@pytest.mark.parametrize("mode", MODES)
+# sfp16a16-sr in the slow tier (7.3 s of an idle 2-core run, 2026-12-01, for ./dev test's 10 minutes):
+# stochastic rounding keeps s16a16-sr and sfp8a16-sr here in every run.
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.slow) if m == "sfp16a16-sr" else m
+                                  for m in MODES])
 def test_replay_speculative_every_mode(mode):
     assert_kernel_valid("triton-replay", _spec(mode, steps=7), repeat_check=mode.endswith("-sr"))
 
