@@ -167,14 +167,9 @@ class SpecPolicy(BookkeepingPolicy):
         return write_pos + k, origin
 
 
-class FlushWhenFullPolicy(SpecPolicy):
-    """The speculative rule for every decode: standard decode is the speculative rule with
-    T' = 1 and B = L: a ring of next_pow2(L + 1) rows, the flush when the history is full
-    (write_pos = L) folds the history only, the window token is written, then write_pos = 1 and
-    the origin moves by L.  Speculative decode: the spec rule unchanged."""
-
-    name = "flush-when-full"
-    description = "standard decode as the speculative rule with T' = 1 (flush when L records are held)"
+class RingLayout:
+    """The record layout of a policy that rings every decode: rows ``(origin + p) mod
+    next_pow2(B + T')`` (standard decode with T' = 1 and B = L)."""
 
     def uses_ring(self, dec):
         return True
@@ -184,6 +179,16 @@ class FlushWhenFullPolicy(SpecPolicy):
 
     def ring_rows(self, dec):
         return next_pow2(self.lspec(dec))
+
+
+class FlushWhenFullPolicy(RingLayout, SpecPolicy):
+    """The speculative rule for every decode: standard decode is the speculative rule with
+    T' = 1 and B = L: a ring of next_pow2(L + 1) rows, the flush when the history is full
+    (write_pos = L) folds the history only, the window token is written, then write_pos = 1 and
+    the origin moves by L.  Speculative decode: the spec rule unchanged."""
+
+    name = "flush-when-full"
+    description = "standard decode as the speculative rule with T' = 1 (flush when L records are held)"
 
     def is_flush(self, dec, write_pos):
         return write_pos + 2 * dec.window > self.lspec(dec)
@@ -244,7 +249,7 @@ class HostCursorsPolicy(SpecPolicy):
     host_owned = True
 
 
-class FoldAtCommitPolicy(BookkeepingPolicy):
+class FoldAtCommitPolicy(RingLayout, BookkeepingPolicy):
     """No verify flushes: verify reads the checkpoint + the committed history and writes its
     window's records at logical positions write_pos..write_pos+T'-1 of a ring of next_pow2(B + T')
     rows; commit(k) sets write_pos += k and, when write_pos + 2 T' > B + T', folds the whole
@@ -255,15 +260,6 @@ class FoldAtCommitPolicy(BookkeepingPolicy):
 
     name = "fold-at-commit"
     description = "verify never flushes; commit folds the committed history when write_pos + 2T' > B + T'"
-
-    def uses_ring(self, dec):
-        return True
-
-    def lspec(self, dec):
-        return dec.buffer + dec.window
-
-    def ring_rows(self, dec):
-        return next_pow2(self.lspec(dec))
 
     def is_flush(self, dec, write_pos):
         return False

@@ -111,6 +111,19 @@ def test_a_failing_external_kernel_is_timed_with_its_verdict_and_ours_is_not():
     assert _verdict("mutant-stale-read", "mamba2", "tiny", "s32a32", dec, 2, "cpu", ours=True).startswith("ours fails")
 
 
+def _interface_and_timed(a, b, ids, inp, acc, steps=3):
+    """``steps`` verify + commit steps of ``a`` through the interface and of ``b`` through its
+    ``timed_step``; their snapshots, the checkpoints asserted bit-identical."""
+    step = b.timed_step(ids, inp, None, acc)
+    for _ in range(steps):
+        a.verify(ids, inp)
+        a.commit(ids, acc)
+        step()
+    sa, sb = a.snapshot(), b.snapshot()
+    assert torch.equal(sa.checkpoint, sb.checkpoint)
+    return sa, sb
+
+
 def _pair(fam, name, mode, decode, rows):
     g = preset("tiny", fam)
     sc = check_scenario_of(fam, "tiny", mode, decode, decode.window, {})
@@ -142,13 +155,7 @@ def test_timed_step_moves_the_state_as_verify_and_commit(vllm, one_thread, fam, 
     for kern in (a, b):  # one step through the interface first: the baseline's accepted count is then k
         kern.verify(ids, inp)
         kern.commit(ids, acc)
-    step = b.timed_step(ids, inp, None, acc)
-    for _ in range(3):
-        a.verify(ids, inp)
-        a.commit(ids, acc)
-        step()
-    sa, sb = a.snapshot(), b.snapshot()
-    assert torch.equal(sa.checkpoint, sb.checkpoint)
+    sa, sb = _interface_and_timed(a, b, ids, inp, acc)
     for k in sa.records:
         assert torch.equal(sa.records[k], sb.records[k]), k
     if spec and "drafts" in sa.extra:
@@ -198,13 +205,7 @@ def test_kda_timed_step_moves_the_state_as_verify_and_commit(sglang, fla, one_th
     acc = torch.full((2,), decode.window, dtype=torch.int64)
     for kern in (a, b):
         kern.reset(ids, init)
-    step = b.timed_step(ids, inp, None, acc)
-    for _ in range(3):
-        a.verify(ids, inp)
-        a.commit(ids, acc)
-        step()
-    sa, sb = a.snapshot(), b.snapshot()
-    assert torch.equal(sa.checkpoint, sb.checkpoint)
+    sa, sb = _interface_and_timed(a, b, ids, inp, acc)
     assert not torch.equal(sa.checkpoint, init.to(sa.checkpoint.dtype))  # the steps moved it
     for part in ("records", "extra"):
         for k, v in getattr(sa, part).items():

@@ -17,6 +17,7 @@ import os
 import pathlib
 
 import pytest
+from serving_plans import MICRO, MIXED, PACKED
 
 from replayssm import adapters
 from replayssm.adapters import _vllm_source
@@ -31,12 +32,6 @@ from replayssm.validators.runner import run_scenario
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 PEERS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm"
-MICRO = {"gdn": {"family": "gdn", "num_k_heads": 1, "num_v_heads": 2, "head_k_dim": 16, "head_v_dim": 8},
-         "kda": {"family": "kda", "num_k_heads": 1, "num_v_heads": 2, "head_k_dim": 16, "head_v_dim": 8},
-         "mamba2": {"family": "mamba2", "nheads": 2, "headdim": 8, "dstate": 16, "ngroups": 1}}
-PACKED = {"accepted": [[2, 0, 1], [1, 0, 3], [2, 0, 1]], "window_lens": [[2, 0, 3], [1, 0, 3], [3, 0, 1]],
-          "layout": "packed"}
-MIXED = {"accepted": [[2, 0, 1], [1, 0, 1], [3, 0, 2], [1, 0, 1]], "standard_steps": [1, 3]}
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import find, settings
+from serving_plans import MICRO, MIXED, PACKED
 
 from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.registry import get
@@ -27,15 +28,6 @@ from replayssm.validators.runner import run_scenario
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-MICRO = {"gdn": {"family": "gdn", "num_k_heads": 1, "num_v_heads": 2, "head_k_dim": 16, "head_v_dim": 8},
-         "kda": {"family": "kda", "num_k_heads": 1, "num_v_heads": 2, "head_k_dim": 16, "head_v_dim": 8},
-         "mamba2": {"family": "mamba2", "nheads": 2, "headdim": 8, "dstate": 16, "ngroups": 1}}
-# row r's window length per step (row 1 is padding); every row's k within it; steps 0-1 flush-free for
-# row 0, a flush for row 2 at step 2 (write_pos 4)
-PACKED = {"accepted": [[2, 0, 1], [1, 0, 3], [2, 0, 1]], "window_lens": [[2, 0, 3], [1, 0, 3], [3, 0, 1]],
-          "layout": "packed"}
-# speculative, standard, speculative, standard: both kinds of step at flush and non-flush cursors
-MIXED = {"accepted": [[2, 0, 1], [1, 0, 1], [3, 0, 2], [1, 0, 1]], "standard_steps": [1, 3]}
 KERNELS = [("mamba2", "triton-replay"), ("mamba2", "triton-replay-state"), ("mamba2", "triton-baseline"),
            ("gdn", "triton-replay"), ("gdn", "triton-baseline"), ("kda", "triton-replay"), ("kda", "triton-baseline")]
 # the mixed runs take the single-kernel path where the interpreter's default is the two-launch one

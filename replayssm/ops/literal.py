@@ -73,30 +73,21 @@ class FamilyMath(abc.ABC):
              ) -> tuple[torch.Tensor, torch.Tensor]:
         """One baseline recurrence step (spec 2): (output, new state), in the dtype of ``s``."""
 
-    # A family whose math has a row-batched twin sets this and implements the two methods below:
+    # A family whose math has a row-batched twin sets this and defines ``fold_rows(s0, hist, params,
+    # mode)`` and ``window_rows(s0, hist, win, params, mode, options, need_before=True, conv=...)``:
     # the same arithmetic as :meth:`fold` / :meth:`window` on a leading row axis (rows of one call
-    # with equal history and window lengths), bit for bit (tests/test_literal_rows.py).  A subclass
-    # that overrides a per-row method (a variant, a mutant) runs per row (:meth:`rows_batchable`).
+    # with equal history and window lengths; ``state_before`` None when not ``need_before``), bit
+    # for bit (tests/test_literal_rows.py).  A subclass that overrides a per-row method (a variant,
+    # a mutant) runs per row (:meth:`rows_batchable`).
     batches_rows: bool = False
 
     def rows_batchable(self) -> bool:
         """Whether the row-batched twin computes what this object's per-row methods compute: the
-        class that declared ``batches_rows`` also owns every per-row method it mirrors."""
+        class that declared ``batches_rows`` defines the twin and owns every per-row method it mirrors."""
         owner = next((c for c in type(self).__mro__ if c.__dict__.get("batches_rows")), None)
-        return owner is not None and all(getattr(type(self), m, None) is getattr(owner, m, None)
-                                         for m in ("record_layout", "fold", "window", "decays", "solve", "gates"))
-
-    def fold_rows(self, s0: torch.Tensor, hist: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
-                  mode: PrecisionMode) -> torch.Tensor:
-        """:meth:`fold` of ``R`` rows at once: ``s0 [R, ...]``, ``hist`` each ``[R, n, ...]``."""
-        raise NotImplementedError(f"{type(self).__name__} has no row-batched fold")
-
-    def window_rows(self, s0: torch.Tensor, hist: dict[str, torch.Tensor], win: dict[str, torch.Tensor],
-                    params: dict[str, torch.Tensor], mode: PrecisionMode, options: dict,
-                    need_before: bool = True, **conv) -> WindowResult:
-        """:meth:`window` of ``R`` rows at once (every field with a leading row axis);
-        ``state_before`` is None when ``need_before`` is False (the caller does not flush it)."""
-        raise NotImplementedError(f"{type(self).__name__} has no row-batched window")
+        return (owner is not None and all(m in owner.__dict__ for m in ("fold_rows", "window_rows"))
+                and all(getattr(type(self), m, None) is getattr(owner, m, None)
+                        for m in ("record_layout", "fold", "window", "decays", "solve", "gates")))
 
 
 class _LiteralBase(KernelUnderTest):

@@ -151,20 +151,9 @@ class GDNMath(FamilyMath):
         return total[:, :, None, None] * s0 + torch.einsum("rjh,rjhv,rjhk->rhvk", w, hist["d"], kh)
 
     def window_rows(self, s0, hist, win, params, mode, options, need_before=True, conv=DEFAULT):
-        s_h = self.fold_rows(s0, hist, params, mode)
-        R, nv = s0.shape[0], s0.shape[1]
-        # the normalisation and the gates (log1p, sigmoid) on each row's own tensors, as the per-row
-        # model: torch rounds log1p and sigmoid differently in its vectorised and scalar loops
-        rows = [(l2norm(win["q"][r], conv) * win["q"].shape[-1] ** -0.5, l2norm(win["k"][r], conv),
-                 *gdn_gates(win["a"][r], win["b"][r], params["A_log"], params["dt_bias"], conv)) for r in range(R)]
-        qn, kn, g, beta = (torch.stack(t) for t in zip(*rows))
-        rep = nv // win["q"].shape[-2]
-        qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
-        o, d = gdn_window_solve_rows(s_h, qh, kh, win["v"], g, beta, mode)
-        after_first = (torch.exp(g[:, 0])[:, :, None, None] * s_h
-                       + d[:, 0][:, :, :, None] * kh[:, 0][:, :, None, :])
-        return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
-                            state_after_first=after_first)
+        return delta_window_rows(self.fold_rows(s0, hist, params, mode), win, mode, conv, l2norm,
+                                 lambda tok: gdn_gates(tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv),
+                                 gdn_window_solve_rows)
 
     def error_terms(self, norm, tok, params):
         """The running-error model of one token (fp64, all rows), norms being the largest row
@@ -212,6 +201,26 @@ class GDNMathRecurrentWindow(GDNMath):
             outs.append((_dot(S, mode) * _dot(qh[t], mode)[:, None, :]).sum(-1))
             ds.append(d)
         return torch.stack(outs), torch.stack(ds)
+
+
+def delta_window_rows(s_h, win, mode, conv, norm, gates, solve) -> WindowResult:
+    """The row-batched window of a delta-rule family (GDN; KDA, whose gates are per key channel)
+    from the states before the window ``s_h [R, HV, V, K]``: ``norm`` the family's L2 norm,
+    ``gates(tok)`` its (g, beta) of one row's window, ``solve`` its row-batched in-window solve.
+    The normalisation and the gates (log1p, sigmoid) run on each row's own tensors, as the per-row
+    model: torch rounds log1p and sigmoid differently in its vectorised and scalar loops."""
+    R, nv = s_h.shape[0], s_h.shape[1]
+    rows = [(norm(win["q"][r], conv) * win["q"].shape[-1] ** -0.5, norm(win["k"][r], conv),
+             *gates({k: v[r] for k, v in win.items()})) for r in range(R)]
+    qn, kn, g, beta = (torch.stack(t) for t in zip(*rows))
+    rep = nv // win["q"].shape[-2]
+    qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
+    o, d = solve(s_h, qh, kh, win["v"], g, beta, mode)
+    decay = torch.exp(g[:, 0])  # [R, HV] (one gate per head) or [R, HV, K] (per key channel)
+    decay = decay[:, :, None, None] if decay.dim() == 2 else decay[:, :, None, :]
+    after_first = decay * s_h + d[:, 0][:, :, :, None] * kh[:, 0][:, :, None, :]
+    return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
+                        state_after_first=after_first)
 
 
 _SOLVE = gdn_window_solve  # the per-row solve this module defines (see GDNMath.rows_batchable)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import torch
 
 from replayssm.conventions import DEFAULT
+from replayssm.ops.gdn.literal import delta_window_rows
 from replayssm.ops.kda.naive import kda_gates, kda_step, l2norm
 from replayssm.ops.literal import FamilyMath, LiteralBaselineKernel, LiteralReplayKernel, WindowResult
 from replayssm.precision import PrecisionMode
@@ -168,20 +169,8 @@ class KDAMath(FamilyMath):
         return total[:, :, None, :] * s0 + torch.einsum("rjhc,rjhv,rjhc->rhvc", w, hist["d"], kh)
 
     def window_rows(self, s0, hist, win, params, mode, options, need_before=True, conv=DEFAULT):
-        s_h = self.fold_rows(s0, hist, params, mode)
-        R, nv = s0.shape[0], s0.shape[1]
-        # the normalisation and the gates (log1p, sigmoid) on each row's own tensors, as the per-row
-        # model: torch rounds log1p and sigmoid differently in its vectorised and scalar loops
-        rows = [(l2norm(win["q"][r], conv) * win["q"].shape[-1] ** -0.5, l2norm(win["k"][r], conv),
-                 *self.gates({k: v[r] for k, v in win.items()}, params, conv)) for r in range(R)]
-        qn, kn, g, beta = (torch.stack(t) for t in zip(*rows))
-        rep = nv // win["q"].shape[-2]
-        qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
-        o, d = kda_window_solve_rows(s_h, qh, kh, win["v"], g, beta, mode)
-        after_first = (torch.exp(g[:, 0])[:, :, None, :] * s_h
-                       + d[:, 0][:, :, :, None] * kh[:, 0][:, :, None, :])
-        return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
-                            state_after_first=after_first)
+        return delta_window_rows(self.fold_rows(s0, hist, params, mode), win, mode, conv, l2norm,
+                                 lambda tok: self.gates(tok, params, conv), kda_window_solve_rows)
 
     def error_terms(self, norm, tok, params):
         """The running-error model of one token (fp64, all rows), ``norm`` [R, HV] the largest row
