@@ -18,6 +18,7 @@ many scenarios ran of those planned.
     python tools/nightly_fuzz.py run --set cpu --part 1 --parts 4 --out $OUT     # one part
     python tools/nightly_fuzz.py merge OUT1/nightly_*.json ... > summary.json     # the whole run
     python tools/nightly_fuzz.py plan --set cpu --parts 4                         # jobs per part
+    python tools/nightly_fuzz.py run --skip-done OLD/nightly_*.json ...           # finish a cut run
 
 Sets: ``cpu`` (the pure-PyTorch literal kernels, device cpu), ``gpu`` (the Triton kernels,
 compiled, device cuda), ``all``.
@@ -74,6 +75,17 @@ def jobs(which: str, scenarios: int, shard_size: int, seed: int, only: str = "")
     return out
 
 
+def done_shards(files: list[str]) -> set[tuple]:
+    """(family, kernel, shard, seed) of every job that ran all its planned scenarios without an
+    error in the part files ``files`` (a rerun skips them; merge the old and new parts)."""
+    done = set()
+    for f in files:
+        for r in json.loads(Path(f).read_text())["jobs"]:
+            if "error" not in r and r["scenarios"] == r["planned"]:
+                done.add((r["family"], r["kernel"], r["shard"], r["seed"]))
+    return done
+
+
 def part_of(all_jobs: list[dict], part: int, parts: int) -> list[dict]:
     if not 1 <= part <= parts:
         raise SystemExit(f"--part: expected 1 <= part <= parts = {parts}, got {part}")
@@ -123,6 +135,9 @@ def summarise(results: list[dict]) -> dict:
 
 def cmd_run(a) -> int:
     all_jobs = jobs(a.set, a.scenarios, a.shard_size, a.seed, a.only)
+    if a.skip_done:
+        done = done_shards(a.skip_done)
+        all_jobs = [j for j in all_jobs if (j["family"], j["kernel"], j["shard"], j["seed"]) not in done]
     mine = part_of(all_jobs, a.part, a.parts)
     procs = a.procs or os.cpu_count() or 1
     deadline = time.time() + a.deadline_s
@@ -194,6 +209,8 @@ def main(argv=None) -> int:
             p.add_argument("--procs", type=int, default=0, help="processes (default: every CPU core)")
             p.add_argument("--deadline-s", type=float, default=480.0)
             p.add_argument("--out", default=os.environ.get("OUT", "out/nightly"))
+            p.add_argument("--skip-done", nargs="*", default=[], metavar="PART_JSON",
+                           help="skip the shards these part files completed (finish a run cut by its deadline)")
     m = sub.add_parser("merge")
     m.add_argument("files", nargs="+")
     m.add_argument("--markdown", default="")
