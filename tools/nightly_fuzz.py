@@ -21,7 +21,7 @@ many scenarios ran of those planned.
     python tools/nightly_fuzz.py run --skip-done OLD/nightly_*.json ...           # finish a cut run
 
 Sets: ``cpu`` (the pure-PyTorch literal kernels, device cpu), ``gpu`` (the Triton kernels,
-compiled, device cuda), ``all``.
+compiled on the GPU, driven by the engine on the CPU: ``validators/hosted.py``), ``all``.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def jobs(which: str, scenarios: int, shard_size: int, seed: int, only: str = "")
             digest = int(hashlib.sha256(f"{fam}/{name}/{i}".encode()).hexdigest()[:8], 16)
             out.append({"family": fam, "kernel": name, "shard": i, "examples": n,
                         "seed": (seed * 1_000_003 + digest) % 2**32,
-                        "device": "cuda" if name.startswith("triton-") else "cpu"})
+                        "device": "cpu", "kernel_device": "cuda" if name.startswith("triton-") else "cpu"})
     return out
 
 
@@ -98,7 +98,7 @@ def _run_job(args: tuple[dict, float]) -> dict:
     budget = max(0.0, deadline - time.time())
     try:
         res = sweep_kernel(job["kernel"], job["family"], examples=job["examples"], seed=job["seed"],
-                           device=job["device"], budget_s=budget)
+                           device=job["device"], kernel_device=job.get("kernel_device"), budget_s=budget)
     except Exception as e:  # noqa: BLE001 - a crashed job is reported, not fatal to the part
         res = {"kernel": job["kernel"], "family": job["family"], "seed": job["seed"], "planned": job["examples"],
                "scenarios": 0, "failures": 0, "checks": {}, "examples_failed": [], "error": f"{type(e).__name__}: {e}"}

@@ -37,6 +37,7 @@ from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import default_steps
 from replayssm.scenarios.strategies import scenarios
 from replayssm.validators.fuzz_artifacts import FailureRecord, record_of, save_failure
+from replayssm.validators.hosted import hosted
 from replayssm.validators.runner import run_scenario
 
 PROFILE_ENV = "REPLAYSSM_FUZZ_PROFILE"
@@ -263,18 +264,22 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
 
 
 def sweep_kernel(kernel, family: str | None = None, *, examples: int, seed: int, device: str = "cpu",
-                 budget_s: float | None = None, strategy: dict | None = None, keep: int = 3) -> dict:
+                 budget_s: float | None = None, strategy: dict | None = None, keep: int = 3,
+                 kernel_device: str | None = None) -> dict:
     """Run ``examples`` Hypothesis-drawn scenarios on ``kernel`` without stopping or shrinking
     (the nightly false-alarm count): every scenario runs to its first failing step; returns
     ``{"kernel", "family", "seed", "planned", "scenarios", "failures", "checks", "examples_failed",
     "wall_s", "stopped_by_budget"}`` with the first ``keep`` failing scenarios (JSON and headline)
     under ``examples_failed``.  ``budget_s``: scenarios drawn after it are not run (counted out of
-    ``scenarios``)."""
+    ``scenarios``).  ``kernel_device``: the kernel computes there while the engine, the literal
+    model and the reference run on ``device`` (``validators/hosted.py``; default: ``device``)."""
     cls = _resolve(kernel, family)
-    skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, device) else STRATEGY)
+    kdev = kernel_device or device
+    skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, kdev) else STRATEGY)
     skw.update(strategy or {})
-    kernel_arg = _kernel_arg(cls)
-    out = {"kernel": cls.name, "family": cls.family, "seed": seed, "device": device, "planned": examples,
+    kernel_arg = _kernel_arg(cls) if kdev == device else hosted(cls, kdev)
+    out = {"kernel": cls.name, "family": cls.family, "seed": seed, "device": device, "kernel_device": kdev,
+           "planned": examples,
            "scenarios": 0, "failures": 0, "checks": {}, "examples_failed": [], "stopped_by_budget": False}
     t0 = time.perf_counter()
 

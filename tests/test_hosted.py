@@ -1,0 +1,88 @@
+"""A hosted kernel (computing on one device behind the interface, validators/hosted.py) is judged
+exactly as the plain one.
+
+Oracle: the plain run of the same kernel on the same scenario.  Hosting moves tensors across the
+interface and nothing else, so every recorded metric, failure and verdict must be bit-identical
+(expected difference: none), for correct kernels and for mutants, over drawn scenarios that use
+every call form (padded and packed windows, standard steps, host-owned cursor tables, recycled
+slots, permuted rows).  Here the kernel's device is the CPU too (CI has no GPU); the CUDA test
+runs a compiled Triton kernel hosted on the GPU for a CPU engine.
+"""
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+
+from replayssm.registry import get
+from replayssm.scenarios.scenario import Scenario
+from replayssm.scenarios.strategies import scenarios
+from replayssm.validators.checks import CHECKS
+from replayssm.validators.fuzz import STRATEGY, sweep_kernel
+from replayssm.validators.hosted import hosted
+from replayssm.validators.mutants import all_mutants
+from replayssm.validators.runner import run_scenario
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+KERNELS = [("mamba2", "literal-replay"), ("gdn", "literal-replay-host-cursors"), ("kda", "literal-baseline"),
+           ("gdn", "literal-replay-flush-when-full")]
+
+
+def same_verdict(a, b) -> None:
+    assert (a.passed, a.steps_run, a.failure_counts, a.exception) == (b.passed, b.steps_run, b.failure_counts,
+                                                                       b.exception)
+    assert [f.__dict__ for f in a.failures] == [f.__dict__ for f in b.failures]
+    assert a.metrics == b.metrics
+
+
+@pytest.mark.parametrize("family,name", KERNELS, ids=[f"{f}-{k}" for f, k in KERNELS])
+def test_hosted_kernel_is_judged_bit_for_bit_as_the_plain_one(family, name):
+    cls = get(name, family)
+    box = hosted(cls, "cpu")
+    assert (box.name, box.family, box.kind, box.decodes, box.bookkeeping) == (
+        cls.name, cls.family, cls.kind, cls.decodes, cls.bookkeeping)
+
+    @settings(max_examples=4, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(scenarios(kernel=cls, **dict(STRATEGY, max_steps=10)))
+    def prop(sc):
+        same_verdict(run_scenario(sc, box, stop_on_failure=True), run_scenario(sc, name, stop_on_failure=True))
+
+    prop()
+
+
+@pytest.mark.parametrize("check", ["cursor", "output", "padding-output", "committed-ring-rows"])
+def test_hosted_mutant_fails_as_the_plain_one(check):
+    spec = all_mutants()[CHECKS[check].mutant]
+    kw = dict(CHECKS[check].witness)
+    family = kw.pop("family", next(iter(spec.classes)))
+    decode = kw.pop("decode", spec.decodes[0])
+    kw.setdefault("steps", 6)
+    sc = Scenario.tiny(family, decode, **kw)
+    plain = run_scenario(sc, spec.classes[family])
+    assert not plain.passed and plain.first_failure.check == check
+    same_verdict(run_scenario(sc, hosted(spec.classes[family], "cpu")), plain)
+
+
+def test_hosted_refuses_what_it_cannot_host():
+    cls = get("literal-replay", "mamba2")
+    with pytest.raises(ValueError, match="cls: expected a KernelUnderTest subclass"):
+        hosted("literal-replay", "cpu")
+    with pytest.raises(ValueError, match="already hosted"):
+        hosted(hosted(cls, "cpu"), "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="kernel_device: 'cuda' needs CUDA"):
+            hosted(cls, "cuda")
+
+
+def test_sweep_kernel_hosts_the_kernel_on_its_device():
+    res = sweep_kernel("literal-replay", "gdn", examples=2, seed=5, kernel_device="cpu:0")
+    assert (res["device"], res["kernel_device"], res["scenarios"], res["failures"]) == ("cpu", "cpu:0", 2, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("family", ["mamba2", "gdn", "kda"])
+def test_triton_replay_on_the_gpu_judged_by_a_cpu_engine(family):
+    res = sweep_kernel("triton-replay", family, examples=6, seed=11, kernel_device="cuda")
+    assert (res["scenarios"], res["failures"]) == (6, 0), res["examples_failed"]
