@@ -193,11 +193,15 @@ class TritonGDNBase(ServingLayouts):
         super().__init__(config)
         g, dev, S = self.geometry, self.device, self.num_slots
         self.H, self.HV, self.K, self.V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
-        self.BK = next_pow2(self.K)
         self.checks = bool(config.options.get("checks", True))
         self.block_v = config.options.get("block_v")
         self.num_warps = config.options.get("num_warps")
         self.readout = config.options.get("readout", "reduce")
+        # a dot readout contracts the key axis, and a compiled tl.dot needs 16 there: pad the key tile
+        # (masked past K); the interpreter takes any width, so only a GPU run saw K < 16 fail to compile
+        # (the nightly GPU fuzz, 2026-12-01: kda s32a16-tf32 at K = 2..8, docs/fuzzing.md)
+        dot = self.mode.dot != "ieee" or self.readout == "dot"
+        self.BK = max(next_pow2(self.K), 16) if dot else next_pow2(self.K)
         self.interpret = INTERPRET or dev.type != "cuda"
         self.sm_count = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
         self.A_log = config.params["A_log"].to(device=dev, dtype=torch.float32).contiguous()
