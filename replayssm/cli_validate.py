@@ -62,6 +62,9 @@ def add_parser(subparsers):
     p.add_argument("--kernel-option", dest="kernel_options", action="append", default=[], metavar="KEY=VALUE",
                    help="kernel option (repeatable), e.g. route=state_and_output")
     p.add_argument("--device", default="cpu", help="cpu (Triton kernels through the interpreter) or cuda[:N]")
+    p.add_argument("--compile-for", dest="compile_for", type=int, metavar="SM",
+                   help="with --device cpu: also compile every Triton kernel launch of the run for CUDA compute "
+                        "capability SM (90 = H200) without a GPU, catching what the interpreter does not check")
     p.add_argument("--out", default="replayssm-results", help="folder for the result JSON and Markdown")
     p.add_argument("--save-scenario", metavar="FILE", help="also write the scenario JSON used")
     p.add_argument("--literal-every", type=int, default=1, help="run the literal model every N steps (0: never)")
@@ -143,8 +146,18 @@ def run(args) -> int:
         missing = [f"{n}: {line}" for n, (ok, line) in availability().items() if not ok]
         raise ValueError("; ".join([str(e), *(f"adapter {m}" for m in missing)])) from None
     cls.check_options(sc.kernel_options)  # before any work
+    if args.compile_for is not None:
+        if args.device != "cpu":
+            raise ValueError(f"--compile-for: needs --device cpu (the interpreter records the launches; on a "
+                             f"GPU the kernels compile as they run), got --device {args.device}")
+        if args.compile_for < 70:
+            raise ValueError(f"--compile-for: expected a CUDA compute capability >= 70 (90 = H200), "
+                             f"got {args.compile_for}")
     dev = check_device(args.device)
+    import contextlib
     import math
+
+    from replayssm.validators import compile_check
 
     import torch
     if args.threads is not None and args.threads < 1:
@@ -176,13 +189,15 @@ def run(args) -> int:
     if args.save_scenario:
         sc.save(args.save_scenario)
     with output_lock(args.out, "--out"):
-        res = run_scenario(sc, args.kernel, device=dev, progress=progress, repeat_check=not args.no_repeat,
-                           literal_every=args.literal_every, invariants_every=args.invariants_every,
-                           state_every=args.state_every, stop_on_failure=args.stop_on_failure,
-                           truth=args.truth)
+        with (compile_check.record() if args.compile_for is not None else contextlib.nullcontext([])) as launches:
+            res = run_scenario(sc, args.kernel, device=dev, progress=progress, repeat_check=not args.no_repeat,
+                               literal_every=args.literal_every, invariants_every=args.invariants_every,
+                               state_every=args.state_every, stop_on_failure=args.stop_on_failure,
+                               truth=args.truth)
         stem = f"{sc.family}-{args.kernel}-{sc.mode}-{sc.decode}-{sc.schedule}-seed{sc.seed}"
         pj, pm = res.save(Path(args.out), stem)
         print(res.headline())
+        compiled_ok = True if args.compile_for is None else report_compile(launches, args.compile_for)
         if not args.quiet:
             print(f"conventions: {res.conventions}")
             for note in res.notes:
@@ -195,4 +210,23 @@ def run(args) -> int:
                   f"{res.tokens_verified} verified, {res.steps_run} steps in {res.wall_s:.2f} s on {dev}, "
                   f"including the fp64 reference and checks)")
             print(f"result: {pj}  summary: {pm}")
-        return 0 if res.passed else 1
+        return 0 if res.passed and compiled_ok else 1
+
+
+def report_compile(launches: list[dict], arch: int) -> bool:
+    """Compile the run's Triton launches for sm_<arch> and print the outcome; True only when every
+    one compiled (a launch not checked is not a pass)."""
+    from replayssm.validators import compile_check
+
+    results = compile_check.compile_all(launches, arch=arch)
+    n = {s: sum(r["status"] == s for r in results) for s in ("compiled", "failed", "not checked")}
+    ok = bool(results) and n["compiled"] == len(results)
+    verdict = "PASS" if ok else ("FAIL" if n["failed"] else "INCOMPLETE")
+    print(f"compile for sm_{arch}: {verdict}: {len(results)} distinct Triton launches, {n['compiled']} compiled, "
+          f"{n['failed']} failed, {n['not checked']} not checked" + ("" if results else " (the run launched none)"))
+    for r in results:
+        if r["status"] == "failed":
+            print(f"  {r['kernel']} {r['constexprs']}: {r['error']}")
+        elif r["status"] == "not checked":
+            print(f"  {r['kernel']}: not checked: {r['why']}")
+    return ok
