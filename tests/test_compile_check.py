@@ -102,3 +102,17 @@ def test_validate_compile_for_refused_before_any_work(capsys, tmp_path, argv, ne
     out = tmp_path / "out"
     rc, cap = _cli(capsys, "validate", "--kernel", "triton-replay", "--family", "gdn", "--out", str(out), *argv)
     assert rc == 2 and needle in cap.err and not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,name", [(f, n) for f in sorted(SMALL) for (_f, n) in sorted(kernels(f))
+                                         if n.startswith("triton-")])
+def test_every_launch_of_the_interpreted_fuzz_compiles_for_sm90(family, name):
+    """The shapes, modes and options the interpreted fuzz draws (20 scenarios), every launch compiled."""
+    from replayssm.validators.fuzz import sweep_kernel
+
+    with record() as specs:
+        res = sweep_kernel(name, family, examples=20, seed=7)
+    assert res["failures"] == 0, res["examples_failed"]
+    bad = [r for r in compile_all(specs) if r["status"] != "compiled"]
+    assert not bad, bad
