@@ -116,3 +116,10 @@ def test_every_launch_of_the_interpreted_fuzz_compiles_for_sm90(family, name):
     assert res["failures"] == 0, res["examples_failed"]
     bad = [r for r in compile_all(specs) if r["status"] != "compiled"]
     assert not bad, bad
+
+
+def test_a_kernel_without_a_module_level_name_is_not_checked():
+    spec = {"module": "replayssm.ops.kda.replay_split", "qualname": "make.<locals>._k", "args": {}, "options": {},
+            "undescribed": []}
+    res = compile_one(spec)
+    assert res["status"] == "not checked" and "no module-level JIT function" in res["why"]

@@ -46,11 +46,7 @@ def _describe(v):
     if isinstance(v, torch.Tensor):
         t = _DTYPES.get(v.dtype)
         return None if t is None else ["ptr", "*" + t]
-    if isinstance(v, bool) or v is None or isinstance(v, str):
-        return ["value", v]
-    if isinstance(v, int):
-        return ["value", v]
-    if isinstance(v, float):
+    if v is None or isinstance(v, (bool, int, float, str)):
         return ["value", v]
     if isinstance(v, tl.dtype):
         return ["tl.dtype", v.name]
@@ -123,7 +119,12 @@ def compile_one(spec: dict, arch: int = 90) -> dict:
     name = f"{spec['module']}.{spec['qualname']}"
     if spec["undescribed"]:
         return {"kernel": name, "status": "not checked", "why": f"arguments {spec['undescribed']}"}
-    fn = _jit_function(spec)
+    try:
+        fn = _jit_function(spec)
+    except (ImportError, AttributeError) as e:  # a kernel made inside a function, or renamed
+        return {"kernel": name, "status": "not checked", "why": f"no module-level JIT function: {e}"}
+    if not hasattr(fn, "params"):
+        return {"kernel": name, "status": "not checked", "why": f"not a JIT function: {type(fn).__name__}"}
     signature, constexprs, shown = {}, {}, {}
     for p in fn.params:
         pname = p.name
