@@ -90,14 +90,14 @@ def _device_from_argv(argv: list[str]) -> str | None:
     return None
 
 
-def check_device(dev: str) -> str:
-    """Validate a ``--device`` value (``cpu`` or ``cuda[:N]`` with a CUDA device present)."""
+def check_device(dev: str, flag: str = "--device") -> str:
+    """Validate a ``--device``-like value (``cpu`` or ``cuda[:N]`` with a CUDA device present)."""
     if dev.startswith("cuda"):
         import torch
         if not torch.cuda.is_available():
-            raise EnvironmentProblem(f"--device: {dev} requested but no CUDA device is available (use --device cpu)")
+            raise EnvironmentProblem(f"{flag}: {dev} requested but no CUDA device is available (use {flag} cpu)")
     elif dev != "cpu":
-        raise ValueError(f"--device: expected cpu or cuda[:N], got {dev!r}")
+        raise ValueError(f"{flag}: expected cpu or cuda[:N], got {dev!r}")
     return dev
 
 

@@ -38,6 +38,9 @@ def add_parser(subparsers):
     p.add_argument("--budget-s", type=float, help="total time budget in seconds, shared by the kernels")
     p.add_argument("--seed", type=int, help="Hypothesis seed (default: random; ci is derandomized)")
     p.add_argument("--device", default="cpu", help="cpu (Triton kernels through the interpreter) or cuda[:N]")
+    p.add_argument("--kernel-device", dest="kernel_device",
+                   help="run the kernel there (cuda[:N]) while the engine, literal model and fp64 reference run on "
+                        "--device (default: --device); tiny fuzz scenarios are faster with the engine on cpu")
     p.add_argument("--failures", default="failures", help="folder for shrunk failure artifacts (default failures/)")
     p.add_argument("--json", metavar="FILE", help="write the per-kernel reports as JSON")
     return p
@@ -62,6 +65,7 @@ def run(args) -> int:
     if args.seed is not None and args.seed < 0:
         raise ValueError(f"--seed: expected an integer >= 0, got {args.seed}")
     dev = check_device(args.device)
+    kdev = None if args.kernel_device is None else check_device(args.kernel_device, "--kernel-device")
     check_writable(args.failures, "--failures")
     if args.json:
         check_writable(args.json, "--json", is_dir=False)
@@ -103,7 +107,8 @@ def run(args) -> int:
                     # Size the next chunk to the time left of this kernel's share.
                     per = merged.wall_s / merged.examples
                     n = max(1, min(n, int((share - (time.perf_counter() - t_k)) / per)))
-            r = fuzz_kernel(cls, profile=profile, device=dev, failures_dir=args.failures, seed=seed, max_examples=n,
+            r = fuzz_kernel(cls, profile=profile, device=dev, kernel_device=kdev, failures_dir=args.failures,
+                            seed=seed, max_examples=n,
                             overrides={"derandomize": False} if share is not None else None)
             seeds.append(seed)
             if merged is not None:

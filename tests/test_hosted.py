@@ -86,3 +86,15 @@ def test_sweep_kernel_hosts_the_kernel_on_its_device():
 def test_triton_replay_on_the_gpu_judged_by_a_cpu_engine(family):
     res = sweep_kernel("triton-replay", family, examples=6, seed=11, kernel_device="cuda")
     assert (res["scenarios"], res["failures"]) == (6, 0), res["examples_failed"]
+
+
+def test_fuzz_kernel_and_the_cli_take_a_kernel_device(capsys, tmp_path):
+    from replayssm import cli
+    from replayssm.validators.fuzz import fuzz_kernel
+
+    rep = fuzz_kernel("literal-replay", "kda", max_examples=2, kernel_device="cpu:0", failures_dir=tmp_path)
+    assert rep.examples == 2 and not rep.caught
+    rc = cli.main(["fuzz", "--kernel", "literal-replay", "--family", "gdn", "--max-examples", "2",
+                   "--kernel-device", "gpu", "--failures", str(tmp_path / "f")])
+    assert rc == 2 and "--kernel-device: expected cpu or cuda[:N], got 'gpu'" in capsys.readouterr().err
+    assert not (tmp_path / "f").exists()

@@ -187,21 +187,24 @@ class FuzzReport:
 def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None, device: str = "cpu",
                 failures_dir=None, max_examples: int | None = None, seed: int | None = None,
                 shrink_budget_s: float | None = 20.0, shrink_budget_examples: int | None = None,
-                strategy: dict | None = None, overrides: dict | None = None) -> FuzzReport:
+                strategy: dict | None = None, overrides: dict | None = None,
+                kernel_device: str | None = None) -> FuzzReport:
     """Fuzz one kernel with Hypothesis under ``profile``; never raises for a kernel failure.
 
     ``strategy`` overrides :data:`STRATEGY` (keyword arguments of :func:`scenarios`); ``seed``
     fixes Hypothesis's random seed (non-derandomized profiles); ``overrides`` are Hypothesis
     settings on top of the profile; ``failures_dir`` receives the shrunk reproducer as
-    ``<family>-<kernel>.json``."""
+    ``<family>-<kernel>.json``; ``kernel_device``: the kernel computes there, the engine on
+    ``device`` (``validators/hosted.py``)."""
     cls = _resolve(kernel, family)
     name = profile_name(profile)
-    skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, device) else STRATEGY)
+    kdev = kernel_device or device
+    skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, kdev) else STRATEGY)
     skw.update(strategy or {})
     report = FuzzReport(kernel=cls.name, family=cls.family, profile=name)
     failing: dict[str, object] = {}
     state: dict = {"last": None}
-    kernel_arg = _kernel_arg(cls)
+    kernel_arg = _kernel_arg(cls) if kdev == device else hosted(cls, kdev)
     t0 = time.perf_counter()
 
     def prop(sc: Scenario) -> None:
