@@ -77,11 +77,12 @@ def jobs(which: str, scenarios: int, shard_size: int, seed: int, only: str = "")
 
 def done_shards(files: list[str]) -> set[tuple]:
     """(family, kernel, shard, seed) of every job that ran all its planned scenarios without an
-    error in the part files ``files`` (a rerun skips them; merge the old and new parts)."""
+    error or a failure in the part files ``files`` (a rerun skips them and reruns the rest: cut
+    shards, and failing ones after a fix; merge the old and new parts)."""
     done = set()
     for f in files:
         for r in json.loads(Path(f).read_text())["jobs"]:
-            if "error" not in r and r["scenarios"] == r["planned"]:
+            if "error" not in r and not r["failures"] and r["scenarios"] == r["planned"]:
                 done.add((r["family"], r["kernel"], r["shard"], r["seed"]))
     return done
 
@@ -165,13 +166,14 @@ def cmd_run(a) -> int:
 
 
 def cmd_merge(a) -> int:
-    """The parts' jobs, each (family, kernel, shard) once (the run with more scenarios: a part
-    rerun after hitting its deadline replaces the short one)."""
+    """The parts' jobs, each (family, kernel, shard) once: the run with more scenarios, and on a tie
+    the later file's (a part rerun after hitting its deadline replaces the short one; a shard
+    rerun after a fix replaces the failing one: list the files oldest first)."""
     best = {}
     for f in a.files:
         for r in json.loads(Path(f).read_text())["jobs"]:
             key = (r["family"], r["kernel"], r["shard"], r["seed"])
-            if key not in best or r["scenarios"] > best[key]["scenarios"]:
+            if key not in best or r["scenarios"] >= best[key]["scenarios"]:
                 best[key] = r
     results = list(best.values())
     summary = summarise(results)
