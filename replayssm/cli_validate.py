@@ -19,6 +19,7 @@ from replayssm.families import family_names
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import default_steps
+from replayssm.validators import compile_check
 from replayssm.validators.fuzz_artifacts import kernel_of_file, module_of_file
 from replayssm.validators.golden_truth import GoldenTruth
 from replayssm.validators.runner import run_scenario
@@ -157,8 +158,6 @@ def run(args) -> int:
     import contextlib
     import math
 
-    from replayssm.validators import compile_check
-
     import torch
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads: expected a positive integer, got {args.threads}")
@@ -216,8 +215,6 @@ def run(args) -> int:
 def report_compile(launches: list[dict], arch: int) -> bool:
     """Compile the run's Triton launches for sm_<arch> and print the outcome; True only when every
     one compiled (a launch not checked is not a pass)."""
-    from replayssm.validators import compile_check
-
     results = compile_check.compile_all(launches, arch=arch)
     n = {s: sum(r["status"] == s for r in results) for s in ("compiled", "failed", "not checked")}
     ok = bool(results) and n["compiled"] == len(results)

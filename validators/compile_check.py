@@ -31,7 +31,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-import triton.language as tl
 
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
            torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
@@ -43,6 +42,8 @@ INTERPRETER_SWITCHES = ("INTERPRET", "INTERP")
 
 def _describe(v):
     """(kind, value) of one launch argument, JSON-safe; None when it cannot be described."""
+    import triton.language as tl  # triton is loaded by the interpreted run being recorded
+
     if isinstance(v, torch.Tensor):
         t = _DTYPES.get(v.dtype)
         return None if t is None else ["ptr", "*" + t]
@@ -113,6 +114,7 @@ def _jit_function(spec: dict):
 def compile_one(spec: dict, arch: int = 90) -> dict:
     """Compile one specialisation for ``cuda:<arch>`` (in a process without the interpreter)."""
     import triton
+    import triton.language as tl
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
