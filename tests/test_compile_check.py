@@ -3,7 +3,8 @@
 Oracle: the Triton compiler (``validators/compile_check.py``: every distinct launch recorded under
 the interpreter, compiled in a process without it, as the GPU would).  Expected: every
 specialisation compiles.  The default run compiles the replay kernels' launches (both decodes,
-ieee and tf32 readouts); the slow tier every Triton kernel's over the interpreted fuzz's draws.  The geometries are the small ones the fuzzer draws (key and state
+ieee and tf32 readouts); the slow tier every Triton kernel's over the interpreted fuzz's draws.
+The geometries are the small ones the fuzzer draws (key and state
 dimensions of 4), where a compiled ``tl.dot``'s minimum width applies and the interpreter's does
 not: the case the GPU nightly fuzz of 2026-12-01 found failing (kda ``s32a16-tf32``, K < 16).
 """
@@ -83,7 +84,8 @@ def _cli(capsys, *argv):
 
 def test_validate_compile_for_reports_each_launch(capsys, tmp_path):
     rc, cap = _cli(capsys, "validate", "--kernel", "triton-replay", "--family", "gdn", "--precision",
-                   "s32a16-tf32", "--decode", "standard", "--steps", "1", "--no-repeat", "--compile-for", "90", "--quiet",
+                   "s32a16-tf32", "--decode", "standard", "--steps", "1", "--no-repeat", "--compile-for", "90",
+                   "--quiet",
                    "--out", str(tmp_path))
     assert rc == 0, cap.out + cap.err
     line = next(x for x in cap.out.splitlines() if x.startswith("compile for sm_90"))

@@ -51,8 +51,11 @@ def test_exhaustive_standard_fused():
 
 # replay-bv4 (68 s of a loaded 2-core run, 2026-12-01) and replay-tile (12.5 s idle) are in the slow tier
 # for ./dev test's 10 minutes: two value blocks per head also run in test_prepass_readout_variants (bv4x2)
-# and test_exhaustive_standard_fused, the tile kernel in test_long_window_generic_kernel.
-@pytest.mark.parametrize("name,options", [("triton-replay", {}), ("triton-baseline", {}),
+# and test_exhaustive_standard_fused, the tile kernel in test_long_window_generic_kernel.  replay (the
+# pre-pass path, 21.6 s of an idle 2-core run at c28c32a) too: its speculative verify runs in every run in
+# test_every_supported_mode (flush and slot reuse, every mode) and test_prepass_readout_variants (spec-*).
+@pytest.mark.parametrize("name,options", [pytest.param("triton-replay", {}, marks=pytest.mark.slow),
+                                          ("triton-baseline", {}),
                                           pytest.param("triton-replay", {"block_v": 4}, marks=pytest.mark.slow),
                                           pytest.param("triton-replay", {"readout": "tile"}, marks=pytest.mark.slow),
                                           ("triton-replay", {"prepass": False})],
@@ -175,11 +178,13 @@ def test_tensor_core_readout_only_on_the_prepass_path(options):
 
 
 # spec-tf32x3, spec-s32a32-dot and std-s16a32-dot-x2 are in the slow tier (9, 9 and 6 s of an idle 2-core
-# run, 2026-12-01, for ./dev test's 10 minutes): std-tf32 keeps the tensor-core readout in every run.
+# run, 2026-12-01, for ./dev test's 10 minutes): std-tf32 keeps the tensor-core readout in every run;
+# spec-fp8sr-kc2 too (10.9 s at c28c32a): std-s32a32-kc4 keeps the dstate chunks, test_every_supported_mode
+# the speculative fp8 SR stores.
 _SLOW = pytest.mark.slow
 @pytest.mark.parametrize("decode,mode,options", [
     pytest.param("speculative", "s32a32-tf32x3", {}, marks=_SLOW), ("standard", "s32a16-tf32", {}),
-    ("speculative", "sfp8a16-sr", {"kchunks": 2}), ("standard", "s32a32", {"kchunks": 4}),
+    pytest.param("speculative", "sfp8a16-sr", {"kchunks": 2}, marks=_SLOW), ("standard", "s32a32", {"kchunks": 4}),
     ("standard", "sfp8a16-sr", {"block_v": 4, "tiles": 2}), ("speculative", "s32a32", {"block_v": 4, "tiles": 2}),
     pytest.param("speculative", "s32a32", {"readout": "dot"}, marks=_SLOW),
     pytest.param("standard", "s16a32", {"readout": "dot", "tiles": 2}, marks=_SLOW)],

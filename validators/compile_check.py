@@ -51,7 +51,7 @@ def _describe(v):
         return ["value", v]
     if isinstance(v, tl.dtype):
         return ["tl.dtype", v.name]
-    if hasattr(v, "value") and isinstance(getattr(v, "value"), (bool, int, float, str, type(None))):
+    if hasattr(v, "value") and isinstance(v.value, (bool, int, float, str, type(None))):
         return ["value", v.value]  # a tl.constexpr wrapper
     return None
 
