@@ -3,7 +3,7 @@
 ``load(path)`` imports the kernels (from ``path``, ``$REPLAYSSM_VLLM_SRC`` or an installed vLLM;
 see ``_vllm_source.py`` for how a source tree is imported without vLLM) and registers:
 
-* Mamba-2 (``vllm_mamba2.py``): ``vllm-replay`` (output_only standard decode; speculative
+* Mamba-2 (``vllm_mamba2.py``, ``vllm_mamba2_spec.py``): ``vllm-replay`` (output_only standard decode; speculative
   verify/commit/reset), ``vllm-replay-state`` (state_and_output standard decode);
 * GDN (``vllm_gdn.py``): ``vllm-replay`` (``fused_recurrent_replayssm`` standard decode,
   ``gdn_replayssm_spec_decode`` speculative verify/commit/reset);
@@ -16,7 +16,7 @@ Each module's docstring lists the conventions it bridges and the precision modes
 
 from __future__ import annotations
 
-from replayssm.adapters import _vllm_source, vllm_baselines, vllm_gdn, vllm_mamba2
+from replayssm.adapters import _vllm_source, vllm_baselines, vllm_gdn, vllm_mamba2, vllm_mamba2_spec
 from replayssm.registry import register
 
 NAME = "vllm"
@@ -26,7 +26,7 @@ def load(path: str | None = None) -> list[str]:
     """Import the kernels and register the adapters; returns the registered ``family/name`` list.
     Raises :class:`_vllm_source.SourceUnavailable` (one line) when the source is missing or unusable."""
     mods = _vllm_source.load(path)
-    classes = [vllm_mamba2.VllmMamba2Replay, vllm_mamba2.VllmMamba2ReplayState, vllm_gdn.VllmGDNReplay,
+    classes = [vllm_mamba2_spec.VllmMamba2Replay, vllm_mamba2.VllmMamba2ReplayState, vllm_gdn.VllmGDNReplay,
                vllm_baselines.VllmMamba2Baseline, vllm_baselines.VllmGDNBaseline]
     done = []
     for cls in classes:
