@@ -115,6 +115,16 @@ def _resolve(kernel, family: str | None) -> type[KernelUnderTest]:
     raise ValueError(f"kernel: expected a registered name or a KernelUnderTest subclass, got {kernel!r}")
 
 
+def _target(cls: type[KernelUnderTest], device: str, kernel_device: str | None, strategy: dict | None):
+    """(scenario strategy keywords, what run_scenario gets) for ``cls`` computing on ``kernel_device``
+    (default ``device``) with the engine on ``device``: a kernel elsewhere is hosted
+    (``validators/hosted.py``); a Triton kernel on the CPU gets the interpreter's small strategy."""
+    kdev = kernel_device or device
+    skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, kdev) else STRATEGY)
+    skw.update(strategy or {})
+    return skw, (_kernel_arg(cls) if kdev == device else hosted(cls, kdev))
+
+
 def _kernel_arg(cls: type[KernelUnderTest]):
     """What run_scenario gets: the registered name when the class is the registered one (as the
     CLI does), else the class itself."""
@@ -198,13 +208,10 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
     ``device`` (``validators/hosted.py``)."""
     cls = _resolve(kernel, family)
     name = profile_name(profile)
-    kdev = kernel_device or device
-    skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, kdev) else STRATEGY)
-    skw.update(strategy or {})
+    skw, kernel_arg = _target(cls, device, kernel_device, strategy)
     report = FuzzReport(kernel=cls.name, family=cls.family, profile=name)
     failing: dict[str, object] = {}
     state: dict = {"last": None}
-    kernel_arg = _kernel_arg(cls) if kdev == device else hosted(cls, kdev)
     t0 = time.perf_counter()
 
     def prop(sc: Scenario) -> None:
@@ -277,11 +284,9 @@ def sweep_kernel(kernel, family: str | None = None, *, examples: int, seed: int,
     ``scenarios``).  ``kernel_device``: the kernel computes there while the engine, the literal
     model and the reference run on ``device`` (``validators/hosted.py``; default: ``device``)."""
     cls = _resolve(kernel, family)
-    kdev = kernel_device or device
-    skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, kdev) else STRATEGY)
-    skw.update(strategy or {})
-    kernel_arg = _kernel_arg(cls) if kdev == device else hosted(cls, kdev)
-    out = {"kernel": cls.name, "family": cls.family, "seed": seed, "device": device, "kernel_device": kdev,
+    skw, kernel_arg = _target(cls, device, kernel_device, strategy)
+    out = {"kernel": cls.name, "family": cls.family, "seed": seed, "device": device,
+           "kernel_device": kernel_device or device,
            "planned": examples,
            "scenarios": 0, "failures": 0, "checks": {}, "examples_failed": [], "stopped_by_budget": False}
     t0 = time.perf_counter()
