@@ -10,6 +10,7 @@ kernel failed; ``--failures`` and ``--json`` are checked writable before the bud
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
@@ -20,6 +21,7 @@ from replayssm.cli_guard import check_writable
 from replayssm.cli_list import load_kernels
 from replayssm.families import family, family_names
 from replayssm.registry import get
+from replayssm.validators import compile_check
 from replayssm.validators.fuzz import fuzz_kernel, fuzzable_kernels, profile_name
 
 
@@ -41,6 +43,9 @@ def add_parser(subparsers):
     p.add_argument("--kernel-device", dest="kernel_device",
                    help="run the kernel there (cuda[:N]) while the engine, literal model and fp64 reference run on "
                         "--device (default: --device); tiny fuzz scenarios are faster with the engine on cpu")
+    p.add_argument("--compile-for", dest="compile_for", type=int, metavar="SM",
+                   help="with --device cpu: also compile every Triton kernel launch of the fuzzed scenarios for "
+                        "CUDA compute capability SM (90 = H200) without a GPU (replayssm validate --compile-for)")
     p.add_argument("--failures", default="failures", help="folder for shrunk failure artifacts (default failures/)")
     p.add_argument("--json", metavar="FILE", help="write the per-kernel reports as JSON")
     return p
@@ -64,6 +69,11 @@ def run(args) -> int:
         raise ValueError(f"--budget-s: expected a positive number of seconds, got {args.budget_s}")
     if args.seed is not None and args.seed < 0:
         raise ValueError(f"--seed: expected an integer >= 0, got {args.seed}")
+    if args.compile_for is not None:
+        if args.device != "cpu" or args.kernel_device not in (None, "cpu"):
+            raise ValueError("--compile-for: needs the kernel on the cpu (--device cpu, no --kernel-device): the "
+                             "interpreter records the launches; on a GPU the kernels compile as they run")
+        compile_check.check_arch(args.compile_for)
     dev = check_device(args.device)
     kdev = None if args.kernel_device is None else check_device(args.kernel_device, "--kernel-device")
     check_writable(args.failures, "--failures")
@@ -89,6 +99,25 @@ def run(args) -> int:
         torch.set_num_threads(1)
     reports = []
     t_start = time.perf_counter()
+    recording = compile_check.record() if args.compile_for is not None else contextlib.nullcontext([])
+    with recording as launches:
+        _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports)
+    n_fail = sum(r.caught for r in reports)
+    total = sum(r.examples for r in reports)
+    print(f"fuzz ({profile}, {dev}): {len(reports)} kernel(s), {total} scenarios, {n_fail} failing, "
+          f"{time.perf_counter() - t_start:.0f} s" + (f"; reproducers in {args.failures}/" if n_fail else ""))
+    compiled_ok = True
+    if args.compile_for is not None:
+        compiled_ok, lines = compile_check.report(launches, args.compile_for)
+        print("\n".join(lines))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps([_report_dict(r) for r in reports], indent=2) + "\n")
+    return 1 if n_fail or not compiled_ok else 0
+
+
+def _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports) -> None:
+    """Fuzz each kernel of ``targets`` in turn (a share of ``--budget-s`` each), its report into ``reports``."""
     for i, cls in enumerate(targets):
         share = None
         if args.budget_s is not None:
@@ -122,11 +151,3 @@ def run(args) -> int:
         merged.seeds = seeds
         reports.append(merged)
         print(merged.summary(), flush=True)
-    n_fail = sum(r.caught for r in reports)
-    total = sum(r.examples for r in reports)
-    print(f"fuzz ({profile}, {dev}): {len(reports)} kernel(s), {total} scenarios, {n_fail} failing, "
-          f"{time.perf_counter() - t_start:.0f} s" + (f"; reproducers in {args.failures}/" if n_fail else ""))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps([_report_dict(r) for r in reports], indent=2) + "\n")
-    return 1 if n_fail else 0

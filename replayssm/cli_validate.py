@@ -151,9 +151,7 @@ def run(args) -> int:
         if args.device != "cpu":
             raise ValueError(f"--compile-for: needs --device cpu (the interpreter records the launches; on a "
                              f"GPU the kernels compile as they run), got --device {args.device}")
-        if args.compile_for < 70:
-            raise ValueError(f"--compile-for: expected a CUDA compute capability >= 70 (90 = H200), "
-                             f"got {args.compile_for}")
+        compile_check.check_arch(args.compile_for)
     dev = check_device(args.device)
     import contextlib
     import math
@@ -196,7 +194,10 @@ def run(args) -> int:
         stem = f"{sc.family}-{args.kernel}-{sc.mode}-{sc.decode}-{sc.schedule}-seed{sc.seed}"
         pj, pm = res.save(Path(args.out), stem)
         print(res.headline())
-        compiled_ok = True if args.compile_for is None else report_compile(launches, args.compile_for)
+        compiled_ok = True
+        if args.compile_for is not None:
+            compiled_ok, lines = compile_check.report(launches, args.compile_for)
+            print("\n".join(lines))
         if not args.quiet:
             print(f"conventions: {res.conventions}")
             for note in res.notes:
@@ -211,19 +212,3 @@ def run(args) -> int:
             print(f"result: {pj}  summary: {pm}")
         return 0 if res.passed and compiled_ok else 1
 
-
-def report_compile(launches: list[dict], arch: int) -> bool:
-    """Compile the run's Triton launches for sm_<arch> and print the outcome; True only when every
-    one compiled (a launch not checked is not a pass)."""
-    results = compile_check.compile_all(launches, arch=arch)
-    n = {s: sum(r["status"] == s for r in results) for s in ("compiled", "failed", "not checked")}
-    ok = bool(results) and n["compiled"] == len(results)
-    verdict = "PASS" if ok else ("FAIL" if n["failed"] else "INCOMPLETE")
-    print(f"compile for sm_{arch}: {verdict}: {len(results)} distinct Triton launches, {n['compiled']} compiled, "
-          f"{n['failed']} failed, {n['not checked']} not checked" + ("" if results else " (the run launched none)"))
-    for r in results:
-        if r["status"] == "failed":
-            print(f"  {r['kernel']} {r['constexprs']}: {r['error']}")
-        elif r["status"] == "not checked":
-            print(f"  {r['kernel']}: not checked: {r['why']}")
-    return ok

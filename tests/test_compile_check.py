@@ -127,3 +127,17 @@ def test_a_kernel_without_a_module_level_name_is_not_checked():
             "undescribed": []}
     res = compile_one(spec)
     assert res["status"] == "not checked" and "no module-level JIT function" in res["why"]
+
+
+def test_fuzz_compile_for_compiles_the_fuzzed_launches(capsys, tmp_path):
+    rc, cap = _cli(capsys, "fuzz", "--kernel", "triton-replay", "--family", "kda", "--max-examples", "2",
+                   "--compile-for", "90", "--failures", str(tmp_path / "f"))
+    assert rc == 0, cap.out + cap.err
+    line = next(x for x in cap.out.splitlines() if x.startswith("compile for sm_90"))
+    assert line.startswith("compile for sm_90: PASS:") and "0 failed, 0 not checked" in line
+
+
+def test_fuzz_compile_for_refuses_a_kernel_on_the_gpu(capsys, tmp_path):
+    rc, cap = _cli(capsys, "fuzz", "--kernel", "triton-replay", "--family", "kda", "--compile-for", "90",
+                   "--kernel-device", "cuda", "--failures", str(tmp_path / "f"))
+    assert rc == 2 and "--compile-for: needs the kernel on the cpu" in cap.err and not (tmp_path / "f").exists()

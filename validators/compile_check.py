@@ -184,6 +184,30 @@ def compile_all(specs: list[dict], arch: int = 90, timeout_s: float = 1200.0) ->
         return json.loads(out.read_text())
 
 
+def report(launches: list[dict], arch: int = 90) -> tuple[bool, list[str]]:
+    """Compile ``launches`` for sm_<arch>: (True only when every one compiled -- a launch not
+    checked, or none at all, is not a pass; the lines that say so: a verdict line, then one per
+    launch that failed or was not checked)."""
+    results = compile_all(launches, arch=arch)
+    n = {s: sum(r["status"] == s for r in results) for s in ("compiled", "failed", "not checked")}
+    ok = bool(results) and n["compiled"] == len(results)
+    verdict = "PASS" if ok else ("FAIL" if n["failed"] else "INCOMPLETE")
+    lines = [f"compile for sm_{arch}: {verdict}: {len(results)} distinct Triton launches, {n['compiled']} compiled, "
+             f"{n['failed']} failed, {n['not checked']} not checked" + ("" if results else " (the run launched none)")]
+    for r in results:
+        if r["status"] == "failed":
+            lines.append(f"  {r['kernel']} {r['constexprs']}: {r['error']}")
+        elif r["status"] == "not checked":
+            lines.append(f"  {r['kernel']}: not checked: {r['why']}")
+    return ok, lines
+
+
+def check_arch(arch, flag: str = "--compile-for") -> None:
+    """Refuse a compute capability that is not an integer >= 70, naming ``flag``."""
+    if not isinstance(arch, int) or arch < 70:
+        raise ValueError(f"{flag}: expected a CUDA compute capability >= 70 (90 = H200), got {arch}")
+
+
 def main(argv: list[str]) -> int:
     inp, out, arch = argv
     specs = json.loads(Path(inp).read_text())
@@ -195,4 +219,4 @@ if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 
 
-__all__ = ["compile_all", "compile_one", "record", "spec_of"]
+__all__ = ["check_arch", "compile_all", "compile_one", "record", "report", "spec_of"]
