@@ -53,9 +53,10 @@ def test_exhaustive_standard_fused():
 # for ./dev test's 10 minutes: two value blocks per head also run in test_prepass_readout_variants (bv4x2)
 # and test_exhaustive_standard_fused, the tile kernel in test_long_window_generic_kernel.  replay (the
 # pre-pass path, 21.6 s of an idle 2-core run at c28c32a) too: its speculative verify runs in every run in
-# test_every_supported_mode (flush and slot reuse, every mode) and test_prepass_readout_variants (spec-*).
+# test_every_supported_mode (flush and slot reuse, every mode) and test_prepass_readout_variants (spec-*);
+# baseline (9.0 s at c28c32a) likewise: its speculative path runs in test_every_supported_mode.
 @pytest.mark.parametrize("name,options", [pytest.param("triton-replay", {}, marks=pytest.mark.slow),
-                                          ("triton-baseline", {}),
+                                          pytest.param("triton-baseline", {}, marks=pytest.mark.slow),
                                           pytest.param("triton-replay", {"block_v": 4}, marks=pytest.mark.slow),
                                           pytest.param("triton-replay", {"readout": "tile"}, marks=pytest.mark.slow),
                                           ("triton-replay", {"prepass": False})],
@@ -180,12 +181,14 @@ def test_tensor_core_readout_only_on_the_prepass_path(options):
 # spec-tf32x3, spec-s32a32-dot and std-s16a32-dot-x2 are in the slow tier (9, 9 and 6 s of an idle 2-core
 # run, 2026-12-01, for ./dev test's 10 minutes): std-tf32 keeps the tensor-core readout in every run;
 # spec-fp8sr-kc2 too (10.9 s at c28c32a): std-s32a32-kc4 keeps the dstate chunks, test_every_supported_mode
-# the speculative fp8 SR stores.
+# the speculative fp8 SR stores; and std-fp8sr-bv4x2 (11.5 s): spec-s32a32-bv4x2 keeps two value blocks and
+# tiles, test_standard_decode_every_state_dtype the standard fp8 SR store.
 _SLOW = pytest.mark.slow
 @pytest.mark.parametrize("decode,mode,options", [
     pytest.param("speculative", "s32a32-tf32x3", {}, marks=_SLOW), ("standard", "s32a16-tf32", {}),
     pytest.param("speculative", "sfp8a16-sr", {"kchunks": 2}, marks=_SLOW), ("standard", "s32a32", {"kchunks": 4}),
-    ("standard", "sfp8a16-sr", {"block_v": 4, "tiles": 2}), ("speculative", "s32a32", {"block_v": 4, "tiles": 2}),
+    pytest.param("standard", "sfp8a16-sr", {"block_v": 4, "tiles": 2}, marks=_SLOW),
+    ("speculative", "s32a32", {"block_v": 4, "tiles": 2}),
     pytest.param("speculative", "s32a32", {"readout": "dot"}, marks=_SLOW),
     pytest.param("standard", "s16a32", {"readout": "dot", "tiles": 2}, marks=_SLOW)],
     ids=["spec-tf32x3", "std-tf32", "spec-fp8sr-kc2", "std-s32a32-kc4", "std-fp8sr-bv4x2", "spec-s32a32-bv4x2",
