@@ -169,8 +169,7 @@ def compile_one(spec: dict, arch: int = 90) -> dict:
 def compile_all(specs: list[dict], arch: int = 90, timeout_s: float = 1200.0) -> list[dict]:
     """Compile every specialisation in ``specs`` for ``cuda:<arch>`` in a fresh process (the
     interpreter off); one result per spec, in order."""
-    if not isinstance(arch, int) or arch < 70:
-        raise ValueError(f"arch: expected a CUDA compute capability as an integer >= 70 (90 = H200), got {arch!r}")
+    check_arch(arch, "arch")
     with tempfile.TemporaryDirectory() as tmp:
         inp, out = Path(tmp) / "specs.json", Path(tmp) / "results.json"
         inp.write_text(json.dumps(specs))
@@ -205,7 +204,7 @@ def report(launches: list[dict], arch: int = 90) -> tuple[bool, list[str]]:
 def check_arch(arch, flag: str = "--compile-for") -> None:
     """Refuse a compute capability that is not an integer >= 70, naming ``flag``."""
     if not isinstance(arch, int) or arch < 70:
-        raise ValueError(f"{flag}: expected a CUDA compute capability >= 70 (90 = H200), got {arch}")
+        raise ValueError(f"{flag}: expected a CUDA compute capability >= 70 (90 = H200), got {arch!r}")
 
 
 def main(argv: list[str]) -> int:
