@@ -5,7 +5,11 @@ The kernels themselves run in ``tests/test_adapters_gpu.py`` (``tools/flashinfer
 
 Oracle: the kernels' own constraints as written in ``flashinfer/data/include/flashinfer/mamba``
 (2-byte inputs for ``checkpointing_ssu``'s MMAs; stochastic rounding into fp16 / fp8 / int8 only;
-ring = B + T' rows modulo B + T', at most 16 cached tokens).
+ring = B + T' rows modulo B + T', at most 16 cached tokens) and the argument validators of
+``flashinfer/data/csrc`` (``selective_state_update.cu``: ``validate_D_tensor``, ``validate_A_tensor``,
+``validate_dt_bias_tensor``, the dt stride checks and ``validate_dtype_consistency``;
+``checkpointing_ssu.cu``: its ``(tie_hdim)`` checks), transcribed below: the layout the adapter
+passes must satisfy them exactly (a contiguous ``D`` was refused on the H200, 2026-12-01).
 """
 
 import importlib.util
@@ -15,6 +19,7 @@ import torch
 
 from replayssm import adapters
 from replayssm.adapters import flashinfer
+from replayssm.families import preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
 
@@ -49,3 +54,46 @@ def test_without_a_gpu_it_is_one_line_and_registers_nothing():
         assert "not installed" in line and "flashinfer-python==0.7.2.post1" in line
     else:
         assert "GPU only" in line or "written against" in line
+
+
+def _tie_hdim_errors(A, dt_bias, D, dt) -> list[str]:
+    """FlashInfer 0.7.2.post1's stride checks on the per-head arguments (both kernels)."""
+    errs = []
+    if tuple(A.stride()) != (1, 0, 0):
+        errs.append(f"A strides {tuple(A.stride())}, need (1, 0, 0)")
+    for name, t in (("dt_bias", dt_bias), ("D", D)):
+        if tuple(t.stride()) != (1, 0):
+            errs.append(f"{name} strides {tuple(t.stride())}, need (1, 0)")
+    if tuple(dt.stride()[-2:]) != (1, 0):
+        errs.append(f"dt last strides {tuple(dt.stride()[-2:])}, need (1, 0)")
+    return errs
+
+
+@pytest.mark.parametrize("T", [1, 4], ids=["T1", "T4"])
+def test_per_head_arguments_in_the_layout_the_kernels_validate(T):
+    g = preset("super120b", "mamba2")
+    H, P = g.nheads, g.headdim
+    params = {"A": -torch.rand(H), "dt_bias": torch.rand(H), "D": torch.rand(H)}
+    tied = flashinfer.tie_hdim(params, g)
+    raw = torch.randn(3, T, H).to(torch.bfloat16)
+    for dtype in (None, torch.float32):
+        dt = flashinfer.tied_dt(raw, g, dtype)
+        single = dt[:, 0]  # the single-token layout (batch, nheads, dim) the standard baseline passes
+        assert _tie_hdim_errors(tied["A"], tied["dt_bias"], tied["D"], dt) == []
+        assert _tie_hdim_errors(tied["A"], tied["dt_bias"], tied["D"], single) == []
+        assert torch.equal(dt[..., 3], raw.to(dt.dtype)) and dt.shape == (3, T, H, P)
+    for name in ("A", "dt_bias", "D"):  # views of the vectors: the kernel reads the parameters' own values
+        assert torch.equal(tied[name].reshape(H, -1)[:, -1], params[name])
+    contiguous_D = tied["D"].contiguous()  # the layout refused on the H200
+    assert _tie_hdim_errors(tied["A"], tied["dt_bias"], contiguous_D, dt) == [f"D strides ({P}, 1), need (1, 0)"]
+
+
+def test_selective_state_update_gets_dt_in_the_parameters_dtype():
+    """validate_dtype_consistency: D and dt_bias must have dt's dtype; the parameters are fp32, so
+    the baseline upcasts dt (exact); checkpointing_ssu types dt apart and takes the raw input."""
+    assert flashinfer.FlashInferSSU.dt_dtype == torch.float32
+    assert flashinfer.FlashInferCheckpointing.dt_dtype is None
+    raw = torch.randn(2, 1, 3).to(torch.bfloat16)
+    g = preset("super120b", "mamba2")
+    assert flashinfer.tied_dt(raw, g, torch.float32).dtype == torch.float32
+    assert flashinfer.tied_dt(raw, g).dtype == torch.bfloat16

@@ -18,9 +18,15 @@ Oracle: the validation engine (fp64 recurrence, the literal models at the same m
 invariants).  Expected: the literal model's error within its small factor at every declared mode.
 
 Bridges (besides the poisoned output scratch of ``_base.py``): padding rows are ``pad_slot_id = -1``
-(our slot s is cache slot s + 1; slot 0 unused); ``A`` and ``dt_bias`` are stride-0 views (tie_hdim),
-``D`` a contiguous ``[H, P]`` fp32 copy; ``dt`` the raw input (the kernel adds the bias and applies
-softplus; ``dt_cache`` holds the processed Δ in fp32, the family's record).  The ring is the
+(our slot s is cache slot s + 1; slot 0 unused); the per-head parameters are stride-0 views of the
+``[H]`` vectors, ``A`` as ``[H, P, N]`` and ``dt_bias`` / ``D`` as ``[H, P]`` with strides ``(1, 0)``,
+and ``dt`` as ``[..., H, P]`` with strides ``(..., 1, 0)``: the kernels' validators accept nothing
+else (tie_hdim; ``validate_D_tensor`` and friends in ``csrc/selective_state_update.cu``, the
+``(tie_hdim)`` checks of ``csrc/checkpointing_ssu.cu``; a contiguous ``D`` was refused on the H200,
+2026-12-01).  ``selective_state_update`` takes ``dt``, ``D`` and ``dt_bias`` in one dtype (its
+"weight" type), so the baseline passes ``dt`` upcast to fp32 beside the fp32 parameters (exact: the
+same values); ``checkpointing_ssu`` types ``dt`` apart and gets the raw input.  Both add the bias
+and apply softplus themselves (``dt_cache`` holds the processed Δ in fp32, the family's record).  The ring is the
 kernel's ``RING = B + T'`` rows indexed modulo RING, so B + T' must be a power of two (the spec's
 ring of next_pow2(B + T') rows is then the same ring); B <= 16 (``max_window``).  Standard decode of
 ``flashinfer-replay`` is its T' = 1 case: the ``flush-when-full`` bookkeeping (flush when L records
@@ -64,8 +70,26 @@ def _mamba():
     return _MAMBA["m"]
 
 
+def tie_hdim(params: dict, geometry) -> dict:
+    """The per-head ``A``, ``dt_bias``, ``D`` (each ``[H]``) in FlashInfer's tie_hdim layout: ``A`` as
+    ``[H, P, N]`` with strides ``(1, 0, 0)``, ``dt_bias`` and ``D`` as ``[H, P]`` with strides ``(1, 0)``
+    (views: the values are the vectors' own)."""
+    H, P, N = geometry.nheads, geometry.headdim, geometry.dstate
+    return {"A": params["A"].contiguous()[:, None, None].expand(H, P, N),
+            "dt_bias": params["dt_bias"].contiguous()[:, None].expand(H, P),
+            "D": params["D"].contiguous()[:, None].expand(H, P)}
+
+
+def tied_dt(dt: torch.Tensor, geometry, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``dt [..., H]`` (raw, before bias and softplus) as ``[..., H, P]`` with strides ``(..., 1, 0)``,
+    converted to ``dtype`` first when one is given (an upcast: exact)."""
+    d = (dt if dtype is None else dt.to(dtype)).contiguous()
+    return d[..., None].expand(*d.shape, geometry.headdim)
+
+
 class _FlashInfer(SlotAdapter):
     family = "mamba2"
+    dt_dtype = None  # the dtype dt is passed in; None: the activation dtype (the raw input)
 
     def __init__(self, config):
         super().__init__(config)
@@ -75,10 +99,8 @@ class _FlashInfer(SlotAdapter):
         g = self.geometry
         p = {k: v.to(self.device, torch.float32) for k, v in config.params.items()}
         self.params64 = {k: v.double() for k, v in p.items()}
-        H, P, N = g.nheads, g.headdim, g.dstate
-        self.A3 = p["A"].contiguous()[:, None, None].expand(H, P, N)
-        self.bias2 = p["dt_bias"].contiguous()[:, None].expand(H, P)
-        self.D2 = p["D"].contiguous()[:, None].expand(H, P).contiguous()
+        tied = tie_hdim(p, g)
+        self.A3, self.bias2, self.D2 = tied["A"], tied["dt_bias"], tied["D"]
         self.T = self.decode.window if self.decode.speculative else 1
 
     def index(self, slot_ids):
@@ -86,13 +108,13 @@ class _FlashInfer(SlotAdapter):
 
     def window(self, inputs, R):
         tok = {k: v[:, :self.T].contiguous() for k, v in inputs.items()}
-        g = self.geometry
-        return tok, tok["dt"][..., None].expand(R, self.T, g.nheads, g.headdim)
+        return tok, tied_dt(tok["dt"], self.geometry, self.dt_dtype)
 
 
 class FlashInferSSU(_FlashInfer):
     name = "flashinfer-baseline"
     kind = "baseline"
+    dt_dtype = torch.float32  # selective_state_update: dt, D and dt_bias in one dtype (the fp32 parameters')
     description = ("FlashInfer selective_state_update (Mamba-2 baseline, CUDA; speculative: intermediate state "
                    "buffer, commit copies the accepted draft state)")
 
