@@ -32,14 +32,27 @@ def tests(session):
                 env={"TRITON_INTERPRET": "1"})
 
 
-@nox.session(venv_params=VENV)
-def gpu(session):
-    """The GPU-marked tests on a CUDA machine; skips with a message without one."""
+def _gpu_tests(session, marker: str) -> None:
     _install(session)
     if not _has_cuda(session):
-        session.skip("no CUDA device visible: the gpu session needs an NVIDIA GPU (set CUDA_VISIBLE_DEVICES)")
+        session.skip(f"no CUDA device visible: the {session.name} session needs an NVIDIA GPU "
+                     "(set CUDA_VISIBLE_DEVICES)")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    session.run("python", "-m", "pytest", "-q", "-m", "gpu and not bench", *session.posargs, env=env)
+    session.run("python", "-m", "pytest", "-q", "-m", marker, *session.posargs, env=env)
+
+
+@nox.session(venv_params=VENV)
+def gpu(session):
+    """The merge tier of the GPU-marked tests (tests/gpu_tiers.py) on a CUDA machine; skips with a
+    message without one."""
+    _gpu_tests(session, "gpu and not slow and not bench")
+
+
+@nox.session(venv_params=VENV)
+def gpu_slow(session):
+    """The slow GPU tier (the other modes, batch sizes, buffers, geometries); shards with
+    pytest-split: ``nox -s gpu_slow -- --splits 4 --group 1`` (by ``.test_durations`` when present)."""
+    _gpu_tests(session, "gpu and slow and not bench")
 
 
 # The regression gate of `nox -s bench -- --baseline DIR`: a benchmark fails when its median is more

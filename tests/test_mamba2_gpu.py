@@ -13,6 +13,7 @@ the full-state snapshots (``invariants_every=steps``: the first and last step); 
 
 import pytest
 import torch
+from gpu_tiers import in_merge_tier, tiered
 
 from replayssm.families import preset
 from replayssm.interface import DecodeConfig, KernelConfig
@@ -43,7 +44,7 @@ def _large(batch, steps):
 
 
 @pytest.mark.parametrize("path", ["prepass", "fused"])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", tiered(MODES, in_merge_tier))
 def test_replay_every_mode_nano4b(mode, path):
     """Both paths of "triton-replay" at batch 4 (the automatic choice there is the fused kernel; the
     pre-pass path is the default from 16 rows up)."""
@@ -54,7 +55,7 @@ def test_replay_every_mode_nano4b(mode, path):
                         device="cuda", repeat_check=False)
 
 
-@pytest.mark.parametrize("mode", NO_TF32_BASELINE)
+@pytest.mark.parametrize("mode", tiered(NO_TF32_BASELINE, in_merge_tier))
 def test_baseline_every_mode_nano4b(mode):
     assert_kernel_valid("triton-baseline", _sc("nano4b", "standard", 4, mode, L=1, steps=4), device="cuda",
                         repeat_check="-sr" in mode)
@@ -62,7 +63,7 @@ def test_baseline_every_mode_nano4b(mode):
                         repeat_check=False)
 
 
-@pytest.mark.parametrize("mode", ["s32a16", "s16a16-sr", "sfp8a16", "s32a32-tf32"])
+@pytest.mark.parametrize("mode", tiered(["s32a16", "s16a16-sr", "sfp8a16", "s32a32-tf32"], in_merge_tier))
 def test_replay_state_route_nano4b(mode):
     assert_kernel_valid("triton-replay-state", _sc("nano4b", "standard", 4, mode, L=8, steps=10), device="cuda",
                         repeat_check=False)
@@ -70,13 +71,14 @@ def test_replay_state_route_nano4b(mode):
                         repeat_check=False)
 
 
-@pytest.mark.parametrize("geometry", ["nano4b", "super120b"])
+@pytest.mark.parametrize("geometry", tiered(["nano4b", "super120b"], lambda g: g == "nano4b"))
 def test_speculative_exhaustive_schedule(geometry):
     assert_kernel_valid("triton-replay", _sc(geometry, "speculative", 8, "s32a16", schedule="exhaustive"),
                         device="cuda")
 
 
-@pytest.mark.parametrize("L", [1, 4, 8, 16, 32], ids=lambda L: f"s32a16-L{L}-T1-nano4b")
+@pytest.mark.parametrize("L", tiered([1, 4, 8, 16, 32], lambda L: L in (1, 16),
+                                     ids=[f"s32a16-L{L}-T1-nano4b" for L in (1, 4, 8, 16, 32)]))
 def test_standard_decode_every_buffer_length(L):
     assert_kernel_valid("triton-replay", _sc("nano4b", "standard", 8, "s32a16", L=L, steps=L + 2), device="cuda",
                         repeat_check=False)
@@ -94,8 +96,9 @@ BATCH_CASES = [(g, b, n, d) for g, b in BATCHES for n, d in KERNEL_DECODES
                if not (b >= 512 and (n, d) == ("triton-baseline", "speculative"))]
 
 
-@pytest.mark.parametrize("geometry,batch,name,decode", BATCH_CASES,
-                         ids=[f"{n}-{d}-s32a16-{g}-b{b}" for g, b, n, d in BATCH_CASES])
+@pytest.mark.parametrize("geometry,batch,name,decode",
+                         tiered(BATCH_CASES, lambda c: c[0] == "nano4b" and c[1] in (1, 512),
+                                ids=[f"{n}-{d}-s32a16-{g}-b{b}" for g, b, n, d in BATCH_CASES]))
 def test_batch_sizes(geometry, batch, name, decode):
     steps = 18 if decode == "standard" and name == "triton-replay" else 8
     extra = {"num_slots": batch + 1} if batch >= 64 else {}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Issue 18 item 4: `nox -s gpu` (the merge tier, tests/gpu_tiers.py) end to end on one GPU, timed,
+# or one shard of the slow GPU tier.
+#   bash tools/gpu_tests_h200.sh merge          nox -s gpu: wall time, pass/fail, per-test durations
+#   bash tools/gpu_tests_h200.sh slow K N       nox -s gpu_slow -- --splits N --group K
+# Files in $OUT: log.txt (the run, its wall time and exit status), junit.xml, durations.json
+# (pytest-split's --store-durations: commit it as .test_durations to balance the shards), and the 30
+# slowest tests in log.txt (--durations=30).  nox and pytest-split come from $NOX_WHEELS (default
+# .whl/nox: carry it) when not installed; REPLAYSSM_COMMIT names the commit (the device copy has no
+# .git).  GPU_TESTS_LIMIT (s, default 570): the run's timeout; a run cut by it exits 124 and says so.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-out/gpu_tests}
+TIER=${1:-merge}
+LIMIT=${GPU_TESTS_LIMIT:-570}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+echo "commit ${REPLAYSSM_COMMIT:-unknown} tier $TIER ${2:-} ${3:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+source tools/device_env.sh
+if ! python -c "import nox, pytest_split" 2>/dev/null; then
+  python -m pip install -q --no-index --no-deps --no-compile --target /tmp/nox-site "${NOX_WHEELS:-.whl/nox}"/*.whl \
+    || { echo "gpu_tests: nox / pytest-split not installed and no wheels in ${NOX_WHEELS:-.whl/nox}"; exit 1; }
+  export PYTHONPATH=/tmp/nox-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+ARGS=(--durations=30 --junitxml "$OUT/junit.xml" --store-durations --durations-path "$OUT/durations.json")
+case "$TIER" in
+  merge) SESSION=gpu ;;
+  slow) SESSION=gpu_slow; ARGS+=(--splits "${3:?usage: slow K N}" --group "${2:?usage: slow K N}") ;;
+  *) echo "usage: tools/gpu_tests_h200.sh merge | slow K N" >&2; exit 2 ;;
+esac
+t0=$(date +%s.%N)
+# --no-venv --no-install: the machine has torch, Triton and pytest and nothing can be fetched
+timeout "$LIMIT" python -m nox --no-venv --no-install -s "$SESSION" -- "${ARGS[@]}"; rc=$?
+t1=$(date +%s.%N)
+wall=$(python -c "print(f'{$t1 - $t0:.1f}')")
+if [ "$rc" = 124 ]; then
+  echo "gpu_tests: $SESSION CUT by the ${LIMIT} s limit after ${wall} s (not a pass)"
+else
+  echo "gpu_tests: $SESSION exit $rc, wall ${wall} s"
+fi
+sleep 1  # let tee finish log.txt
+exit $rc
