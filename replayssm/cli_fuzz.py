@@ -20,7 +20,9 @@ from replayssm.cli import check_device
 from replayssm.cli_guard import check_writable
 from replayssm.cli_list import load_kernels
 from replayssm.families import family, family_names
+from replayssm.precision import parse_mode
 from replayssm.registry import get
+from replayssm.scenarios.strategies import supported_decodes
 from replayssm.validators import compile_check
 from replayssm.validators.fuzz import fuzz_kernel, fuzzable_kernels, profile_name
 
@@ -46,6 +48,8 @@ def add_parser(subparsers):
     p.add_argument("--compile-for", dest="compile_for", type=int, metavar="SM",
                    help="with --device cpu: also compile every Triton kernel launch of the fuzzed scenarios for "
                         "CUDA compute capability SM (90 = H200) without a GPU (replayssm validate --compile-for)")
+    p.add_argument("--modes", help="comma-separated precision modes to draw from (default: every mode a kernel "
+                                   "supports); a kernel supporting none of them is left out, with a line saying so")
     p.add_argument("--failures", default="failures", help="folder for shrunk failure artifacts (default failures/)")
     p.add_argument("--json", metavar="FILE", help="write the per-kernel reports as JSON")
     return p
@@ -94,6 +98,9 @@ def run(args) -> int:
             targets += found
     else:
         targets = fuzzable_kernels(args.family, include_mutants=args.include_mutants)
+    args.mode_ids = _modes(args.modes)
+    if args.mode_ids is not None:
+        targets = _supporting(targets, args.mode_ids, named=bool(args.kernel))
     if dev == "cpu":
         import torch
         torch.set_num_threads(1)
@@ -114,6 +121,39 @@ def run(args) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps([_report_dict(r) for r in reports], indent=2) + "\n")
     return 1 if n_fail or not compiled_ok else 0
+
+
+def _modes(text: str | None) -> tuple[str, ...] | None:
+    """``--modes``: the mode ids (each one a precision mode), or None when not given."""
+    if text is None:
+        return None
+    ids = tuple(m.strip() for m in text.split(",") if m.strip())
+    if not ids:
+        raise ValueError(f"--modes: expected comma-separated precision-mode ids (e.g. s32a32,s16a32), got {text!r}")
+    for m in ids:
+        try:
+            parse_mode(m)
+        except ValueError as e:
+            raise ValueError(f"--modes: {m!r} is not a precision mode ({e})") from None
+    return ids
+
+
+def _supporting(targets: list, modes: tuple[str, ...], named: bool) -> list:
+    """The targets supporting some mode of ``modes`` under a decode kind they implement; a kernel
+    named with --kernel that supports none is an error, any other one is left out with a line."""
+    keep = []
+    for cls in targets:
+        try:
+            supported_decodes(cls, tuple(cls.decodes), modes)
+        except ValueError:
+            if named:
+                raise ValueError(f"--modes: kernel {cls.family}/{cls.name} supports none of {list(modes)}") from None
+            print(f"fuzz: {cls.family}/{cls.name} left out: supports none of --modes {','.join(modes)}")
+            continue
+        keep.append(cls)
+    if not keep:
+        raise ValueError(f"--modes: no kernel to fuzz supports any of {list(modes)}")
+    return keep
 
 
 def _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports) -> None:
@@ -138,6 +178,7 @@ def _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports) -> None:
                     n = max(1, min(n, int((share - (time.perf_counter() - t_k)) / per)))
             r = fuzz_kernel(cls, profile=profile, device=dev, kernel_device=kdev, failures_dir=args.failures,
                             seed=seed, max_examples=n,
+                            strategy=None if args.mode_ids is None else {"modes": args.mode_ids},
                             overrides={"derandomize": False} if share is not None else None)
             seeds.append(seed)
             if merged is not None:

@@ -19,9 +19,11 @@ import torch
 
 from replayssm import adapters
 from replayssm.adapters import flashinfer
+from replayssm.adapters._base import SlotAdapter
 from replayssm.families import preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
+from replayssm.validators.fuzz import is_interpreted
 
 SPEC = DecodeConfig("speculative", 4, 12)
 
@@ -97,3 +99,11 @@ def test_selective_state_update_gets_dt_in_the_parameters_dtype():
     g = preset("super120b", "mamba2")
     assert flashinfer.tied_dt(raw, g, torch.float32).dtype == torch.float32
     assert flashinfer.tied_dt(raw, g).dtype == torch.bfloat16
+
+
+def test_triton_sources_get_the_interpreter_strategy_on_cpu_and_flashinfer_does_not():
+    """Adapters of Triton kernels (vLLM, SGLang, FLA, mamba_ssm) run through the interpreter on CPU,
+    so the fuzzer gives them its small strategy; FlashInfer is CUDA JIT."""
+    triton_adapter = type("SomeAdapter", (SlotAdapter,), {"name": "some-replay"})
+    assert is_interpreted(triton_adapter, "cpu") and not is_interpreted(triton_adapter, "cuda")
+    assert not is_interpreted(flashinfer.FlashInferSSU, "cpu")

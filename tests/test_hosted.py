@@ -98,3 +98,32 @@ def test_fuzz_kernel_and_the_cli_take_a_kernel_device(capsys, tmp_path):
                    "--kernel-device", "gpu", "--failures", str(tmp_path / "f")])
     assert rc == 2 and "--kernel-device: expected cpu or cuda[:N], got 'gpu'" in capsys.readouterr().err
     assert not (tmp_path / "f").exists()
+
+
+def test_fuzz_modes_restricts_the_draws_and_leaves_out_kernels_supporting_none(capsys, tmp_path, monkeypatch):
+    """``replayssm fuzz --modes``: every drawn scenario is in one of the modes; a kernel supporting
+    none of them is left out with a line (not fuzzed, not reported as passing)."""
+    import json
+
+    from replayssm import cli, cli_fuzz
+    from replayssm.registry import get
+    from replayssm.validators import fuzz
+
+    out = tmp_path / "r.json"
+    rc = cli.main(["fuzz", "--family", "mamba2", "--kernel", "literal-replay", "--kernel", "triton-replay",
+                   "--max-examples", "1", "--modes", "s64a64", "--failures", str(tmp_path / "f"), "--json", str(out)])
+    assert rc == 2 and "triton-replay supports none" in capsys.readouterr().err  # named with --kernel: refused
+    seen, real = [], fuzz.run_scenario
+
+    def spy(sc, *a, **kw):
+        seen.append(sc.mode)
+        return real(sc, *a, **kw)
+    monkeypatch.setattr(fuzz, "run_scenario", spy)
+    rc = cli.main(["fuzz", "--family", "gdn", "--kernel", "literal-replay", "--max-examples", "2", "--modes",
+                   "s64a64,s32a32", "--failures", str(tmp_path / "f"), "--json", str(out)])
+    assert rc == 0 and len(seen) == 2 and set(seen) <= {"s64a64", "s32a32"}
+    assert [r["kernel"] for r in json.loads(out.read_text())] == ["literal-replay"]
+    kept = cli_fuzz._supporting([get("literal-replay", "mamba2"), get("triton-replay", "mamba2")], ("s64a64",),
+                                named=False)
+    assert kept == [get("literal-replay", "mamba2")]
+    assert "mamba2/triton-replay left out: supports none of --modes s64a64" in capsys.readouterr().out

@@ -87,8 +87,10 @@ def fuzz_settings(name: str | None = None, **overrides) -> settings:
 
 
 def is_interpreted(cls: type[KernelUnderTest], device: str = "cpu") -> bool:
-    """True for Triton kernels on CPU (run through the Triton interpreter: slow)."""
-    return str(device).startswith("cpu") and ("triton" in cls.name or "triton" in cls.__module__)
+    """True for Triton kernels on CPU (run through the Triton interpreter: slow): ours, and kernels
+    written elsewhere whose adapter declares a Triton source (``triton_source``)."""
+    triton = "triton" in cls.name or "triton" in cls.__module__ or getattr(cls, "triton_source", False)
+    return str(device).startswith("cpu") and bool(triton)
 
 
 def ci_examples(cls: type[KernelUnderTest]) -> int:

@@ -61,6 +61,7 @@ class SlotAdapter(KernelUnderTest):
     accepted_options: ClassVar[tuple[str, ...]] = ()  # the adapters read no KernelConfig option
     modules: ClassVar[dict] = {}  # filled by the adapter's register(): short module name -> module
     source: ClassVar[str] = ""  # where the external code came from (path, commit), for reports
+    triton_source: ClassVar[bool] = True  # Triton kernels (on CPU: the interpreter's small fuzz strategy)
 
     def __init__(self, config) -> None:
         super().__init__(config)

@@ -89,6 +89,7 @@ def tied_dt(dt: torch.Tensor, geometry, dtype: torch.dtype | None = None) -> tor
 
 class _FlashInfer(SlotAdapter):
     family = "mamba2"
+    triton_source = False  # CUDA JIT
     dt_dtype = None  # the dtype dt is passed in; None: the activation dtype (the raw input)
 
     def __init__(self, config):
