@@ -485,6 +485,9 @@ class KernelUnderTest(abc.ABC):
         if reason:
             raise ValueError(f"mode: kernel {self.name!r} does not support {config.mode.id} "
                              f"({config.decode.decode} decode): {reason}")
+        reason = self.unsupported_geometry(config.geometry)
+        if reason:
+            raise ValueError(f"geometry: kernel {self.name!r} does not support this geometry: {reason}")
         self.config = config
         self.geometry = config.geometry
         self.mode = config.mode
@@ -498,6 +501,13 @@ class KernelUnderTest(abc.ABC):
     @classmethod
     def unsupported_reason(cls, mode: PrecisionMode, decode: DecodeConfig, options: dict) -> str | None:
         """None when the kernel supports ``mode`` under ``decode``, else why not."""
+        return None
+
+    @classmethod
+    def unsupported_geometry(cls, geometry: Geometry) -> str | None:
+        """None when the kernel supports ``geometry``, else why not (a shape limit the kernel itself
+        enforces, e.g. a minimum head dimension for its tensor-core products); the fuzzer draws only
+        supported geometries and a run on another one is refused before anything runs."""
         return None
 
     # ---- the step calls ----------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from replayssm.families import family as family_of
-from replayssm.families import family_names
+from replayssm.families import family_names, geometry_from_dict, preset
 from replayssm.interface import PAD_SLOT, DecodeConfig, KernelUnderTest, policy
 from replayssm.precision import STANDARD_MODES, parse_mode
 from replayssm.registry import get
@@ -230,6 +230,12 @@ def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, ma
         geo = draw(geometry)
     else:
         geo = geometry
+    why = None if cls is None else cls.unsupported_geometry(
+        preset(geo, family) if isinstance(geo, str) else geometry_from_dict(geo))
+    if why and geometry is not None and not isinstance(geometry, st.SearchStrategy):
+        raise ValueError(f"geometry: kernel {cls.name!r} does not support {geometry!r}: {why}")
+    if why:
+        reject()  # a shape the kernel refuses (its declared limit); the tiny preset and wider draws remain
     layout = draw(batch_layouts(dec, max_rows=max_rows))
     params = draw(accepted_plans(dec, layout["slot_ids"], max_steps=2 * max_steps if drift else max_steps,
                                  min_steps=max(min_steps, max_steps) if drift else min_steps,

@@ -19,7 +19,7 @@ import torch
 
 from replayssm import adapters
 from replayssm.adapters import flashinfer
-from replayssm.adapters._base import SlotAdapter
+from replayssm.adapters._base import SlotAdapter, broadcast_last
 from replayssm.families import preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
@@ -107,3 +107,18 @@ def test_triton_sources_get_the_interpreter_strategy_on_cpu_and_flashinfer_does_
     triton_adapter = type("SomeAdapter", (SlotAdapter,), {"name": "some-replay"})
     assert is_interpreted(triton_adapter, "cpu") and not is_interpreted(triton_adapter, "cuda")
     assert not is_interpreted(flashinfer.FlashInferSSU, "cpu")
+
+
+@pytest.mark.parametrize("P", [1, 4], ids=["P1", "P4"])
+def test_broadcast_dims_have_stride_zero_at_every_size(P):
+    """``expand`` keeps a size-1 dimension's stride; the kernels detect a broadcast by stride 0 (vLLM's
+    ``A.stride(-2) == 0`` assertion refused a head dimension of 1 under the fuzzer, 2026-12-01)."""
+    A = torch.randn(3)
+    assert A[:, None, None].expand(3, 1, 2).stride()[1] != 0  # the trap
+    tied = broadcast_last(A, P, 2)
+    assert tied.shape == (3, P, 2) and tied.stride() == (1, 0, 0)
+    assert torch.equal(tied[:, -1, -1], A)
+    g = {"nheads": 3, "headdim": P, "dstate": 2}
+    geo = type("G", (), g)
+    tied = flashinfer.tie_hdim({"A": A, "dt_bias": A, "D": A}, geo)
+    assert _tie_hdim_errors(tied["A"], tied["dt_bias"], tied["D"], flashinfer.tied_dt(torch.randn(2, 1, 3), geo)) == []

@@ -23,6 +23,7 @@ from replayssm.scenarios.strategies import (
     scenarios,
 )
 from replayssm.validators.fuzz import fuzz_settings
+from replayssm.validators.runner import run_scenario
 
 
 @fuzz_settings(max_examples=60)
@@ -88,3 +89,33 @@ def test_bad_strategy_arguments_name_the_argument():
         accepted_plans(DecodeConfig(), (0,), max_steps=0)
     with pytest.raises(ValueError, match="modes"):
         precision_modes(get("literal-baseline", "gdn"), DecodeConfig(), modes=("s32a16-tf32",))
+
+
+class _WideKeysOnly(get("literal-replay", "gdn")):
+    """literal-replay declaring a key-dimension limit, as vLLM's GDN replay kernels do (K >= 9)."""
+
+    name = "literal-replay-wide-keys"
+
+    @classmethod
+    def unsupported_geometry(cls, geometry):
+        return None if geometry.head_k_dim >= 9 else f"K >= 9, got K = {geometry.head_k_dim}"
+
+
+@fuzz_settings(max_examples=25)
+@given(scenarios(kernel=_WideKeysOnly, max_steps=4, max_dim=4))
+def test_drawn_geometries_are_ones_the_kernel_supports(sc):
+    assert sc.geometry_obj.head_k_dim >= 9  # with max_dim 4 only the tiny preset (K = 16) remains
+
+
+def test_a_run_on_an_unsupported_geometry_is_refused_before_anything_runs():
+    sc = Scenario.build("gdn", decode="standard", geometry={"family": "gdn", "num_k_heads": 1, "num_v_heads": 1,
+                                                           "head_k_dim": 4, "head_v_dim": 4}, steps=2)
+    with pytest.raises(ValueError, match="geometry: kernel 'literal-replay-wide-keys' does not support this geometry"):
+        run_scenario(sc, _WideKeysOnly)
+
+    @settings(max_examples=1, database=None)
+    @given(scenarios(kernel=_WideKeysOnly, geometry=sc.geometry))
+    def draw(_sc):
+        pass
+    with pytest.raises(ValueError, match="does not support"):
+        draw()

@@ -55,6 +55,17 @@ def float_mode_reason(mode: PrecisionMode, what: str, dots: tuple[str, ...] = ("
     return None
 
 
+
+def broadcast_last(t: torch.Tensor, *sizes: int) -> torch.Tensor:
+    """``t`` (made contiguous) with trailing dimensions of ``sizes``, each of stride 0: a view in the
+    layout the Mamba-2 kernels take for per-head values (tie_hdim: ``A [H, P, N]``, ``dt_bias`` /
+    ``D [H, P]``, ``dt [..., H, P]``).  ``expand`` keeps a size-1 dimension's stride, and the kernels
+    that detect a broadcast by stride 0 (vLLM's ``A.stride(-2) == 0``, FlashInfer's validators)
+    then refuse a head dimension of 1; ``as_strided`` gives stride 0 at every size."""
+    t = t.contiguous()
+    return t.as_strided((*t.shape, *sizes), (*t.stride(), *([0] * len(sizes))))
+
+
 class SlotAdapter(KernelUnderTest):
     """Base of the adapters: block mapping, scratch outputs, reset/pending flags on the host."""
 

@@ -50,7 +50,7 @@ import importlib.util
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.mamba2.literal import Mamba2Math
 from replayssm.registry import register
@@ -74,17 +74,15 @@ def tie_hdim(params: dict, geometry) -> dict:
     """The per-head ``A``, ``dt_bias``, ``D`` (each ``[H]``) in FlashInfer's tie_hdim layout: ``A`` as
     ``[H, P, N]`` with strides ``(1, 0, 0)``, ``dt_bias`` and ``D`` as ``[H, P]`` with strides ``(1, 0)``
     (views: the values are the vectors' own)."""
-    H, P, N = geometry.nheads, geometry.headdim, geometry.dstate
-    return {"A": params["A"].contiguous()[:, None, None].expand(H, P, N),
-            "dt_bias": params["dt_bias"].contiguous()[:, None].expand(H, P),
-            "D": params["D"].contiguous()[:, None].expand(H, P)}
+    P, N = geometry.headdim, geometry.dstate
+    return {"A": broadcast_last(params["A"], P, N), "dt_bias": broadcast_last(params["dt_bias"], P),
+            "D": broadcast_last(params["D"], P)}
 
 
 def tied_dt(dt: torch.Tensor, geometry, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``dt [..., H]`` (raw, before bias and softplus) as ``[..., H, P]`` with strides ``(..., 1, 0)``,
     converted to ``dtype`` first when one is given (an upcast: exact)."""
-    d = (dt if dtype is None else dt.to(dtype)).contiguous()
-    return d[..., None].expand(*d.shape, geometry.headdim)
+    return broadcast_last(dt if dtype is None else dt.to(dtype), geometry.headdim)
 
 
 class _FlashInfer(SlotAdapter):

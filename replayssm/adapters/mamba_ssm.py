@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 from replayssm.registry import register
@@ -113,10 +113,10 @@ class MambaSSMBaseline(SlotAdapter):
                                   device=self.device)
         self.live = torch.ones(self.num_slots, dtype=torch.long)  # accepted count (host)
         p = {k: v.to(self.device, torch.float32) for k, v in config.params.items()}
-        H, P, N = g.nheads, g.headdim, g.dstate
-        self.A3 = p["A"].contiguous()[:, None, None].expand(H, P, N)
-        self.bias2 = p["dt_bias"].contiguous()[:, None].expand(H, P)
-        self.D2 = p["D"].contiguous()[:, None].expand(H, P)
+        P, N = g.headdim, g.dstate
+        self.A3 = broadcast_last(p["A"], P, N)
+        self.bias2 = broadcast_last(p["dt_bias"], P)
+        self.D2 = broadcast_last(p["D"], P)
 
     def block(self, s: int, t: int) -> int:
         return 1 + s * self.T + t
@@ -132,7 +132,7 @@ class MambaSSMBaseline(SlotAdapter):
     def verify(self, slot_ids, inputs, out=None):
         ids = self.begin_verify(slot_ids, inputs, out)
         out = self.new_out(len(ids)) if out is None else out
-        g, R = self.geometry, len(ids)
+        g = self.geometry
         act = self.active_rows(slot_ids)
         for t in range(self.T):
             idx = []
@@ -145,7 +145,7 @@ class MambaSSMBaseline(SlotAdapter):
                     self.states[self.block(s, t)] = self.states[src]
                 idx.append(self.block(s, t))
             tok = {k: v[:, t].contiguous() for k, v in inputs.items()}
-            dt = tok["dt"][..., None].expand(R, g.nheads, g.headdim)
+            dt = broadcast_last(tok["dt"], g.headdim)
             with launch_guard(self.device):
                 o = self.fn(self.states, tok["x"], dt, self.A3, tok["B"], tok["C"], D=self.D2, z=tok.get("z"),
                             dt_bias=self.bias2, dt_softplus=True,

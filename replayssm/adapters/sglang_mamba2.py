@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 
@@ -56,10 +56,10 @@ class SGLangMamba2Baseline(SlotAdapter):
             self.inter = torch.zeros((S, self.T, *self.state_shape), dtype=self.mode.state_dtype, device=self.device)
         self.accepted = torch.ones(S, dtype=torch.int64, device=self.device)
         p = {k: v.to(self.device, torch.float32) for k, v in config.params.items()}
-        H, P, N = g.nheads, g.headdim, g.dstate
-        self.A3 = p["A"].contiguous()[:, None, None].expand(H, P, N)
-        self.bias2 = p["dt_bias"].contiguous()[:, None].expand(H, P)
-        self.D2 = p["D"].contiguous()[:, None].expand(H, P)
+        P, N = g.headdim, g.dstate
+        self.A3 = broadcast_last(p["A"], P, N)
+        self.bias2 = broadcast_last(p["dt_bias"], P)
+        self.D2 = broadcast_last(p["D"], P)
 
     def reset(self, slot_ids, initial_state=None, origin=None):
         ids = self.check_reset_args(slot_ids, initial_state, origin)
@@ -75,7 +75,7 @@ class SGLangMamba2Baseline(SlotAdapter):
         g, R, T = self.geometry, slot_ids.shape[0], self.T
         idx = torch.where(slot_ids >= 0, self.blocks(slot_ids), -1).to(torch.int32).contiguous()
         tok = {k: v[:, :T].contiguous() for k, v in inputs.items()}
-        dt = tok["dt"][..., None].expand(R, T, g.nheads, g.headdim)
+        dt = broadcast_last(tok["dt"], g.headdim)
         o = self.scratch(R, T, g.nheads, g.headdim)
         kw = dict(intermediate_states_buffer=self.inter, cache_steps=T, disable_state_update=True) \
             if self.decode.speculative else {}

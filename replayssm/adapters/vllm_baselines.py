@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 
@@ -144,10 +144,10 @@ class VllmMamba2Baseline(_VllmBaseline):
         super().__init__(config)
         g = self.geometry
         p = {k: v.to(self.device, torch.float32) for k, v in config.params.items()}
-        H, P, N = g.nheads, g.headdim, g.dstate
-        self.A3 = p["A"].contiguous()[:, None, None].expand(H, P, N)
-        self.bias2 = p["dt_bias"].contiguous()[:, None].expand(H, P)
-        self.D2 = p["D"].contiguous()[:, None].expand(H, P)
+        P, N = g.headdim, g.dstate
+        self.A3 = broadcast_last(p["A"], P, N)
+        self.bias2 = broadcast_last(p["dt_bias"], P)
+        self.D2 = broadcast_last(p["D"], P)
 
     def launch_fn(self, slot_ids, inputs, num_accepted, packed=None):
         """``(launch, packed output)``: the kernel call on inputs gathered here (speculative: on
@@ -163,7 +163,7 @@ class VllmMamba2Baseline(_VllmBaseline):
             tok = {k: v.contiguous() for k, v in tok.items()}
             o = self.scratch(n, g.nheads, g.headdim)
             kw = dict(state_batch_indices=self.draft_blocks(slot_ids), cu_seqlens=cu, num_accepted_tokens=num_accepted)
-        dt = tok["dt"][..., None].expand(*tok["dt"].shape, g.headdim)
+        dt = broadcast_last(tok["dt"], g.headdim)
         return lambda: fn(self.states, tok["x"], dt, self.A3, tok["B"], tok["C"], self.D2, self.bias2,
                           z=tok.get("z"), dt_softplus=True, null_block_id=0, out=o, **kw), o
 

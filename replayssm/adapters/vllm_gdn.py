@@ -72,6 +72,16 @@ class VllmGDNReplay(SlotAdapter):
             return f"with {mode.act} activations its dots take 16-bit operands (exact products): ieee modes only"
         return None
 
+    @classmethod
+    def unsupported_geometry(cls, geometry):
+        # fused_recurrent_replayssm.py / gdn_replayssm_spec_decode.py: BK = next_pow2(K), one K tile per
+        # program split in nk parts of BKT = BK / nk >= 16 ("must be >=16 for tl.dot"); nk = 1 here at best
+        if geometry.head_k_dim < 9:
+            return (f"the fork's GDN replay kernels contract the key dimension with tl.dot on tiles of "
+                    f"next_pow2(K) >= 16 columns (they raise 'BKT must be >=16'): K >= 9, "
+                    f"got K = {geometry.head_k_dim}")
+        return None
+
     def __init__(self, config):
         super().__init__(config)
         g, d, m, S = self.geometry, self.decode, self.mode, self.num_slots + 1

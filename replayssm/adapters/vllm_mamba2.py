@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.mamba2.literal import Mamba2Math
@@ -48,12 +48,12 @@ class _VllmMamba2(SlotAdapter):
         super().__init__(config)
         g = self.geometry
         p = {k: v.to(self.device, torch.float32) for k, v in config.params.items()}
-        H, P, N = g.nheads, g.headdim, g.dstate
+        P, N = g.headdim, g.dstate
         self.params64 = {k: v.double() for k, v in p.items()}
-        self.A3 = p["A"].contiguous()[:, None, None].expand(H, P, N)
+        self.A3 = broadcast_last(p["A"], P, N)
         self.bias = p["dt_bias"].contiguous()
-        self.bias2 = self.bias[:, None].expand(H, P)
-        self.D2 = p["D"].contiguous()[:, None].expand(H, P)
+        self.bias2 = broadcast_last(self.bias, P)
+        self.D2 = broadcast_last(p["D"], P)
 
     def _tok(self, inputs, rows, t=None):
         """Per-token tensors of ``rows``: window position ``t`` or all positions packed."""
@@ -100,7 +100,7 @@ class _VllmMamba2ReplayStandard(_VllmMamba2):
                   max_cache_len=L, state_batch_indices=blk, null_block_id=0, out=o)
         if self.route_fn.endswith("output_only"):
             kw["bc_pre"] = torch.zeros((R, g.ngroups, L), dtype=torch.float32, device=self.device)
-        dt = tok["dt"][..., None].expand(R, g.nheads, g.headdim)
+        dt = broadcast_last(tok["dt"], g.headdim)
         fn = getattr(self.modules[self.route_fn], self.route_fn)
         with launch_guard(self.device):
             fn(self.state, tok["x"], dt, self.A3, tok["B"], tok["C"], **kw)
@@ -115,7 +115,7 @@ class _VllmMamba2ReplayStandard(_VllmMamba2):
         blk = self.blocks(slot_ids)
         n, pos = self.cursor_positions(blk, self.write_pos)
         tok = {k: v[:, 0].contiguous() for k, v in inputs.items()}
-        dt = tok["dt"][..., None].expand(R, g.nheads, g.headdim)
+        dt = broadcast_last(tok["dt"], g.headdim)
         kw = dict(D=self.D2, dt_bias=self.bias2, z=tok.get("z"), dt_softplus=True, x_cache=self.x_cache,
                   dt_cache=self.dt_cache, B_cache=self.B_cache, max_cache_len=L, state_batch_indices=blk,
                   null_block_id=0, out=self.scratch(R, g.nheads, g.headdim))
