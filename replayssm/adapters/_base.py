@@ -66,6 +66,17 @@ def broadcast_last(t: torch.Tensor, *sizes: int) -> torch.Tensor:
     return t.as_strided((*t.shape, *sizes), (*t.stride(), *([0] * len(sizes))))
 
 
+def dot_key_tile_reason(geometry, what: str) -> str | None:
+    """The limit of the ReplaySSM GDN / KDA kernels of the vLLM fork and SGLang 0.5.23 (their launch
+    wrappers raise "BKT must be >=16 for tl.dot"): the key dimension is one tile of next_pow2(K)
+    columns, split in nk parts of at least 16 (the adapters pass nk = 1 there), so K >= 9."""
+    K = geometry.head_k_dim
+    if K < 9:
+        return (f"{what} contract the key dimension with tl.dot on tiles of next_pow2(K) >= 16 columns "
+                f"(they raise 'BKT must be >=16'): K >= 9, got K = {K}")
+    return None
+
+
 class SlotAdapter(KernelUnderTest):
     """Base of the adapters: block mapping, scratch outputs, reset/pending flags on the host."""
 

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, dot_key_tile_reason, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.gdn.literal import GDNMath
@@ -100,6 +100,10 @@ class SGLangGDNReplay(SlotAdapter):
     supports_packed_layout = True
     supports_ragged_windows = True
     supports_mixed_decode = True
+
+    @classmethod
+    def unsupported_geometry(cls, geometry):
+        return dot_key_tile_reason(geometry, "SGLang 0.5.23's GDN replay kernels")
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):

@@ -66,7 +66,7 @@ import contextlib
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, dot_key_tile_reason, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.kda.literal import KDAMath
@@ -129,6 +129,10 @@ class SGLangKDAReplay(_SGLangKDA):
     # Read in fused_recurrent_linear_replayssm.py (IS_KDA branch): beta = sigmoid(b).to(b.dtype),
     # q, k * (1 / sqrt(sum u^2 + 1e-6)), softplus threshold 20.
     conventions = {"beta_rounded": True, "l2_form": "reciprocal"}
+
+    @classmethod
+    def unsupported_geometry(cls, geometry):
+        return dot_key_tile_reason(geometry, "SGLang 0.5.23's fused_recurrent_linear_replayssm")
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):

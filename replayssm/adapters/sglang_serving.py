@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, dot_key_tile_reason, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.gdn.literal import GDNMath
@@ -72,6 +72,10 @@ class SGLangGDNReplayServing(SlotAdapter):
         super().check_options(options)
         if not isinstance(options.get("fold_every_commit", False), bool):
             raise ValueError(f"options.fold_every_commit: expected a bool, got {options['fold_every_commit']!r}")
+
+    @classmethod
+    def unsupported_geometry(cls, geometry):
+        return dot_key_tile_reason(geometry, "SGLang 0.5.23's GDN replay kernels")
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):

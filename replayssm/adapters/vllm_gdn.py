@@ -38,7 +38,7 @@ import contextlib
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, dot_key_tile_reason, float_mode_reason
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.gdn.literal import GDNMath
@@ -73,14 +73,8 @@ class VllmGDNReplay(SlotAdapter):
         return None
 
     @classmethod
-    def unsupported_geometry(cls, geometry):
-        # fused_recurrent_replayssm.py / gdn_replayssm_spec_decode.py: BK = next_pow2(K), one K tile per
-        # program split in nk parts of BKT = BK / nk >= 16 ("must be >=16 for tl.dot"); nk = 1 here at best
-        if geometry.head_k_dim < 9:
-            return (f"the fork's GDN replay kernels contract the key dimension with tl.dot on tiles of "
-                    f"next_pow2(K) >= 16 columns (they raise 'BKT must be >=16'): K >= 9, "
-                    f"got K = {geometry.head_k_dim}")
-        return None
+    def unsupported_geometry(cls, geometry):  # fused_recurrent_replayssm.py, gdn_replayssm_spec_decode.py
+        return dot_key_tile_reason(geometry, "the fork's GDN replay kernels")
 
     def __init__(self, config):
         super().__init__(config)
