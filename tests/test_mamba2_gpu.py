@@ -96,8 +96,14 @@ BATCH_CASES = [(g, b, n, d) for g, b in BATCHES for n, d in KERNEL_DECODES
                if not (b >= 512 and (n, d) == ("triton-baseline", "speculative"))]
 
 
+def _batch_merge_tier(case) -> bool:
+    """The merge tier (tests/gpu_tiers.py): batch 1 and 512 at nano4b."""
+    geometry, batch, _, _ = case
+    return geometry == "nano4b" and batch in (1, 512)
+
+
 @pytest.mark.parametrize("geometry,batch,name,decode",
-                         tiered(BATCH_CASES, lambda c: c[0] == "nano4b" and c[1] in (1, 512),
+                         tiered(BATCH_CASES, _batch_merge_tier,
                                 ids=[f"{n}-{d}-s32a16-{g}-b{b}" for g, b, n, d in BATCH_CASES]))
 def test_batch_sizes(geometry, batch, name, decode):
     steps = 18 if decode == "standard" and name == "triton-replay" else 8
