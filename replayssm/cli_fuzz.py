@@ -22,9 +22,9 @@ from replayssm.cli_list import load_kernels
 from replayssm.families import family, family_names
 from replayssm.precision import parse_mode
 from replayssm.registry import get
-from replayssm.scenarios.strategies import supported_decodes
+from replayssm.scenarios.strategies import FUZZ_MODES, supported_decodes
 from replayssm.validators import compile_check
-from replayssm.validators.fuzz import fuzz_kernel, fuzzable_kernels, profile_name
+from replayssm.validators.fuzz import drawable_modes, fuzz_kernel, fuzzable_kernels, profile_name
 
 
 def add_parser(subparsers):
@@ -99,8 +99,7 @@ def run(args) -> int:
     else:
         targets = fuzzable_kernels(args.family, include_mutants=args.include_mutants)
     args.mode_ids = _modes(args.modes)
-    if args.mode_ids is not None:
-        targets = _supporting(targets, args.mode_ids, named=bool(args.kernel))
+    targets = _supporting(targets, args.mode_ids, named=bool(args.kernel), kernel_device=kdev or dev)
     if dev == "cpu":
         import torch
         torch.set_num_threads(1)
@@ -138,21 +137,30 @@ def _modes(text: str | None) -> tuple[str, ...] | None:
     return ids
 
 
-def _supporting(targets: list, modes: tuple[str, ...], named: bool) -> list:
-    """The targets supporting some mode of ``modes`` under a decode kind they implement; a kernel
-    named with --kernel that supports none is an error, any other one is left out with a line."""
+def _supporting(targets: list, modes: tuple[str, ...] | None, named: bool, kernel_device) -> list:
+    """The targets supporting some mode of ``modes`` (default: every fuzzed mode) that can be judged
+    where the kernel runs (``drawable_modes``: no bf16 for a kernel written elsewhere under the
+    Triton interpreter), under a decode kind they implement; a kernel named with --kernel that
+    supports none is an error, any other one is left out with a line."""
     keep = []
     for cls in targets:
+        drawable = drawable_modes(cls, kernel_device, modes or FUZZ_MODES)
         try:
-            supported_decodes(cls, tuple(cls.decodes), modes)
+            if not drawable:
+                raise ValueError
+            supported_decodes(cls, tuple(cls.decodes), drawable)
         except ValueError:
+            what = f"--modes {','.join(modes)}" if modes else "the fuzzed modes"
+            where = " judgeable under the Triton interpreter" if drawable != tuple(modes or FUZZ_MODES) else ""
             if named:
-                raise ValueError(f"--modes: kernel {cls.family}/{cls.name} supports none of {list(modes)}") from None
-            print(f"fuzz: {cls.family}/{cls.name} left out: supports none of --modes {','.join(modes)}")
+                raise ValueError(f"--modes: kernel {cls.family}/{cls.name} supports none of {what}{where} "
+                                 f"(on a CPU a kernel written elsewhere runs fp32 activations and states)") from None
+            print(f"fuzz: {cls.family}/{cls.name} left out: supports none of {what}{where}")
             continue
         keep.append(cls)
     if not keep:
-        raise ValueError(f"--modes: no kernel to fuzz supports any of {list(modes)}")
+        raise ValueError(f"{'--modes' if modes else '--kernel'}: no kernel to fuzz supports any of "
+                         f"{list(modes or FUZZ_MODES)} where it runs")
     return keep
 
 

@@ -30,7 +30,9 @@ import triton.language as tl
 from replayssm import adapters
 from replayssm.adapters import _vllm_source
 from replayssm.cli import main
+from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
+from replayssm.validators.fuzz import drawable_modes
 from replayssm.validators.runner import run_scenario
 
 PEERS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm"
@@ -169,3 +171,17 @@ def test_shape_limits_found_by_the_fuzzer(vllm_kernels, one_thread):
     k4 = {"family": "gdn", "num_k_heads": 1, "num_v_heads": 1, "head_k_dim": 4, "head_v_dim": 4}
     with pytest.raises(ValueError, match="K >= 9, got K = 4"):
         run_scenario(Scenario.build("gdn", decode="standard", geometry=k4, mode="s32a32-tf32", steps=2), "vllm-replay")
+
+
+def test_a_bf16_state_is_refused_under_the_interpreter(vllm_kernels, one_thread):
+    """Under the interpreter Triton's fp32 -> bf16 casts truncate (spec section 9): a kernel written
+    elsewhere storing a bf16 state accumulates round-toward-zero errors the GPU does not make (the
+    CPU fuzz failed vLLM's Mamba-2 baseline at 5.3 u of bf16 after 5 stores so, 2026-12-01).  The
+    engine refuses that mode on the CPU, and the fuzzer does not draw it (nor bf16 activations)."""
+    sc = Scenario.tiny("mamba2", decode="standard", mode="s16a32", schedule="always-1", buffer=1, steps=2)
+    with pytest.raises(ValueError, match="cannot be judged at s16a32 on the CPU: the Triton interpreter"):
+        run_scenario(sc, "vllm-baseline")
+    cls = get("vllm-baseline", "mamba2")
+    assert drawable_modes(cls, "cpu", ("s32a32", "s16a32", "s32a16", "sfp16a32")) == ("s32a32", "sfp16a32")
+    assert drawable_modes(cls, "cuda", ("s32a32", "s16a32")) == ("s32a32", "s16a32")
+    assert drawable_modes(get("triton-baseline", "mamba2"), "cpu", ("s16a32",)) == ("s16a32",)  # ours round

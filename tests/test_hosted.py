@@ -124,6 +124,6 @@ def test_fuzz_modes_restricts_the_draws_and_leaves_out_kernels_supporting_none(c
     assert rc == 0 and len(seen) == 2 and set(seen) <= {"s64a64", "s32a32"}
     assert [r["kernel"] for r in json.loads(out.read_text())] == ["literal-replay"]
     kept = cli_fuzz._supporting([get("literal-replay", "mamba2"), get("triton-replay", "mamba2")], ("s64a64",),
-                                named=False)
+                                named=False, kernel_device="cpu")
     assert kept == [get("literal-replay", "mamba2")]
     assert "mamba2/triton-replay left out: supports none of --modes s64a64" in capsys.readouterr().out

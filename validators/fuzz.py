@@ -31,11 +31,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
+from replayssm.adapters._base import interpreter_reason
 from replayssm.interface import KernelUnderTest
+from replayssm.precision import parse_mode
 from replayssm.registry import get, kernels
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import default_steps
-from replayssm.scenarios.strategies import scenarios
+from replayssm.scenarios.strategies import FUZZ_MODES, scenarios
 from replayssm.validators.fuzz_artifacts import FailureRecord, record_of, save_failure
 from replayssm.validators.hosted import hosted
 from replayssm.validators.runner import run_scenario
@@ -93,6 +95,14 @@ def is_interpreted(cls: type[KernelUnderTest], device: str = "cpu") -> bool:
     return str(device).startswith("cpu") and bool(triton)
 
 
+def drawable_modes(cls: type[KernelUnderTest], kernel_device, modes: tuple[str, ...]) -> tuple[str, ...]:
+    """``modes`` less those a kernel written elsewhere cannot be judged at where it runs: under the
+    Triton interpreter, bf16 states and activations (``adapters._base.interpreter_reason``)."""
+    if not (getattr(cls, "triton_source", False) and is_interpreted(cls, kernel_device)):
+        return tuple(modes)
+    return tuple(m for m in modes if interpreter_reason(parse_mode(m)) is None)
+
+
 def ci_examples(cls: type[KernelUnderTest]) -> int:
     """Scenarios for correct kernel ``cls`` in the default pytest run (the ``ci`` profile)."""
     if is_interpreted(cls):
@@ -124,6 +134,7 @@ def _target(cls: type[KernelUnderTest], device: str, kernel_device: str | None, 
     kdev = kernel_device or device
     skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, kdev) else STRATEGY)
     skw.update(strategy or {})
+    skw["modes"] = drawable_modes(cls, kdev, skw.get("modes", FUZZ_MODES))
     return skw, (_kernel_arg(cls) if kdev == device else hosted(cls, kdev))
 
 

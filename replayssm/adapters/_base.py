@@ -77,6 +77,20 @@ def dot_key_tile_reason(geometry, what: str) -> str | None:
     return None
 
 
+def interpreter_reason(mode: PrecisionMode) -> tuple[str, str] | None:
+    """Why a Triton kernel written elsewhere cannot be judged at ``mode`` under the Triton interpreter
+    (spec section 9; we cannot widen their code as ours does): ``("state", why)`` for a bf16 state
+    (the interpreter's fp32 -> bf16 casts truncate: every store rounds toward zero, an error that
+    grows with the flushes -- a 5.3 u "failure" of vLLM's Mamba-2 baseline after 5 stores, fuzzed
+    2026-12-01), ``("act", why)`` for bf16 activations (bf16 ``tl.dot`` returns garbage, bf16 outputs
+    are truncated), None otherwise.  The engine refuses the first on a CPU; the fuzzer draws neither."""
+    if mode.state == "bf16":
+        return "state", "the Triton interpreter's fp32 -> bf16 casts truncate (the GPU rounds to nearest)"
+    if mode.act == "bf16":
+        return "act", "under the Triton interpreter bf16 tl.dot is wrong and bf16 stores truncate"
+    return None
+
+
 class SlotAdapter(KernelUnderTest):
     """Base of the adapters: block mapping, scratch outputs, reset/pending flags on the host."""
 
@@ -87,6 +101,10 @@ class SlotAdapter(KernelUnderTest):
 
     def __init__(self, config) -> None:
         super().__init__(config)
+        why = interpreter_reason(self.mode) if self.triton_source and self.device.type == "cpu" else None
+        if why and why[0] == "state":
+            raise ValueError(f"mode: kernel {self.name!r} cannot be judged at {self.mode.id} on the CPU: {why[1]}; "
+                             f"run it on a GPU (--device cuda, or --kernel-device cuda)")
         self.ready = [False] * self.num_slots
         self.pending = [False] * self.num_slots
         self.win_len = [self.decode.window] * self.num_slots  # window length of each slot's last verify
