@@ -29,6 +29,17 @@ def in_merge_tier(mode: str) -> bool:
     return mode in MERGE_MODES
 
 
+def scenario_in_merge_tier(sc, serving_geometry: str) -> bool:
+    """The rule for an engine case ``sc`` of a family's GPU suite: a merge mode; the shortest or the
+    default buffer; the exhaustive schedule on the automatic path only; on a geometry other than the
+    family's serving one, one mode (s32a16)."""
+    if not in_merge_tier(sc.mode) or (sc.decode == "standard" and sc.buffer not in (1, 16)):
+        return False
+    if sc.schedule == "exhaustive" and sc.kernel_options.get("prepass"):
+        return False
+    return sc.geometry == serving_geometry or sc.mode == "s32a16"
+
+
 def tiered(values: Iterable, merge: Callable[..., bool], ids: Sequence[str] | None = None) -> list:
     """``values`` as pytest params, those for which ``merge(value)`` is false marked ``slow``
     (the slow GPU tier).  A tuple value is one parameter set (unpacked into the params)."""

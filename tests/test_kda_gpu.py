@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_tiers import in_merge_tier, tiered
+from gpu_tiers import scenario_in_merge_tier, tiered
 
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.runner import run_scenario
@@ -67,14 +67,7 @@ CASES = _cases()
 
 
 def _merge_tier(case) -> bool:
-    """The merge tier (tests/gpu_tiers.py): the merge modes; the shortest and the default buffer; the
-    exhaustive schedule on the automatic path; one mode on a second geometry."""
-    _, sc = case
-    if not in_merge_tier(sc.mode) or (sc.decode == "standard" and sc.buffer not in (1, 16)):
-        return False
-    if sc.schedule == "exhaustive" and sc.kernel_options.get("prepass"):
-        return False
-    return sc.geometry == GEO or sc.mode == "s32a16"
+    return scenario_in_merge_tier(case[1], GEO)  # tests/gpu_tiers.py
 
 
 @pytest.mark.parametrize("name,sc", tiered([c[1:] for c in CASES], _merge_tier, ids=[c[0] for c in CASES]))

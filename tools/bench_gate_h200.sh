@@ -24,11 +24,8 @@ echo "commit ${REPLAYSSM_COMMIT:-unknown}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 source tools/device_env.sh
-if ! python -c "import nox" 2>/dev/null; then
-  python -m pip install -q --no-index --no-deps --no-compile --target /tmp/nox-site "${NOX_WHEELS:-.whl/nox}"/*.whl \
-    || { echo "bench_gate: nox is not installed and no wheels in ${NOX_WHEELS:-.whl/nox}"; exit 1; }
-  export PYTHONPATH=/tmp/nox-site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source tools/nox_wheels.sh
+nox_wheels bench_gate nox || exit 1
 python -c "import nox, pytest_benchmark; print('nox', nox.__version__ if hasattr(nox, '__version__') else '?', 'pytest-benchmark', pytest_benchmark.__version__)"
 # --no-venv --no-install: the machine has torch, Triton and pytest-benchmark and nothing can be fetched
 NOX=(python -m nox --no-venv --no-install -s bench --)

@@ -19,11 +19,8 @@ echo "commit ${REPLAYSSM_COMMIT:-unknown} tier $TIER ${2:-} ${3:-}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
 source tools/device_env.sh
-if ! python -c "import nox, pytest_split" 2>/dev/null; then
-  python -m pip install -q --no-index --no-deps --no-compile --target /tmp/nox-site "${NOX_WHEELS:-.whl/nox}"/*.whl \
-    || { echo "gpu_tests: nox / pytest-split not installed and no wheels in ${NOX_WHEELS:-.whl/nox}"; exit 1; }
-  export PYTHONPATH=/tmp/nox-site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source tools/nox_wheels.sh
+nox_wheels gpu_tests nox pytest_split || exit 1
 ARGS=(--durations=30 --junitxml "$OUT/junit.xml" --store-durations --durations-path "$OUT/durations.json")
 case "$TIER" in
   merge) SESSION=gpu ;;

@@ -66,6 +66,15 @@ def broadcast_last(t: torch.Tensor, *sizes: int) -> torch.Tensor:
     return t.as_strided((*t.shape, *sizes), (*t.stride(), *([0] * len(sizes))))
 
 
+def tie_hdim(params: dict, geometry) -> dict:
+    """The Mamba-2 per-head ``A``, ``dt_bias``, ``D`` (each ``[H]``) in the kernels' tie_hdim layout
+    (:func:`broadcast_last`): ``A`` as ``[H, P, N]`` with strides ``(1, 0, 0)``, ``dt_bias`` and ``D``
+    as ``[H, P]`` with strides ``(1, 0)`` (views: the values are the vectors' own)."""
+    P, N = geometry.headdim, geometry.dstate
+    return {"A": broadcast_last(params["A"], P, N), "dt_bias": broadcast_last(params["dt_bias"], P),
+            "D": broadcast_last(params["D"], P)}
+
+
 def dot_key_tile_reason(geometry, what: str) -> str | None:
     """The limit of the ReplaySSM GDN / KDA kernels of the vLLM fork and SGLang 0.5.23 (their launch
     wrappers raise "BKT must be >=16 for tl.dot"): the key dimension is one tile of next_pow2(K)

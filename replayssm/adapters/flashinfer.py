@@ -50,7 +50,7 @@ import importlib.util
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason, tie_hdim
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.mamba2.literal import Mamba2Math
 from replayssm.registry import register
@@ -68,15 +68,6 @@ def _mamba():
         import flashinfer.mamba as m  # imported on first use: its import sets up the JIT
         _MAMBA["m"] = m
     return _MAMBA["m"]
-
-
-def tie_hdim(params: dict, geometry) -> dict:
-    """The per-head ``A``, ``dt_bias``, ``D`` (each ``[H]``) in FlashInfer's tie_hdim layout: ``A`` as
-    ``[H, P, N]`` with strides ``(1, 0, 0)``, ``dt_bias`` and ``D`` as ``[H, P]`` with strides ``(1, 0)``
-    (views: the values are the vectors' own)."""
-    P, N = geometry.headdim, geometry.dstate
-    return {"A": broadcast_last(params["A"], P, N), "dt_bias": broadcast_last(params["dt_bias"], P),
-            "D": broadcast_last(params["D"], P)}
 
 
 def tied_dt(dt: torch.Tensor, geometry, dtype: torch.dtype | None = None) -> torch.Tensor:

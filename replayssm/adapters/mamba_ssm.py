@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason, tie_hdim
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 from replayssm.registry import register
@@ -113,10 +113,8 @@ class MambaSSMBaseline(SlotAdapter):
                                   device=self.device)
         self.live = torch.ones(self.num_slots, dtype=torch.long)  # accepted count (host)
         p = {k: v.to(self.device, torch.float32) for k, v in config.params.items()}
-        P, N = g.headdim, g.dstate
-        self.A3 = broadcast_last(p["A"], P, N)
-        self.bias2 = broadcast_last(p["dt_bias"], P)
-        self.D2 = broadcast_last(p["D"], P)
+        tied = tie_hdim(p, g)
+        self.A3, self.bias2, self.D2 = tied["A"], tied["dt_bias"], tied["D"]
 
     def block(self, s: int, t: int) -> int:
         return 1 + s * self.T + t

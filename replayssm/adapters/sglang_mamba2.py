@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason, tie_hdim
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 
@@ -56,10 +56,8 @@ class SGLangMamba2Baseline(SlotAdapter):
             self.inter = torch.zeros((S, self.T, *self.state_shape), dtype=self.mode.state_dtype, device=self.device)
         self.accepted = torch.ones(S, dtype=torch.int64, device=self.device)
         p = {k: v.to(self.device, torch.float32) for k, v in config.params.items()}
-        P, N = g.headdim, g.dstate
-        self.A3 = broadcast_last(p["A"], P, N)
-        self.bias2 = broadcast_last(p["dt_bias"], P)
-        self.D2 = broadcast_last(p["D"], P)
+        tied = tie_hdim(p, g)
+        self.A3, self.bias2, self.D2 = tied["A"], tied["dt_bias"], tied["D"]
 
     def reset(self, slot_ids, initial_state=None, origin=None):
         ids = self.check_reset_args(slot_ids, initial_state, origin)

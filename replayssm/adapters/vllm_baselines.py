@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason, tie_hdim
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 
@@ -144,10 +144,8 @@ class VllmMamba2Baseline(_VllmBaseline):
         super().__init__(config)
         g = self.geometry
         p = {k: v.to(self.device, torch.float32) for k, v in config.params.items()}
-        P, N = g.headdim, g.dstate
-        self.A3 = broadcast_last(p["A"], P, N)
-        self.bias2 = broadcast_last(p["dt_bias"], P)
-        self.D2 = broadcast_last(p["D"], P)
+        tied = tie_hdim(p, g)
+        self.A3, self.bias2, self.D2 = tied["A"], tied["dt_bias"], tied["D"]
 
     def launch_fn(self, slot_ids, inputs, num_accepted, packed=None):
         """``(launch, packed output)``: the kernel call on inputs gathered here (speculative: on

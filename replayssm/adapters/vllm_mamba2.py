@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason
+from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason, tie_hdim
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.mamba2.literal import Mamba2Math
@@ -48,12 +48,10 @@ class _VllmMamba2(SlotAdapter):
         super().__init__(config)
         g = self.geometry
         p = {k: v.to(self.device, torch.float32) for k, v in config.params.items()}
-        P, N = g.headdim, g.dstate
         self.params64 = {k: v.double() for k, v in p.items()}
-        self.A3 = broadcast_last(p["A"], P, N)
         self.bias = p["dt_bias"].contiguous()
-        self.bias2 = broadcast_last(self.bias, P)
-        self.D2 = broadcast_last(p["D"], P)
+        tied = tie_hdim({**p, "dt_bias": self.bias}, g)
+        self.A3, self.bias2, self.D2 = tied["A"], tied["dt_bias"], tied["D"]
 
     def _tok(self, inputs, rows, t=None):
         """Per-token tensors of ``rows``: window position ``t`` or all positions packed."""
