@@ -12,7 +12,8 @@
 # builds, with their compile errors if any); 3. the adapters' GPU tests of that group
 # (tests/test_adapters_gpu.py -k SOURCE, batch 8 first, then 512; pytest-xdist workers so the JIT
 # builds run in parallel).  Results in $OUT: probe.txt, validate.txt, tests_B8.txt, tests_B512.txt,
-# log.txt.  Parameters: FI_WORKERS (4), FI_TEST_LIMIT (240 s per batch size).
+# log.txt.  Parameters: FI_WORKERS (4), FI_TEST_LIMIT (240 s per batch size), FI_VALIDATE_LIMIT (300 s
+# for the three validate runs, which run in parallel).
 set -uo pipefail
 GROUP=${1:-flashinfer}
 OUT=${OUT:-out/adapters_$GROUP}; mkdir -p "$OUT"
@@ -44,14 +45,19 @@ python3 -c "import flashinfer.mamba, flashinfer; print('flashinfer', flashinfer.
 source tools/device_env.sh
 python -m replayssm list adapters | tee -a "$OUT/log.txt"
 if [ "$GROUP" = flashinfer ]; then
+  # the three runs in parallel: each JIT-builds its own FlashInfer module (minutes each, one core each)
+  i=0
   for args in "flashinfer-baseline --decode standard --buffer 16 --schedule always-1 --steps 4" \
               "flashinfer-replay --decode speculative --window 4 --buffer 12 --steps 8" \
               "flashinfer-replay --decode speculative --window 4 --buffer 12 --steps 8 --precision si8a16"; do
-    set -- $args
+    i=$((i + 1))
     # super120b (head dim 64): FlashInfer 0.7.2 built no kernel for nano4b's head dim 80 (2026-12-01)
-    timeout 300 python -m replayssm validate --kernel $args --family mamba2 --geometry "${FI_GEOMETRY:-super120b}" --device cuda \
-      --debug >> "$OUT/validate.txt" 2>&1; log "validate $* rc=$?"
+    ( timeout ${FI_VALIDATE_LIMIT:-300} python -m replayssm validate --kernel $args --family mamba2 \
+        --geometry "${FI_GEOMETRY:-super120b}" --device cuda --debug > "$OUT/validate_$i.txt" 2>&1
+      log "validate $args rc=$?" ) &
   done
+  wait
+  cat "$OUT"/validate_[0-9].txt > "$OUT/validate.txt"
   tail -c 3000 "$OUT/validate.txt" >> "$OUT/log.txt"
   K="flashinfer"
 else
