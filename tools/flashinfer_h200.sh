@@ -8,12 +8,12 @@
 #                                              (cp312) + the mamba_ssm 2.3.2.post1 sdist, 39.3 MB
 # How to fill .whl/ on the developer machine: tools/README.md ("FlashInfer / SGLang wheels").
 # Steps: 1. probe (nvcc, ninja, CUDA headers, torch/CUDA versions; the wheels install offline into
-# /tmp/site; `import flashinfer.mamba`); 2. one validate run per FlashInfer kernel (the first JIT
-# builds, with their compile errors if any); 3. the adapters' GPU tests of that group
-# (tests/test_adapters_gpu.py -k SOURCE, batch 8 first, then 512; pytest-xdist workers so the JIT
-# builds run in parallel).  Results in $OUT: probe.txt, validate.txt, tests_B8.txt, tests_B512.txt,
-# log.txt.  Parameters: FI_WORKERS (4), FI_TEST_LIMIT (240 s per batch size), FI_VALIDATE_LIMIT (300 s
-# for the three validate runs, which run in parallel).
+# /tmp/site; `import flashinfer.mamba`); 2. (flashinfer) three validate runs in the background, each
+# with its own --out (results_N/); 3. alongside them the adapters' GPU tests of that group, both batch
+# sizes (tests/test_adapters_gpu.py -k SOURCE; pytest-xdist workers so the JIT builds run in
+# parallel).  Results in $OUT: probe.txt, validate.txt, results_N/, tests.txt, tests.jsonl (one line
+# per finished test: seconds, outcome, why a failure failed; kept when the limit cuts the run),
+# log.txt.  Parameters: FI_WORKERS (8), FI_TEST_LIMIT (480 s), FI_VALIDATE_LIMIT (300 s).
 set -uo pipefail
 GROUP=${1:-flashinfer}
 OUT=${OUT:-out/adapters_$GROUP}; mkdir -p "$OUT"
@@ -53,18 +53,21 @@ if [ "$GROUP" = flashinfer ]; then
     i=$((i + 1))
     # super120b (head dim 64): FlashInfer 0.7.2 built no kernel for nano4b's head dim 80 (2026-12-01)
     ( timeout ${FI_VALIDATE_LIMIT:-300} python -m replayssm validate --kernel $args --family mamba2 \
-        --geometry "${FI_GEOMETRY:-super120b}" --device cuda --debug > "$OUT/validate_$i.txt" 2>&1
+        --geometry "${FI_GEOMETRY:-super120b}" --device cuda --debug --out "$OUT/results_$i" \
+        > "$OUT/validate_$i.txt" 2>&1
       log "validate $args rc=$?" ) &
   done
-  wait
-  cat "$OUT"/validate_[0-9].txt > "$OUT/validate.txt"
-  tail -c 3000 "$OUT/validate.txt" >> "$OUT/log.txt"
   K="flashinfer"
 else
   K="sglang or mamba-ssm"
 fi
-for B in B8 B512; do
-  timeout ${FI_TEST_LIMIT:-240} python -m pytest -q -s -m gpu tests/test_adapters_gpu.py -k "($K) and $B" \
-    -n ${FI_WORKERS:-4} -p no:cacheprovider > "$OUT/tests_$B.txt" 2>&1
-  log "GPU tests $K $B rc=$?"; tail -4 "$OUT/tests_$B.txt" | tee -a "$OUT/log.txt"
-done
+# the adapters' GPU tests at both batch sizes, alongside the validate runs (FlashInfer locks each
+# module it builds, so a module two processes need is built once); tests.jsonl: one line per finished
+# test with its seconds and, for a failure, why (kept when the limit cuts the run)
+REPLAYSSM_TEST_LOG="$OUT/tests.jsonl" timeout ${FI_TEST_LIMIT:-480} python -m pytest -q -s -m gpu \
+  tests/test_adapters_gpu.py -k "$K" -n ${FI_WORKERS:-8} -p no:cacheprovider -rfE --tb=short \
+  > "$OUT/tests.txt" 2>&1
+log "GPU tests $K rc=$?"; grep -v "INFO - core\|Warning\|warner" "$OUT/tests.txt" | tail -30 >> "$OUT/log.txt"
+wait
+cat "$OUT"/validate_[0-9].txt > "$OUT/validate.txt" 2>/dev/null
+grep -h "^PASS\|^FAIL\|^  [a-z]" "$OUT/validate.txt" >> "$OUT/log.txt"

@@ -5,7 +5,8 @@
 #   bash tools/gpu_tests_h200.sh slow K N       nox -s gpu_slow -- --splits N --group K
 # Files in $OUT: log.txt (the run, its wall time and exit status), junit.xml, durations.json
 # (pytest-split's --store-durations: commit it as .test_durations to balance the shards), and the 30
-# slowest tests in log.txt (--durations=30).  nox and pytest-split come from $NOX_WHEELS (default
+# slowest tests in log.txt (--durations=30), tests.jsonl (one line per finished test, kept when the
+# limit cuts the run: tests/conftest.py).  nox and pytest-split come from $NOX_WHEELS (default
 # .whl/nox: carry it) when not installed; REPLAYSSM_COMMIT names the commit (the device copy has no
 # .git).  GPU_TESTS_LIMIT (s, default 570): the run's timeout; a run cut by it exits 124 and says so.
 set -uo pipefail
@@ -27,6 +28,7 @@ case "$TIER" in
   slow) SESSION=gpu_slow; ARGS+=(--splits "${3:?usage: slow K N}" --group "${2:?usage: slow K N}") ;;
   *) echo "usage: tools/gpu_tests_h200.sh merge | slow K N" >&2; exit 2 ;;
 esac
+export REPLAYSSM_TEST_LOG="$OUT/tests.jsonl"
 t0=$(date +%s.%N)
 # --no-venv --no-install: the machine has torch, Triton and pytest and nothing can be fetched
 timeout "$LIMIT" python -m nox --no-venv --no-install -s "$SESSION" -- "${ARGS[@]}"; rc=$?
