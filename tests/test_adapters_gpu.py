@@ -17,7 +17,7 @@ import pathlib
 
 import pytest
 import torch
-from gpu_tiers import tiered
+from gpu_tiers import BIG_MEMORY, tiered
 
 from replayssm import adapters
 from replayssm.adapters import _vllm_source
@@ -60,7 +60,8 @@ def loaded():
     return adapters.load(force=True)
 
 
-@pytest.mark.parametrize("batch", tiered([8, 512], lambda b: b == 8, ids=["B8", "B512"]))  # tests/gpu_tiers.py
+@pytest.mark.parametrize("batch", tiered([8, 512], lambda b: b == 8, ids=["B8", "B512"],  # tests/gpu_tiers.py
+                                         marks=lambda b: (BIG_MEMORY,) if b == 512 else ()))
 @pytest.mark.parametrize("family,name,decode,mode", CASES, ids=[f"{f}-{n}-{d}-{m}" for f, n, d, m in CASES])
 def test_adapter_bridges_hold_at_real_geometry(loaded, family, name, decode, mode, batch):
     source = next((src for prefix, src in SOURCES.items() if name.startswith(prefix)), "vllm")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_tiers import scenario_in_merge_tier, tiered
+from gpu_tiers import BIG_MEMORY, scenario_in_merge_tier, tiered
 
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.runner import run_scenario
@@ -103,6 +103,7 @@ LARGE = [(f"{n[7:]}-{d}-batch512", n, d, T, steps) for n in ("triton-replay", "t
          for d, T, steps in (("standard", 1, 17), ("speculative", 4, 8))]
 
 
+@BIG_MEMORY  # tests/gpu_tiers.py: one at a time under pytest-xdist
 @pytest.mark.parametrize("name,decode,T,steps", [c[1:] for c in LARGE], ids=[c[0] for c in LARGE])
 def test_engine_gpu_batch512(name, decode, T, steps):
     ids = tuple(range(1, 513))[::-1]  # a permutation: row r uses slot 512 - r

@@ -6,10 +6,11 @@ Oracle: the tier rule as the module docstring of tests/gpu_tiers.py states it.
 """
 
 import pytest
+import test_adapters_gpu
 import test_gdn_gpu
 import test_kda_gpu
 import test_mamba2_gpu
-from gpu_tiers import MERGE_MODES, tiered
+from gpu_tiers import BIG_MEMORY, FULL_MODE, MERGE_MODES, mode_path_in_merge_tier, tiered
 
 KINDS = {(n, d) for n in ("triton-replay", "triton-baseline") for d in ("standard", "speculative")}
 
@@ -31,11 +32,42 @@ def test_merge_tier_keeps_every_kernel_and_decode_in_merge_modes(mod):
     assert slow and {sc.mode for _, _, sc in slow} - MERGE_MODES  # the other modes run in the slow tier
 
 
-def test_mamba2_merge_tier_has_batch_1_and_512_of_every_kernel_and_decode():
-    params = tiered(test_mamba2_gpu.BATCH_CASES, test_mamba2_gpu._batch_merge_tier)
-    merge = [p.values for p in params if not p.marks]
-    assert {(n, d) for g, b, n, d in merge if b == 1} == KINDS
-    assert {(n, d) for g, b, n, d in merge if b == 512} == KINDS - {("triton-baseline", "speculative")}
+@pytest.mark.parametrize("mod,serving", [(test_gdn_gpu, "qwen35-4b"), (test_kda_gpu, "kimi-linear-48b")],
+                         ids=["gdn", "kda"])
+def test_merge_tier_runs_each_storage_kind_once_on_the_automatic_path(mod, serving):
+    merge = [sc for _, _, sc in mod.CASES if mod._merge_tier((None, sc))]
+    assert {sc.mode for sc in merge} == MERGE_MODES & {sc.mode for _, _, sc in mod.CASES}
+    others = [sc for sc in merge if sc.mode != FULL_MODE]
+    assert others and not any(sc.kernel_options.get("prepass") for sc in others)
+    assert all(sc.decode == "speculative" for sc in others if "tf32" not in sc.mode)
+    assert any(sc.kernel_options.get("prepass") for sc in merge if sc.mode == FULL_MODE)  # both paths of it
+    assert all(sc.mode == FULL_MODE and sc.decode == "speculative" for sc in merge if sc.geometry != serving)
+
+
+def test_mamba2_merge_tier_runs_both_paths_of_the_full_mode_only():
+    merge = [c for c in test_mamba2_gpu.MODE_PATHS if mode_path_in_merge_tier(c)]
+    assert {p for m, p in merge if m == FULL_MODE} == {"prepass", "fused"}
+    assert {m for m, _ in merge} == MERGE_MODES and all(p == "fused" for m, p in merge if m != FULL_MODE)
+
+
+def _params(test, argnames: str):
+    return next(m for m in test.pytestmark if m.name == "parametrize" and m.args[0] == argnames).args[1]
+
+
+@pytest.mark.parametrize("test,argnames,is_big", [
+    (test_mamba2_gpu.test_batch_sizes, "geometry,batch,name,decode", lambda p: p.values[1] >= 512),
+    (test_adapters_gpu.test_adapter_bridges_hold_at_real_geometry, "batch", lambda p: p.values[0] == 512),
+], ids=["mamba2-batch-sizes", "adapters"])
+def test_the_batch_512_cases_share_one_xdist_group(test, argnames, is_big):
+    params = _params(test, argnames)
+    big = [p for p in params if BIG_MEMORY in p.marks]
+    assert big and all(is_big(p) for p in big) and not any(is_big(p) for p in params if p not in big)
+    assert BIG_MEMORY.mark.args == ("gpu-big-memory",)
+
+
+def test_the_whole_batch_512_tests_of_gdn_and_kda_share_it():
+    for test in (test_gdn_gpu.test_engine_gpu_batch512, test_kda_gpu.test_engine_gpu_batch512):
+        assert BIG_MEMORY.mark in test.pytestmark
 
 
 def test_the_progress_log_keeps_each_finished_test_and_why_one_failed(tmp_path, monkeypatch):

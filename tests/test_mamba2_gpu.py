@@ -13,7 +13,7 @@ the full-state snapshots (``invariants_every=steps``: the first and last step); 
 
 import pytest
 import torch
-from gpu_tiers import in_merge_tier, tiered
+from gpu_tiers import BIG_MEMORY, in_merge_tier, mode_path_in_merge_tier, tiered
 
 from replayssm.families import preset
 from replayssm.interface import DecodeConfig, KernelConfig
@@ -43,8 +43,11 @@ def _large(batch, steps):
     return {"literal_every": max(1, steps // 2), "invariants_every": steps, "state_every": 4, "repeat_check": False}
 
 
-@pytest.mark.parametrize("path", ["prepass", "fused"])
-@pytest.mark.parametrize("mode", tiered(MODES, in_merge_tier))
+MODE_PATHS = [(m, p) for m in MODES for p in ("prepass", "fused")]
+
+
+@pytest.mark.parametrize("mode,path", tiered(MODE_PATHS, mode_path_in_merge_tier,
+                                             ids=[f"{m}-{p}" for m, p in MODE_PATHS]))
 def test_replay_every_mode_nano4b(mode, path):
     """Both paths of "triton-replay" at batch 4 (the automatic choice there is the fused kernel; the
     pre-pass path is the default from 16 rows up)."""
@@ -103,7 +106,7 @@ def _batch_merge_tier(case) -> bool:
 
 
 @pytest.mark.parametrize("geometry,batch,name,decode",
-                         tiered(BATCH_CASES, _batch_merge_tier,
+                         tiered(BATCH_CASES, _batch_merge_tier, marks=lambda c: (BIG_MEMORY,) * (c[1] >= 512),
                                 ids=[f"{n}-{d}-s32a16-{g}-b{b}" for g, b, n, d in BATCH_CASES]))
 def test_batch_sizes(geometry, batch, name, decode):
     steps = 18 if decode == "standard" and name == "triton-replay" else 8

@@ -9,11 +9,12 @@
 # How to fill .whl/ on the developer machine: tools/README.md ("FlashInfer / SGLang wheels").
 # Steps: 1. probe (nvcc, ninja, CUDA headers, torch/CUDA versions; the wheels install offline into
 # /tmp/site; `import flashinfer.mamba`); 2. (flashinfer) three validate runs in the background, each
-# with its own --out (results_N/); 3. alongside them the adapters' GPU tests of that group, both batch
-# sizes (tests/test_adapters_gpu.py -k SOURCE; pytest-xdist workers so the JIT builds run in
-# parallel).  Results in $OUT: probe.txt, validate.txt, results_N/, tests.txt, tests.jsonl (one line
-# per finished test: seconds, outcome, why a failure failed; kept when the limit cuts the run),
-# log.txt.  Parameters: FI_WORKERS (8), FI_TEST_LIMIT (480 s), FI_VALIDATE_LIMIT (300 s).
+# with its own --out (/tmp/fi_results_N); 3. alongside them the adapters' GPU tests of that group at
+# batch 8 (tests/test_adapters_gpu.py -k SOURCE; pytest-xdist workers so the JIT builds run in
+# parallel), then at batch 512 on FI_B512_WORKERS.  Results in $OUT (at most 8 files come back):
+# probe.txt, validate.txt, tests.txt, tests.jsonl (one line per finished test: seconds, outcome, why a
+# failure failed; kept when the limit cuts the run), log.txt.  Parameters: FI_WORKERS (8),
+# FI_B512_WORKERS (2), FI_TEST_LIMIT (240 s per batch size), FI_VALIDATE_LIMIT (300 s).
 set -uo pipefail
 GROUP=${1:-flashinfer}
 OUT=${OUT:-out/adapters_$GROUP}; mkdir -p "$OUT"
@@ -53,7 +54,7 @@ if [ "$GROUP" = flashinfer ]; then
     i=$((i + 1))
     # super120b (head dim 64): FlashInfer 0.7.2 built no kernel for nano4b's head dim 80 (2026-12-01)
     ( timeout ${FI_VALIDATE_LIMIT:-300} python -m replayssm validate --kernel $args --family mamba2 \
-        --geometry "${FI_GEOMETRY:-super120b}" --device cuda --debug --out "$OUT/results_$i" \
+        --geometry "${FI_GEOMETRY:-super120b}" --device cuda --debug --out "/tmp/fi_results_$i" \
         > "$OUT/validate_$i.txt" 2>&1
       log "validate $args rc=$?" ) &
   done
@@ -61,13 +62,20 @@ if [ "$GROUP" = flashinfer ]; then
 else
   K="sglang or mamba-ssm"
 fi
-# the adapters' GPU tests at both batch sizes, alongside the validate runs (FlashInfer locks each
-# module it builds, so a module two processes need is built once); tests.jsonl: one line per finished
-# test with its seconds and, for a failure, why (kept when the limit cuts the run)
-REPLAYSSM_TEST_LOG="$OUT/tests.jsonl" timeout ${FI_TEST_LIMIT:-480} python -m pytest -q -s -m gpu \
-  tests/test_adapters_gpu.py -k "$K" -n ${FI_WORKERS:-8} -p no:cacheprovider -rfE --tb=short \
-  > "$OUT/tests.txt" 2>&1
-log "GPU tests $K rc=$?"; grep -v "INFO - core\|Warning\|warner" "$OUT/tests.txt" | tail -30 >> "$OUT/log.txt"
-wait
-cat "$OUT"/validate_[0-9].txt > "$OUT/validate.txt" 2>/dev/null
+# the adapters' GPU tests, batch 8 alongside the validate runs (FlashInfer locks each module it
+# builds, so a module two processes need is built once), then batch 512 on fewer workers: at
+# super120b one B512 test holds tens of GB (the fp64 reference of 512 x 128 heads x 64 x 128 states);
+# 6 workers beside another GPU job ran out of the H200's 140 GB (2026-12-01).  tests.jsonl: one
+# line per finished test with its seconds and, for a failure, why (kept when the limit cuts the run).
+for B in B8 B512; do
+  W=${FI_WORKERS:-8}; [ "$B" = B512 ] && W=${FI_B512_WORKERS:-2}
+  REPLAYSSM_TEST_LOG="$OUT/tests.jsonl" timeout ${FI_TEST_LIMIT:-240} python -m pytest -q -s -m gpu \
+    tests/test_adapters_gpu.py -k "($K) and $B" -n "$W" -p no:cacheprovider -rfE --tb=short \
+    >> "$OUT/tests.txt" 2>&1
+  log "GPU tests $K $B rc=$?"
+  [ "$B" = B8 ] && wait  # the validate runs
+done
+grep -v "INFO - core\|Warning\|warner" "$OUT/tests.txt" | tail -30 >> "$OUT/log.txt"
+# at most 8 files come back from a device call: the validate runs' logs as one file
+cat "$OUT"/validate_[0-9].txt > "$OUT/validate.txt" 2>/dev/null && rm -f "$OUT"/validate_[0-9].txt
 grep -h "^PASS\|^FAIL\|^  [a-z]" "$OUT/validate.txt" >> "$OUT/log.txt"

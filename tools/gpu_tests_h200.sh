@@ -4,7 +4,7 @@
 #   bash tools/gpu_tests_h200.sh merge          nox -s gpu: wall time, pass/fail, per-test durations
 #   bash tools/gpu_tests_h200.sh slow K N       nox -s gpu_slow -- --splits N --group K
 # Files in $OUT: log.txt (the run, its wall time and exit status), junit.xml, durations.json
-# (pytest-split's --store-durations: commit it as .test_durations to balance the shards), and the 30
+# (pytest-split's format, from tests.jsonl: commit it as .test_durations to balance the shards), and the 30
 # slowest tests in log.txt (--durations=30), tests.jsonl (one line per finished test, kept when the
 # limit cuts the run: tests/conftest.py).  nox and pytest-split come from $NOX_WHEELS (default
 # .whl/nox: carry it) when not installed; REPLAYSSM_COMMIT names the commit (the device copy has no
@@ -22,7 +22,7 @@ python -c "import torch, triton, sys; print('python', sys.version.split()[0], 't
 source tools/device_env.sh
 source tools/nox_wheels.sh
 nox_wheels gpu_tests nox pytest_split || exit 1
-ARGS=(--durations=30 --junitxml "$OUT/junit.xml" --store-durations --durations-path "$OUT/durations.json")
+ARGS=(--durations=30 --junitxml "$OUT/junit.xml")
 case "$TIER" in
   merge) SESSION=gpu ;;
   slow) SESSION=gpu_slow; ARGS+=(--splits "${3:?usage: slow K N}" --group "${2:?usage: slow K N}") ;;
@@ -39,5 +39,15 @@ if [ "$rc" = 124 ]; then
 else
   echo "gpu_tests: $SESSION exit $rc, wall ${wall} s"
 fi
+# durations.json (pytest-split's format, {test id: seconds}) from tests.jsonl, also of a cut run
+python -c "
+import json, sys
+d = {}
+for line in open(sys.argv[1]):
+    t = json.loads(line)
+    d[t['test']] = round(d.get(t['test'], 0.0) + t['seconds'], 3)
+json.dump(d, open(sys.argv[2], 'w'), indent=1, sort_keys=True)
+print(f'durations of {len(d)} tests: {sum(d.values()):.0f} s in all')
+" "$REPLAYSSM_TEST_LOG" "$OUT/durations.json"
 sleep 1  # let tee finish log.txt
 exit $rc
