@@ -1,0 +1,77 @@
+"""A model of FlashInfer 0.7.2's ``checkpointing_ssu`` fold, to size its bf16 step against the
+``flush-increment`` check (docs/findings.md, "FlashInfer's verdicts").
+
+Oracle: the fp64 fold of the kernel's own previous checkpoint and records (what ``flush-increment``
+compares with), at super120b's head shape (P = 64, N = 128, 128 heads a row), 12 records a flush,
+the ``mild`` input regime.  Two models of the kernel, both accumulating in fp32 and storing the
+checkpoint once with stochastic rounding to fp16 (FlashInfer rounds once per fold,
+``replay_state_mma``): (a) the weighted input ``exp(cum_total - cum_k) dt_k B_k`` rounded to bf16
+before the tensor-core product, as FlashInfer's ``frag_B(i) = frag_t(toFloat(frag_B(i)) *
+coeff[i])`` does (``kernel_checkpointing_ssu_common.cuh``); (b) the same in fp32.  Printed: the
+flush's added error in units of fp16's u (2^-11) relative to the fold's row maximum, the quantity
+the check bounds by 4.01 u here.  Expected: (a) ~5 u, (b) ~1-1.5 u.
+
+Run: python tools/flashinfer_fold_model.py [--rows 8] [--flushes 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+U_FP16 = 2.0**-11
+
+
+def sr_fp16(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """fp64 values stochastically rounded to the fp16 grid (normal range; subnormals as 2^-24 steps)."""
+    e = torch.floor(torch.log2(x.abs().clamp_min(2.0**-14)))
+    ulp = torch.pow(2.0, e - 10)
+    lo = torch.floor(x / ulp) * ulp
+    return torch.where(torch.rand(x.shape, generator=gen, dtype=torch.float64) < (x - lo) / ulp, lo + ulp, lo)
+
+
+def flush_errors(rows: int, flushes: int, heads: int = 128, P: int = 64, N: int = 128, n: int = 12,
+                 seed: int = 0) -> dict[str, list[float]]:
+    """Per flush (after two warm-up flushes) and row: the added error in fp16 u of each model."""
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    out: dict[str, list[float]] = {"bf16 weighted B (FlashInfer)": [], "fp32 weighted B": []}
+    for _ in range(rows):
+        A = -(1 + torch.rand(heads, dtype=torch.float64))
+        bias = torch.rand(heads, dtype=torch.float64) - 4
+        h = torch.zeros(heads, P, N, dtype=torch.float64)
+        for f in range(flushes):
+            x = torch.randn(n, heads, P).to(torch.bfloat16).double()
+            B = torch.randn(n, heads, N).to(torch.bfloat16).double()
+            dt = torch.nn.functional.softplus(torch.randn(n, heads, dtype=torch.float64) + bias)
+            cum = torch.cumsum(A * dt, 0)
+            coeff = torch.exp(cum[-1] - cum) * dt
+            want = h * torch.exp(cum[-1])[:, None, None] + torch.einsum("kh,khp,khn->hpn", coeff, x, B)
+            for name in out:
+                wB = coeff.float()[:, :, None] * B.float()
+                if name.startswith("bf16"):
+                    wB = wB.to(torch.bfloat16).float()
+                decayed = h.float() * torch.exp(cum[-1].float())[:, None, None]
+                acc = decayed + torch.einsum("khp,khn->hpn", x.float(), wB)
+                got = sr_fp16(acc.double(), gen)
+                if f >= 2:
+                    out[name].append(float((got - want).abs().max() / (U_FP16 * want.abs().max())))
+            h = got
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=8, help="batch rows (each 128 heads)")
+    ap.add_argument("--flushes", type=int, default=6, help="flushes a row (the first two warm the state up)")
+    args = ap.parse_args()
+    if args.rows < 1 or args.flushes < 3:
+        ap.error("--rows must be >= 1 and --flushes >= 3")
+    for name, v in flush_errors(args.rows, args.flushes).items():
+        v = sorted(v)
+        print(f"{name}: flush-increment {v[len(v) // 2]:.2f} u median, {v[-1]:.2f} u max over {len(v)} flushes")
+
+
+if __name__ == "__main__":
+    main()
