@@ -8,10 +8,13 @@ rule (factor x literal error + floor) must catch each.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
+from replayssm.ops.mamba2 import literal as mamba2_literal
 from replayssm.rounding import INT8_MAX, philox_generator, quantize_state
-from replayssm.validators.mutants._common import only_modes
+from replayssm.validators.mutants._common import DelegatingMath, WrapMath, only_modes
 from replayssm.validators.mutants.registry import register_mutant
 
 
@@ -147,6 +150,35 @@ class FlushBf16Arithmetic(_AtFlush):
         super()._store_state(slot, s, target, target_scale)
 
 
+class _WeightedInputBf16Math(DelegatingMath):
+    """Mamba-2's fold with each token's weighted input ``Δ_j exp(A (c_n - c_j)) B_j`` rounded to bf16
+    before its product with ``x_j`` (fp32 accumulation): the bf16 tensor-core operand of FlashInfer
+    0.7.2's ``checkpointing_ssu`` fold (docs/findings.md, "FlashInfer's verdicts")."""
+
+    def fold(self, s0, hist, params, mode):
+        A, delta = params["A"], hist["dt"]
+        if delta.shape[0] == 0:
+            return s0
+        c = torch.cumsum(delta, dim=0)
+        w = delta * torch.exp(A * (c[-1] - c))  # [n, H]
+        wB = (w[:, :, None] * mamba2_literal._per_head(hist["B"], s0.shape[0])).to(torch.bfloat16).to(s0.dtype)
+        return torch.exp(A * c[-1])[:, None, None] * s0 + torch.einsum("jhp,jhn->hpn", hist["x"], wB)
+
+    def window(self, s0, hist, win, params, mode, options, **conv):
+        res = self.inner.window(s0, hist, win, params, mode, options, **conv)
+        first = {k: torch.cat([hist[k], res.records[k][:1].to(hist[k].dtype)]) for k in hist}
+        return dataclasses.replace(res, state_before=self.fold(s0, hist, params, mode),
+                                   state_after_first=self.fold(s0, first, params, mode))
+
+
+class FoldWeightedInputBf16(WrapMath):
+    """The flush's fold rounds every folded token's weighted input to bf16 (an fp32 checkpoint then
+    carries bf16-level error on each flush's new contributions; outputs read the exact window)."""
+
+    unsupported_reason = only_modes(("fp32",), why="a fold with bf16 operands below an fp32 checkpoint")
+    math_wrapper = _WeightedInputBf16Math
+
+
 # ---- registration --------------------------------------------------------------------------------------
 register_mutant(DecayRecordsBf16, "mutant-decay-records-bf16", "decay records (Δ, g) stored in bf16 instead of fp32",
                 klass="precision")
@@ -170,6 +202,10 @@ register_mutant(Int8Truncation, "mutant-int8-truncation",
 register_mutant(CheckpointBf16Precision, "mutant-checkpoint-bf16-precision",
                 "declared fp32 checkpoint kept at bf16 precision (every flush stores bf16-exact values)",
                 klass="precision")
+register_mutant(FoldWeightedInputBf16, "mutant-fold-weighted-input-bf16",
+                "Mamba-2 fold with each token's weighted input Δ exp(A Δc) B rounded to bf16 before the product "
+                "with x (FlashInfer 0.7.2's checkpointing_ssu tensor-core fold)", klass="precision",
+                families=("mamba2",))
 register_mutant(FlushBf16Arithmetic, "mutant-flush-bf16-arithmetic",
                 "fp32 checkpoint folded at bf16-level accuracy (off the bf16 grid: each flush adds ~0.4 bf16 u)",
                 klass="precision")
