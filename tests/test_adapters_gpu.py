@@ -6,10 +6,11 @@ Oracle: the validation engine.  What is asserted here is the bridging: every exa
 (padding rows and canary slots untouched, outputs written, checkpoint bit-identical over a
 non-flush verify, committed ring rows kept, cursors by the spec rule, bit-identical repeat) holds,
 and nothing is off by more than rounding (no "bookkeeping" failure).  Whether each kernel meets the
-tolerance rule at its declared mode is a finding (docs/findings.md), printed with ``-s``, not
-asserted.  Skipped without CUDA; each case skips when its source is unavailable (the vllm ones
-without ../shared/peers/vllm-replayssm; sglang, fla, mamba_ssm and flashinfer without their install:
-``tools/flashinfer_h200.sh`` installs carried wheels on the GPU machine).
+tolerance rule and the precision checks (flush-increment, stored-precision) at its declared mode is a
+finding (docs/findings.md), printed with ``-s``, not asserted.  Skipped without CUDA; each case
+skips when its source is unavailable (the vllm ones without ../shared/peers/vllm-replayssm; sglang,
+fla, mamba_ssm and flashinfer without their install: ``tools/flashinfer_h200.sh`` installs carried
+wheels on the GPU machine).
 """
 
 import os
@@ -27,7 +28,11 @@ from replayssm.validators.runner import run_scenario
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 PEERS = pathlib.Path(os.environ.get(_vllm_source.ENV)
                      or pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm")
-TOLERANCE_CHECKS = {"output", "state", "flush-checkpoint"}
+# The checks whose failure says the kernel computes or stores below its declared precision: findings
+# about the kernel (docs/findings.md: vLLM's and SGLang's flush-increment, FlashInfer's sfp16 fold, the
+# softplus), reported by the run's headline; every other check (cursors, rings, slots, padding,
+# poison, out-params, repeat, exceptions) is the bridge's, and must pass.
+PRECISION_CHECKS = {"output", "state", "flush-checkpoint", "flush-increment", "stored-precision"}
 CASES = [  # family, kernel, decode, mode
     ("mamba2", "vllm-replay", "standard", "s32a16"), ("mamba2", "vllm-replay-state", "standard", "s32a16"),
     ("mamba2", "vllm-replay", "speculative", "s32a16-tf32"), ("mamba2", "vllm-baseline", "standard", "s32a16"),
@@ -79,6 +84,6 @@ def test_adapter_bridges_hold_at_real_geometry(loaded, family, name, decode, mod
     sc = Scenario.build(family, decode=decode, mode=mode, geometry=geometry, batch=batch, **kw)
     res = run_scenario(sc, name, device="cuda", literal_every=1 if batch <= 8 else 4)
     print(f"\n{name} {family} {decode} {mode} B{batch}: {res.headline()}")
-    exact = [f for f in res.failures if f.check not in TOLERANCE_CHECKS]
+    exact = [f for f in res.failures if f.check not in PRECISION_CHECKS]
     assert not exact, [(f.step, f.check, f.message) for f in exact[:5]]
     assert not any("bookkeeping" in f.message for f in res.failures), res.failures[:3]
