@@ -8,10 +8,12 @@ checkpoint once with stochastic rounding to fp16 (FlashInfer rounds once per fol
 ``replay_state_mma``): (a) the weighted input ``exp(cum_total - cum_k) dt_k B_k`` rounded to bf16
 before the tensor-core product, as FlashInfer's ``frag_B(i) = frag_t(toFloat(frag_B(i)) *
 coeff[i])`` does (``kernel_checkpointing_ssu_common.cuh``); (b) the same in fp32.  Printed: the
-flush's added error in units of fp16's u (2^-11) relative to the fold's row maximum, the quantity
-the check bounds by 4.01 u here.  Expected: (a) ~5 u, (b) ~1-1.5 u.
+flush's added error in units of the state format's u (fp16: 2^-11) relative to the fold's row
+maximum, the quantity the check bounds (by 4.01 u for fp16 here).  Expected with an fp16 state:
+(a) ~5 u, (b) ~1-1.5 u.  ``--state fp32`` (the checkpoint the fp32 accumulator, as ``s32a16``
+stores it) predicts the size of the failure at ``s32a16``.
 
-Run: python tools/flashinfer_fold_model.py [--rows 8] [--flushes 6]
+Run: python tools/flashinfer_fold_model.py [--rows 8] [--flushes 6] [--state fp16-sr|fp32]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import argparse
 import torch
 
 U_FP16 = 2.0**-11
+STATES = {"fp16-sr": U_FP16, "fp32": 2.0**-24}
 
 
 def sr_fp16(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -32,8 +35,12 @@ def sr_fp16(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 
 def flush_errors(rows: int, flushes: int, heads: int = 128, P: int = 64, N: int = 128, n: int = 12,
-                 seed: int = 0) -> dict[str, list[float]]:
-    """Per flush (after two warm-up flushes) and row: the added error in fp16 u of each model."""
+                 seed: int = 0, state: str = "fp16-sr") -> dict[str, list[float]]:
+    """Per flush (after two warm-up flushes) and row: the added error in units of the state format's u
+    (``state``: "fp16-sr", stochastic rounding to fp16, or "fp32", the fp32 accumulator stored)."""
+    if state not in STATES:
+        raise ValueError(f"state: expected one of {sorted(STATES)}, got {state!r}")
+    u = STATES[state]
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
     out: dict[str, list[float]] = {"bf16 weighted B (FlashInfer)": [], "fp32 weighted B": []}
@@ -54,9 +61,9 @@ def flush_errors(rows: int, flushes: int, heads: int = 128, P: int = 64, N: int 
                     wB = wB.to(torch.bfloat16).float()
                 decayed = h.float() * torch.exp(cum[-1].float())[:, None, None]
                 acc = decayed + torch.einsum("khp,khn->hpn", x.float(), wB)
-                got = sr_fp16(acc.double(), gen)
+                got = sr_fp16(acc.double(), gen) if state == "fp16-sr" else acc.double()
                 if f >= 2:
-                    out[name].append(float((got - want).abs().max() / (U_FP16 * want.abs().max())))
+                    out[name].append(float((got - want).abs().max() / (u * want.abs().max())))
             h = got
     return out
 
@@ -65,10 +72,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=8, help="batch rows (each 128 heads)")
     ap.add_argument("--flushes", type=int, default=6, help="flushes a row (the first two warm the state up)")
+    ap.add_argument("--state", choices=sorted(STATES), default="fp16-sr", help="the checkpoint's format")
     args = ap.parse_args()
     if args.rows < 1 or args.flushes < 3:
         ap.error("--rows must be >= 1 and --flushes >= 3")
-    for name, v in flush_errors(args.rows, args.flushes).items():
+    for name, v in flush_errors(args.rows, args.flushes, state=args.state).items():
         v = sorted(v)
         print(f"{name}: flush-increment {v[len(v) // 2]:.2f} u median, {v[-1]:.2f} u max over {len(v)} flushes")
 
