@@ -33,16 +33,16 @@ def tests(session):
 
 
 def _gpu_tests(session, marker: str) -> None:
-    _install(session)
-    if not _has_cuda(session):
-        session.skip(f"no CUDA device visible: the {session.name} session needs an NVIDIA GPU "
-                     "(set CUDA_VISIBLE_DEVICES)")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     # pytest-xdist workers share the one GPU (tests/gpu_tiers.py: the big-memory tests run one at a time)
     workers = os.environ.get("REPLAYSSM_GPU_WORKERS", "4")
     if not workers.isdigit():
         session.error(f"REPLAYSSM_GPU_WORKERS={workers!r}: expected a whole number of pytest-xdist workers "
                       "(0 or 1: one process)")
+    _install(session)
+    if not _has_cuda(session):
+        session.skip(f"no CUDA device visible: the {session.name} session needs an NVIDIA GPU "
+                     "(set CUDA_VISIBLE_DEVICES)")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     xdist = ["-n", workers, "--dist", "loadgroup"] if int(workers) > 1 else []
     session.run("python", "-m", "pytest", "-q", "-m", marker, *xdist, *session.posargs, env=env)
 
