@@ -65,6 +65,14 @@ def test_the_batch_512_cases_share_one_xdist_group(test, argnames, is_big):
     assert BIG_MEMORY.mark.args == ("gpu-big-memory",)
 
 
+def test_the_merge_tier_builds_one_flashinfer_module_per_kernel():
+    params = _params(test_adapters_gpu.test_adapter_bridges_hold_at_real_geometry, "family,name,decode,mode")
+    merge = [p.values for p in params if not p.marks]
+    assert {n for _, n, _, _ in merge if n.startswith("flashinfer-")} == {"flashinfer-baseline", "flashinfer-replay"}
+    assert len([n for _, n, _, _ in merge if n.startswith("flashinfer-")]) == 2
+    assert len(merge) == len(params) - 7  # every other adapter case stays in the merge tier at batch 8
+
+
 def test_the_whole_batch_512_tests_of_gdn_and_kda_share_it():
     for test in (test_gdn_gpu.test_engine_gpu_batch512, test_kda_gpu.test_engine_gpu_batch512):
         assert BIG_MEMORY.mark in test.pytestmark
