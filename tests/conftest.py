@@ -1,8 +1,8 @@
 """Shared fixtures of the test suite, and the thread budget of each test process."""
 
-import json
 import os
 
+import progress_log
 import pytest
 import torch
 
@@ -36,16 +36,5 @@ def one_thread():
 
 
 def pytest_runtest_logreport(report):
-    """With ``REPLAYSSM_TEST_LOG=PATH``, one JSON line per test phase appended to PATH as it ends (the
-    node id, phase, outcome, seconds, and the first lines of a failure), flushed at once: a GPU run cut
-    by its time limit still tells how long each finished test took and why one failed
-    (tools/gpu_tests_h200.sh, tools/flashinfer_h200.sh).  Under pytest-xdist the controller writes it."""
-    path = os.environ.get("REPLAYSSM_TEST_LOG")
-    if not path or os.environ.get("PYTEST_XDIST_WORKER") or (report.when != "call" and report.outcome == "passed"):
-        return
-    line = {"test": report.nodeid, "when": report.when, "outcome": report.outcome,
-            "seconds": round(report.duration, 3)}
-    if report.failed:
-        line["reason"] = "\n".join(str(report.longrepr).splitlines()[-12:])
-    with open(path, "a") as f:
-        f.write(json.dumps(line) + "\n")
+    """``REPLAYSSM_TEST_LOG=PATH``: one JSON line per finished test (tests/progress_log.py)."""
+    progress_log.write(report)

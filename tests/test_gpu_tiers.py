@@ -82,7 +82,7 @@ def test_the_progress_log_keeps_each_finished_test_and_why_one_failed(tmp_path, 
     import json
     from types import SimpleNamespace
 
-    import conftest
+    import progress_log
 
     log = tmp_path / "tests.jsonl"
     monkeypatch.setenv("REPLAYSSM_TEST_LOG", str(log))
@@ -92,13 +92,13 @@ def test_the_progress_log_keeps_each_finished_test_and_why_one_failed(tmp_path, 
         return SimpleNamespace(nodeid="t.py::x[B8]", when=when, outcome=outcome, duration=1.23456,
                                failed=outcome == "failed", longrepr=longrepr)
 
-    conftest.pytest_runtest_logreport(report("setup", "passed"))  # a passing setup is not a line
-    conftest.pytest_runtest_logreport(report("call", "passed"))
-    conftest.pytest_runtest_logreport(report("call", "failed", "trace\nAssertionError: [(0, 'poison', 'NaN')]"))
+    progress_log.write(report("setup", "passed"))  # a passing setup is not a line
+    progress_log.write(report("call", "passed"))
+    progress_log.write(report("call", "failed", "trace\nAssertionError: [(0, 'poison', 'NaN')]"))
     lines = [json.loads(s) for s in log.read_text().splitlines()]
     assert [(d["when"], d["outcome"], d["seconds"]) for d in lines] == [("call", "passed", 1.235),
                                                                        ("call", "failed", 1.235)]
     assert lines[1]["reason"].endswith("AssertionError: [(0, 'poison', 'NaN')]") and "reason" not in lines[0]
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")  # a worker leaves the line to the controller
-    conftest.pytest_runtest_logreport(report("call", "passed"))
+    progress_log.write(report("call", "passed"))
     assert len(log.read_text().splitlines()) == 2
