@@ -11,10 +11,11 @@
 #   REPLAYSSM_COMMIT=<sha> bash tools/adapters_fuzz_h200.sh
 # Env: ADAPTERS_BUDGET_S (420 per kernel), ADAPTERS_PROFILE (dev), ADAPTERS_KERNELS (default: every
 # registered adapter kernel), ADAPTERS_KDEV (cuda).
-# Results in $OUT: probe.txt, log.txt, <family>-<kernel>.{json,txt}, failures/<family>-<kernel>.json.
+# Results in $OUT (at most 8 files come back from a device call): probe.txt, log.txt, and
+# results.tar.gz holding <family>-<kernel>.{json,txt} and failures/<family>-<kernel>.json.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-OUT=${OUT:-out/adapters_fuzz}; mkdir -p "$OUT/failures"
+OUT=${OUT:-out/adapters_fuzz}; RES=/tmp/adapters_fuzz_results; mkdir -p "$OUT" "$RES/failures"
 BUDGET=${ADAPTERS_BUDGET_S:-420}
 KDEV=${ADAPTERS_KDEV:-cuda}
 t0=$(date +%s)
@@ -24,17 +25,8 @@ log() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$OUT/log.txt"; }
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
 } > "$OUT/probe.txt" 2>&1
-WHEELS=(.whl/sglang/sglang-*.whl .whl/fla_core-*.whl)
-if [ -e "${WHEELS[0]}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "${WHEELS[@]}" \
-    >> "$OUT/probe.txt" 2>&1 || log "pip install of ${WHEELS[*]} failed (probe.txt)"
-  export PYTHONPATH=/tmp/site
-fi
-if [ -f .whl/sglang/mamba_ssm-2.3.2.post1.tar.gz ]; then
-  mkdir -p /tmp/mamba_ssm_src && tar -xzf .whl/sglang/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba_ssm_src \
-    && export REPLAYSSM_MAMBA_SSM_SRC=/tmp/mamba_ssm_src/mamba_ssm-2.3.2.post1
-fi
-[ -d .peers/vllm-replayssm ] && export REPLAYSSM_VLLM_SRC=$PWD/.peers/vllm-replayssm
+source tools/adapter_sources.sh
+adapter_sources "$OUT/probe.txt"
 [ "$KDEV" = cpu ] && export TRITON_INTERPRET=1 || unset TRITON_INTERPRET
 source tools/device_env.sh >> "$OUT/probe.txt" 2>&1
 python -m replayssm list adapters | tee -a "$OUT/log.txt"
@@ -54,8 +46,9 @@ for t in $TARGETS; do
   fam=${t%%/*}; name=${t#*/}
   timeout $(( BUDGET + 120 )) python -m replayssm fuzz --family "$fam" --kernel "$name" --device cpu \
     --kernel-device "$KDEV" --profile "${ADAPTERS_PROFILE:-dev}" --budget-s "$BUDGET" "${MODES[@]}" \
-    --failures "$OUT/failures" --json "$OUT/$fam-$name.json" > "$OUT/$fam-$name.txt" 2>&1 &
+    --failures "$RES/failures" --json "$RES/$fam-$name.json" > "$RES/$fam-$name.txt" 2>&1 &
 done
 wait
+for f in "$RES"/*.txt; do echo "== $(basename "$f"): $(tail -1 "$f")"; done >> "$OUT/log.txt"
+tar -czf "$OUT/results.tar.gz" -C "$RES" .
 log "done"
-tail -n 3 "$OUT"/*-*.txt | tee -a "$OUT/log.txt"

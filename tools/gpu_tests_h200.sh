@@ -9,6 +9,9 @@
 # limit cuts the run: tests/conftest.py).  nox and pytest-split come from $NOX_WHEELS (default
 # .whl/nox: carry it) when not installed; REPLAYSSM_COMMIT names the commit (the device copy has no
 # .git).  GPU_TESTS_LIMIT (s, default 570): the run's timeout; a run cut by it exits 124 and says so.
+# The adapters' GPU tests run where their sources are carried too (tools/adapter_sources.sh): carry
+# [".whl/nox", ".whl/sglang", ".whl/fla_core-0.6.0-py3-none-any.whl", ".peers/vllm-replayssm"]
+# (6.6 + 39.3 + 1.1 + 0.8 MB; FlashInfer's 64 MB goes with tools/flashinfer_h200.sh alone).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/gpu_tests}
@@ -22,6 +25,9 @@ python -c "import torch, triton, sys; print('python', sys.version.split()[0], 't
 source tools/device_env.sh
 source tools/nox_wheels.sh
 nox_wheels gpu_tests nox pytest_split || exit 1
+source tools/adapter_sources.sh
+adapter_sources "$OUT/log.txt"  # the adapters' sources where carried (their GPU tests skip otherwise)
+python -m replayssm list adapters
 ARGS=(--durations=30 --junitxml "$OUT/junit.xml")
 case "$TIER" in
   merge) SESSION=gpu ;;
