@@ -26,7 +26,7 @@ log() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$OUT/log.txt"; }
   python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
 } > "$OUT/probe.txt" 2>&1
 source tools/adapter_sources.sh
-adapter_sources "$OUT/probe.txt"
+adapter_sources "$OUT/probe.txt" || log "pip install of the carried adapter wheels failed (probe.txt)"
 [ "$KDEV" = cpu ] && export TRITON_INTERPRET=1 || unset TRITON_INTERPRET
 source tools/device_env.sh >> "$OUT/probe.txt" 2>&1
 python -m replayssm list adapters | tee -a "$OUT/log.txt"

@@ -31,16 +31,15 @@ log() { echo "$*" | tee -a "$OUT/log.txt"; }
   ls -l .whl/"$GROUP"/
 } > "$OUT/probe.txt" 2>&1
 case "$GROUP" in
-  flashinfer) WHEELS=(.whl/flashinfer/*.whl) ;;
-  sglang) WHEELS=(.whl/sglang/*.whl)
-    mkdir -p /tmp/mamba_ssm_src && tar -xzf .whl/sglang/mamba_ssm-2.3.2.post1.tar.gz -C /tmp/mamba_ssm_src \
-      && export REPLAYSSM_MAMBA_SSM_SRC=/tmp/mamba_ssm_src/mamba_ssm-2.3.2.post1
-    ;;
+  flashinfer)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/flashinfer/*.whl \
+      >> "$OUT/probe.txt" 2>&1 || { log "pip install of .whl/flashinfer/*.whl failed (probe.txt)"; exit 1; }
+    export PYTHONPATH=/tmp/site ;;
+  sglang)  # the sglang wheel and the mamba_ssm sdist of .whl/sglang
+    source tools/adapter_sources.sh
+    adapter_sources "$OUT/probe.txt" || { log "pip install of the .whl/sglang wheels failed (probe.txt)"; exit 1; } ;;
   *) echo "usage: tools/flashinfer_h200.sh flashinfer|sglang" >&2; exit 2 ;;
 esac
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "${WHEELS[@]}" \
-  >> "$OUT/probe.txt" 2>&1 || { log "pip install of ${WHEELS[*]} failed (probe.txt)"; exit 1; }
-export PYTHONPATH=/tmp/site
 python3 -c "import flashinfer.mamba, flashinfer; print('flashinfer', flashinfer.__version__)" >> "$OUT/probe.txt" 2>&1 \
   || [ "$GROUP" != flashinfer ] || log "import flashinfer.mamba failed (probe.txt)"
 source tools/device_env.sh

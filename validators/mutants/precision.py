@@ -156,13 +156,13 @@ class _WeightedInputBf16Math(DelegatingMath):
     0.7.2's ``checkpointing_ssu`` fold (docs/findings.md, "FlashInfer's verdicts")."""
 
     def fold(self, s0, hist, params, mode):
-        A, delta = params["A"], hist["dt"]
+        delta = hist["dt"]
         if delta.shape[0] == 0:
             return s0
-        c = torch.cumsum(delta, dim=0)
-        w = delta * torch.exp(A * (c[-1] - c))  # [n, H]
+        total, seg = self.inner.decays(params["A"], delta, delta.shape[0] - 1)  # Mamba2Math's decay weights
+        w = delta * seg  # [n, H]
         wB = (w[:, :, None] * mamba2_literal._per_head(hist["B"], s0.shape[0])).to(torch.bfloat16).to(s0.dtype)
-        return torch.exp(A * c[-1])[:, None, None] * s0 + torch.einsum("jhp,jhn->hpn", hist["x"], wB)
+        return total[:, None, None] * s0 + torch.einsum("jhp,jhn->hpn", hist["x"], wB)
 
     def window(self, s0, hist, win, params, mode, options, **conv):
         res = self.inner.window(s0, hist, win, params, mode, options, **conv)
