@@ -88,9 +88,10 @@ def test_adapter_bridges_hold_at_real_geometry(loaded, family, name, decode, mod
     if name.startswith("flashinfer-"):  # FlashInfer 0.7.2 builds no kernel for nano4b's head dim 80 (H200,
         geometry = "super120b"          # 2026-12-01, docs/findings.md): Nemotron-3-Super-120B's 128 x 64 heads
     # flashinfer-replay's standard decode is its T' = 1 ring of L + 1 rows (a power of two)
-    # (sglang-replay-serving with a 16-bit checkpoint folds every commit: B = T', a ring of 8 rows)
-    spec_b = 4 if name == "sglang-replay-serving" and mode.startswith("s16") else 12
-    kw = (dict(schedule="exhaustive", window=4, buffer=spec_b) if decode == "speculative"
+    # (sglang-replay-serving with a 16-bit checkpoint folds every commit: B = T'; its 16-bit fold needs
+    # a ring of 16 rows, the server's default, so T' = 8)
+    spec_t, spec_b = (8, 8) if name == "sglang-replay-serving" and mode.startswith("s16") else (4, 12)
+    kw = (dict(schedule="exhaustive", window=spec_t, buffer=spec_b) if decode == "speculative"
           else dict(schedule="always-1", buffer=15 if name == "flashinfer-replay" else 16, steps=36))
     sc = Scenario.build(family, decode=decode, mode=mode, geometry=geometry, batch=batch, **kw)
     res = run_scenario(sc, name, device="cuda", literal_every=1 if batch <= 8 else 4)

@@ -97,6 +97,8 @@ def test_sglang_serving_refuses_what_its_path_does_not_implement(sglang_kernels)
                       (dict(mode="s32a32-tf32", buffer=3), "B \\+ T' must be a power of two"),
                       (dict(mode="s16a16", buffer=6), "fold_every_commit folds after every commit: .* B = T'"),
                       (dict(mode="s16a16-tf32", buffer=2), "checkpoint is cast to the key dtype"),
+                      (dict(mode="s16a16", buffer=2), "compiles for the GPU only from 16 rows.*ring of 4 rows"),
+                      (dict(mode="s32a16", buffer=6), "compiles for the GPU only from 16 rows.*ring of 8 rows"),
                       (dict(mode="s32a32-tf32", buffer=2, kernel_options={"fold_every_commit": 1}),
                        "options.fold_every_commit: expected a bool")]:
         with pytest.raises(ValueError, match=match):

@@ -64,6 +64,7 @@ class TritonGDNReplay(TritonGDNBase):
         self.tp = next_pow2(d.window)
         self.coef_layout = coef_layout(self.jb, self.tp)
         self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._window_vectors: dict[int, torch.Tensor] = {}
         self.fold_unroll = int_choice(opts, "fold_unroll", (1, 2, 4, 8), 4)
         self.tiles_per_program = (int_choice(opts, "tiles", (1, 2, 4, 8, 16, 32), 1) if "tiles" in opts else None)
         self.kchunks = int(opts.get("kchunks", 1))
@@ -108,6 +109,15 @@ class TritonGDNReplay(TritonGDNBase):
                 torch.zeros((rows, self.HV, self.coef_layout["NCOEF"]), dtype=torch.float32, device=self.device),
                 torch.zeros((rows, 4), dtype=torch.int64, device=self.device))
         return self._scratch[rows]
+
+    def window_vectors(self, rows: int) -> torch.Tensor:
+        """The pre-pass's normalised window vectors ``[rows, H, 2 T', BK]`` fp32 (k_i, then q_i scaled,
+        per window token), read by every stream program of the key head (kept per row count, like
+        :meth:`scratch`)."""
+        if rows not in self._window_vectors:
+            self._window_vectors[rows] = torch.zeros((rows, self.H, 2 * self.tp, self.BK), dtype=torch.float32,
+                                                     device=self.device)
+        return self._window_vectors[rows]
 
     # ---- steps -----------------------------------------------------------------------------------------
     # the launches, swapped by a family with another record layout (KDA's per-channel gates)

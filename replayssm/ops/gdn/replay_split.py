@@ -49,7 +49,7 @@ def coef_layout(jb: int, tp: int) -> dict[str, int]:
 
 @triton.jit
 def _gdn_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, k_rec_ptr, g_rec_ptr,
-                     wpos_ptr, origin_ptr, isflush_ptr, pending_ptr, ticket_ptr, sr_ptr, coef_ptr, meta_ptr,
+                     wpos_ptr, origin_ptr, isflush_ptr, pending_ptr, ticket_ptr, sr_ptr, coef_ptr, meta_ptr, qk_ptr,
                      H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, T: tl.constexpr, RING: tl.constexpr,
                      SPEC: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr, JB: tl.constexpr,
                      TP: tl.constexpr, INTERPRET: tl.constexpr,
@@ -92,6 +92,10 @@ def _gdn_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
         k_i = l2_normalise(tl.load(k_ptr + (tok_i * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
         kk_i = tl.sum(Kh * k_i[None, :], 1)  # [JB]: k_j . k_i
         kq_i = tl.sum(Kh * q_i[None, :], 1)  # [JB]: k_j . q_i
+        # the normalised window vectors for the stream (which would otherwise renormalise them per tile)
+        qkb = ((r * H + hk) * 2 * TP + 2 * i) * BK
+        tl.store(qk_ptr + qkb + offs_k, k_i)
+        tl.store(qk_ptr + qkb + BK + offs_k, q_i)
         srow_i = slot * RING + (org + w + i) % RING
         tl.store(k_rec_ptr + (srow_i * H + hk) * K + offs_k, cast_nearest(k_i, k_rec_ptr.dtype.element_ty, INTERPRET),
                  mask=keep_k)
@@ -155,8 +159,8 @@ def _rows_to_2d(s3, BV: tl.constexpr, BK: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["seed", "num_slots"])
-def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, coef_ptr,
-                       meta_ptr, seed, num_slots,
+def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, coef_ptr,
+                       meta_ptr, qk_ptr, seed, num_slots,
                        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, T: tl.constexpr,
                        RING: tl.constexpr, SPEC: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, SCALED: tl.constexpr,
@@ -217,10 +221,9 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
             qk = tl.arange(0, NQK)
             QK = tl.zeros([NQK, BK], dtype=tl.float32)
             for i in tl.static_range(T):
-                tok = r * T + i
-                q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32),
-                                   0) * SCALE
-                k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
+                qkb = ((r * H + hk) * 2 * TP + 2 * i) * BK
+                k_i = tl.load(qk_ptr + qkb + offs_k)
+                q_i = tl.load(qk_ptr + qkb + BK + offs_k)
                 QK = tl.where((qk == i)[:, None], k_i[None, :], QK)
                 QK = tl.where((qk == T + i)[:, None], q_i[None, :], QK)
             SQK = tl.dot(s0, tl.trans(QK), input_precision=DOT)  # [BV, NQK]
@@ -230,10 +233,10 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
         rec_m = mv & ((offs_v * 0 + keep.to(tl.int32)) != 0)
         for i in tl.static_range(T):
             tok = r * T + i
+            qkb = ((r * H + hk) * 2 * TP + 2 * i) * BK
+            k_i = tl.load(qk_ptr + qkb + offs_k)  # normalised by the pre-pass ([BK] or [KC, BK / KC])
+            q_i = tl.load(qk_ptr + qkb + BK + offs_k)
             if KC == 1:
-                q_i = l2_normalise(tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32),
-                                   0) * SCALE
-                k_i = l2_normalise(tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32), 0)
                 if RDOT:
                     sk = tl.sum(tl.where((qk == i)[None, :], SQK, 0.0), 1)
                     sq = tl.sum(tl.where((qk == T + i)[None, :], SQK, 0.0), 1)
@@ -241,10 +244,6 @@ def _gdn_stream_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr,
                     sk = tl.sum(s0 * k_i[None, :], 1)
                     sq = tl.sum(s0 * q_i[None, :], 1)
             else:
-                qr = tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-                kr = tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-                q_i = qr / tl.sqrt_rn(tl.sum(tl.sum(qr * qr, 1), 0) + 1e-6) * SCALE
-                k_i = kr / tl.sqrt_rn(tl.sum(tl.sum(kr * kr, 1), 0) + 1e-6)
                 sk = tl.sum(tl.sum(s0 * k_i[:, None, :], 0), 1)
                 sq = tl.sum(tl.sum(s0 * q_i[:, None, :], 0), 1)
             v_i = tl.load(v_ptr + (tok * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
@@ -301,6 +300,7 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     R = slot_ids.shape[0]
     dec = kern.decode
     coef, meta = kern.scratch(R)
+    qk = kern.window_vectors(R)
     lay = kern.coef_layout
     offs = {f"O_{k}": v for k, v in lay.items() if k != "NCOEF"}
     bv, nvb, nw = kern.split_shape(R)
@@ -314,13 +314,13 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
         _gdn_coef_kernel[(kern.H, R)](
             slot_ids, inputs["q"], inputs["k"], inputs["a"], inputs["b"], kern.A_log, kern.dt_bias,
             kern.records["k"], kern.records["g"], kern.write_pos, kern.origin, kern.is_flush, kern.pending,
-            kern.ticket, kern.sr_count, coef, meta, num_warps=kern.coef_warps, **common)
+            kern.ticket, kern.sr_count, coef, meta, qk, num_warps=kern.coef_warps, **common)
     if phases == "coef":
         return
     nvt = kern.split_tiles(R, nvb)
     _gdn_stream_kernel[(R, kern.HV, triton.cdiv(nvb, nvt))](
-        slot_ids, inputs["q"], inputs["k"], inputs["v"], out, kern.states, kern.scales, kern.records["d"],
-        kern.records["k"], coef, meta, kern.seed, kern.num_slots, V=kern.V, BV=bv, SCALED=kern.scaled, SR=kern.sr,
+        slot_ids, inputs["v"], out, kern.states, kern.scales, kern.records["d"],
+        kern.records["k"], coef, meta, qk, kern.seed, kern.num_slots, V=kern.V, BV=bv, SCALED=kern.scaled, SR=kern.sr,
         KC=kern.kchunks, DOT=kern.mode.dot, RDOT=rdot, FU=kern.fold_unroll, NVT=nvt, num_warps=nw, **common)
 
 
