@@ -22,17 +22,15 @@ from replayssm.precision import parse_mode
 from replayssm.validators.bench import num_sets, time_kernel
 
 TF = "s32a16-tf32x3"
-M2_STD = [{}, {"num_warps": 2}, {"num_warps": 2, "kchunks": 4}, {"num_warps": 4, "kchunks": 4}, {"num_warps": 1},
-          {"num_warps": 2, "kchunks": 2}]
-M2_SPEC = [{"num_warps": 2}, {"num_warps": 2, "kchunks": 4}, {"num_warps": 4, "kchunks": 4},
-           {"num_warps": 1, "kchunks": 4}, {"num_warps": 2, "kchunks": 8}, {"_mode": TF, "num_warps": 4},
-           {"_mode": TF, "num_warps": 2}]
-GDN_STD = [{"block_v": 16, "num_warps": 1}, {"block_v": 8, "num_warps": 1}, {"block_v": 8, "num_warps": 1, "tiles": 4},
-           {"block_v": 8, "num_warps": 1, "tiles": 16}, {"block_v": 16, "num_warps": 1, "tiles": 2}]
-GDN_SPEC = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 1},
-            {"block_v": 16, "num_warps": 1, "kchunks": 4}, {"block_v": 16, "num_warps": 2, "kchunks": 4},
-            {"block_v": 32, "num_warps": 2, "kchunks": 4}, {"_mode": TF, "block_v": 16, "num_warps": 1},
-            {"_mode": TF, "block_v": 16, "num_warps": 2}, {"_mode": TF, "block_v": 32, "num_warps": 4}]
+# the defaults first; then the chunked readouts (the key / dstate axis in 8 or 16 in-thread chunks)
+M2_STD = [{}, {"kchunks": 8, "num_warps": 2}, {"kchunks": 4, "num_warps": 2}]
+M2_SPEC = [{}, {"kchunks": 8, "num_warps": 2}, {"kchunks": 8, "num_warps": 1}, {"kchunks": 16, "num_warps": 2},
+           {"kchunks": 8, "num_warps": 4}, {"kchunks": 4, "num_warps": 2}]
+GDN_STD = [{}, {"block_v": 8, "num_warps": 1, "kchunks": 8}, {"block_v": 16, "num_warps": 2, "kchunks": 8},
+           {"block_v": 8, "num_warps": 1, "kchunks": 4}]
+GDN_SPEC = [{}, {"block_v": 8, "num_warps": 1, "kchunks": 8}, {"block_v": 16, "num_warps": 2, "kchunks": 8},
+            {"block_v": 32, "num_warps": 4, "kchunks": 8}, {"block_v": 8, "num_warps": 1, "kchunks": 16},
+            {"block_v": 8, "num_warps": 1, "kchunks": 8, "tiles": 4}, {"block_v": 8, "num_warps": 1, "kchunks": 4}]
 
 
 def main() -> int:
