@@ -138,17 +138,9 @@ class GatedDeltaNet(Family):
             if decode.speculative:
                 return [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2}]
             return [{"block_v": 8, "num_warps": 1}, {"block_v": 32, "num_warps": 4}]
-        # + the stream's key axis in 8 chunks summed inside a thread (one value row per 4 lanes: two
-        # butterfly steps per readout instead of five, docs/benchmarks.md)
-        chunked = {"kchunks": 8, "block_v": 8, "num_warps": 1}
-        if decode.speculative:
-            if batch < 16:  # the fused kernel by default
-                return [{}, {"prepass": True, **chunked}]
-            return [{}, chunked, {"kchunks": 8, "block_v": 16, "num_warps": 2},
-                    {"prepass": False, "block_v": 16, "num_warps": 1}]
-        if batch < 16:
-            return [{}, {"prepass": True, **chunked}, {"prepass": True, "block_v": 16, "num_warps": 1}]
-        return [{}, chunked, {"prepass": False, "block_v": 8, "num_warps": 1}]
+        if decode.speculative:  # + the stream's window readouts as one ieee fp32 dot (docs/benchmarks.md)
+            return [{}, {"prepass": False, "block_v": 16, "num_warps": 1}, {"readout": "dot"}]
+        return [{}, {"prepass": False, "block_v": 8, "num_warps": 1}, {"prepass": True, "block_v": 16, "num_warps": 1}]
 
 
 FAMILY = register_family(GatedDeltaNet())

@@ -148,8 +148,8 @@ class Mamba2(Family):
         # is checked against fp64 over a whole cursor cycle before it is timed.
         if kind == "baseline":
             return [{"block_p": 16, "num_warps": 4}, {"block_p": 32, "num_warps": 4}][:1 if decode.speculative else 2]
-        if decode.speculative:  # + dstate in 8 chunks summed inside a thread on two warps
-            return [{}, {"prepass": False}, {"kchunks": 8, "num_warps": 2}]
+        if decode.speculative:  # + every window readout as one ieee fp32 dot (the stream's, from 16 rows)
+            return [{}, {"prepass": False}, {"vector_readout": True}]
         return [{}, {"prepass": False}, {"prepass": True}]
 
 
