@@ -255,6 +255,26 @@ def _assert_same(a, b):
     assert all(bits_equal(a.extra[n], b.extra[n]) for n in a.extra)
 
 
+def test_default_warps_of_the_single_kernel():
+    """On the GPU the speculative verify's single kernel (below 16 rows) runs 16 value rows on one
+    warp (measured 1.85x faster than two at batch 8, docs/benchmarks.md); standard decode keeps about
+    32 state elements per thread; an explicit num_warps wins."""
+    from replayssm.families import preset
+    g = preset("qwen35-4b", "gdn")
+    params = {"A_log": torch.zeros(g.num_v_heads), "dt_bias": torch.zeros(g.num_v_heads)}
+
+    def build(decode, **options):
+        k = get("triton-replay", "gdn")(KernelConfig(g, params, "s32a16", decode, num_slots=1, options=options))
+        k.interpret = False
+        return k
+    spec, std = build(DecodeConfig("speculative", 4, 16)), build(DecodeConfig("standard", 1, 16))
+    assert spec.launch_shape(8) == (16, 8, 1)
+    assert std.launch_shape(8) == (8, 16, 1)  # 8 rows x 128 keys: 32 per thread on one warp
+    assert build(DecodeConfig("speculative", 4, 16), num_warps=2).launch_shape(8)[2] == 2
+    kda = get("triton-replay", "kda")
+    assert not kda.SPEC_ONE_WARP  # KDA's verify keeps launch_shape's default (not measured on one warp)
+
+
 def test_path_choice_by_rows():
     """The automatic path on the GPU: the single kernel below 16 rows, the pre-pass path from 16 up,
     always the pre-pass path for tensor-core readouts; ``prepass`` overrides; a whole value head per

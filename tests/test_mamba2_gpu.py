@@ -50,7 +50,7 @@ MODE_PATHS = [(m, p) for m in MODES for p in ("prepass", "fused")]
                                              ids=[f"{m}-{p}" for m, p in MODE_PATHS]))
 def test_replay_every_mode_nano4b(mode, path):
     """Both paths of "triton-replay" at batch 4 (the automatic choice there is the fused kernel; the
-    pre-pass path is the default from 16 rows up)."""
+    pre-pass path is the default from 8 rows up in standard decode, 16 in the speculative verify)."""
     opts = {"prepass": path == "prepass"}
     assert_kernel_valid("triton-replay", _sc("nano4b", "speculative", 4, mode, steps=10, kernel_options=opts),
                         device="cuda", repeat_check="-sr" in mode)

@@ -34,6 +34,7 @@ class TritonGDNReplay(TritonGDNBase):
     name = "triton-replay"
     kind = "replay"
     accepted_options = OPTIONS + PREPASS_OPTIONS
+    SPEC_ONE_WARP = True  # the speculative verify's programs default to one warp (KDA's keep launch_shape's)
     description = ("Triton ReplaySSM: records d, normalised k, g; output-only readout; flush at write_pos = L-1; "
                    "speculative verify with the in-window WY/UT solve and device-side commit; coefficient "
                    "pre-pass + checkpoint stream from 16 rows up, one kernel below")
@@ -44,8 +45,12 @@ class TritonGDNReplay(TritonGDNBase):
             and int(options.get("kchunks", 1)) == 1
 
     def __init__(self, config) -> None:
-        # speculative verify: 16 value rows per one-warp program measured fastest on an H200
+        # speculative verify: 16 value rows per one-warp program measured fastest on an H200 (the
+        # single kernel, below 16 rows: 30.1 us at batch 8 on one warp against 55.8 on two, 2026-12-02,
+        # docs/benchmarks.md)
         self.DEFAULT_BLOCK_V = 16 if config.decode.speculative else 8
+        if config.decode.speculative and self.SPEC_ONE_WARP:
+            self.DEFAULT_NUM_WARPS = 1
         super().__init__(config)
         g, rows, S = self.geometry, self.decode.ring_rows, self.num_slots
         act = self.mode.act_dtype

@@ -157,6 +157,7 @@ class TritonGDNBase(ServingLayouts):
     NPOS_EXTRA = 0  # extra state positions per slot beyond the checkpoint (speculative baseline)
     accepted_options: tuple[str, ...] = OPTIONS
     DEFAULT_BLOCK_V = 8
+    DEFAULT_NUM_WARPS: int | None = None  # None: about 32 state elements per thread (launch_shape)
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
@@ -227,8 +228,8 @@ class TritonGDNBase(ServingLayouts):
     # ---- launch geometry ---------------------------------------------------------------------------
     def launch_shape(self, R: int) -> tuple[int, int, int]:
         """(block_v, value blocks, num_warps) for a batch of R rows (see :func:`launch_shape`)."""
-        return launch_shape(self.geometry, R, self.sm_count, self.interpret, self.block_v, self.num_warps,
-                            self.DEFAULT_BLOCK_V)
+        return launch_shape(self.geometry, R, self.sm_count, self.interpret, self.block_v,
+                            self.num_warps or self.DEFAULT_NUM_WARPS, self.DEFAULT_BLOCK_V)
 
     # ---- cursors on the host (checks and inspection only) ----------------------------------------
     def _host(self, t: torch.Tensor) -> list[int]:

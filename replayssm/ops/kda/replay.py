@@ -41,6 +41,7 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
     name = "triton-replay"
     family = "kda"
     accepted_options = OPTIONS + SPLIT_OPTIONS
+    SPEC_ONE_WARP = False  # its verify holds a [history, K] decay tile per program: not measured on one warp
     launch_split = staticmethod(launch_split)
     launch_replay_spec = staticmethod(launch_replay_spec)
     launch_replay_spec_commit = staticmethod(launch_replay_spec_commit)

@@ -144,8 +144,8 @@ class Mamba2(Family):
         return RecordTraffic(state, record, inputs, g.nheads * g.headdim * a)
 
     def bench_launch_candidates(self, kind, decode, batch):
-        # The first is the default (the pre-pass path from 16 rows up, the fused kernel below); each
-        # is checked against fp64 over a whole cursor cycle before it is timed.
+        # The first is the default (the pre-pass path from 8 rows up, 16 in the speculative verify, the
+        # fused kernel below); each is checked against fp64 over a whole cursor cycle before it is timed.
         if kind == "baseline":
             return [{"block_p": 16, "num_warps": 4}, {"block_p": 32, "num_warps": 4}][:1 if decode.speculative else 2]
         if decode.speculative:  # + every window readout as one ieee fp32 dot (the stream's, from 16 rows)

@@ -29,10 +29,10 @@ One kernel serves both decodes and both routes.  One program owns one (batch row
 
 Performance (H200, docs/benchmarks.md): this single kernel runs the standard-decode replay step at
 75 % of the copy bandwidth, bound by per-program serial work (cursor -> ring records ->
-cumsum/decays -> B·C before the first state byte is used).  From 16 rows up "triton-replay"
-therefore runs the output_only route as a coefficient pre-pass + checkpoint stream
-(``replay_split.py``, 90-92 % of copy); this kernel stays the path below 16 rows (one launch is
-faster there), the state_and_output route and ``prepass=False``.
+cumsum/decays -> B·C before the first state byte is used).  From 8 rows up in standard decode
+(16 in the speculative verify) "triton-replay" therefore runs the output_only route as a
+coefficient pre-pass + checkpoint stream (``replay_split.py``, 90-92 % of copy); this kernel stays
+the path below that (one launch is faster there), the state_and_output route and ``prepass=False``.
 
 A non-flush verify only reads the checkpoint.  Cursors move in :func:`_commit_kernel` (one tiny
 launch, no host synchronisation), or, for standard decode, inside the step itself
@@ -395,9 +395,10 @@ class _TritonReplay(TritonMamba2Base):
         # window axis: 16 wide where a tl.dot runs over it (tf32 readouts, vector readouts), else T'
         dotted = m.dot != "ieee" or self.vector_readout
         self.tp = max(16, next_pow2(d.window)) if dotted else next_pow2(d.window)
-        # the two-launch path (replay_split.py): the output_only route; by default from 16 rows up on
-        # the GPU (below, the single kernel's one launch is faster: docs/benchmarks.md) and always under
-        # the interpreter (so that the CPU tests run it by default; prepass=False runs the single kernel)
+        # the two-launch path (replay_split.py): the output_only route; by default from 8 rows up (16 in
+        # the speculative verify) on the GPU (below, the single kernel's one launch is faster:
+        # docs/benchmarks.md) and always under the interpreter (so that the CPU tests run it by default;
+        # prepass=False runs the single kernel)
         opts = config.options
         self.prepass = prepass_option(opts)
         self.coef_warps = int_choice(opts, "coef_warps", (1, 2, 4, 8), 2)
@@ -430,7 +431,9 @@ class _TritonReplay(TritonMamba2Base):
             return False
         if self.prepass is not None:
             return self.prepass
-        return INTERPRET or rows >= 16
+        # from 8 rows in standard decode (H200, 2026-12-02: batch 8 17.6 us against the single kernel's
+        # 23.4, batch 1 8.2 against 6.3), from 16 in the speculative verify (docs/benchmarks.md)
+        return INTERPRET or rows >= (16 if self.decode.speculative else 8)
 
     def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Pre-pass outputs for a launch of ``rows`` rows (kept per row count: a captured CUDA graph
@@ -616,7 +619,7 @@ class TritonReplay(_TritonReplay):
     name = "triton-replay"
     description = ("ReplaySSM Triton kernel, output_only route: y from S0·C and the buffered B·C, x "
                    "(standard L = 1..32 and speculative verify/commit; fused step for standard decode); "
-                   "coefficient pre-pass + checkpoint stream from 16 rows up, one fused kernel below")
+                   "coefficient pre-pass + checkpoint stream from 8 rows up (speculative: 16), one fused kernel below")
     route = "output_only"
 
 
