@@ -3,7 +3,8 @@
 Oracle: ``replayssm.validators.runner.run_scenario``: the fp64 token-by-token KDA recurrence on the
 GPU, the family's literal model at the same precision mode (tolerance rule), and the exact
 invariants.  Geometry kimi-linear-48b (32 heads, K = V = 128); every supported precision mode;
-both standard-decode paths (single kernel, pre-pass + stream); batch 1 to 512.  At batch 512 the
+both paths (single kernel, pre-pass + stream) of standard decode and speculative verify; batch 1
+to 512.  At batch 512 the
 literal model (per-row Python) and the snapshot invariants are off: the run checks every output
 for poison/non-finite values and bounds the worst error in units of the mode's u.
 
@@ -43,6 +44,8 @@ def _cases():
             (f"replay-prepass-{mode}-L16-T1", "triton-replay",
              _sc(mode, "standard", 1, 16, "random", 18, kernel_options={"prepass": True})),
             (f"replay-{mode}-B16-T4", "triton-replay", _sc(mode, "speculative", 4, 16, "per-row", 10)),
+            (f"replay-prepass-{mode}-B16-T4", "triton-replay",
+             _sc(mode, "speculative", 4, 16, "per-row", 10, kernel_options={"prepass": True})),
             (f"baseline-{mode}-T1", "triton-baseline", _sc(mode, "standard", 1, 16, "random", 3)),
             (f"baseline-{mode}-B16-T4", "triton-baseline", _sc(mode, "speculative", 4, 16, "per-row", 4)),
         ]

@@ -49,11 +49,15 @@ def test_standard_L4(name, options):
 
 @pytest.mark.parametrize("name,T,B,steps,options", [("triton-replay", 3, 4, 5, {}),
                                                     ("triton-replay", 2, 2, 3, {"block_v": 4}),
+                                                    ("triton-replay", 3, 4, 5, {"prepass": True}),
+                                                    ("triton-replay", 2, 2, 3, {"prepass": True, "block_v": 4}),
                                                     ("triton-baseline", 3, 4, 4, {})],
-                         ids=["replay-B4-T3", "replay-bv4-B2-T2", "baseline-B4-T3"])
+                         ids=["replay-B4-T3", "replay-bv4-B2-T2", "replay-split-B4-T3", "replay-split-bv4-B2-T2",
+                              "baseline-B4-T3"])
 def test_speculative_per_row(name, T, B, steps, options):
     """Per-row acceptance over flush verifies and ring wraps, origins != 0 (block_v = 4: two value
-    blocks per head, shared record writers)."""
+    blocks per head, shared record writers), the single kernel (the default) and the pre-pass +
+    stream pair (``prepass=True``)."""
     _check(run_scenario(_sc("s32a16", "speculative", T, B, "per-row", steps=steps, kernel_options=options), name))
 
 
@@ -141,10 +145,10 @@ def test_unsupported_modes_refused(name, mode, why):
 
 
 @pytest.mark.parametrize("name,decode,options,why", [
-    ("triton-replay", DecodeConfig("speculative", 2, 3), {"prepass": True}, "standard decode only"),
+    ("triton-replay", DecodeConfig("speculative", 2, 3), {"prepass": 1}, "prepass"),
     ("triton-replay", DecodeConfig("standard", 1, 4), {"kchunks": 2}, "unknown option"),
     ("triton-baseline", DecodeConfig("standard", 1, 4), {"prepass": True}, "unknown option")],
-    ids=["replay-spec-prepass", "replay-kchunks", "baseline-prepass"])
+    ids=["replay-spec-prepass-not-bool", "replay-kchunks", "baseline-prepass"])
 def test_options_refused(name, decode, options, why):
     with pytest.raises(ValueError, match=why):
         _kernel(name, "s32a16", decode, options)

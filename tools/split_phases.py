@@ -34,7 +34,7 @@ from replayssm.scenarios.inputs import make_params
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.bench import graph_median_ms, num_sets, random_inputs
 
-SPLIT = {"mamba2": mamba2_split, "gdn": gdn_split, "kda": kda_split}  # kda: standard decode only
+SPLIT = {"mamba2": mamba2_split, "gdn": gdn_split, "kda": kda_split}
 
 
 def state_bytes(family: str) -> int:

@@ -1,4 +1,4 @@
-"""Option parsing shared by the replay kernels' two-launch paths (both families).
+"""Option parsing and the coefficient layout shared by the replay kernels' two-launch paths (every family).
 
 Oracle: none (argument checking); a bad value raises ValueError naming the option and what was
 expected, before anything is allocated."""
@@ -23,4 +23,15 @@ def int_choice(options: dict, key: str, allowed: tuple[int, ...], default: int) 
     return value
 
 
-__all__ = ["int_choice", "prepass_option"]
+def coef_offsets(sizes) -> dict[str, int]:
+    """Offsets of a pre-pass's per-(row, head) coefficient block laid out as ``sizes`` ((name,
+    floats) pairs, in order), and its length ``NCOEF`` rounded up to 4 floats (16 bytes)."""
+    off, at = {}, 0
+    for name, size in sizes:
+        off[name] = at
+        at += size
+    off["NCOEF"] = (at + 3) // 4 * 4
+    return off
+
+
+__all__ = ["coef_offsets", "int_choice", "prepass_option"]

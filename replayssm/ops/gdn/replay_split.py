@@ -11,7 +11,10 @@ rows) program re-reads its key head's k records and recomputes the history coeff
 ``k_j . k`` and ``k_j . q`` -- as many bytes from L1/L2 as its own state tile -- and holds them in
 registers beside the tile (127-255 registers).  Here the pre-pass computes everything that does not
 touch the state once per (row, key head) for its value heads and writes it as per-(row, value head)
-coefficients; the stream program reads its checkpoint tile, the d records and those coefficients.
+coefficients, and the window's normalised k and scaled q once per (row, key head) (fp32, the
+kernel's ``window_vectors``: the stream renormalised them for every tile of value rows before,
+1148 against 1328 us per speculative verify at batch 512 on an H200, docs/benchmarks.md); the
+stream program reads its checkpoint tile, the d records, those vectors and the coefficients.
 
 With ``S_h = exp(G) S_0 + sum_{j<w} w_j d_j k_j^T`` (the committed history), window tokens
 ``i = 0..T'-1`` with window-local gate sums ``Gw_i`` and gates ``beta_i``:
@@ -33,18 +36,14 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket
+from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 
 
 def coef_layout(jb: int, tp: int) -> dict[str, int]:
     """Offsets of one (row, value head)'s coefficients."""
-    off, at = {}, 0
-    for name, size in (("A", tp), ("B", tp), ("BETA", tp), ("CK", tp * jb), ("CQ", tp * jb), ("AW", tp * tp),
-                       ("MW", tp * tp), ("WF", jb), ("DECF", 1)):
-        off[name] = at
-        at += size
-    off["NCOEF"] = (at + 3) // 4 * 4
-    return off
+    return coef_offsets((("A", tp), ("B", tp), ("BETA", tp), ("CK", tp * jb), ("CQ", tp * jb), ("AW", tp * tp),
+                        ("MW", tp * tp), ("WF", jb), ("DECF", 1)))
 
 
 @triton.jit

@@ -130,6 +130,13 @@ class KimiDeltaAttention(Family):
                      klass="precision"),
     )
 
+    def bench_launch_candidates(self, kind, decode, batch):
+        # the speculative verify's pre-pass + stream pair beside the single kernel (the default until
+        # the pair is timed on a GPU)
+        if kind == "replay" and decode.speculative:
+            return [{}, {"prepass": True}]
+        return [{}]
+
     def traffic(self, geometry, mode: PrecisionMode) -> RecordTraffic:
         g, m = geometry, mode
         a = m.act_bytes_per_element

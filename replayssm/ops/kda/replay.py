@@ -1,7 +1,7 @@
 """The Triton ReplaySSM kernel for KDA ("triton-replay", family kda): standard decode
 (``replay_decode.py``, and the two-launch path ``replay_split.py``) and speculative verify/commit
-(``replay_spec.py``) behind the kernel interface, with the records stored as the literal model
-stores them.
+(``replay_spec.py``; with ``prepass=True`` the two-launch ``replay_spec_split.py``) behind the
+kernel interface, with the records stored as the literal model stores them.
 
 Storage: checkpoint ``[slots, HV, V, K]`` in the state dtype (fp8 with fp32 scales
 ``[slots, HV, V]``); records ``d [slots, rows, HV, V]`` and ``k [slots, rows, H, K]`` in the
@@ -27,6 +27,7 @@ from replayssm.ops.gdn.replay import TritonGDNReplay
 from replayssm.ops.gdn.triton_base import OPTIONS
 from replayssm.ops.kda.replay_decode import launch_replay_decode
 from replayssm.ops.kda.replay_spec import launch_replay_spec, launch_replay_spec_commit
+from replayssm.ops.kda.replay_spec_split import spec_coef_layout
 from replayssm.ops.kda.replay_split import coef_layout, launch_split
 from replayssm.ops.kda.triton_base import TritonKDABase, fold_fp64
 from replayssm.ops.split_options import int_choice
@@ -49,7 +50,8 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
     description = ("Triton ReplaySSM (per-channel gates): records d, normalised k, per-channel g (fp32); "
                    "output-only readout; flush at write_pos = L-1; speculative verify with the in-window "
                    "WY/UT solve and device-side commit; standard decode as coefficient pre-pass + checkpoint "
-                   "stream from 16 rows up, one kernel below")
+                   "stream from 16 rows up, one kernel below; the speculative verify as pre-pass + stream with "
+                   "prepass=True")
 
     @classmethod
     def tensor_core_readouts(cls, decode, options) -> bool:
@@ -57,28 +59,27 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
         return not decode.speculative and options.get("prepass") is not False \
             and options.get("readout", "reduce") == "reduce"
 
-    @classmethod
-    def unsupported_reason(cls, mode, decode, options):
-        why = super().unsupported_reason(mode, decode, options)
-        if why is None and decode.speculative and options.get("prepass"):
-            return "option prepass=True: the two-launch path is standard decode only (speculative: one kernel)"
-        return why
-
     def __init__(self, config) -> None:
         super().__init__(config)
         g, rows, S = self.geometry, self.decode.ring_rows, self.num_slots
         # the per-channel log gate record (the GDN layout has one g per value head)
         self.records["g"] = torch.zeros((S, rows, g.num_v_heads, g.head_k_dim), dtype=torch.float32,
                                         device=self.device)
-        self.jb = next_pow2(max(self.decode.buffer - 1, 1))
-        self.coef_layout = coef_layout(self.jb, self.BK)
+        if self.decode.speculative:  # the committed history (<= B records) and the window's T' tokens
+            self.jb = next_pow2(self.decode.buffer)
+            self.coef_layout = spec_coef_layout(self.jb, self.tp, self.BK)
+        else:
+            self.jb = next_pow2(max(self.decode.buffer - 1, 1))
+            self.coef_layout = coef_layout(self.jb, self.BK)
         # the pre-pass holds several [L, K] fp32 tiles (gates, cumsum, decay weights, weighted keys) where the
         # GDN pre-pass holds one: 4 warps by default (a guess to be settled by tools/kda_bench.py's sweep)
         self.coef_warps = int_choice(config.options, "coef_warps", (1, 2, 4, 8), 4)
 
     def use_split(self, rows: int) -> bool:
-        if self.decode.speculative or self.readout != "reduce":
+        if self.readout != "reduce":
             return False
+        if self.decode.speculative:  # the single kernel unless asked (the two launches not yet timed on a GPU)
+            return self.prepass is True
         if self.mode.dot != "ieee":
             return True  # only the pre-pass path reads out with tensor-core dots
         if self.prepass is not None:

@@ -29,14 +29,8 @@ import triton.language as tl
 
 from replayssm.ops.gdn.replay_spec import launch_replay_spec_commit
 from replayssm.ops.gdn.triton_base import l2_normalise
-from replayssm.ops.kda.triton_base import fold_history, kda_gates, load_history, readout
+from replayssm.ops.kda.triton_base import fold_history, kda_gates, load_history, readout, select_row
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
-
-
-@triton.jit
-def _row(x, sel):
-    """Row ``sel`` (a one-hot mask over dim 0) of tile ``x`` as a vector."""
-    return tl.sum(tl.where(sel[:, None], x, 0.0), 0)
 
 
 @triton.jit(do_not_specialize=["seed", "num_slots"])
@@ -93,9 +87,9 @@ def _kda_replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr
     M = tl.zeros([BT, BT], dtype=tl.float32)
     for t in tl.static_range(T):
         sel = offs_t == t
-        Gt = _row(Gw, sel)
-        kt = _row(Kw, sel)
-        qt = _row(Qw, sel)
+        Gt = select_row(Gw, sel)
+        kt = select_row(Kw, sel)
+        qt = select_row(Qw, sel)
         SK = tl.where(sel[:, None], readout(s0, eG, Dh, KW, tl.exp(Gt) * kt)[None, :], SK)
         SQ = tl.where(sel[:, None], readout(s0, eG, Dh, KW, tl.exp(Gt) * qt)[None, :], SQ)
         past = offs_t <= t
@@ -108,12 +102,12 @@ def _kda_replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr
     D = tl.zeros([BT, BV], dtype=tl.float32)
     for t in tl.static_range(T):
         sel = offs_t == t
-        dt = _row(R, sel) - tl.sum(D * _row(A, sel)[:, None], 0)
+        dt = select_row(R, sel) - tl.sum(D * select_row(A, sel)[:, None], 0)
         D = tl.where(sel[:, None], dt[None, :], D)
     O = SQ
     for t in tl.static_range(T):
         sel = offs_t == t
-        O += tl.where(sel[:, None], tl.sum(D * _row(M, sel)[:, None], 0)[None, :], 0.0)
+        O += tl.where(sel[:, None], tl.sum(D * select_row(M, sel)[:, None], 0)[None, :], 0.0)
     tl.store(out_ptr + (tok[:, None] * HV + h) * V + offs_v[None, :],
              cast_nearest(O, out_ptr.dtype.element_ty, INTERPRET), mask=mtv)
     # window records (all T' tokens) at logical positions write_pos + t

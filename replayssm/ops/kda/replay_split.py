@@ -1,5 +1,6 @@
 """ReplaySSM KDA standard decode in two launches: a per-(row, value head) coefficient pre-pass and
-a lean checkpoint stream (T' = 1, flush at write_pos = L - 1, cursor advanced on the device).
+a lean checkpoint stream (T' = 1, flush at write_pos = L - 1, cursor advanced on the device; the
+speculative verify's two launches: ``replay_spec_split.py``).
 
 Oracle: ``literal-replay`` (family kda) and the fp64 recurrence.  Expected error: within a small
 factor of the literal model's at the same precision mode (fp32 reduction order differs from the
@@ -30,19 +31,16 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.triton_base import l2_normalise, ticket
-from replayssm.ops.kda.triton_base import kda_gates
-from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
+from replayssm.ops.kda.replay_spec_split import launch_spec_split
+from replayssm.ops.kda.triton_base import fold_weighted, kda_gates, stream_tile
+from replayssm.ops.split_options import coef_offsets
+from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 
 
 def coef_layout(jb: int, bk: int) -> dict[str, int]:
     """Offsets of one (row, value head)'s coefficients (vectors of ``bk`` = next_pow2(K) floats)."""
-    off, at = {}, 0
-    for name, size in (("XK", bk), ("XQ", bk), ("DECF", bk), ("KN", bk), ("CK", jb), ("CQ", jb), ("WF", jb * bk),
-                       ("BETA", 1), ("KQ", 1)):
-        off[name] = at
-        at += size
-    off["NCOEF"] = (at + 3) // 4 * 4
-    return off
+    return coef_offsets((("XK", bk), ("XQ", bk), ("DECF", bk), ("KN", bk), ("CK", jb), ("CQ", jb), ("WF", jb * bk),
+                        ("BETA", 1), ("KQ", 1)))
 
 
 @triton.jit
@@ -146,14 +144,8 @@ def _kda_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, co
     base = (slot * HV + h) * V
     # NVT blocks of value rows per program, one after the other (the per-program work paid once per NVT tiles)
     for vt in range(NVT):
-        vb = tl.program_id(2) * NVT + vt
-        offs_v = vb * BV + tl.arange(0, BV)
-        mv = offs_v < V
-        ms = mv[:, None] & mk[None, :]
-        tile = offs_v[:, None] * K + offs_k[None, :]
-        s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
-        Dh = tl.load(d_rec_ptr + (rows[:, None] * HV + h) * V + offs_v[None, :], mask=hist[:, None] & mv[None, :],
-                     other=0.0).to(tl.float32)  # [JB, BV]
+        offs_v, mv, ms, tile, s0, Dh = stream_tile(ckpt_ptr, sc_ptr, d_rec_ptr, base, rows, hist,
+                                                   tl.program_id(2) * NVT + vt, h, offs_k, mk, HV, K, V, BV, SCALED)
         v = tl.load(v_ptr + (r * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
         if DOT != "ieee":
             SKQ = tl.dot(s0, tl.trans(XKQ), input_precision=DOT)  # [BV, 16]
@@ -169,17 +161,8 @@ def _kda_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, co
         tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_nearest(d, d_rec_ptr.dtype.element_ty, INTERPRET),
                  mask=mv & ((offs_v * 0 + keep.to(tl.int32)) != 0))
         if flush:
-            s = s0 * tl.load(coef_ptr + cb + O_DECF + offs_k)[None, :]
-            # rank-1 updates, FU records per trip (their loads independent: one round trip per FU records)
-            for jq in range(0, (w + FU - 1) // FU):
-                for ju in tl.static_range(FU):
-                    jj = jq * FU + ju
-                    live = jj < w
-                    dj = tl.load(d_rec_ptr + ((slot * L + jj) * HV + h) * V + offs_v,
-                                 mask=mv & ((offs_v * 0 + jj) < w), other=0.0).to(tl.float32)
-                    wf = tl.load(coef_ptr + cb + O_WF + tl.minimum(jj, JB - 1) * BK + offs_k,
-                                 mask=(offs_k * 0 + jj) < w, other=0.0)
-                    s += tl.where(live, dj[:, None] * wf[None, :], 0.0)
+            s = fold_weighted(s0 * tl.load(coef_ptr + cb + O_DECF + offs_k)[None, :], d_rec_ptr, coef_ptr + cb + O_WF,
+                              slot, 0, w, h, offs_v, mv, offs_k, HV, V, L, BK, JB, FU)
             s += d[:, None] * tl.load(coef_ptr + cb + O_KN + offs_k)[None, :]
             store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed,
                         slot, cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
@@ -187,7 +170,11 @@ def _kda_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, co
 
 def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     """One standard-decode step of a TritonKDAReplay as pre-pass + stream (the cursor advances;
-    ``phases``: "coef" or "stream" launch one of them alone, for timing)."""
+    ``phases``: "coef" or "stream" launch one of them alone, for timing); a speculative verify goes
+    to ``replay_spec_split.py``."""
+    if kern.decode.speculative:
+        launch_spec_split(kern, slot_ids, inputs, out, phases)
+        return
     R = slot_ids.shape[0]
     L = kern.decode.buffer
     coef, meta = kern.scratch(R)

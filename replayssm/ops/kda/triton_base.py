@@ -32,6 +32,7 @@ import triton.language as tl
 from replayssm.ops.gdn.triton_base import TritonGDNBase
 from replayssm.ops.kda.literal import KDAMath
 from replayssm.ops.triton.math import softplus
+from replayssm.ops.triton.rounding import load_state
 
 
 @triton.jit
@@ -85,6 +86,46 @@ def fold_history(s0, eG, KW, offs_j, w, d_rec_ptr, slot, origin, h, offs_v, mv,
     return s
 
 
+@triton.jit
+def select_row(x, sel):
+    """Row ``sel`` (a one-hot mask over dim 0) of tile ``x`` as a vector."""
+    return tl.sum(tl.where(sel[:, None], x, 0.0), 0)
+
+
+@triton.jit
+def stream_tile(ckpt_ptr, sc_ptr, d_rec_ptr, base, rows, hist, vb, h, offs_k, mk,
+                HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, SCALED: tl.constexpr):
+    """A two-launch stream's tile ``vb`` of value rows: its indices and masks, the checkpoint tile
+    ``s0 [BV, BK]`` (fp32) and the committed d records at record ``rows`` ``[JB, BV]`` (zero past
+    the history: ``hist`` false)."""
+    offs_v = vb * BV + tl.arange(0, BV)
+    mv = offs_v < V
+    ms = mv[:, None] & mk[None, :]
+    tile = offs_v[:, None] * K + offs_k[None, :]
+    s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
+    Dh = tl.load(d_rec_ptr + (rows[:, None] * HV + h) * V + offs_v[None, :], mask=hist[:, None] & mv[None, :],
+                 other=0.0).to(tl.float32)
+    return offs_v, mv, ms, tile, s0, Dh
+
+
+@triton.jit
+def fold_weighted(s, d_rec_ptr, wf_ptr, slot, origin, w, h, offs_v, mv, offs_k,
+                  HV: tl.constexpr, V: tl.constexpr, RING: tl.constexpr, BK: tl.constexpr, JB: tl.constexpr,
+                  FU: tl.constexpr):
+    """``s + sum_{j < w} d_j WF_j^T`` with the pre-pass's weighted keys ``WF [JB, BK]`` at ``wf_ptr``
+    and the d records at rows ``(origin + j) mod RING``: rank-1 updates, FU records per trip (their
+    loads independent: one memory round trip per FU records)."""
+    for jq in range(0, (w + FU - 1) // FU):
+        for ju in tl.static_range(FU):
+            jj = jq * FU + ju
+            live = jj < w
+            dj = tl.load(d_rec_ptr + ((slot * RING + (origin + jj) % RING) * HV + h) * V + offs_v,
+                         mask=mv & ((offs_v * 0 + jj) < w), other=0.0).to(tl.float32)
+            wf = tl.load(wf_ptr + tl.minimum(jj, JB - 1) * BK + offs_k, mask=(offs_k * 0 + jj) < w, other=0.0)
+            s += tl.where(live, dj[:, None] * wf[None, :], 0.0)
+    return s
+
+
 class TritonKDABase(TritonGDNBase):
     """Common part of the KDA Triton kernels (not registered itself): the GDN kernels' storage and
     cursors with KDA's per-channel gate parameters ``A_log [HV]``, ``dt_bias [HV, K]``
@@ -98,4 +139,5 @@ def fold_fp64(s0: torch.Tensor, hist: dict[str, torch.Tensor]) -> torch.Tensor:
     return KDAMath().fold(s0, {k: v.to(torch.float64) for k, v in hist.items()}, None, None)
 
 
-__all__ = ["TritonKDABase", "fold_fp64", "fold_history", "kda_gates", "load_history", "readout"]
+__all__ = ["TritonKDABase", "fold_fp64", "fold_history", "fold_weighted", "kda_gates", "load_history", "readout",
+           "select_row", "stream_tile"]
