@@ -138,8 +138,9 @@ class GatedDeltaNet(Family):
             if decode.speculative:
                 return [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2}]
             return [{"block_v": 8, "num_warps": 1}, {"block_v": 32, "num_warps": 4}]
-        if decode.speculative:  # + the stream's window readouts as one ieee fp32 dot (docs/benchmarks.md)
-            return [{}, {"prepass": False, "block_v": 16, "num_warps": 1}, {"readout": "dot"}]
+        if decode.speculative:  # + the pre-pass on 4 warps (on one it is register-limited at 19 % occupancy, 11 %
+            # of a verify at batch 512: docs/benchmarks.md; the ieee dot readout, 3x slower there, is left out)
+            return [{}, {"prepass": False, "block_v": 16, "num_warps": 1}, {"coef_warps": 4}]
         return [{}, {"prepass": False, "block_v": 8, "num_warps": 1}, {"prepass": True, "block_v": 16, "num_warps": 1}]
 
 
