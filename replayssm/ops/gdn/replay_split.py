@@ -12,9 +12,9 @@ rows) program re-reads its key head's k records and recomputes the history coeff
 registers beside the tile (127-255 registers).  Here the pre-pass computes everything that does not
 touch the state once per (row, key head) for its value heads and writes it as per-(row, value head)
 coefficients, and the window's normalised k and scaled q once per (row, key head) (fp32, the
-kernel's ``window_vectors``: the stream renormalised them for every tile of value rows before,
-1148 against 1328 us per speculative verify at batch 512 on an H200, docs/benchmarks.md); the
-stream program reads its checkpoint tile, the d records, those vectors and the coefficients.
+kernel's ``window_vectors``: the stream renormalised them for every tile of value rows before;
+docs/benchmarks.md, 2026-12-02); the stream program reads its checkpoint tile, the d records,
+those vectors and the coefficients.
 
 With ``S_h = exp(G) S_0 + sum_{j<w} w_j d_j k_j^T`` (the committed history), window tokens
 ``i = 0..T'-1`` with window-local gate sums ``Gw_i`` and gates ``beta_i``:
