@@ -28,14 +28,8 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.replay_decode import fold_history, load_history, readout
-from replayssm.ops.gdn.triton_base import gates, l2_normalise
+from replayssm.ops.gdn.triton_base import gates, l2_normalise, select_row
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
-
-
-@triton.jit
-def _row(x, sel):
-    """Row ``sel`` (a one-hot mask over dim 0) of tile ``x`` as a vector."""
-    return tl.sum(tl.where(sel[:, None], x, 0.0), 0)
 
 
 @triton.jit(do_not_specialize=["seed", "num_slots"])
@@ -91,8 +85,8 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
     KQ = tl.zeros([BT, BT], dtype=tl.float32)
     for t in tl.static_range(T):
         sel = offs_t == t
-        kt = _row(Kw, sel)
-        qt = _row(Qw, sel)
+        kt = select_row(Kw, sel)
+        qt = select_row(Qw, sel)
         SK = tl.where(sel[:, None], readout(s0, eG, Dh, Kh, wj, kt)[None, :], SK)
         SQ = tl.where(sel[:, None], readout(s0, eG, Dh, Kh, wj, qt)[None, :], SQ)
         KK = tl.where(offs_t[None, :] == t, tl.sum(Kw * kt[None, :], 1)[:, None], KK)
@@ -106,14 +100,14 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
     D = tl.zeros([BT, BV], dtype=tl.float32)
     for t in tl.static_range(T):
         sel = offs_t == t
-        dt = _row(R, sel) - tl.sum(D * _row(A, sel)[:, None], 0)
+        dt = select_row(R, sel) - tl.sum(D * select_row(A, sel)[:, None], 0)
         D = tl.where(sel[:, None], dt[None, :], D)
     # outputs o_s = exp(G_s) S_h q_s + sum_{j<=s} exp(G_s - G_j) (k_j . q_s) d_j
     M = tl.where(offs_t[:, None] >= offs_t[None, :], tl.exp(dG) * KQ, 0.0)
     O = eGw[:, None] * SQ
     for t in tl.static_range(T):
         sel = offs_t == t
-        O += tl.where(sel[:, None], tl.sum(D * _row(M, sel)[:, None], 0)[None, :], 0.0)
+        O += tl.where(sel[:, None], tl.sum(D * select_row(M, sel)[:, None], 0)[None, :], 0.0)
     tl.store(out_ptr + (tok[:, None] * HV + h) * V + offs_v[None, :],
              cast_nearest(O, out_ptr.dtype.element_ty, INTERPRET), mask=mtv)
     # window records (all T' tokens) at logical positions write_pos + t

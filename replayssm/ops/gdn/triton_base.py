@@ -83,6 +83,12 @@ def gates(a, b, A_log, dt_bias):
 
 
 @triton.jit
+def select_row(x, sel):
+    """Row ``sel`` (a one-hot mask over dim 0) of tile ``x`` as a vector."""
+    return tl.sum(tl.where(sel[:, None], x, 0.0), 0)
+
+
+@triton.jit
 def l2_normalise(x, axis: tl.constexpr):
     """x / sqrt(sum(x^2) + 1e-6) along ``axis``."""
     n = tl.sqrt_rn(tl.sum(x * x, axis) + 1e-6)

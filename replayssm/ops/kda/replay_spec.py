@@ -28,8 +28,8 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.replay_spec import launch_replay_spec_commit
-from replayssm.ops.gdn.triton_base import l2_normalise
-from replayssm.ops.kda.triton_base import fold_history, kda_gates, load_history, readout, select_row
+from replayssm.ops.gdn.triton_base import l2_normalise, select_row
+from replayssm.ops.kda.triton_base import fold_history, kda_gates, load_history, readout
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 
 

@@ -33,8 +33,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import l2_normalise
-from replayssm.ops.kda.triton_base import fold_weighted, kda_gates, select_row, stream_tile
+from replayssm.ops.gdn.triton_base import l2_normalise, select_row
+from replayssm.ops.kda.triton_base import decay_weighted_keys, fold_weighted, kda_gates, stream_tile
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 
@@ -70,14 +70,8 @@ def _kda_spec_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bi
     # the committed history: KW_j = k_j * e^(G - G_j) [JB, BK], e^G [BK]
     j = tl.arange(0, JB)
     hist = j < w
-    mjk = hist[:, None] & mk[None, :]
-    rows = slot * RING + (org + j) % RING
-    gh = tl.where(mjk, tl.load(g_rec_ptr + (rows[:, None] * HV + h) * K + offs_k[None, :], mask=mjk, other=0.0),
-                  0.0)
-    Gt = tl.sum(gh, 0)
-    KW = tl.where(mjk, tl.load(k_rec_ptr + (rows[:, None] * H + hk) * K + offs_k[None, :], mask=mjk,
-                               other=0.0).to(tl.float32) * tl.exp(Gt[None, :] - tl.cumsum(gh, 0)), 0.0)
-    eG = tl.exp(Gt)
+    KW, eG = decay_weighted_keys(k_rec_ptr, g_rec_ptr, slot * RING + (org + j) % RING, hist, hist, h, hk, offs_k, mk,
+                                 H, HV, K)
     # the window [TP, BK]: normalised k, scaled q, per-channel gates and their cumsum; beta [TP]
     tp = tl.arange(0, TP)
     mt = tp < T

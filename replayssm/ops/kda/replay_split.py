@@ -32,7 +32,7 @@ import triton.language as tl
 
 from replayssm.ops.gdn.triton_base import l2_normalise, ticket
 from replayssm.ops.kda.replay_spec_split import launch_spec_split
-from replayssm.ops.kda.triton_base import fold_weighted, kda_gates, stream_tile
+from replayssm.ops.kda.triton_base import decay_weighted_keys, fold_weighted, kda_gates, stream_tile
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 
@@ -65,13 +65,7 @@ def _kda_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
     mk = offs_k < K
     j = tl.arange(0, JB)
     hist = j < w
-    mjk = hist[:, None] & mk[None, :]
-    rows = slot * L + j
-    gh = tl.load(g_rec_ptr + (rows[:, None] * HV + h) * K + offs_k[None, :], mask=mjk, other=0.0)
-    Gt = tl.sum(gh, 0)
-    KW = tl.load(k_rec_ptr + (rows[:, None] * H + hk) * K + offs_k[None, :], mask=mjk, other=0.0).to(tl.float32) \
-        * tl.where(mjk, tl.exp(Gt[None, :] - tl.cumsum(gh, 0)), 0.0)
-    eG = tl.exp(Gt)
+    KW, eG = decay_weighted_keys(k_rec_ptr, g_rec_ptr, slot * L + j, hist, hist, h, hk, offs_k, mk, H, HV, K)
     q = tl.load(q_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
     k = tl.load(k_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
     a = tl.load(a_ptr + (r * HV + h) * K + offs_k, mask=mk, other=0.0).to(tl.float32)

@@ -52,17 +52,24 @@ def load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, rows, mrow, mj, h, hk, o
     the history (``mj`` false) are zeroed with ``where`` before any sum (stale rows may hold
     anything, even non-finite values)."""
     srow = slot * RING + rows
-    mjk = mj[:, None] & mk[None, :]
-    gj = tl.load(g_rec_ptr + (srow[:, None] * HV + h) * K + offs_k[None, :], mask=mrow[:, None] & mk[None, :],
-                 other=0.0)
-    gj = tl.where(mjk, gj, 0.0)
-    Gt = tl.sum(gj, 0)
-    Wj = tl.where(mjk, tl.exp(Gt[None, :] - tl.cumsum(gj, 0)), 0.0)
-    Kh = tl.load(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :], mask=mrow[:, None] & mk[None, :],
-                 other=0.0).to(tl.float32)
+    KW, eG = decay_weighted_keys(k_rec_ptr, g_rec_ptr, srow, mrow, mj, h, hk, offs_k, mk, H, HV, K)
     Dh = tl.load(d_rec_ptr + (srow[:, None] * HV + h) * V + offs_v[None, :],
                  mask=mrow[:, None] & mv[None, :], other=0.0).to(tl.float32)
-    return tl.where(mj[:, None], Dh, 0.0), tl.where(mjk, Kh, 0.0) * Wj, tl.exp(Gt)
+    return tl.where(mj[:, None], Dh, 0.0), KW, eG
+
+
+@triton.jit
+def decay_weighted_keys(k_rec_ptr, g_rec_ptr, srow, mload, mj, h, hk, offs_k, mk,
+                        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr):
+    """The history's decay-weighted keys ``KW_j = k_j * e^(G - G_j)`` [JB, BK] (fp32) and its decay
+    ``e^G`` [BK], from the k and per-channel g records at record rows ``srow`` (loaded where
+    ``mload``; rows past the history, ``mj`` false, are zeroed with ``where`` before any sum)."""
+    mjk = mj[:, None] & mk[None, :]
+    ml = mload[:, None] & mk[None, :]
+    gj = tl.where(mjk, tl.load(g_rec_ptr + (srow[:, None] * HV + h) * K + offs_k[None, :], mask=ml, other=0.0), 0.0)
+    Gt = tl.sum(gj, 0)
+    Kh = tl.load(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :], mask=ml, other=0.0).to(tl.float32)
+    return tl.where(mjk, Kh, 0.0) * tl.where(mjk, tl.exp(Gt[None, :] - tl.cumsum(gj, 0)), 0.0), tl.exp(Gt)
 
 
 @triton.jit
@@ -84,12 +91,6 @@ def fold_history(s0, eG, KW, offs_j, w, d_rec_ptr, slot, origin, h, offs_v, mv,
         kw = tl.sum(tl.where((offs_j == j)[:, None], KW, 0.0), 0)
         s += dj[:, None] * kw[None, :]
     return s
-
-
-@triton.jit
-def select_row(x, sel):
-    """Row ``sel`` (a one-hot mask over dim 0) of tile ``x`` as a vector."""
-    return tl.sum(tl.where(sel[:, None], x, 0.0), 0)
 
 
 @triton.jit
@@ -139,5 +140,5 @@ def fold_fp64(s0: torch.Tensor, hist: dict[str, torch.Tensor]) -> torch.Tensor:
     return KDAMath().fold(s0, {k: v.to(torch.float64) for k, v in hist.items()}, None, None)
 
 
-__all__ = ["TritonKDABase", "fold_fp64", "fold_history", "fold_weighted", "kda_gates", "load_history", "readout",
-           "select_row", "stream_tile"]
+__all__ = ["TritonKDABase", "decay_weighted_keys", "fold_fp64", "fold_history", "fold_weighted", "kda_gates",
+           "load_history", "readout", "stream_tile"]
