@@ -190,14 +190,17 @@ _SLOW = pytest.mark.slow
     pytest.param("standard", "sfp8a16-sr", {"block_v": 4, "tiles": 2}, marks=_SLOW),
     ("speculative", "s32a32", {"block_v": 4, "tiles": 2}),
     pytest.param("speculative", "s32a32", {"readout": "dot"}, marks=_SLOW),
-    pytest.param("standard", "s16a32", {"readout": "dot", "tiles": 2}, marks=_SLOW)],
+    pytest.param("standard", "s16a32", {"readout": "dot", "tiles": 2}, marks=_SLOW),
+    ("speculative", "s32a32", {"readout": "split"}),
+    pytest.param("standard", "sfp16a32", {"readout": "split"}, marks=_SLOW)],
     ids=["spec-tf32x3", "std-tf32", "spec-fp8sr-kc2", "std-s32a32-kc4", "std-fp8sr-bv4x2", "spec-s32a32-bv4x2",
-         "spec-s32a32-dot", "std-s16a32-dot-x2"])
+         "spec-s32a32-dot", "std-s16a32-dot-x2", "spec-s32a32-split", "std-sfp16a32-split"])
 def test_prepass_readout_variants(decode, mode, options):
     """The pre-pass path's other readouts: one tensor-core dot for every S_0 k / S_0 q of the window
-    (tf32, tf32x3; full fp32 under the interpreter; ieee fp32 with readout=dot), dstate chunks summed
-    in-thread (kchunks), and
-    several blocks of value rows per stream program (tiles).  Speculative: per-row acceptance over 8
+    (tf32, tf32x3; full fp32 under the interpreter; ieee fp32 with readout=dot; bf16 parts at fp32
+    accuracy with readout=split: s32a32, where a bf16-accurate readout fails the state check by 350x),
+    dstate chunks summed in-thread (kchunks), and several blocks of value rows per stream program (tiles).
+    Speculative: per-row acceptance over 8
     verifies (flushes, ring wrap, every k) -- the exhaustive schedule runs on the default path above."""
     if decode == "speculative":
         sc = _sc(mode, decode, 3, 4, "per-row", steps=8, kernel_options=options)
@@ -206,11 +209,14 @@ def test_prepass_readout_variants(decode, mode, options):
     _check(run_scenario(sc, "triton-replay"))
 
 
-@pytest.mark.parametrize("options,why", [({"block_v": 3}, "power of two"), ({"readout": "fma"}, "readout"),
-                                         ({"colour": 1}, "unknown option")])
-def test_bad_options_refused(options, why):
+@pytest.mark.parametrize("options,why,mode", [
+    ({"block_v": 3}, "power of two", "s32a16"), ({"readout": "fma"}, "readout", "s32a16"),
+    ({"colour": 1}, "unknown option", "s32a16"), ({"readout": "split"}, "ieee", "s32a16-tf32"),
+    ({"readout": "split", "prepass": False}, "pre-pass path", "s32a16")],
+    ids=["bv3", "fma", "colour", "split-tf32", "split-fused"])
+def test_bad_options_refused(options, why, mode):
     g = _kernel("triton-replay")[1]
-    cfg = KernelConfig(g, {"A_log": torch.zeros(2), "dt_bias": torch.zeros(2)}, "s32a16",
+    cfg = KernelConfig(g, {"A_log": torch.zeros(2), "dt_bias": torch.zeros(2)}, mode,
                        DecodeConfig("standard", 1, 4), num_slots=2, options=options)
     with pytest.raises(ValueError, match=why):
         get("triton-replay", "gdn")(cfg)

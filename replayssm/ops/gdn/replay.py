@@ -35,6 +35,7 @@ class TritonGDNReplay(TritonGDNBase):
     kind = "replay"
     accepted_options = OPTIONS + PREPASS_OPTIONS
     SPEC_ONE_WARP = True  # the speculative verify's programs default to one warp (KDA's keep launch_shape's)
+    SPLIT_READOUT = True
     description = ("Triton ReplaySSM: records d, normalised k, g; output-only readout; flush at write_pos = L-1; "
                    "speculative verify with the in-window WY/UT solve and device-side commit; coefficient "
                    "pre-pass + checkpoint stream from 16 rows up, one kernel below")
@@ -73,17 +74,17 @@ class TritonGDNReplay(TritonGDNBase):
         self.fold_unroll = int_choice(opts, "fold_unroll", (1, 2, 4, 8), 4)
         self.tiles_per_program = (int_choice(opts, "tiles", (1, 2, 4, 8, 16, 32), 1) if "tiles" in opts else None)
         self.kchunks = int(opts.get("kchunks", 1))
-        if self.readout == "dot" and (self.kchunks != 1 or self.prepass is False):
-            raise ValueError("options['readout']: 'dot' is the pre-pass path's stream readout (needs kchunks=1 "
-                             "and prepass not False)")
+        if self.readout in ("dot", "split") and (self.kchunks != 1 or self.prepass is False):
+            raise ValueError(f"options['readout']: {self.readout!r} is the pre-pass path's stream readout (needs "
+                             f"kchunks=1 and prepass not False)")
         if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or (self.kchunks > 1 and self.BK // self.kchunks < 4):
             raise ValueError(f"options['kchunks']: expected a power of two with head_k_dim / kchunks >= 4, got "
                              f"{self.kchunks}")
 
     def use_split(self, rows: int) -> bool:
         """Whether a verify of ``rows`` rows takes the two-launch path."""
-        if self.readout == "dot":
-            return True  # the dot readout is the stream's
+        if self.readout in ("dot", "split"):
+            return True  # the dot and split readouts are the stream's
         if self.readout != "reduce":
             return False
         if self.mode.dot != "ieee":
@@ -97,6 +98,8 @@ class TritonGDNReplay(TritonGDNBase):
         value rows (fastest on an H200 with the tiles default below, docs/benchmarks.md)."""
         if self.interpret or self.block_v is not None:
             return self.launch_shape(rows)
+        if self.readout == "split":  # 16-row tensor-core tiles per warp
+            return 64, triton.cdiv(self.V, 64), self.num_warps or 4
         return 8, triton.cdiv(self.V, 8), self.num_warps or 1
 
     def split_tiles(self, rows: int, nvb: int) -> int:

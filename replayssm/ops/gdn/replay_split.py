@@ -38,6 +38,7 @@ import triton.language as tl
 from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
+from replayssm.ops.triton.split_dot import split_dot, state_parts
 
 
 def coef_layout(jb: int, tp: int) -> dict[str, int]:
@@ -164,7 +165,7 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
                        RING: tl.constexpr, SPEC: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, SCALED: tl.constexpr,
                        SR: tl.constexpr, INTERPRET: tl.constexpr, KC: tl.constexpr, DOT: tl.constexpr,
-                       RDOT: tl.constexpr, FU: tl.constexpr, NVT: tl.constexpr,
+                       RDOT: tl.constexpr, NSP: tl.constexpr, FU: tl.constexpr, NVT: tl.constexpr,
                        O_A: tl.constexpr, O_B: tl.constexpr, O_BETA: tl.constexpr, O_CK: tl.constexpr,
                        O_CQ: tl.constexpr, O_AW: tl.constexpr, O_MW: tl.constexpr, O_WF: tl.constexpr,
                        O_DECF: tl.constexpr, NCOEF: tl.constexpr):
@@ -215,8 +216,9 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
         tp = tl.arange(0, TP)
         if RDOT:
             # every S_0 k_i and S_0 q_s as one product: rows i of QK are k_i, rows T' + s are q_s (tf32 /
-            # tf32x3 on tensor cores, 16 wide; ieee on the FMA units, 2 T' wide)
-            NQK: tl.constexpr = 2 * TP if (2 * TP >= 16 or DOT == "ieee") else 16
+            # tf32x3, or NSP > 0: bf16 parts of both at fp32 accuracy, on tensor cores, 16 wide; ieee on the
+            # FMA units, 2 T' wide)
+            NQK: tl.constexpr = 2 * TP if (2 * TP >= 16 or (DOT == "ieee" and NSP == 0)) else 16
             qk = tl.arange(0, NQK)
             QK = tl.zeros([NQK, BK], dtype=tl.float32)
             for i in tl.static_range(T):
@@ -225,7 +227,10 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
                 q_i = tl.load(qk_ptr + qkb + BK + offs_k)
                 QK = tl.where((qk == i)[:, None], k_i[None, :], QK)
                 QK = tl.where((qk == T + i)[:, None], q_i[None, :], QK)
-            SQK = tl.dot(s0, tl.trans(QK), input_precision=DOT)  # [BV, NQK]
+            if NSP > 0:
+                SQK = split_dot(s0, tl.trans(QK), NSP, INTERPRET)  # [BV, NQK]
+            else:
+                SQK = tl.dot(s0, tl.trans(QK), input_precision=DOT)
         Dw = tl.zeros([TP, BV], dtype=tl.float32)
         d_cur = tl.zeros([BV], dtype=tl.float32)
         k_cur = tl.zeros(offs_k.shape, dtype=tl.float32)
@@ -303,8 +308,9 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     lay = kern.coef_layout
     offs = {f"O_{k}": v for k, v in lay.items() if k != "NCOEF"}
     bv, nvb, nw = kern.split_shape(R)
-    rdot = kern.mode.dot != "ieee" or kern.readout == "dot"
-    if kern.mode.dot != "ieee" and bv < 16:  # a tensor-core dot needs 16 rows
+    rdot = kern.mode.dot != "ieee" or kern.readout in ("dot", "split")
+    nsp = state_parts(kern.mode.state_dtype) if kern.readout == "split" else 0
+    if (kern.mode.dot != "ieee" or nsp) and bv < 16:  # a tensor-core dot needs 16 rows
         bv, nvb = 16, triton.cdiv(kern.V, 16)
     common = dict(H=kern.H, HV=kern.HV, K=kern.K, T=dec.window, RING=dec.ring_rows, SPEC=dec.speculative,
                   SCALE=kern.K ** -0.5, BK=kern.BK, JB=kern.jb, TP=kern.tp, INTERPRET=kern.interpret,
@@ -320,7 +326,7 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     _gdn_stream_kernel[(R, kern.HV, triton.cdiv(nvb, nvt))](
         slot_ids, inputs["v"], out, kern.states, kern.scales, kern.records["d"],
         kern.records["k"], coef, meta, qk, kern.seed, kern.num_slots, V=kern.V, BV=bv, SCALED=kern.scaled, SR=kern.sr,
-        KC=kern.kchunks, DOT=kern.mode.dot, RDOT=rdot, FU=kern.fold_unroll, NVT=nvt, num_warps=nw, **common)
+        KC=kern.kchunks, DOT=kern.mode.dot, RDOT=rdot, NSP=nsp, FU=kern.fold_unroll, NVT=nvt, num_warps=nw, **common)
 
 
 __all__ = ["coef_layout", "launch_split"]

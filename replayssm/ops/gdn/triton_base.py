@@ -27,6 +27,9 @@ host synchronisation, and can be captured in a CUDA graph.
   each thread, no cross-lane reduction per readout; the layout the official kernels use for their
   tensor-core readouts, at fp32 accuracy).  (An fp32 FMA ``tl.dot`` readout in the single kernel was
   measured 2x slower on an H200 and removed; the stream's is a launch candidate of the bench.)
+  ``split`` (the replay kernel's pre-pass path, ieee modes): the same product on bf16 tensor cores,
+  the fp32 state and window vectors each written as bf16 parts (``replayssm/ops/triton/split_dot.py``:
+  fp32 accuracy; an fp16 / bf16 state needs 2 / 1 parts); 64 value rows on 4 warps by default.
 
 Standard decode (T' = 1): ``verify`` applies the token and advances the cursor on the device (the
 last of a slot's programs to finish, through an atomic ticket); ``commit(1)`` only closes the
@@ -57,7 +60,7 @@ ACTS = ("fp32", "bf16", "fp16")
 OPTIONS = ("checks", "block_v", "num_warps", "readout")
 # options of the replay kernel's two-launch path only (the baselines refuse them)
 PREPASS_OPTIONS = ("prepass", "coef_warps", "kchunks", "fold_unroll", "tiles")
-READOUTS = ("reduce", "tile", "dot")
+READOUTS = ("reduce", "tile", "dot", "split")
 
 
 def launch_shape(geometry, R: int, sm_count: int, interpret: bool, block_v: int | None = None,
@@ -164,6 +167,7 @@ class TritonGDNBase(ServingLayouts):
     accepted_options: tuple[str, ...] = OPTIONS
     DEFAULT_BLOCK_V = 8
     DEFAULT_NUM_WARPS: int | None = None  # None: about 32 state elements per thread (launch_shape)
+    SPLIT_READOUT = False  # whether readout="split" (bf16-part tensor-core readouts) is implemented
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
@@ -189,6 +193,11 @@ class TritonGDNBase(ServingLayouts):
             return f"option readout={ro!r}: expected one of {READOUTS}"
         if ro == "dot" and cls.kind != "replay":
             return "option readout='dot': the replay kernel's stream readout (a baseline has none)"
+        if ro == "split" and not cls.SPLIT_READOUT:
+            return "option readout='split': the GDN replay kernel's stream readout (this kernel has none)"
+        if ro == "split" and mode.dot != "ieee":
+            return (f"option readout='split': the fp32-accurate readout of the ieee modes; dot={mode.dot} declares "
+                    f"its own tensor-core readout")
         return None
 
     @classmethod
@@ -207,7 +216,7 @@ class TritonGDNBase(ServingLayouts):
         # a dot readout contracts the key axis, and a compiled tl.dot needs 16 there: pad the key tile
         # (masked past K); the interpreter takes any width, so only a GPU run saw K < 16 fail to compile
         # (the nightly GPU fuzz, 2026-12-01: kda s32a16-tf32 at K = 2..8, docs/fuzzing.md)
-        dot = self.mode.dot != "ieee" or self.readout == "dot"
+        dot = self.mode.dot != "ieee" or self.readout in ("dot", "split")
         self.BK = max(next_pow2(self.K), 16) if dot else next_pow2(self.K)
         self.interpret = INTERPRET or dev.type != "cuda"
         self.sm_count = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
