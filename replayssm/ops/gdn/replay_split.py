@@ -38,7 +38,7 @@ import triton.language as tl
 from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
-from replayssm.ops.triton.split_dot import split_dot, state_parts
+from replayssm.ops.triton.split_dot import parts, split_dot
 
 
 def coef_layout(jb: int, tp: int) -> dict[str, int]:
@@ -228,7 +228,7 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
                 QK = tl.where((qk == i)[:, None], k_i[None, :], QK)
                 QK = tl.where((qk == T + i)[:, None], q_i[None, :], QK)
             if NSP > 0:
-                SQK = split_dot(s0, tl.trans(QK), NSP, INTERPRET)  # [BV, NQK]
+                SQK = split_dot(s0, tl.trans(QK), NSP, 3, INTERPRET)  # [BV, NQK]
             else:
                 SQK = tl.dot(s0, tl.trans(QK), input_precision=DOT)
         Dw = tl.zeros([TP, BV], dtype=tl.float32)
@@ -309,7 +309,7 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     offs = {f"O_{k}": v for k, v in lay.items() if k != "NCOEF"}
     bv, nvb, nw = kern.split_shape(R)
     rdot = kern.mode.dot != "ieee" or kern.readout in ("dot", "split")
-    nsp = state_parts(kern.mode.state_dtype) if kern.readout == "split" else 0
+    nsp = parts(kern.mode.state_dtype) if kern.readout == "split" else 0
     if (kern.mode.dot != "ieee" or nsp) and bv < 16:  # a tensor-core dot needs 16 rows
         bv, nvb = 16, triton.cdiv(kern.V, 16)
     common = dict(H=kern.H, HV=kern.HV, K=kern.K, T=dec.window, RING=dec.ring_rows, SPEC=dec.speculative,

@@ -409,11 +409,16 @@ class _TritonReplay(TritonMamba2Base):
         # the stream's ieee readouts as one fp32 tl.dot (FMA units, dstate summed inside a thread): only
         # when the option is given (a launch candidate of the bench, not yet measured as a default)
         self.stream_dot = bool(opts.get("vector_readout", False))
-        chunked = d.window > 1 and m.dot == "ieee" and not INTERPRET and not self.stream_dot
+        self.split_readout = bool(opts.get("split_readout", False))
+        if self.split_readout and (m.dot != "ieee" or self.stream_dot or self.prepass is False):
+            raise ValueError(f"options['split_readout']: the fp32-accurate tensor-core readout of the ieee modes' "
+                             f"pre-pass path (needs dot=ieee, not vector_readout, prepass not False; mode {m.id!r}, "
+                             f"options {dict(opts)})")
+        chunked = d.window > 1 and m.dot == "ieee" and not INTERPRET and not (self.stream_dot or self.split_readout)
         self.kchunks = int(opts.get("kchunks", 4 if chunked else 1))
-        if self.stream_dot and self.kchunks != 1:
-            raise ValueError("options['vector_readout']: the stream's dot readout takes the whole dstate tile "
-                             f"(kchunks must be 1, got {self.kchunks})")
+        if (self.stream_dot or self.split_readout) and self.kchunks != 1:
+            raise ValueError("options['vector_readout' / 'split_readout']: the stream's dot readout takes the whole "
+                             f"dstate tile (kchunks must be 1, got {self.kchunks})")
         if self.kchunks < 1 or self.kchunks & (self.kchunks - 1) or (self.kchunks > 1
                                                                       and self.block_n // self.kchunks < 4):
             raise ValueError(f"options['kchunks']: expected a power of two with dstate / kchunks >= 4, "
@@ -431,6 +436,8 @@ class _TritonReplay(TritonMamba2Base):
             return False
         if self.prepass is not None:
             return self.prepass
+        if self.split_readout:
+            return True  # the stream's readout
         # from 8 rows in standard decode (H200, 2026-12-02: batch 8 17.6 us against the single kernel's
         # 23.4, batch 1 8.2 against 6.3), from 16 in the speculative verify (docs/benchmarks.md)
         return INTERPRET or rows >= (16 if self.decode.speculative else 8)

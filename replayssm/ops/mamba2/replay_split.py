@@ -35,6 +35,7 @@ import triton.language as tl
 
 from replayssm.ops.triton.math import softplus
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
+from replayssm.ops.triton.split_dot import parts, split_dot
 
 
 def coef_layout(jb: int, tp: int) -> dict[str, int]:
@@ -153,6 +154,7 @@ def _stream_kernel(
         SR: tl.constexpr, INTERP: tl.constexpr, FOLD_UNROLL: tl.constexpr,
         BP: tl.constexpr, BN: tl.constexpr, JB: tl.constexpr, NSPLIT: tl.constexpr,
         NCH: tl.constexpr, KC: tl.constexpr, DOT: tl.constexpr, RDOT: tl.constexpr, TPD: tl.constexpr,
+        NSP: tl.constexpr, NCP: tl.constexpr,
         OFF_DEC: tl.constexpr,
         OFF_WF: tl.constexpr, OFF_DECF: tl.constexpr, NCOEF: tl.constexpr):
     pid = tl.program_id(0)
@@ -208,12 +210,16 @@ def _stream_kernel(
         X = tl.where(hist[:, None], X_hist.to(tl.float32), X_win.to(tl.float32))  # [JB, BP]
         rec_m = pm & ((p * 0 + keep.to(tl.int32)) != 0)
         if RDOT:
-            # every window position's S0 · C_s as one product (tf32 / tf32x3 on tensor cores, TPD = 16
-            # wide; ieee fp32 on the FMA units with vector_readout, TPD = T' wide)
+            # every window position's S0 · C_s as one product (tf32 / tf32x3, or NSP > 0: NSP / NCP bf16
+            # parts of S0 / C at fp32 accuracy, on tensor cores, TPD = 16 wide; ieee fp32 on the FMA units
+            # with vector_readout, TPD = T' wide)
             sd = tl.arange(0, TPD)
             Ct = tl.load(C_ptr + ((r * T + sd) * G + g)[None, :] * N + n[:, None],
                          mask=nm[:, None] & (sd < T)[None, :], other=0.0).to(tl.float32)  # [BN, TPD]
-            YT = tl.dot(S0, Ct, input_precision=DOT)  # [BP, TPD]
+            if NSP > 0:
+                YT = split_dot(S0, Ct, NSP, NCP, INTERP)  # [BP, TPD]
+            else:
+                YT = tl.dot(S0, Ct, input_precision=DOT)
         for s in tl.static_range(T):
             if RDOT:
                 s0c = tl.sum(tl.where((sd == s)[None, :], YT, 0.0), axis=1)
@@ -293,8 +299,10 @@ def launch_split(kern, slot_ids, inputs, out, advance: bool, phases: str = "both
             H=g.nheads, P=g.headdim, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec,
             SPEC=d.speculative, HAS_Z=g.has_z, STATE=kern.state_kind, ACT=kern.act_kind, SR=kern.sr,
             INTERP=kern.interp, FOLD_UNROLL=kern.fold_unroll, BP=kern.block_p, BN=kern.block_n, JB=kern.jb,
-            NSPLIT=split, NCH=nch, KC=kern.kchunks, DOT=kern.mode.dot, RDOT=kern.mode.dot != "ieee" or kern.stream_dot,
-            TPD=max(16, kern.tp_split) if kern.mode.dot != "ieee" else max(2, kern.tp_split),
+            NSPLIT=split, NCH=nch, KC=kern.kchunks, DOT=kern.mode.dot,
+            RDOT=kern.mode.dot != "ieee" or kern.stream_dot or kern.split_readout,
+            TPD=max(16, kern.tp_split) if kern.mode.dot != "ieee" or kern.split_readout else max(2, kern.tp_split),
+            NSP=parts(kern.mode.state_dtype) if kern.split_readout else 0, NCP=parts(kern.mode.act_dtype),
             num_warps=kern.split_warps, **common)
 
 

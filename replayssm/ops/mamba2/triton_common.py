@@ -43,6 +43,8 @@ OPTIONS = {
                        "multiply-reduce per position (single kernel: default on under the interpreter, whose "
                        "cost is per operation; off on the GPU, where the loop measured faster, "
                        "docs/benchmarks.md; the pre-pass path's stream: only when given, then with kchunks=1)"),
+    "split_readout": ("bool: the pre-pass path's stream reads out every window position as bf16-part tensor-core "
+                      "products at fp32 accuracy (replayssm/ops/triton/split_dot.py; ieee modes; default off)"),
     "fold": ("str: how a flush folds the buffer into the checkpoint: 'rank1' (rank-1 updates, the GPU "
              "default) or 'dot' (one fp32 tl.dot, the interpreter default)"),
     "fold_unroll": "int: rank-1 fold positions unrolled together (their loads in flight at once; default 1)",
@@ -62,7 +64,7 @@ SUPPORTED_ACTS = ("fp32", "bf16", "fp16")
 
 
 # options of the replay kernels' two-launch path only (the baselines refuse them)
-PREPASS_OPTIONS = ("prepass", "coef_warps", "kchunks")
+PREPASS_OPTIONS = ("prepass", "coef_warps", "kchunks", "split_readout")
 
 
 def mode_unsupported(mode, options: dict, dots: tuple[str, ...],

@@ -6,9 +6,10 @@ An fp32 value ``x`` (24-bit significand) is ``hi + mid + lo`` with ``hi = bf16(x
 carries the next 8 bits, so the three parts hold all 24 (exactly, for normal values whose parts stay
 normal in bf16).  ``a @ b`` is then the sum of the part products ``a_i @ b_j``; a bf16 x bf16 product
 is exact in fp32 (16-bit significand), so the only errors are the fp32 accumulation and the dropped
-terms ``i + j > 2`` (relative size ``2^-24`` and below).  :func:`split_dot` keeps the six terms with
-``i + j <= 2`` (``NA`` parts of ``a``: 3 for an fp32 operand, 2 for one exact in fp16, 1 for one exact
-in bf16 -- an fp16 or bf16 state -- where the missing parts are zero) and adds the smallest first.
+terms ``i + j > 2`` (relative size ``2^-24`` and below).  :func:`split_dot` keeps the (up to six)
+terms with ``i + j <= 2`` (``NA`` / ``NB`` parts of each operand: 3 for fp32 values, 2 for values
+exact in fp16, 1 for values exact in bf16 -- an fp16 or bf16 state, bf16 inputs -- whose further
+parts are zero) and adds the smallest first.
 
 Oracle: the fp32 / fp64 product of the same operands (tests/test_split_dot.py).  Expected error: a
 few fp32 ulps of ``|a| |b|`` per output element, as an fp32 FMA reduction; that is 2^8 - 2^16 times
@@ -44,26 +45,30 @@ def _mma(a, b, acc, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def split_dot(a, b, NA: tl.constexpr, INTERPRET: tl.constexpr):
+def split_dot(a, b, NA: tl.constexpr, NB: tl.constexpr, INTERPRET: tl.constexpr):
     """``a @ b`` in fp32 accuracy for fp32 ``a`` [M, K] and ``b`` [K, N] (M, N, K >= 16 compiled),
-    from bf16 tensor-core products of their parts; ``NA`` (1-3): how many bf16 parts ``a`` needs."""
+    from bf16 tensor-core products of their parts; ``NA``, ``NB`` (1-3): how many bf16 parts each
+    operand needs (:func:`parts`)."""
     a0, a1, a2 = split3(a)
     b0, b1, b2 = split3(b)
     acc = tl.zeros((a.shape[0], b.shape[1]), dtype=tl.float32)
     if NA > 2:
         acc = _mma(a2, b0, acc, INTERPRET)
-    if NA > 1:
+    if NA > 1 and NB > 1:
         acc = _mma(a1, b1, acc, INTERPRET)
-    acc = _mma(a0, b2, acc, INTERPRET)
+    if NB > 2:
+        acc = _mma(a0, b2, acc, INTERPRET)
     if NA > 1:
         acc = _mma(a1, b0, acc, INTERPRET)
-    acc = _mma(a0, b1, acc, INTERPRET)
+    if NB > 1:
+        acc = _mma(a0, b1, acc, INTERPRET)
     return _mma(a0, b0, acc, INTERPRET)
 
 
-def state_parts(state_dtype) -> int:
-    """bf16 parts a dequantised state of ``state_dtype`` needs (bf16: 1, fp16: 2, else 3)."""
-    return {torch.bfloat16: 1, torch.float16: 2}.get(state_dtype, 3)
+def parts(dtype) -> int:
+    """bf16 parts an operand holding values of ``dtype`` needs (bf16: 1, fp16: 2, else 3; a scaled fp8
+    state's dequantised values are fp32 products: 3)."""
+    return {torch.bfloat16: 1, torch.float16: 2}.get(dtype, 3)
 
 
-__all__ = ["split3", "split_dot", "state_parts"]
+__all__ = ["parts", "split3", "split_dot"]
