@@ -22,15 +22,18 @@ from replayssm.precision import parse_mode
 from replayssm.validators.bench import num_sets, time_kernel
 
 TF = "s32a16-tf32x3"
-# the defaults first; then the chunked readouts (the key / dstate axis in 8 or 16 in-thread chunks)
-M2_STD = [{}, {"kchunks": 8, "num_warps": 2}, {"kchunks": 4, "num_warps": 2}]
-M2_SPEC = [{}, {"kchunks": 8, "num_warps": 2}, {"kchunks": 8, "num_warps": 1}, {"kchunks": 16, "num_warps": 2},
-           {"kchunks": 8, "num_warps": 4}, {"kchunks": 4, "num_warps": 2}]
-GDN_STD = [{}, {"block_v": 8, "num_warps": 1, "kchunks": 8}, {"block_v": 16, "num_warps": 2, "kchunks": 8},
-           {"block_v": 8, "num_warps": 1, "kchunks": 4}]
-GDN_SPEC = [{}, {"block_v": 8, "num_warps": 1, "kchunks": 8}, {"block_v": 16, "num_warps": 2, "kchunks": 8},
-            {"block_v": 32, "num_warps": 4, "kchunks": 8}, {"block_v": 8, "num_warps": 1, "kchunks": 16},
-            {"block_v": 8, "num_warps": 1, "kchunks": 8, "tiles": 4}, {"block_v": 8, "num_warps": 1, "kchunks": 4}]
+# the defaults first; then the bf16-part tensor-core readouts at fp32 accuracy (readout="split" /
+# split_readout) in several tile shapes, and once in s32a32 (fp32 outputs: the readouts' accuracy shows)
+SPLIT = {"readout": "split"}
+M2S = {"split_readout": True}
+M2_STD = [{}, M2S, {**M2S, "block_p": 32, "num_warps": 2}]
+M2_SPEC = [{}, M2S, {**M2S, "num_warps": 2}, {**M2S, "block_p": 32, "num_warps": 2},
+           {**M2S, "block_p": 32, "num_warps": 4}, {**M2S, "block_p": 64, "num_warps": 4}, {**M2S, "_mode": "s32a32"}]
+GDN_STD = [{}, SPLIT, {**SPLIT, "block_v": 32, "num_warps": 2}]
+GDN_SPEC = [{}, SPLIT, {**SPLIT, "tiles": 1}, {**SPLIT, "block_v": 32, "num_warps": 2},
+            {**SPLIT, "block_v": 32, "num_warps": 4}, {**SPLIT, "block_v": 64, "num_warps": 8},
+            {**SPLIT, "block_v": 16, "num_warps": 1}, {**SPLIT, "block_v": 128, "num_warps": 8},
+            {**SPLIT, "_mode": "s32a32"}]
 
 
 def main() -> int:
@@ -64,7 +67,7 @@ def main() -> int:
                     ("replay std L16", "triton-replay", DecodeConfig("standard", 1, 16), 1, std_cands),
                     ("baseline spec", "triton-baseline", DecodeConfig("speculative", 4, 16), 4, [{}]),
                     ("replay spec all", "triton-replay", DecodeConfig("speculative", 4, 16), 4, spec_cands)):
-                if ("spec" in case and batch < 128) or case not in a.cases.split(","):
+                if case not in a.cases.split(","):
                     continue
                 for o in cands:
                     try:
