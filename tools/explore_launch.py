@@ -27,13 +27,11 @@ TF = "s32a16-tf32x3"
 SPLIT = {"readout": "split"}
 M2S = {"split_readout": True}
 M2_STD = [{}, M2S, {**M2S, "block_p": 32, "num_warps": 2}]
-M2_SPEC = [{}, M2S, {**M2S, "num_warps": 2}, {**M2S, "block_p": 32, "num_warps": 2},
-           {**M2S, "block_p": 32, "num_warps": 4}, {**M2S, "block_p": 64, "num_warps": 4}, {**M2S, "_mode": "s32a32"}]
-GDN_STD = [{}, SPLIT, {**SPLIT, "block_v": 32, "num_warps": 2}]
-GDN_SPEC = [{}, SPLIT, {**SPLIT, "tiles": 1}, {**SPLIT, "block_v": 32, "num_warps": 2},
-            {**SPLIT, "block_v": 32, "num_warps": 4}, {**SPLIT, "block_v": 64, "num_warps": 8},
-            {**SPLIT, "block_v": 16, "num_warps": 1}, {**SPLIT, "block_v": 128, "num_warps": 8},
-            {**SPLIT, "_mode": "s32a32"}]
+M2_SPEC = [{}, M2S, {**M2S, "num_warps": 2}, {**M2S, "block_p": 32, "num_warps": 4}, {**M2S, "_mode": "s32a32"}]
+GDN_STD = [{}, SPLIT]
+GDN_SPEC = [{}, SPLIT, {**SPLIT, "key_chunk": 16}, {**SPLIT, "key_chunk": 64}, {**SPLIT, "num_warps": 8},
+            {**SPLIT, "block_v": 32, "num_warps": 2}, {**SPLIT, "block_v": 128, "num_warps": 8}, {**SPLIT, "tiles": 1},
+            {**SPLIT, "block_v": 16, "num_warps": 1}, {**SPLIT, "_mode": "s32a32"}]
 
 
 def main() -> int:

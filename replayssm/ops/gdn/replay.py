@@ -74,6 +74,8 @@ class TritonGDNReplay(TritonGDNBase):
         self.fold_unroll = int_choice(opts, "fold_unroll", (1, 2, 4, 8), 4)
         self.tiles_per_program = (int_choice(opts, "tiles", (1, 2, 4, 8, 16, 32), 1) if "tiles" in opts else None)
         self.kchunks = int(opts.get("kchunks", 1))
+        # readout="split" (speculative): keys per chunk of the tensor-core stream (replay_split_tc.py)
+        self.key_chunk = int_choice(opts, "key_chunk", (16, 32, 64, 128), 32)
         if self.readout in ("dot", "split") and (self.kchunks != 1 or self.prepass is False):
             raise ValueError(f"options['readout']: {self.readout!r} is the pre-pass path's stream readout (needs "
                              f"kchunks=1 and prepass not False)")

@@ -35,7 +35,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket
+from replayssm.ops.gdn.replay_split_tc import gdn_spec_stream_tc_kernel
+from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket, window_token
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 from replayssm.ops.triton.split_dot import parts, split_dot
@@ -236,7 +237,6 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
         k_cur = tl.zeros(offs_k.shape, dtype=tl.float32)
         rec_m = mv & ((offs_v * 0 + keep.to(tl.int32)) != 0)
         for i in tl.static_range(T):
-            tok = r * T + i
             qkb = ((r * H + hk) * 2 * TP + 2 * i) * BK
             k_i = tl.load(qk_ptr + qkb + offs_k)  # normalised by the pre-pass ([BK] or [KC, BK / KC])
             q_i = tl.load(qk_ptr + qkb + BK + offs_k)
@@ -250,21 +250,9 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
             else:
                 sk = tl.sum(tl.sum(s0 * k_i[:, None, :], 0), 1)
                 sq = tl.sum(tl.sum(s0 * q_i[:, None, :], 0), 1)
-            v_i = tl.load(v_ptr + (tok * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
-            ck = tl.load(coef_ptr + cb + O_CK + i * JB + j)
-            cq = tl.load(coef_ptr + cb + O_CQ + i * JB + j)
-            aw = tl.load(coef_ptr + cb + O_AW + i * TP + tp)
-            mw = tl.load(coef_ptr + cb + O_MW + i * TP + tp)
-            r_i = tl.load(coef_ptr + cb + O_BETA + i) * v_i - tl.load(coef_ptr + cb + O_A + i) * sk \
-                - tl.sum(Dh * ck[:, None], 0)
-            d_i = r_i - tl.sum(Dw * aw[:, None], 0)
-            Dw = tl.where((tp == i)[:, None], d_i[None, :], Dw)
-            o_i = tl.load(coef_ptr + cb + O_B + i) * sq + tl.sum(Dh * cq[:, None], 0) + tl.sum(Dw * mw[:, None], 0)
-            tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_nearest(o_i, out_ptr.dtype.element_ty, INTERPRET),
-                     mask=mv)
-            srow = slot * RING + (org + w + i) % RING
-            tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_nearest(d_i, d_rec_ptr.dtype.element_ty, INTERPRET),
-                     mask=rec_m)
+            d_i, Dw = window_token(i, sk, sq, Dh, Dw, r, h, slot, org, w, offs_v, mv, rec_m, j, tp, cb, v_ptr, out_ptr,
+                                   d_rec_ptr, coef_ptr, HV, V, T, RING, JB, TP, INTERPRET, O_A, O_B, O_BETA, O_CK,
+                                   O_CQ, O_AW, O_MW)
             if i == 0:
                 d_cur = d_i
                 k_cur = k_i
@@ -323,6 +311,14 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     if phases == "coef":
         return
     nvt = kern.split_tiles(R, nvb)
+    if nsp and dec.speculative:  # the tensor-core stream, the key axis in chunks (replay_split_tc.py)
+        bkt = kern.BK if kern.scaled else min(kern.BK, kern.key_chunk)
+        gdn_spec_stream_tc_kernel[(R, kern.HV, triton.cdiv(nvb, nvt))](
+            slot_ids, inputs["v"], out, kern.states, kern.scales, kern.records["d"], kern.records["k"], coef, meta, qk,
+            kern.seed, kern.num_slots, H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, T=dec.window, RING=dec.ring_rows,
+            BK=kern.BK, BKT=bkt, BV=bv, JB=kern.jb, TP=kern.tp, SCALED=kern.scaled, SR=kern.sr,
+            INTERPRET=kern.interpret, NSP=nsp, FU=kern.fold_unroll, NVT=nvt, NCOEF=lay["NCOEF"], num_warps=nw, **offs)
+        return
     _gdn_stream_kernel[(R, kern.HV, triton.cdiv(nvb, nvt))](
         slot_ids, inputs["v"], out, kern.states, kern.scales, kern.records["d"],
         kern.records["k"], coef, meta, qk, kern.seed, kern.num_slots, V=kern.V, BV=bv, SCALED=kern.scaled, SR=kern.sr,

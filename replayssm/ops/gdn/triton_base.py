@@ -29,7 +29,9 @@ host synchronisation, and can be captured in a CUDA graph.
   measured 2x slower on an H200 and removed; the stream's is a launch candidate of the bench.)
   ``split`` (the replay kernel's pre-pass path, ieee modes): the same product on bf16 tensor cores,
   the fp32 state and window vectors each written as bf16 parts (``replayssm/ops/triton/split_dot.py``:
-  fp32 accuracy; an fp16 / bf16 state needs 2 / 1 parts); 64 value rows on 4 warps by default.
+  fp32 accuracy; an fp16 / bf16 state needs 2 / 1 parts); 64 value rows on 4 warps by default; the
+  speculative stream takes the key axis in chunks of ``key_chunk`` (16-128, default 32) keys
+  (``replay_split_tc.py``).
 
 Standard decode (T' = 1): ``verify`` applies the token and advances the cursor on the device (the
 last of a slot's programs to finish, through an atomic ticket); ``commit(1)`` only closes the
@@ -53,13 +55,13 @@ from replayssm.interface import PAD_SLOT, KernelSnapshot, next_pow2
 from replayssm.ops.gdn.literal import GDNMath
 from replayssm.ops.serving_layouts import ServingLayouts
 from replayssm.ops.triton.math import softplus
-from replayssm.ops.triton.rounding import INTERPRET, STREAM_RESET, store_state
+from replayssm.ops.triton.rounding import INTERPRET, STREAM_RESET, cast_nearest, store_state
 
 STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
 ACTS = ("fp32", "bf16", "fp16")
 OPTIONS = ("checks", "block_v", "num_warps", "readout")
 # options of the replay kernel's two-launch path only (the baselines refuse them)
-PREPASS_OPTIONS = ("prepass", "coef_warps", "kchunks", "fold_unroll", "tiles")
+PREPASS_OPTIONS = ("prepass", "coef_warps", "kchunks", "fold_unroll", "tiles", "key_chunk")
 READOUTS = ("reduce", "tile", "dot", "split")
 
 
@@ -83,6 +85,33 @@ def gates(a, b, A_log, dt_bias):
     g = -tl.exp(A_log) * softplus(a + dt_bias)
     beta = 1.0 / (1.0 + tl.exp(-b))
     return g, beta
+
+
+@triton.jit
+def window_token(i, sk, sq, Dh, Dw, r, h, slot, org, w, offs_v, mv, rec_m, j, tp, cb, v_ptr, out_ptr, d_rec_ptr,
+                 coef_ptr, HV: tl.constexpr, V: tl.constexpr, T: tl.constexpr, RING: tl.constexpr, JB: tl.constexpr,
+                 TP: tl.constexpr, INTERPRET: tl.constexpr, O_A: tl.constexpr, O_B: tl.constexpr,
+                 O_BETA: tl.constexpr, O_CK: tl.constexpr, O_CQ: tl.constexpr, O_AW: tl.constexpr,
+                 O_MW: tl.constexpr):
+    """Window token i of a block of value rows from its checkpoint readouts ``sk = S_0 k_i``,
+    ``sq = S_0 q_i`` [BV], the history's d records ``Dh`` [JB, BV] and the window's earlier d
+    (``Dw`` [TP, BV]): its d (returned, with ``Dw`` updated), its output and its d record stored."""
+    tok = r * T + i
+    v_i = tl.load(v_ptr + (tok * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
+    ck = tl.load(coef_ptr + cb + O_CK + i * JB + j)
+    cq = tl.load(coef_ptr + cb + O_CQ + i * JB + j)
+    aw = tl.load(coef_ptr + cb + O_AW + i * TP + tp)
+    mw = tl.load(coef_ptr + cb + O_MW + i * TP + tp)
+    r_i = tl.load(coef_ptr + cb + O_BETA + i) * v_i - tl.load(coef_ptr + cb + O_A + i) * sk \
+        - tl.sum(Dh * ck[:, None], 0)
+    d_i = r_i - tl.sum(Dw * aw[:, None], 0)
+    Dw = tl.where((tp == i)[:, None], d_i[None, :], Dw)
+    o_i = tl.load(coef_ptr + cb + O_B + i) * sq + tl.sum(Dh * cq[:, None], 0) + tl.sum(Dw * mw[:, None], 0)
+    tl.store(out_ptr + (tok * HV + h) * V + offs_v, cast_nearest(o_i, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+    srow = slot * RING + (org + w + i) % RING
+    tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_nearest(d_i, d_rec_ptr.dtype.element_ty, INTERPRET),
+             mask=rec_m)
+    return d_i, Dw
 
 
 @triton.jit
