@@ -37,7 +37,7 @@ SIG = {"slot_ptr": "*i64", "v_ptr": "*bf16", "out_ptr": "*bf16",
 def stream_counts(rdot: bool, bv: int, warps: int, ptx_version: str | None, kc: int = 1) -> dict:
     lay = replay_split.coef_layout(16, 4)
     const = dict(H=16, HV=32, K=128, V=128, T=4, RING=32, SPEC=True, SCALE=128 ** -0.5, BK=128, BV=bv, JB=16, TP=4,
-                 SCALED=False, SR=False, INTERPRET=False, KC=kc, DOT="ieee", RDOT=rdot, FU=4, NVT=128 // bv,
+                 SCALED=False, SR=False, INTERPRET=False, KC=kc, DOT="ieee", RDOT=rdot, NSP=0, FU=4, NVT=128 // bv,
                  NCOEF=lay["NCOEF"], **{f"O_{k}": v for k, v in lay.items() if k != "NCOEF"})
     kern = replay_split._gdn_stream_kernel
     # the JIT marks 16-byte-aligned pointers (every torch allocation) divisible by 16; without it the
