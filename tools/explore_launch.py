@@ -42,6 +42,8 @@ def main() -> int:
     ap.add_argument("--mode", default="s32a16")
     ap.add_argument("--cases", default="baseline std,replay std L16,baseline spec,replay spec all",
                     help="comma-separated cases to run")
+    ap.add_argument("--spec-opts", default=None, help="JSON list of option dicts: the speculative replay candidates "
+                    "instead of the built-in list")
     a = ap.parse_args()
     batches = [int(b) for b in a.batches.split(",")]
     dev = "cuda"
@@ -55,6 +57,8 @@ def main() -> int:
     for fam_name in (family_names() if a.family == "all" else [a.family]):
         fam = family_of(fam_name)
         std_cands, spec_cands = candidates.get(fam_name, ([{}], [{}]))
+        if a.spec_opts:
+            spec_cands = json.loads(a.spec_opts)
         g = preset(fam.bench_geometry, fam_name)
         gen = torch.Generator(device=dev).manual_seed(0)
         traffic = fam.traffic(g, parse_mode(a.mode))
