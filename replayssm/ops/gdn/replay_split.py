@@ -35,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.replay_split_tc import gdn_spec_stream_tc_kernel
+from replayssm.ops.gdn.replay_split_tc import gdn_spec_tc_stream_kernel
 from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket, window_token
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
@@ -313,7 +313,7 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     nvt = kern.split_tiles(R, nvb)
     if nsp and dec.speculative:  # the tensor-core stream, the key axis in chunks (replay_split_tc.py)
         bkt = kern.BK if kern.scaled else min(kern.BK, kern.key_chunk)
-        gdn_spec_stream_tc_kernel[(R, kern.HV, triton.cdiv(nvb, nvt))](
+        gdn_spec_tc_stream_kernel[(R, kern.HV, triton.cdiv(nvb, nvt))](
             slot_ids, inputs["v"], out, kern.states, kern.scales, kern.records["d"], kern.records["k"], coef, meta, qk,
             kern.seed, kern.num_slots, H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, T=dec.window, RING=dec.ring_rows,
             BK=kern.BK, BKT=bkt, BV=bv, JB=kern.jb, TP=kern.tp, SCALED=kern.scaled, SR=kern.sr,

@@ -27,7 +27,7 @@ from replayssm.ops.triton.split_dot import split_dot
 
 
 @triton.jit(do_not_specialize=["seed", "num_slots"])
-def gdn_spec_stream_tc_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, coef_ptr, meta_ptr,
+def gdn_spec_tc_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, coef_ptr, meta_ptr,
                               qk_ptr, seed, num_slots,
                               H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, T: tl.constexpr,
                               RING: tl.constexpr, BK: tl.constexpr, BKT: tl.constexpr, BV: tl.constexpr,
@@ -97,4 +97,4 @@ def gdn_spec_stream_tc_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_
                                    O_CQ, O_AW, O_MW)
 
 
-__all__ = ["gdn_spec_stream_tc_kernel"]
+__all__ = ["gdn_spec_tc_stream_kernel"]
