@@ -43,9 +43,9 @@ def _cases():
             (f"replay-{mode}-L16-T1", "triton-replay", _sc(mode, "standard", 1, 16, "random", 18)),
             (f"replay-prepass-{mode}-L16-T1", "triton-replay",
              _sc(mode, "standard", 1, 16, "random", 18, kernel_options={"prepass": True})),
-            (f"replay-{mode}-B16-T4", "triton-replay", _sc(mode, "speculative", 4, 16, "per-row", 10)),
-            (f"replay-prepass-{mode}-B16-T4", "triton-replay",
-             _sc(mode, "speculative", 4, 16, "per-row", 10, kernel_options={"prepass": True})),
+            (f"replay-fused-{mode}-B16-T4", "triton-replay",
+             _sc(mode, "speculative", 4, 16, "per-row", 10, kernel_options={"prepass": False})),
+            (f"replay-prepass-{mode}-B16-T4", "triton-replay", _sc(mode, "speculative", 4, 16, "per-row", 10)),
             (f"baseline-{mode}-T1", "triton-baseline", _sc(mode, "standard", 1, 16, "random", 3)),
             (f"baseline-{mode}-B16-T4", "triton-baseline", _sc(mode, "speculative", 4, 16, "per-row", 4)),
         ]

@@ -47,17 +47,17 @@ def test_standard_L4(name, options):
     _check(run_scenario(_sc("s32a16", "standard", 1, 4, "random", steps=6, kernel_options=options), name))
 
 
-@pytest.mark.parametrize("name,T,B,steps,options", [("triton-replay", 3, 4, 5, {}),
+@pytest.mark.parametrize("name,T,B,steps,options", [("triton-replay", 3, 4, 5, {"prepass": False}),
+                                                    ("triton-replay", 2, 2, 3, {"prepass": False, "block_v": 4}),
+                                                    ("triton-replay", 3, 4, 5, {}),
                                                     ("triton-replay", 2, 2, 3, {"block_v": 4}),
-                                                    ("triton-replay", 3, 4, 5, {"prepass": True}),
-                                                    ("triton-replay", 2, 2, 3, {"prepass": True, "block_v": 4}),
                                                     ("triton-baseline", 3, 4, 4, {})],
                          ids=["replay-B4-T3", "replay-bv4-B2-T2", "replay-split-B4-T3", "replay-split-bv4-B2-T2",
                               "baseline-B4-T3"])
 def test_speculative_per_row(name, T, B, steps, options):
     """Per-row acceptance over flush verifies and ring wraps, origins != 0 (block_v = 4: two value
-    blocks per head, shared record writers), the single kernel (the default) and the pre-pass +
-    stream pair (``prepass=True``)."""
+    blocks per head, shared record writers), the single kernel (``prepass=False``) and the pre-pass +
+    stream pair (the default)."""
     _check(run_scenario(_sc("s32a16", "speculative", T, B, "per-row", steps=steps, kernel_options=options), name))
 
 

@@ -335,14 +335,19 @@ def test_no_cuda_device_is_a_clear_error(monkeypatch):
 
 def test_path_choice_by_rows(monkeypatch):
     """The automatic path on the GPU (the interpreter flag turned off, as on a GPU): the single fused
-    kernel below 8 rows in standard decode (16 in the speculative verify), the pre-pass path from
-    there up; ``prepass`` overrides; the state_and_output route always runs the single kernel."""
+    kernel below 8 rows, the pre-pass path from there up (the speculative stream's readouts in 4 dstate
+    chunks from 32 rows, whole rows below); ``prepass`` overrides; the state_and_output route always
+    runs the single kernel."""
     import replayssm.ops.mamba2.replay as rp
     k = _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4))
     spec = _build("triton-replay", "s32a16", DecodeConfig("speculative", 4, 16))
     monkeypatch.setattr(rp, "INTERPRET", False)
     assert [k.use_split(r) for r in (1, 7, 8, 16, 512)] == [False, False, True, True, True]
-    assert [spec.use_split(r) for r in (1, 8, 15, 16, 512)] == [False, False, False, True, True]
+    assert [spec.use_split(r) for r in (1, 7, 8, 16, 512)] == [False, False, True, True, True]
+    chunked = _build("triton-replay", "s32a16", DecodeConfig("speculative", 4, 16))
+    assert [chunked.chunks_for(r) for r in (8, 31, 32, 512)] == [1, 1, 4, 4]
+    fixed = _build("triton-replay", "s32a16", DecodeConfig("speculative", 4, 16), kchunks=2)
+    assert [fixed.chunks_for(r) for r in (8, 512)] == [2, 2]
     assert not _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4), prepass=False).use_split(512)
     assert _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4), prepass=True).use_split(1)
     assert not _build("triton-replay-state", "s32a16", DecodeConfig("standard", 1, 4)).use_split(512)

@@ -1,6 +1,6 @@
 """The Triton ReplaySSM kernel for KDA ("triton-replay", family kda): standard decode
 (``replay_decode.py``, and the two-launch path ``replay_split.py``) and speculative verify/commit
-(``replay_spec.py``; with ``prepass=True`` the two-launch ``replay_spec_split.py``) behind the
+(the two-launch ``replay_spec_split.py``; with ``prepass=False`` the single kernel ``replay_spec.py``) behind the
 kernel interface, with the records stored as the literal model stores them.
 
 Storage: checkpoint ``[slots, HV, V, K]`` in the state dtype (fp8 with fp32 scales
@@ -51,8 +51,8 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
     description = ("Triton ReplaySSM (per-channel gates): records d, normalised k, per-channel g (fp32); "
                    "output-only readout; flush at write_pos = L-1; speculative verify with the in-window "
                    "WY/UT solve and device-side commit; standard decode as coefficient pre-pass + checkpoint "
-                   "stream from 16 rows up, one kernel below; the speculative verify as pre-pass + stream with "
-                   "prepass=True")
+                   "stream from 16 rows up, one kernel below; the speculative verify as pre-pass + stream (the "
+                   "single kernel with prepass=False)")
 
     @classmethod
     def tensor_core_readouts(cls, decode, options) -> bool:
@@ -79,8 +79,9 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
     def use_split(self, rows: int) -> bool:
         if self.readout != "reduce":
             return False
-        if self.decode.speculative:  # the single kernel unless asked (the two launches not yet timed on a GPU)
-            return self.prepass is True
+        if self.decode.speculative:  # the two launches unless asked (H200, 2026-12-02: 40.3 us against the
+            # single kernel's 85.8 at batch 8, 1836 against 5118 at 512; docs/benchmarks.md)
+            return self.prepass is not False
         if self.mode.dot != "ieee":
             return True  # only the pre-pass path reads out with tensor-core dots
         if self.prepass is not None:

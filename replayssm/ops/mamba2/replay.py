@@ -416,6 +416,9 @@ class _TritonReplay(TritonMamba2Base):
                              f"options {dict(opts)})")
         chunked = d.window > 1 and m.dot == "ieee" and not INTERPRET and not (self.stream_dot or self.split_readout)
         self.kchunks = int(opts.get("kchunks", 4 if chunked else 1))
+        # the default's chunks only from 32 rows: below, whole-dstate rows measured faster (H200, 2026-12-02,
+        # T' = 4: batch 8 46.1 us against 57.1 with 4 chunks, batch 16 52.5 against 64.3; docs/benchmarks.md)
+        self._chunks_by_rows = chunked and "kchunks" not in opts
         if (self.stream_dot or self.split_readout) and self.kchunks != 1:
             raise ValueError("options['vector_readout' / 'split_readout']: the stream's dot readout takes the whole "
                              f"dstate tile (kchunks must be 1, got {self.kchunks})")
@@ -430,6 +433,10 @@ class _TritonReplay(TritonMamba2Base):
         self.interp = INTERPRET
         self._scratch: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
+    def chunks_for(self, rows: int) -> int:
+        """dstate chunks of the stream's readouts for a launch of ``rows`` rows."""
+        return 1 if self._chunks_by_rows and rows < 32 else self.kchunks
+
     def use_split(self, rows: int) -> bool:
         """Whether a launch of ``rows`` rows takes the two-launch path."""
         if self.route != "output_only":
@@ -438,9 +445,10 @@ class _TritonReplay(TritonMamba2Base):
             return self.prepass
         if self.split_readout:
             return True  # the stream's readout
-        # from 8 rows in standard decode (H200, 2026-12-02: batch 8 17.6 us against the single kernel's
-        # 23.4, batch 1 8.2 against 6.3), from 16 in the speculative verify (docs/benchmarks.md)
-        return INTERPRET or rows >= (16 if self.decode.speculative else 8)
+        # from 8 rows (H200, 2026-12-02, docs/benchmarks.md): standard decode at batch 8 17.6 us against the
+        # single kernel's 23.4 (batch 1: 8.2 against 6.3); the speculative verify at batch 8 46.1 us (whole-dstate
+        # readouts, chunks_for) against 73.8
+        return INTERPRET or rows >= 8
 
     def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Pre-pass outputs for a launch of ``rows`` rows (kept per row count: a captured CUDA graph

@@ -299,7 +299,7 @@ def launch_split(kern, slot_ids, inputs, out, advance: bool, phases: str = "both
             H=g.nheads, P=g.headdim, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec,
             SPEC=d.speculative, HAS_Z=g.has_z, STATE=kern.state_kind, ACT=kern.act_kind, SR=kern.sr,
             INTERP=kern.interp, FOLD_UNROLL=kern.fold_unroll, BP=kern.block_p, BN=kern.block_n, JB=kern.jb,
-            NSPLIT=split, NCH=nch, KC=kern.kchunks, DOT=kern.mode.dot,
+            NSPLIT=split, NCH=nch, KC=kern.chunks_for(R), DOT=kern.mode.dot,
             RDOT=kern.mode.dot != "ieee" or kern.stream_dot or kern.split_readout,
             TPD=max(16, kern.tp_split) if kern.mode.dot != "ieee" or kern.split_readout else max(2, kern.tp_split),
             NSP=parts(kern.mode.state_dtype) if kern.split_readout else 0, NCP=parts(kern.mode.act_dtype),

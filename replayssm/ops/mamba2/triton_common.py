@@ -53,7 +53,7 @@ OPTIONS = {
     "route": "str: output_only or state_and_output (replay kernels; fixed by the registered name)",
     "prepass": ("bool: output_only route as two launches, a per-(row, group) coefficient pre-pass and a lean "
                 "checkpoint stream (True), or the single fused kernel (False); default: the pre-pass path from "
-                "8 rows up (speculative verify: 16) on the GPU, always under the interpreter"),
+                "8 rows up on the GPU, always under the interpreter"),
     "coef_warps": "int: warps per pre-pass program (default 2)",
     "kchunks": ("int: pre-pass path: dstate as this many chunks summed inside a thread before the cross-lane "
                 "reduction of a readout (default 4 for T' > 1 ieee on the GPU, else 1)"),
