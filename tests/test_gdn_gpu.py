@@ -57,6 +57,9 @@ def _cases():
     for mode in ("s32a32-tf32", "s32a16-tf32x3"):
         out.append((f"replay-prepass-{mode}-B16-T4-qwen35-4b", "triton-replay",
                     _sc("qwen35-4b", mode, "speculative", 4, 16, "per-row", 10)))
+    for mode in ("s32a32", "sfp8a16", "s16a16"):  # the split tensor-core readouts (an option: the slow tier)
+        out.append((f"replay-split-{mode}-B16-T4-qwen35-4b", "triton-replay",
+                    _sc("qwen35-4b", mode, "speculative", 4, 16, "per-row", 10, kernel_options={"readout": "split"})))
     for L in (1, 4, 8, 32):
         out.append((f"replay-s32a16-L{L}-T1-qwen35-4b", "triton-replay",
                     _sc("qwen35-4b", "s32a16", "standard", 1, L, "random", L + 2)))

@@ -50,11 +50,23 @@ MODE_PATHS = [(m, p) for m in MODES for p in ("prepass", "fused")]
                                              ids=[f"{m}-{p}" for m, p in MODE_PATHS]))
 def test_replay_every_mode_nano4b(mode, path):
     """Both paths of "triton-replay" at batch 4 (the automatic choice there is the fused kernel; the
-    pre-pass path is the default from 8 rows up in standard decode, 16 in the speculative verify)."""
+    pre-pass path is the default from 8 rows up)."""
     opts = {"prepass": path == "prepass"}
     assert_kernel_valid("triton-replay", _sc("nano4b", "speculative", 4, mode, steps=10, kernel_options=opts),
                         device="cuda", repeat_check="-sr" in mode)
     assert_kernel_valid("triton-replay", _sc("nano4b", "standard", 4, mode, L=8, steps=10, kernel_options=opts),
+                        device="cuda", repeat_check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["s32a32", "sfp16a16", "sfp8a16"])
+def test_replay_split_readout_nano4b(mode):
+    """The stream's window readouts as bf16-part tensor-core products (``split_readout``, an option):
+    fp32-accurate on the GPU's tensor cores, batch 8 (the pre-pass path), both decodes."""
+    opts = {"split_readout": True}
+    assert_kernel_valid("triton-replay", _sc("nano4b", "speculative", 8, mode, steps=10, kernel_options=opts),
+                        device="cuda", repeat_check=False)
+    assert_kernel_valid("triton-replay", _sc("nano4b", "standard", 8, mode, L=8, steps=10, kernel_options=opts),
                         device="cuda", repeat_check=False)
 
 
