@@ -121,13 +121,15 @@ def test_prepass_stream_dot_readout():
 def test_prepass_split_readout(decode, mode):
     """Pre-pass path with every window readout S0 · C_s as bf16-part tensor-core products at fp32
     accuracy (split_readout): fp32 state and fp32 C (3 x 3 parts), fp16 state and bf16 C (2 x 1);
-    the single kernel and the tf32 modes refuse it."""
+    the single kernel, the state_and_output route and the tf32 modes refuse it."""
     sc = (_spec(mode, steps=8, kernel_options={"split_readout": True}) if decode == "speculative"
           else _std(mode, L=4, steps=6, kernel_options={"split_readout": True}))
     assert_kernel_valid("triton-replay", sc, repeat_check=False)
-    for opts, m in (({"split_readout": True, "prepass": False}, mode), ({"split_readout": True}, "s32a16-tf32")):
+    for name, opts, m in (("triton-replay", {"split_readout": True, "prepass": False}, mode),
+                          ("triton-replay", {"split_readout": True}, "s32a16-tf32"),
+                          ("triton-replay-state", {"split_readout": True}, mode)):
         with pytest.raises(ValueError, match="split_readout"):
-            assert_kernel_valid("triton-replay", _spec(m, steps=2, kernel_options=opts))
+            assert_kernel_valid(name, _spec(m, steps=2, kernel_options=opts))
 
 
 @pytest.mark.parametrize("mode", ["s32a32-tf32", "s32a16-tf32x3"])

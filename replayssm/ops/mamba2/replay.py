@@ -410,10 +410,11 @@ class _TritonReplay(TritonMamba2Base):
         # when the option is given (a launch candidate of the bench, not yet measured as a default)
         self.stream_dot = bool(opts.get("vector_readout", False))
         self.split_readout = bool(opts.get("split_readout", False))
-        if self.split_readout and (m.dot != "ieee" or self.stream_dot or self.prepass is False):
+        if self.split_readout and (m.dot != "ieee" or self.stream_dot or self.prepass is False
+                                   or self.route != "output_only"):
             raise ValueError(f"options['split_readout']: the fp32-accurate tensor-core readout of the ieee modes' "
-                             f"pre-pass path (needs dot=ieee, not vector_readout, prepass not False; mode {m.id!r}, "
-                             f"options {dict(opts)})")
+                             f"pre-pass path (needs dot=ieee, not vector_readout, prepass not False, the output_only "
+                             f"route; kernel {self.name!r}, mode {m.id!r}, options {dict(opts)})")
         chunked = d.window > 1 and m.dot == "ieee" and not INTERPRET and not (self.stream_dot or self.split_readout)
         self.kchunks = int(opts.get("kchunks", 4 if chunked else 1))
         # the default's chunks only from 32 rows: below, whole-dstate rows measured faster (H200, 2026-12-02,
