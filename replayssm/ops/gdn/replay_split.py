@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.replay_split_tc import gdn_spec_tc_stream_kernel
-from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket, window_token
+from replayssm.ops.gdn.triton_base import cursor_snapshot, gates, l2_normalise, ticket, window_token
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 from replayssm.ops.triton.split_dot import parts, split_dot
@@ -176,10 +176,7 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
     if slot < 0:
         return
     hk = h // (HV // H)
-    w = tl.load(meta_ptr + r * 4)
-    org = tl.load(meta_ptr + r * 4 + 1)
-    flush = tl.load(meta_ptr + r * 4 + 2) != 0
-    cnt = tl.load(meta_ptr + r * 4 + 3)
+    w, org, flush, cnt = cursor_snapshot(meta_ptr, r)
     if SPEC:
         keep = w >= 0
     else:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import window_token
+from replayssm.ops.gdn.triton_base import cursor_snapshot, window_token
 from replayssm.ops.triton.rounding import STREAM_FLUSH, load_state, store_state
 from replayssm.ops.triton.split_dot import split_dot
 
@@ -42,10 +42,7 @@ def gdn_spec_tc_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_
     if slot < 0:
         return
     hk = h // (HV // H)
-    w = tl.load(meta_ptr + r * 4)
-    org = tl.load(meta_ptr + r * 4 + 1)
-    flush = tl.load(meta_ptr + r * 4 + 2) != 0
-    cnt = tl.load(meta_ptr + r * 4 + 3)
+    w, org, flush, cnt = cursor_snapshot(meta_ptr, r)
     cb = (r * HV + h) * NCOEF
     base = (slot * HV + h) * V
     j = tl.arange(0, JB)

@@ -88,6 +88,17 @@ def gates(a, b, A_log, dt_bias):
 
 
 @triton.jit
+def cursor_snapshot(meta_ptr, r):
+    """The cursors a pre-pass left for row ``r`` in ``meta [rows, 4]``: write_pos, origin, whether
+    this verify flushes, the slot's stochastic-rounding counter."""
+    w = tl.load(meta_ptr + r * 4)
+    org = tl.load(meta_ptr + r * 4 + 1)
+    flush = tl.load(meta_ptr + r * 4 + 2) != 0
+    cnt = tl.load(meta_ptr + r * 4 + 3)
+    return w, org, flush, cnt
+
+
+@triton.jit
 def window_token(i, sk, sq, Dh, Dw, r, h, slot, org, w, offs_v, mv, rec_m, j, tp, cb, v_ptr, out_ptr, d_rec_ptr,
                  coef_ptr, HV: tl.constexpr, V: tl.constexpr, T: tl.constexpr, RING: tl.constexpr, JB: tl.constexpr,
                  TP: tl.constexpr, INTERPRET: tl.constexpr, O_A: tl.constexpr, O_B: tl.constexpr,

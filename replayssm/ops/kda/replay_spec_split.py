@@ -33,7 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import l2_normalise, select_row
+from replayssm.ops.gdn.triton_base import cursor_snapshot, l2_normalise, select_row
 from replayssm.ops.kda.triton_base import decay_weighted_keys, fold_weighted, kda_gates, stream_tile
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
@@ -138,10 +138,7 @@ def _kda_spec_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_pt
     slot = tl.load(slot_ptr + r).to(tl.int64)
     if slot < 0:
         return
-    w = tl.load(meta_ptr + r * 4)
-    org = tl.load(meta_ptr + r * 4 + 1)
-    flush = tl.load(meta_ptr + r * 4 + 2) != 0
-    cnt = tl.load(meta_ptr + r * 4 + 3)
+    w, org, flush, cnt = cursor_snapshot(meta_ptr, r)
     cb = (r * HV + h) * NCOEF
     offs_k = tl.arange(0, BK)
     mk = offs_k < K
