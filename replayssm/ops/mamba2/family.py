@@ -148,8 +148,9 @@ class Mamba2(Family):
         # fused kernel below); each is checked against fp64 over a whole cursor cycle before it is timed.
         if kind == "baseline":
             return [{"block_p": 16, "num_warps": 4}, {"block_p": 32, "num_warps": 4}][:1 if decode.speculative else 2]
-        if decode.speculative:  # + every window readout as one ieee fp32 dot (the stream's, from 16 rows)
-            return [{}, {"prepass": False}, {"vector_readout": True}]
+        if decode.speculative:  # + every window readout as one ieee fp32 dot (the stream's, from 8 rows), and
+            # whole-dstate readouts from 32 rows (the default below 32; 4 chunks measured faster at 128-512)
+            return [{}, {"prepass": False}, {"vector_readout": True}] + ([{"kchunks": 1}] if batch >= 32 else [])
         return [{}, {"prepass": False}, {"prepass": True}]
 
 
