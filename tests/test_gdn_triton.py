@@ -211,7 +211,7 @@ def test_prepass_readout_variants(decode, mode, options):
 
 @pytest.mark.parametrize("options,why,mode", [
     ({"block_v": 3}, "power of two", "s32a16"), ({"readout": "fma"}, "readout", "s32a16"),
-    ({"colour": 1}, "unknown option", "s32a16"), ({"readout": "split"}, "ieee", "s32a16-tf32"),
+    ({"colour": 1}, "unknown option", "s32a16"), ({"readout": "split"}, "ieee modes", "s32a16-tf32"),
     ({"readout": "split", "prepass": False}, "pre-pass path", "s32a16")],
     ids=["bv3", "fma", "colour", "split-tf32", "split-fused"])
 def test_bad_options_refused(options, why, mode):

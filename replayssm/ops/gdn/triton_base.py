@@ -216,6 +216,10 @@ class TritonGDNBase(ServingLayouts):
                     f"per-row fp32 scales); fp64 is the literal models' reference mode")
         if mode.act not in ACTS:
             return f"activation dtype {mode.act} is not implemented (activations: fp32, bf16, fp16)"
+        ro = options.get("readout", "reduce")
+        if ro == "split" and mode.dot != "ieee":
+            return (f"option readout='split': the fp32-accurate readout of the ieee modes; dot={mode.dot} declares "
+                    f"its own tensor-core readout")
         if mode.dot != "ieee" and not cls.tensor_core_readouts(decode, options):
             return (f"dot={mode.dot}: this kernel's readouts are fp32 FMA reductions (no tensor-core dot), so "
                     f"only ieee is implemented here")
@@ -228,16 +232,12 @@ class TritonGDNBase(ServingLayouts):
         nw = options.get("num_warps")
         if nw is not None and nw not in (1, 2, 4, 8, 16):
             return f"option num_warps={nw!r}: expected 1, 2, 4, 8 or 16"
-        ro = options.get("readout", "reduce")
         if ro not in READOUTS:
             return f"option readout={ro!r}: expected one of {READOUTS}"
         if ro == "dot" and cls.kind != "replay":
             return "option readout='dot': the replay kernel's stream readout (a baseline has none)"
         if ro == "split" and not cls.SPLIT_READOUT:
             return "option readout='split': the GDN replay kernel's stream readout (this kernel has none)"
-        if ro == "split" and mode.dot != "ieee":
-            return (f"option readout='split': the fp32-accurate readout of the ieee modes; dot={mode.dot} declares "
-                    f"its own tensor-core readout")
         return None
 
     @classmethod
