@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.replay_split_tc import gdn_spec_tc_stream_kernel
-from replayssm.ops.gdn.triton_base import cursor_snapshot, gates, l2_normalise, ticket, window_token
+from replayssm.ops.gdn.triton_base import cursor_snapshot, fold_records, gates, l2_normalise, ticket, window_token
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 from replayssm.ops.triton.split_dot import parts, split_dot
@@ -254,21 +254,8 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
                 d_cur = d_i
                 k_cur = k_i
         if flush:
-            s = tl.load(coef_ptr + cb + O_DECF) * s0
-            # rank-1 updates, FU records per trip (their loads independent: one round trip per FU records)
-            for jq in range(0, (w + FU - 1) // FU):
-                for ju in tl.static_range(FU):
-                    jj = jq * FU + ju
-                    srow = slot * RING + (org + jj) % RING
-                    live = (offs_v * 0 + jj) < w
-                    dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv & live, other=0.0).to(tl.float32)
-                    kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk & ((offs_k * 0 + jj) < w),
-                                 other=0.0).to(tl.float32)  # past the history: zeros (stale rows may be non-finite)
-                    wt = tl.load(coef_ptr + cb + O_WF + tl.minimum(jj, JB - 1))
-                    if KC == 1:
-                        s += (wt * dj)[:, None] * kj[None, :]
-                    else:
-                        s += (wt * dj)[None, :, None] * kj[:, None, :]
+            s = fold_records(tl.load(coef_ptr + cb + O_DECF) * s0, w, org, slot, h, hk, offs_v, mv, offs_k, mk,
+                             d_rec_ptr, k_rec_ptr, coef_ptr + cb + O_WF, H, HV, K, V, RING, JB, FU, KC)
             if not SPEC:
                 if KC == 1:
                     s += d_cur[:, None] * k_cur[None, :]

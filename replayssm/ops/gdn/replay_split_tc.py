@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import cursor_snapshot, window_token
+from replayssm.ops.gdn.triton_base import cursor_snapshot, fold_records, window_token
 from replayssm.ops.triton.rounding import STREAM_FLUSH, load_state, store_state
 from replayssm.ops.triton.split_dot import split_dot
 
@@ -69,17 +69,8 @@ def gdn_spec_tc_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_
                          mask=vec_ok[:, None], other=0.0)  # [16, BKT]
             SQK = SQK + split_dot(s0, tl.trans(QK), NSP, 3, INTERPRET)
             if flush:
-                s = decf * s0
-                for jq in range(0, (w + FU - 1) // FU):
-                    for ju in tl.static_range(FU):
-                        jj = jq * FU + ju
-                        srow = slot * RING + (org + jj) % RING
-                        dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv & ((offs_v * 0 + jj) < w),
-                                     other=0.0).to(tl.float32)
-                        kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk & ((offs_k * 0 + jj) < w),
-                                     other=0.0).to(tl.float32)  # past the history: zeros (stale rows may be non-finite)
-                        wt = tl.load(coef_ptr + cb + O_WF + tl.minimum(jj, JB - 1))
-                        s += (wt * dj)[:, None] * kj[None, :]
+                s = fold_records(decf * s0, w, org, slot, h, hk, offs_v, mv, offs_k, mk, d_rec_ptr, k_rec_ptr,
+                                 coef_ptr + cb + O_WF, H, HV, K, V, RING, JB, FU, 1)
                 store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed,
                             slot, cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
         Dh = tl.load(d_rec_ptr + (rows[:, None] * HV + h) * V + offs_v[None, :], mask=hist[:, None] & mv[None, :],

@@ -99,6 +99,30 @@ def cursor_snapshot(meta_ptr, r):
 
 
 @triton.jit
+def fold_records(s, w, org, slot, h, hk, offs_v, mv, offs_k, mk, d_rec_ptr, k_rec_ptr, wf_ptr, H: tl.constexpr,
+                 HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, RING: tl.constexpr, JB: tl.constexpr,
+                 FU: tl.constexpr, KC: tl.constexpr):
+    """``s + sum_{j<w} WF[j] d_j k_j^T`` over a slot's committed records, for the value rows
+    ``offs_v`` and the keys ``offs_k`` (``[BK]``, or ``[KC, BK / KC]`` chunks with ``s`` in
+    ``[KC, BV, BK / KC]``): rank-1 updates, FU records per trip (their loads independent: one round
+    trip per FU records); past the history the loads are zeros (stale rows may be non-finite)."""
+    for jq in range(0, (w + FU - 1) // FU):
+        for ju in tl.static_range(FU):
+            jj = jq * FU + ju
+            srow = slot * RING + (org + jj) % RING
+            dj = tl.load(d_rec_ptr + (srow * HV + h) * V + offs_v, mask=mv & ((offs_v * 0 + jj) < w),
+                         other=0.0).to(tl.float32)
+            kj = tl.load(k_rec_ptr + (srow * H + hk) * K + offs_k, mask=mk & ((offs_k * 0 + jj) < w),
+                         other=0.0).to(tl.float32)
+            wt = tl.load(wf_ptr + tl.minimum(jj, JB - 1))
+            if KC == 1:
+                s += (wt * dj)[:, None] * kj[None, :]
+            else:
+                s += (wt * dj)[None, :, None] * kj[:, None, :]
+    return s
+
+
+@triton.jit
 def window_token(i, sk, sq, Dh, Dw, r, h, slot, org, w, offs_v, mv, rec_m, j, tp, cb, v_ptr, out_ptr, d_rec_ptr,
                  coef_ptr, HV: tl.constexpr, V: tl.constexpr, T: tl.constexpr, RING: tl.constexpr, JB: tl.constexpr,
                  TP: tl.constexpr, INTERPRET: tl.constexpr, O_A: tl.constexpr, O_B: tl.constexpr,
