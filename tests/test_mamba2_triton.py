@@ -337,8 +337,8 @@ def test_no_cuda_device_is_a_clear_error(monkeypatch):
 
 def test_path_choice_by_rows(monkeypatch):
     """The automatic path on the GPU (the interpreter flag turned off, as on a GPU): the single fused
-    kernel below 8 rows, the pre-pass path from there up (the speculative stream's readouts in 4 dstate
-    chunks from 32 rows, whole rows below); ``prepass`` overrides; the state_and_output route always
+    kernel below 8 rows, the pre-pass path from there up (the speculative stream's readouts over the whole
+    dstate tile unless ``kchunks`` says otherwise); ``prepass`` overrides; the state_and_output route always
     runs the single kernel."""
     import replayssm.ops.mamba2.replay as rp
     k = _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4))
@@ -346,8 +346,8 @@ def test_path_choice_by_rows(monkeypatch):
     monkeypatch.setattr(rp, "INTERPRET", False)
     assert [k.use_split(r) for r in (1, 7, 8, 16, 512)] == [False, False, True, True, True]
     assert [spec.use_split(r) for r in (1, 7, 8, 16, 512)] == [False, False, True, True, True]
-    chunked = _build("triton-replay", "s32a16", DecodeConfig("speculative", 4, 16))
-    assert [chunked.chunks_for(r) for r in (8, 31, 32, 512)] == [1, 1, 4, 4]
+    whole = _build("triton-replay", "s32a16", DecodeConfig("speculative", 4, 16))
+    assert [whole.chunks_for(r) for r in (8, 31, 32, 512)] == [1, 1, 1, 1]
     fixed = _build("triton-replay", "s32a16", DecodeConfig("speculative", 4, 16), kchunks=2)
     assert [fixed.chunks_for(r) for r in (8, 512)] == [2, 2]
     assert not _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4), prepass=False).use_split(512)

@@ -140,9 +140,8 @@ class GatedDeltaNet(Family):
             return [{"block_v": 8, "num_warps": 1}, {"block_v": 32, "num_warps": 4}]
         if decode.speculative:  # + the pre-pass on 4 warps (on one it is register-limited at 19 % occupancy, 11 %
             # of a verify at batch 512: docs/benchmarks.md; the ieee dot and split readouts, slower there, are
-            # left out), and the two-launch path below 16 rows (not timed there yet)
-            return [{}, {"prepass": False, "block_v": 16, "num_warps": 1}, {"coef_warps": 4}] \
-                + ([{"prepass": True}] if batch < 16 else [])
+            # left out; the two-launch path below 16 rows too: batch 8 39.3 us against 30.0, 2026-12-02)
+            return [{}, {"prepass": False, "block_v": 16, "num_warps": 1}, {"coef_warps": 4}]
         return [{}, {"prepass": False, "block_v": 8, "num_warps": 1}, {"prepass": True, "block_v": 16, "num_warps": 1}]
 
 

@@ -403,7 +403,7 @@ class _TritonReplay(TritonMamba2Base):
         self.prepass = prepass_option(opts)
         self.coef_warps = int_choice(opts, "coef_warps", (1, 2, 4, 8), 2)
         # stream launch defaults measured fastest on an H200 at batch 128-512 (docs/benchmarks.md):
-        # one warp per 16-row tile; speculative windows read out in 4 dstate chunks
+        # one warp per 16-row tile; speculative windows read out over the whole dstate tile
         self.split_warps = int(opts.get("num_warps", 1))
         self.tp_split = next_pow2(d.window)
         # the stream's ieee readouts as one fp32 tl.dot (FMA units, dstate summed inside a thread): only
@@ -415,11 +415,10 @@ class _TritonReplay(TritonMamba2Base):
             raise ValueError(f"options['split_readout']: the fp32-accurate tensor-core readout of the ieee modes' "
                              f"pre-pass path (needs dot=ieee, not vector_readout, prepass not False, the output_only "
                              f"route; kernel {self.name!r}, mode {m.id!r}, options {dict(opts)})")
-        chunked = d.window > 1 and m.dot == "ieee" and not INTERPRET and not (self.stream_dot or self.split_readout)
-        self.kchunks = int(opts.get("kchunks", 4 if chunked else 1))
-        # the default's chunks only from 32 rows: below, whole-dstate rows measured faster (H200, 2026-12-02,
-        # T' = 4: batch 8 46.1 us against 57.1 with 4 chunks, batch 16 52.5 against 64.3; docs/benchmarks.md)
-        self._chunks_by_rows = chunked and "kchunks" not in opts
+        # whole-dstate readouts by default: measured faster than 4 dstate chunks at every batch (H200,
+        # 2026-12-02, side by side at 88e1eeb, T' = 4, k = 4: batch 8 46.1 us against 57.1, 32 88.2 against
+        # 113.3, 512 1093 against 1505; k = 2 alike; docs/benchmarks.md)
+        self.kchunks = int(opts.get("kchunks", 1))
         if (self.stream_dot or self.split_readout) and self.kchunks != 1:
             raise ValueError("options['vector_readout' / 'split_readout']: the stream's dot readout takes the whole "
                              f"dstate tile (kchunks must be 1, got {self.kchunks})")
@@ -436,7 +435,7 @@ class _TritonReplay(TritonMamba2Base):
 
     def chunks_for(self, rows: int) -> int:
         """dstate chunks of the stream's readouts for a launch of ``rows`` rows."""
-        return 1 if self._chunks_by_rows and rows < 32 else self.kchunks
+        return self.kchunks
 
     def use_split(self, rows: int) -> bool:
         """Whether a launch of ``rows`` rows takes the two-launch path."""
@@ -448,7 +447,7 @@ class _TritonReplay(TritonMamba2Base):
             return True  # the stream's readout
         # from 8 rows (H200, 2026-12-02, docs/benchmarks.md): standard decode at batch 8 17.6 us against the
         # single kernel's 23.4 (batch 1: 8.2 against 6.3); the speculative verify at batch 8 46.1 us (whole-dstate
-        # readouts, chunks_for) against 73.8
+        # readouts) against 73.8
         return INTERPRET or rows >= 8
 
     def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
