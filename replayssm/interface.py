@@ -425,11 +425,14 @@ class KernelConfig:
 
 @dataclass
 class KernelSnapshot:
-    """Raw copies (CPU) of a kernel's stored state, for exact invariant checks.
+    """Raw copies of a kernel's stored state, for exact invariant checks.
 
     ``checkpoint`` is ``[num_slots, *state_shape]`` in the storage dtype; ``checkpoint_scale``
     ``[num_slots, *state_shape[:-1]]`` fp32 for fp8/int8 states; ``records`` maps each record
     name to ``[num_slots, ring_rows, ...]`` (empty for baselines); cursors are ``[num_slots]``.
+    Each tensor may live on the CPU or on the kernel's device: the engine compares bits where they
+    are (the suite's own kernels keep their storage copies on the device, so a step at real shapes
+    moves no state to the host; their cursors on the CPU).  Copies, never views of live storage.
     """
 
     checkpoint: torch.Tensor

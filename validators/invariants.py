@@ -12,11 +12,17 @@ here compare raw bits, never values with a tolerance:
 * a verify never changes a committed ring row (logical positions 0..write_pos-1);
 * cursors after each commit equal the spec's rule (``DecodeConfig.commit_cursor``);
 * a repeated run gives bit-identical outputs (chained sha256 over the output bytes).
+
+Snapshots may live on the kernel's device: :func:`any_differ`, :func:`fields_differ` and
+:func:`ring_rows_differ` compare whole gathered sets there into one device flag (the checks'
+``flag``: read in the hook's one host sync); the per-field helpers below name what changed, and
+run only when a flag is raised.
 """
 
 from __future__ import annotations
 
 import hashlib
+from functools import lru_cache
 
 import torch
 
@@ -48,6 +54,37 @@ def bits_equal(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     return bool(torch.equal(int_view(a), int_view(b.to(a.device))))
+
+
+def any_differ(pairs, device) -> torch.Tensor:
+    """A 0-d bool tensor on ``device``: whether any ``(a, b)`` pair differs in presence, shape, dtype
+    or bits.  Pairs on a GPU are compared there, without a host sync (one sync for the whole set
+    when the caller reads the flag); pairs on the CPU on the host."""
+    flags, host = [], False
+    for a, b in pairs:
+        if a is None or b is None:
+            host |= (a is None) != (b is None)
+        elif a.shape != b.shape or a.dtype != b.dtype:
+            host = True
+        elif a.device.type == "cpu" and b.device.type == "cpu":
+            host |= not torch.equal(int_view(a), int_view(b))
+        else:
+            flags.append((int_view(a) != int_view(b.to(a.device))).any().to(device))
+    if host:
+        return torch.ones((), dtype=torch.bool, device=device)
+    if not flags:
+        return torch.zeros((), dtype=torch.bool, device=device)
+    return torch.stack(flags).any()
+
+
+@lru_cache(maxsize=512)
+def _index(items: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(items, dtype=torch.long, device=device)
+
+
+def gather(t: torch.Tensor, index: list[int] | tuple[int, ...]) -> torch.Tensor:
+    """``t[index]`` along the first dimension (a copy; the index tensor cached per device)."""
+    return t.index_select(0, _index(tuple(index), t.device))
 
 
 def poison_bits(dtype: torch.dtype) -> int:
@@ -104,6 +141,48 @@ def slot_view(snap: KernelSnapshot, slot: int) -> dict[str, torch.Tensor]:
     return out
 
 
+def slots_view(snap: KernelSnapshot, slots: list[int]) -> dict[str, torch.Tensor]:
+    """:func:`slot_view` of several slots at once: each field gathered as ``[len(slots), ...]``."""
+    n = snap.checkpoint.shape[0]
+    one = slot_view(snap, 0) if n else {}
+    out = {}
+    for name in one:
+        if name.startswith("records."):
+            t = snap.records[name[len("records."):]]
+        elif name.startswith("extra."):
+            t = snap.extra[name[len("extra."):]]
+        else:
+            t = getattr(snap, name)
+        out[name] = gather(t, slots)
+    return out
+
+
+def fields_differ(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor], device) -> torch.Tensor:
+    """:func:`any_differ` over two field dicts (a field present in one only counts as a difference)."""
+    names = sorted(set(before) | set(after))
+    return any_differ(((before.get(k), after.get(k)) for k in names), device)
+
+
+def ring_rows_differ(before: KernelSnapshot, after: KernelSnapshot, slot_rows: list[tuple[int, int]],
+                     device) -> torch.Tensor:
+    """Whether any record tensor differs at the given (slot, ring row) pairs (rows past a tensor's
+    ring are skipped, as :func:`changed_ring_rows` does)."""
+    pairs = []
+    for k, b in before.records.items():
+        a = after.records.get(k)
+        if a is None or not slot_rows:
+            continue
+        ring = b.shape[1]
+        flat = [s * ring + r for s, r in slot_rows if r < ring]
+        if not flat:
+            continue
+        if a.shape != b.shape:
+            pairs.append((a, b))
+            continue
+        pairs.append((gather(b.reshape(-1, *b.shape[2:]), flat), gather(a.reshape(-1, *a.shape[2:]), flat)))
+    return any_differ(pairs, device)
+
+
 def changed_fields(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) -> list[str]:
     """Names of the fields whose bits differ (or that appeared/disappeared)."""
     names = sorted(set(before) | set(after))
@@ -138,9 +217,16 @@ def changed_ring_rows(before: KernelSnapshot, after: KernelSnapshot, slot: int, 
     return sorted(bad)
 
 
+def _on_cpu(t):
+    return t.detach().cpu() if isinstance(t, torch.Tensor) else t
+
+
 def snapshot_to_dict(snap: KernelSnapshot) -> dict:
-    return {"checkpoint": snap.checkpoint, "checkpoint_scale": snap.checkpoint_scale, "records": dict(snap.records),
-            "write_pos": snap.write_pos, "origin": snap.origin, "is_flush": snap.is_flush, "extra": dict(snap.extra)}
+    """The snapshot's fields as CPU tensors (``torch.save``-able on any machine)."""
+    return {"checkpoint": _on_cpu(snap.checkpoint), "checkpoint_scale": _on_cpu(snap.checkpoint_scale),
+            "records": {k: _on_cpu(v) for k, v in snap.records.items()}, "write_pos": _on_cpu(snap.write_pos),
+            "origin": _on_cpu(snap.origin), "is_flush": _on_cpu(snap.is_flush),
+            "extra": {k: _on_cpu(v) for k, v in snap.extra.items()}}
 
 
 def snapshot_from_dict(d: dict) -> KernelSnapshot:
@@ -178,6 +264,7 @@ class RunDigest:
         return self.hex
 
 
-__all__ = ["PAD_CANARY", "RunDigest", "bits_equal", "changed_fields", "changed_ring_rows", "checkpoint_changed",
-           "committed_rows", "first_index", "int_view", "poison_bits", "poisoned_out", "slot_view",
-           "snapshot_digest", "snapshot_from_dict", "snapshot_to_dict", "tensor_bytes", "unwritten_mask"]
+__all__ = ["PAD_CANARY", "RunDigest", "any_differ", "bits_equal", "changed_fields", "changed_ring_rows",
+           "checkpoint_changed", "committed_rows", "fields_differ", "first_index", "gather", "int_view", "poison_bits",
+           "poisoned_out", "ring_rows_differ", "slot_view", "slots_view", "snapshot_digest", "snapshot_from_dict",
+           "snapshot_to_dict", "tensor_bytes", "unwritten_mask"]

@@ -5,16 +5,40 @@ before and just after the verify).  Only a flush verify (the policy's ``is_flush
 slot's checkpoint (and its scales); no verify may change a record row holding committed history
 (the policy's ``committed_rows``: logical positions 0..write_pos-1 from the origin).  Replay kernels only: a
 baseline rewrites its state every step and keeps no ring.
+Each flag compares the whole set (every non-flush row's checkpoint; every committed ring row) at
+once where the snapshots live; the per-row comparison that names the change runs only when raised.
 """
 
 from __future__ import annotations
+
+import torch
 
 from replayssm.validators import invariants as inv
 from replayssm.validators.checks.registry import REPLAY, register_check
 
 
+def _checkpoints_changed(ctx) -> torch.Tensor:
+    run = ctx.run
+    before, after = ctx.snapshots["before-verify"], ctx.snapshots["after-verify"]
+    slots = [run.ids_list[r] for r in run.active if r not in ctx.flush_rows]
+    if not slots:
+        return torch.zeros((), dtype=torch.bool, device=run.device)
+    pairs = [(inv.gather(before.checkpoint, slots), inv.gather(after.checkpoint, slots))]
+    if before.checkpoint_scale is not None or after.checkpoint_scale is not None:
+        pairs.append((None if before.checkpoint_scale is None else inv.gather(before.checkpoint_scale, slots),
+                      None if after.checkpoint_scale is None else inv.gather(after.checkpoint_scale, slots)))
+    return inv.any_differ(pairs, run.device)
+
+
+def _committed_rows_changed(ctx) -> torch.Tensor:
+    run = ctx.run
+    before, after = ctx.snapshots["before-verify"], ctx.snapshots["after-verify"]
+    pairs = [(run.ids_list[r], row) for r in run.active for row in run.dec.committed_rows(run.origin[r], run.wp[r])]
+    return inv.ring_rows_differ(before, after, pairs, run.device)
+
+
 @register_check("checkpoint-unchanged", hooks="after-verify", schedule="invariants", kinds=REPLAY,
-                needs=("before-verify", "after-verify"),
+                needs=("before-verify", "after-verify"), flag=_checkpoints_changed,
                 catches="a non-flush verify changed a slot's checkpoint (or its scales)",
                 mutant="mutant-stale-cursor-on-reuse",
                 witness={"window": 1, "buffer": 1, "schedule": "explicit", "steps": 3,
@@ -30,7 +54,7 @@ def checkpoint_unchanged(ctx) -> None:
 
 
 @register_check("committed-ring-rows", hooks="after-verify", schedule="invariants", kinds=REPLAY,
-                needs=("before-verify", "after-verify"),
+                needs=("before-verify", "after-verify"), flag=_committed_rows_changed,
                 catches="a verify overwrote a ring row that holds committed history",
                 mutant="mutant-ring-wrap-off-by-one",
                 witness={"window": 1, "buffer": 1, "schedule": "always-1", "steps": 4})

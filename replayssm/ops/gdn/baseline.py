@@ -157,15 +157,15 @@ class TritonGDNBaseline(_BaselineStorage):
         cur = self.current.long()
         idx = torch.arange(S, device=self.device)
         return KernelSnapshot(
-            checkpoint=self.states[idx, cur].cpu().clone(),
-            checkpoint_scale=self.scales[idx, cur].cpu().clone() if self.scaled else None,
+            checkpoint=self.states[idx, cur].clone(),
+            checkpoint_scale=self.scales[idx, cur].clone() if self.scaled else None,
             records={},
             write_pos=torch.zeros(S, dtype=torch.int64),
             origin=torch.zeros(S, dtype=torch.int64),
             # the baseline rewrites its state at every standard step: each one is a "flush"
             is_flush=torch.full((S,), not self.decode.speculative, dtype=torch.bool),
-            extra={"states": self.states.cpu().clone(), "scales": self.scales.cpu().clone(),
-                   "current": self.current.cpu().clone(), **self._flags()},
+            extra={"states": self.states.clone(), "scales": self.scales.clone(),
+                   "current": self.current.clone(), **self._flags()},
         )
 
     def restore(self, snapshot: KernelSnapshot) -> None:

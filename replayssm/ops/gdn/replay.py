@@ -20,11 +20,13 @@ from __future__ import annotations
 import torch
 import triton
 
-from replayssm.interface import PAD_SLOT, KernelSnapshot, next_pow2
+from replayssm.interface import KernelSnapshot, next_pow2
+from replayssm.ops.committed import committed_rows_fp64
+from replayssm.ops.gdn.literal import GDNMath
 from replayssm.ops.gdn.replay_decode import launch_replay_decode
 from replayssm.ops.gdn.replay_spec import launch_replay_spec, launch_replay_spec_commit
 from replayssm.ops.gdn.replay_split import coef_layout, launch_split
-from replayssm.ops.gdn.triton_base import OPTIONS, PREPASS_OPTIONS, TritonGDNBase, fold_fp64
+from replayssm.ops.gdn.triton_base import OPTIONS, PREPASS_OPTIONS, TritonGDNBase
 from replayssm.ops.split_options import int_choice, prepass_option
 from replayssm.registry import register
 
@@ -171,18 +173,16 @@ class TritonGDNReplay(TritonGDNBase):
 
     def committed_state(self, slot_ids) -> torch.Tensor:
         ids = self._check_slot_ids(slot_ids)
-        wp, org = self._host(self.write_pos), self._host(self.origin)
-        out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
-        for r, s in enumerate(ids):
-            if s != PAD_SLOT:
-                out[r] = fold_fp64(self._state_at(s, 0), self._history(s, wp[s], org[s]))
-        return out
+        return committed_rows_fp64(ids, self._host(self.write_pos), self._host(self.origin), self.decode.ring_rows,
+                                   self.records, self._checkpoints64,
+                                   lambda s0, hist: GDNMath().fold_rows(s0, hist, None, None), self.state_shape,
+                                   self.device)
 
     def snapshot(self) -> KernelSnapshot:
         return KernelSnapshot(
-            checkpoint=self.states[:, 0].cpu().clone(),
-            checkpoint_scale=self.scales[:, 0].cpu().clone() if self.scaled else None,
-            records={k: v.cpu().clone() for k, v in self.records.items()},
+            checkpoint=self.states[:, 0].clone(),
+            checkpoint_scale=self.scales[:, 0].clone() if self.scaled else None,
+            records={k: v.clone() for k, v in self.records.items()},
             write_pos=self.write_pos.cpu().long(),
             origin=self.origin.cpu().long(),
             is_flush=torch.tensor([self.decode.is_flush(w) for w in self._host(self.write_pos)], dtype=torch.bool),

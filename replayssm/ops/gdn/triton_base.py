@@ -363,6 +363,13 @@ class TritonGDNBase(ServingLayouts):
             st = st * self.scales[slot, pos].to(torch.float64).unsqueeze(-1)
         return st
 
+    def _checkpoints64(self, slots: torch.Tensor) -> torch.Tensor:
+        """The checkpoints (ring position 0) of ``slots`` in fp64, gathered on the device."""
+        st = self.states[:, 0].index_select(0, slots).to(torch.float64)
+        if self.scaled:
+            st = st * self.scales[:, 0].index_select(0, slots).to(torch.float64).unsqueeze(-1)
+        return st
+
     def _checkpoint_pos(self, slot: int) -> int:
         return 0
 
@@ -375,8 +382,7 @@ class TritonGDNBase(ServingLayouts):
         return out
 
     def _flags(self) -> dict[str, torch.Tensor]:
-        return {"ready": self.ready.cpu().clone(), "pending": self.pending.cpu().clone(),
-                "sr_count": self.sr_count.cpu().clone()}
+        return {"ready": self.ready.clone(), "pending": self.pending.clone(), "sr_count": self.sr_count.clone()}
 
     supports_restore = True
 

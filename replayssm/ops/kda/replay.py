@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.interface import PAD_SLOT, next_pow2
+from replayssm.interface import next_pow2
+from replayssm.ops.committed import committed_rows_fp64
 from replayssm.ops.gdn.replay import TritonGDNReplay
 from replayssm.ops.gdn.triton_base import OPTIONS
+from replayssm.ops.kda.literal import KDAMath
 from replayssm.ops.kda.replay_decode import launch_replay_decode
 from replayssm.ops.kda.replay_spec import launch_replay_spec, launch_replay_spec_commit
 from replayssm.ops.kda.replay_spec_split import spec_coef_layout
 from replayssm.ops.kda.replay_split import coef_layout, launch_split
-from replayssm.ops.kda.triton_base import TritonKDABase, fold_fp64
+from replayssm.ops.kda.triton_base import TritonKDABase
 from replayssm.ops.split_options import int_choice
 from replayssm.registry import register
 
@@ -90,12 +92,10 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
 
     def committed_state(self, slot_ids) -> torch.Tensor:
         ids = self._check_slot_ids(slot_ids)
-        wp, org = self._host(self.write_pos), self._host(self.origin)
-        out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
-        for r, s in enumerate(ids):
-            if s != PAD_SLOT:
-                out[r] = fold_fp64(self._state_at(s, 0), self._history(s, wp[s], org[s]))
-        return out
+        return committed_rows_fp64(ids, self._host(self.write_pos), self._host(self.origin), self.decode.ring_rows,
+                                   self.records, self._checkpoints64,
+                                   lambda s0, hist: KDAMath().fold_rows(s0, hist, None, None), self.state_shape,
+                                   self.device)
 
 
 __all__ = ["TritonKDAReplay"]

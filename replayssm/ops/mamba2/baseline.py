@@ -223,12 +223,13 @@ class TritonBaseline(TritonMamba2Base):
     def snapshot(self) -> KernelSnapshot:
         S = self.num_slots
         live = self.live.detach().cpu().to(torch.int64)
-        idx = torch.arange(S)
-        states = self.states.detach().cpu()
-        scales = self.scales.detach().cpu() if self.mode.scaled_state else None
+        idx = torch.arange(S, device=self.device)
+        dev_live = live.to(self.device)
+        states = self.states.detach()
+        scales = self.scales.detach() if self.mode.scaled_state else None
         return KernelSnapshot(
-            checkpoint=states[idx, live].clone(),
-            checkpoint_scale=None if scales is None else scales[idx, live].clone(),
+            checkpoint=states[idx, dev_live].clone(),
+            checkpoint_scale=None if scales is None else scales[idx, dev_live].clone(),
             records={},
             write_pos=torch.zeros(S, dtype=torch.int64),
             origin=torch.zeros(S, dtype=torch.int64),

@@ -51,6 +51,7 @@ import triton
 import triton.language as tl
 
 from replayssm.interface import PAD_SLOT, KernelSnapshot, next_pow2
+from replayssm.ops.committed import committed_rows_fp64
 from replayssm.ops.mamba2.literal import ROUTES, Mamba2Math
 from replayssm.ops.mamba2.replay_split import coef_layout, launch_split
 from replayssm.ops.mamba2.triton_common import OPTIONS, TritonMamba2Base
@@ -578,26 +579,20 @@ class _TritonReplay(TritonMamba2Base):
     def committed_state(self, slot_ids):
         """Checkpoint + committed records folded in fp64 (the exact value the stored data represent)."""
         ids = self._check_slot_ids(slot_ids)
-        wps, orgs = self.write_pos.tolist(), self.origin.tolist()
         params = {"A": self.A.double(), "dt_bias": self.dt_bias.double(), "D": self.D.double()}
-        out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
-        rows = self.decode.ring_rows
-        for r, s in enumerate(ids):
-            if s == PAD_SLOT:
-                continue
-            idx = torch.tensor([(orgs[s] + p) % rows for p in range(wps[s])], dtype=torch.long, device=self.device)
-            hist = {k: v[s].index_select(0, idx).double() for k, v in self.records.items()}
-            out[r] = Mamba2Math().fold(self._checkpoint64(s), hist, params, self.mode)
-        return out
+        return committed_rows_fp64(ids, self.write_pos.tolist(), self.origin.tolist(), self.decode.ring_rows,
+                                   self.records, self.launch_checkpoint,
+                                   lambda s0, hist: Mamba2Math().fold_rows(s0, hist, params, self.mode),
+                                   self.state_shape, self.device)
 
     supports_restore = True
 
     def snapshot(self) -> KernelSnapshot:
         wp = self.write_pos.detach().cpu().to(torch.int64)
         return KernelSnapshot(
-            checkpoint=self.ckpt.detach().cpu().clone(),
-            checkpoint_scale=self.ckpt_scale.detach().cpu().clone() if self.mode.scaled_state else None,
-            records={k: v.detach().cpu().clone() for k, v in self.records.items()},
+            checkpoint=self.ckpt.detach().clone(),
+            checkpoint_scale=self.ckpt_scale.detach().clone() if self.mode.scaled_state else None,
+            records={k: v.detach().clone() for k, v in self.records.items()},
             write_pos=wp,
             origin=self.origin.detach().cpu().to(torch.int64),
             is_flush=torch.tensor([self.decode.is_flush(int(w)) for w in wp.tolist()], dtype=torch.bool),

@@ -209,7 +209,7 @@ class TritonMamba2Base(ServingLayouts):
 
     def _host_flags(self) -> dict[str, torch.Tensor]:
         return {"ready": torch.tensor(self.ready), "pending": torch.tensor(self.pending),
-                "rng_counter": self.counter.detach().cpu().clone()}
+                "rng_counter": self.counter.detach().clone()}
 
     def _restore_flags(self, snap) -> None:
         extra = snap.extra
