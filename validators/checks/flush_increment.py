@@ -45,7 +45,7 @@ _FP64 = parse_mode("s64a64")
 
 def _history(snap, slot: int, n: int, ring: int) -> dict[str, torch.Tensor]:
     origin = int(snap.origin[slot])
-    idx = torch.tensor([(origin + p) % ring for p in range(n)], dtype=torch.long)
+    idx = torch.tensor([(origin + p) % ring for p in range(n)], dtype=torch.long, device=snap.checkpoint.device)
     return {k: v[slot].index_select(0, idx).to(torch.float64) for k, v in snap.records.items()}
 
 
@@ -62,8 +62,9 @@ def fold_of_own_storage(ctx, r: int) -> torch.Tensor | None:
     s0 = dequantize_state(snap.checkpoint[s], scale, torch.float64)
     ring = next(iter(snap.records.values())).shape[1]
     hist = _history(snap, s, int(snap.write_pos[s]), ring)
-    win = {k: v[r].to("cpu", torch.float64) for k, v in ctx.inputs.items()}
-    params = {k: v.to("cpu") for k, v in run.ref_params.items()}
+    dev = s0.device  # where the snapshot lives (the kernel's device or the CPU)
+    win = {k: v[r].to(dev, torch.float64) for k, v in ctx.inputs.items()}
+    params = {k: v.to(dev) for k, v in run.ref_params.items()}
     res = math.window(s0, hist, win, params, _FP64, dict(run.sc.kernel_options), **conv_kwargs(run.conv))
     # what the declared bookkeeping policy's flush folds: the committed prefix, or it and window position 0
     return res.state_after_first if run.dec.flush_folds_first else res.state_before
@@ -89,7 +90,7 @@ def flush_increment(ctx) -> None:
             if note not in run.notes:
                 run.notes.append(note)
             return
-        got = ctx.checkpoint[r].to("cpu")
+        got = ctx.checkpoint[r].to(want.device)
         scale = float(want.abs().max())
         if not torch.isfinite(got).all() or scale == 0.0:
             continue
