@@ -26,6 +26,7 @@ import torch
 from replayssm.families import family
 from replayssm.interface import PAD_SLOT
 from replayssm.precision import FORMATS
+from replayssm.validators import invariants as inv
 from replayssm.validators.checks.registry import REPLAY, register_check
 
 SAMPLE = 10_000
@@ -118,12 +119,12 @@ def stored_precision(ctx) -> None:
     snap = ctx.snapshots.get("after-verify")
     if snap is None or not snap.records:
         return
-    slots = torch.tensor([run.ids_list[r] for r in rows], dtype=torch.long)
+    slots = [run.ids_list[r] for r in rows]
     for name, fmt in declared_record_formats(ctx).items():
         buf = snap.records.get(name)
         if buf is None:
             continue
-        msg = verdict(f"record buffer {name!r}", fmt, buf.index_select(0, slots))
+        msg = verdict(f"record buffer {name!r}", fmt, inv.gather(buf, slots))  # where the snapshot lives
         if msg and name in ctx.inputs:
             # A record that is an input kept as it came (Mamba-2 x, B) has the input's grid: the
             # inputs are sampled on a coarse grid at some modes (fp32-exact at s64a64).
