@@ -123,38 +123,30 @@ def first_index(mask: torch.Tensor) -> tuple[int, ...] | None:
 
 
 # ---- snapshots ---------------------------------------------------------------------------------------
-def slot_view(snap: KernelSnapshot, slot: int) -> dict[str, torch.Tensor]:
-    """Every per-slot field of a snapshot for one slot (checkpoint, scales, records, cursors, extras
-    whose first dimension is the slot count)."""
+def _slot_fields(snap: KernelSnapshot) -> dict[str, torch.Tensor]:
+    """Every per-slot field of a snapshot, whole (first dimension: the slot): checkpoint, scales,
+    records, cursors, extras whose first dimension is the slot count."""
     n = snap.checkpoint.shape[0]
-    out = {"checkpoint": snap.checkpoint[slot]}
+    out = {"checkpoint": snap.checkpoint}
     if snap.checkpoint_scale is not None:
-        out["checkpoint_scale"] = snap.checkpoint_scale[slot]
+        out["checkpoint_scale"] = snap.checkpoint_scale
     for k, v in snap.records.items():
-        out[f"records.{k}"] = v[slot]
-    out["write_pos"] = snap.write_pos[slot]
-    out["origin"] = snap.origin[slot]
-    out["is_flush"] = snap.is_flush[slot]
+        out[f"records.{k}"] = v
+    out.update(write_pos=snap.write_pos, origin=snap.origin, is_flush=snap.is_flush)
     for k, v in snap.extra.items():
         if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == n:
-            out[f"extra.{k}"] = v[slot]
+            out[f"extra.{k}"] = v
     return out
+
+
+def slot_view(snap: KernelSnapshot, slot: int) -> dict[str, torch.Tensor]:
+    """Every per-slot field of a snapshot for one slot (views)."""
+    return {name: t[slot] for name, t in _slot_fields(snap).items()}
 
 
 def slots_view(snap: KernelSnapshot, slots: list[int]) -> dict[str, torch.Tensor]:
     """:func:`slot_view` of several slots at once: each field gathered as ``[len(slots), ...]``."""
-    n = snap.checkpoint.shape[0]
-    one = slot_view(snap, 0) if n else {}
-    out = {}
-    for name in one:
-        if name.startswith("records."):
-            t = snap.records[name[len("records."):]]
-        elif name.startswith("extra."):
-            t = snap.extra[name[len("extra."):]]
-        else:
-            t = getattr(snap, name)
-        out[name] = gather(t, slots)
-    return out
+    return {name: gather(t, slots) for name, t in _slot_fields(snap).items()}
 
 
 def fields_differ(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor], device) -> torch.Tensor:

@@ -18,9 +18,10 @@ from replayssm.interface import PAD_SLOT
 
 def committed_rows_fp64(ids: list[int], write_pos: list[int], origin: list[int], ring_rows: int,
                         records: dict[str, torch.Tensor], checkpoints64: Callable[[torch.Tensor], torch.Tensor],
-                        fold_rows: Callable, state_shape, device) -> torch.Tensor:
+                        fold_rows: Callable, state_shape, device, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """``[len(ids), *state_shape]`` fp64: NaN for padding rows; ``checkpoints64(slots)`` gives the
-    slots' checkpoints in fp64, ``fold_rows(s0, hist)`` folds ``hist`` (``{name: [R, n, ...]}``, fp64)."""
+    slots' checkpoints, ``fold_rows(s0, hist)`` folds ``hist`` (``{name: [R, n, ...]}``, records in
+    ``dtype``: fp64, or a literal model's compute dtype, whose fold is then widened to fp64)."""
     out = torch.full((len(ids), *state_shape), float("nan"), dtype=torch.float64, device=device)
     groups: dict[int, tuple[list[int], list[int]]] = {}
     for r, s in enumerate(ids):
@@ -32,8 +33,8 @@ def committed_rows_fp64(ids: list[int], write_pos: list[int], origin: list[int],
         slots = torch.tensor(ss, dtype=torch.long, device=device)
         ring = torch.tensor([[(origin[s] + p) % ring_rows for p in range(n)] for s in ss], dtype=torch.long,
                             device=device).reshape(len(ss), n)
-        hist = {k: v[slots[:, None], ring].to(torch.float64) for k, v in records.items()}
-        out[torch.tensor(rs, dtype=torch.long, device=device)] = fold_rows(checkpoints64(slots), hist)
+        hist = {k: v[slots[:, None], ring].to(dtype) for k, v in records.items()}
+        out[torch.tensor(rs, dtype=torch.long, device=device)] = fold_rows(checkpoints64(slots), hist).to(torch.float64)
     return out
 
 

@@ -41,6 +41,7 @@ import torch
 
 from replayssm.conventions import conv_kwargs
 from replayssm.interface import PAD_SLOT, DecodeConfig, KernelConfig, KernelSnapshot, KernelUnderTest
+from replayssm.ops.committed import committed_rows_fp64
 from replayssm.precision import PrecisionMode
 from replayssm.rounding import dequantize_state, philox_generator, quantize_state
 
@@ -367,13 +368,13 @@ class LiteralReplayKernel(_LiteralBase):
     def _committed_by_own_cursors(self, slot_ids) -> torch.Tensor:
         """The fold of each row's checkpoint and committed history by the cursors held now."""
         ids = self._check_slot_ids(slot_ids)
-        out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
         if not self._batches_rows():
+            out = torch.full((len(ids), *self.state_shape), float("nan"), dtype=torch.float64, device=self.device)
             return self._committed_rows(ids, out)
-        for n, (rs, ss) in self._groups(ids, lambda r, s: self.write_pos[s]).items():
-            out[rs] = self.math.fold_rows(self._load_checkpoints(ss), self._histories(ss, n), self.params,
-                                          self.mode).to(torch.float64)
-        return out
+        return committed_rows_fp64(ids, self.write_pos, self.origin, self.decode.ring_rows, self.records,
+                                   self._load_checkpoints,
+                                   lambda s0, hist: self.math.fold_rows(s0, hist, self.params, self.mode),
+                                   self.state_shape, self.device, dtype=self.ct)
 
     def _committed_rows(self, ids, out) -> torch.Tensor:
         """The reference of :meth:`_committed_by_own_cursors`: one row at a time."""

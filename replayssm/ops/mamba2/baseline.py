@@ -222,9 +222,9 @@ class TritonBaseline(TritonMamba2Base):
 
     def snapshot(self) -> KernelSnapshot:
         S = self.num_slots
-        live = self.live.detach().cpu().to(torch.int64)
+        dev_live = self.live.detach().to(torch.int64)
+        live = dev_live.cpu()
         idx = torch.arange(S, device=self.device)
-        dev_live = live.to(self.device)
         states = self.states.detach()
         scales = self.scales.detach() if self.mode.scaled_state else None
         return KernelSnapshot(
