@@ -3,7 +3,8 @@
 # machine has no package index).  One device call per source group, each within the 64 MiB that
 # travels (the working tree is ~1.9 MB):
 #   bash tools/flashinfer_h200.sh flashinfer   carry [".whl/flashinfer"]: flashinfer-python 0.7.2.post1
-#                                              + apache-tvm-ffi 0.1.15.post2 (cp312), 63.9 MB
+#                                              as its unpacked tree in tar.xz (15.7 MB; the wheel is 62 MB)
+#                                              + apache-tvm-ffi 0.1.15.post2 (cp312, 3.3 MB)
 #   bash tools/flashinfer_h200.sh sglang       carry [".whl/sglang"]: sglang 0.5.23
 #                                              (cp312) + the mamba_ssm 2.3.2.post1 sdist, 39.3 MB
 # How to fill .whl/ on the developer machine: tools/README.md ("FlashInfer / SGLang wheels").
@@ -32,6 +33,13 @@ log() { echo "$*" | tee -a "$OUT/log.txt"; }
 } > "$OUT/probe.txt" 2>&1
 case "$GROUP" in
   flashinfer)
+    # a wheel too large to travel comes as its unpacked tree in tar.xz (tools/README.md): a pure
+    # py3-none-any wheel installs by unpacking into the target, which is what pip --target does with it
+    mkdir -p /tmp/site
+    for t in .whl/flashinfer/*.tar.xz; do
+      [ -e "$t" ] || continue
+      tar -xJf "$t" -C /tmp/site >> "$OUT/probe.txt" 2>&1 || { log "unpacking $t failed (probe.txt)"; exit 1; }
+    done
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/flashinfer/*.whl \
       >> "$OUT/probe.txt" 2>&1 || { log "pip install of .whl/flashinfer/*.whl failed (probe.txt)"; exit 1; }
     export PYTHONPATH=/tmp/site ;;
