@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue 18 item 3: the full H200 drift report, one shard of it per device call, run from the
+# repository root on the device machine; merge the shards on any machine afterwards.
+#   bash tools/h200_drift_full.sh ours SHARD       our kernels: both families (mamba2=nano4b,
+#       gdn=qwen35-4b), triton-replay, modes s32a32 s32a16 s16a16 sfp16a16 sfp16a16-sr sfp8a16 and the
+#       tf32 readouts s32a16-tf32 s32a16-tf32x3, schedules standard and spec-random, 8 rows x 125,000
+#       tokens (10^6 accepted tokens per cell): 32 cells; SHARD = i/n of them (e.g. 0/2).
+#   bash tools/h200_drift_full.sh adapters SHARD   the adapters that run there (issue 13 item 4: drift
+#       >= 10^5 tokens at real geometry): vLLM ReplaySSM and baselines, SGLang, FLA, in s32a16 and
+#       s32a16-tf32 where that is what they implement (22 cells; the rest skipped with the adapter's
+#       reason), standard and spec-random, 8 rows x 12,500 tokens; carry
+#       [".whl/sglang", ".whl/fla_core-0.6.0-py3-none-any.whl", ".peers/vllm-replayssm"].
+# Every cell is one process sharing the GPU (DRIFT_WORKERS, default 8); DRIFT_DEADLINE (s, default 420)
+# time-boxes the sweep: a cell it stops is reported as stopped at the tokens it reached, never as
+# complete.  Results in $OUT: log.txt, drift_report.md (this shard), cells.tar.gz (the shard folder's
+# cell results and config: `replayssm drift --merge` takes the unpacked folders), timing.json.
+# Merge (here):  for s in 0 1; do mkdir -p m/s$s && tar -xzf shard$s/cells.tar.gz -C m/s$s; done
+#                python -m replayssm drift --merge m/s0 m/s1 --out m/all
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+WHAT=${1:-ours}
+SHARD=${2:-0/1}
+OUT=${OUT:-out/drift_full}
+W=${DRIFT_WORK:-/tmp/drift-full}
+WORKERS=${DRIFT_WORKERS:-8}
+DEADLINE=${DRIFT_DEADLINE:-420}
+mkdir -p "$OUT" "$W"
+exec > >(tee -a "$OUT/log.txt") 2>&1
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+echo "commit ${REPLAYSSM_COMMIT:-unknown} sweep $WHAT shard $SHARD workers $WORKERS deadline $DEADLINE s"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+source tools/device_env.sh
+case "$WHAT" in
+  ours)
+    ARGS=(--families mamba2,gdn --kernels triton-replay
+          --modes s32a32,s32a16,s16a16,sfp16a16,sfp16a16-sr,sfp8a16,s32a16-tf32,s32a16-tf32x3
+          --rows 8 --tokens "${DRIFT_TOKENS:-125000}") ;;
+  adapters)
+    source tools/adapter_sources.sh
+    adapter_sources "$OUT/log.txt" || echo "drift_full: pip install of the carried adapter wheels failed"
+    python -m replayssm list adapters
+    ARGS=(--families mamba2,gdn,kda
+          --kernels vllm-replay,vllm-replay-state,vllm-baseline,sglang-replay,sglang-replay-serving,sglang-replay-fold,sglang-baseline,fla-baseline
+          --modes s32a16,s32a16-tf32 --rows 8 --tokens "${DRIFT_TOKENS:-12500}") ;;
+  *) echo "usage: tools/h200_drift_full.sh ours|adapters SHARD" >&2; exit 2 ;;
+esac
+stamp "setup done"
+python -m replayssm drift "${ARGS[@]}" --scenarios long-memory --schedules standard,spec-random \
+  --geometry mamba2=nano4b,gdn=qwen35-4b,kda=kimi-linear-48b --local-every 8 --budget 1e-2 \
+  --workers "$WORKERS" --device cuda --deadline "$DEADLINE" --checkpoint-every 1000000 --no-progress \
+  --shard "$SHARD" --out "$W/report"
+echo "drift exit code $?"
+stamp "sweep done"
+N=${SHARD#*/}; I=${SHARD%/*}
+cp "$W/report/drift_report.shard-$I-of-$N.md" "$OUT/drift_report.md" 2>/dev/null \
+  || cp "$W/report/drift_report.md" "$OUT/drift_report.md" 2>/dev/null
+cp "$W/report/timing.shard-$I-of-$N.json" "$OUT/timing.json" 2>/dev/null \
+  || cp "$W/report/timing.shard-0-of-1.json" "$OUT/timing.json" 2>/dev/null
+(cd "$W/report" && tar -czf "$OUT/cells.tar.gz" config.json cells)
+ls -la "$OUT"
+stamp "done"
