@@ -206,7 +206,7 @@ def run(args) -> int:
             if not res.passed:
                 for c, k in sorted(res.failure_counts.items()):
                     print(f"  {c}: {k} failure(s)")
-            print(f"throughput: {res.tokens_per_s:,.0f} tokens/s ({res.tokens_accepted} accepted tokens, "
+            print(f"throughput: {res.rate} tokens/s ({res.tokens_accepted} accepted tokens, "
                   f"{res.tokens_verified} verified, {res.steps_run} steps in {res.wall_s:.2f} s on {dev}, "
                   f"including the fp64 reference and checks)")
             print(f"result: {pj}  summary: {pm}")

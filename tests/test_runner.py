@@ -323,3 +323,11 @@ def test_sparse_sampling_still_judges_every_flush_and_the_last_step(mutant, deco
     res = run_scenario(sc, mutant, repeat_check=False, state_every=1000, invariants_every=1000)
     assert not res.passed, res.to_markdown()
     assert "flush-checkpoint" in res.failure_counts or "state" in res.failure_counts, res.failure_counts
+
+
+@pytest.mark.parametrize("tokens, wall, shown", [(8, 25.6, "0.312"), (31, 0.5, "62"), (5000, 2.0, "2,500"),
+                                                  (0, 0.0, "0")])
+def test_headline_rate_keeps_small_rates_readable(tokens, wall, shown):
+    res = ValidationResult("k", "mamba2", "s32a16", {}, tokens_accepted=tokens, wall_s=wall, steps_run=1)
+    assert res.rate == shown
+    assert f"{shown} tokens/s" in res.headline()

@@ -88,13 +88,20 @@ class ValidationResult:
         return self.tokens_accepted / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
+    def rate(self) -> str:
+        """``tokens_per_s`` for a reader: three significant digits below 100 (a run of a few tokens
+        that spent its time in compiles reads 0.31, not 0), thousands separated above."""
+        r = self.tokens_per_s
+        return f"{r:,.0f}" if r >= 100 else f"{r:.3g}"
+
+    @property
     def label(self) -> str:
         return f"{self.kernel} [{self.family}, {self.mode}]"
 
     def headline(self) -> str:
         if self.passed:
             return (f"PASS {self.label}: {self.steps_run} steps, {self.tokens_accepted} tokens, "
-                    f"{self.tokens_per_s:,.0f} tokens/s")
+                    f"{self.rate} tokens/s")
         f = self.first_failure
         first = f.describe() if f is not None else "no failure recorded"
         return f"FAIL {self.label}: first failure at {first}"
@@ -123,7 +130,7 @@ class ValidationResult:
             f"- conventions of the recurrence (declared by the kernel, followed by the reference): "
             f"{self.conventions or 'the defaults'}",
             f"- steps {self.steps_run}/{self.steps_planned}, tokens accepted {self.tokens_accepted}, "
-            f"verified {self.tokens_verified}, {self.wall_s:.2f} s, **{self.tokens_per_s:,.0f} tokens/s** "
+            f"verified {self.tokens_verified}, {self.wall_s:.2f} s, **{self.rate} tokens/s** "
             f"on {self.device}",
         ]
         if self.first_failure is not None:
