@@ -25,7 +25,7 @@ from replayssm.scenarios.scenario import Scenario
 from replayssm.validators import invariants as inv
 from replayssm.validators.drift import CellRun, SweepConfig
 from replayssm.validators.drift_analysis import BinnedCurve
-from replayssm.validators.drift_fast import FastCell, _ChunkReference
+from replayssm.validators.drift_fast import FastCell, _ChunkReference, raw_path
 
 CELLS = ["mamba2.literal-replay.s32a16.long-memory.standard",
          "mamba2.literal-replay.sfp8a16-sr.long-memory.spec-random",
@@ -295,6 +295,73 @@ def test_triton_raw_path_is_bit_identical(kernel):
     assert _result(cell, "static-fused", tokens=32) == _result(cell, "slow", tokens=32)
 
 
+@pytest.mark.parametrize("fam", ["gdn", pytest.param("kda", marks=pytest.mark.slow)])  # KDA: the same methods
+@pytest.mark.parametrize("decode", ["standard", "speculative"])
+def test_delta_rule_raw_launches_are_the_interface_calls(fam, decode):
+    """GDN / KDA triton-replay: launch_verify + launch_commit (no host checks) leave the outputs and
+    the stored state (snapshot bits, cursors and flags included) of verify + commit, step by step,
+    across flushes."""
+    g = family(fam).presets["tiny"]
+    gen = torch.Generator().manual_seed(5)
+    params = {n: torch.rand(s, generator=gen) for n, s in g.param_shapes().items()}
+    dec = DecodeConfig("speculative", 3, 6) if decode == "speculative" else DecodeConfig("standard", 1, 4)
+    a, b = (registry.build("triton-replay", KernelConfig(g, params, "sfp8a16-sr", dec, num_slots=3)) for _ in "ab")
+    ids = torch.tensor([2, 0])
+    init = torch.randn((2, *g.state_shape), generator=gen, dtype=torch.float64)
+    a.reset(ids, init)
+    b.reset(ids, init)
+    for step in range(5):  # a flush at step 3 (standard L = 4; speculative: the ring's history fills)
+        inputs = {n: torch.randn((2, dec.window, *s), generator=gen).to(torch.bfloat16)
+                  for n, s in g.input_shapes().items()}
+        acc = torch.tensor([1 + step % dec.window, 1 + (step + 1) % dec.window]) if dec.speculative \
+            else torch.ones(2, dtype=torch.int64)
+        out_b = torch.empty((2, dec.window, *b.out_shape), dtype=torch.bfloat16)
+        out_a = a.verify(ids, inputs)
+        b.launch_verify(ids, inputs, out_b)
+        assert inv.bits_equal(out_a, out_b), step
+        a.commit(ids, acc)
+        b.launch_commit(ids, acc)
+        assert inv.snapshot_digest(a.snapshot()) == inv.snapshot_digest(b.snapshot()), step
+        assert torch.equal(a.launch_checkpoint(ids), b.checkpoint_state(ids)), step
+
+
+# KDA's kernel takes the same launch methods from GDN's (its launches swapped as class attributes);
+# each drift run below is 40-60 s of interpreter on a CPU: the slow tier (the test above covers the
+# launches themselves in every run)
+@pytest.mark.slow
+@pytest.mark.parametrize("fam", ["gdn", "kda"])
+@pytest.mark.parametrize("sched", ["standard", "spec-random"])
+def test_delta_rule_replay_raw_path_is_bit_identical(fam, sched):
+    """GDN / KDA triton-replay on the raw path (launch_verify / launch_commit / launch_checkpoint, no
+    host checks or syncs; on a GPU in CUDA graphs for standard decode) give the interface path's
+    cell result bit for bit, resumed mid-run included."""
+    cell = f"{fam}.triton-replay.sfp8a16-sr.long-memory.{sched}"
+    cfg, spec = _cfg(cell, 32, rows=2)
+    run = _cell(spec, cfg, "static-fused" if sched == "standard" else "fast")
+    assert run.fast.raw and run.fast.raw_ck
+    slow = _result(cell, "slow", tokens=32)
+    if sched == "standard":
+        assert run.fast.graphs and not run.fast.capture
+        assert _result(cell, "static-fused", resume_from="static-fused", tokens=32, split=13) == slow
+    else:
+        assert _result(cell, "fast", resume_from="fast", tokens=32, split=5) == slow
+
+
+class _OwnVerifyPadded(registry.get("triton-replay", "gdn")):
+    """A kernel built on ours that changes its padded verify (as a user's variant or a mutant may)."""
+
+    name = "test-own-verify-padded"
+
+    def verify_padded(self, slot_ids, inputs, out=None):
+        return super().verify_padded(slot_ids, inputs, out)
+
+
+def test_raw_path_not_taken_past_an_overridden_verify():
+    """The raw launches would bypass an overridden ``verify_padded``: such a kernel keeps the interface path."""
+    ours = registry.get("triton-replay", "gdn")
+    assert raw_path(ours.__new__(ours)) and not raw_path(_OwnVerifyPadded.__new__(_OwnVerifyPadded))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("fam", ["mamba2", "gdn"])
@@ -334,12 +401,14 @@ def test_gpu_graphs_fused_reference_bit_identical():
     assert json.dumps(run.result(), sort_keys=True) == json.dumps(slow.result(), sort_keys=True)
 
 
-@pytest.mark.parametrize("kernel", ["triton-replay", "triton-baseline"])
+@pytest.mark.parametrize("fam, kernel", [("mamba2", "triton-replay"), ("mamba2", "triton-baseline"),
+                                         ("gdn", "triton-replay"), ("kda", "triton-replay")],
+                         ids=["mamba2-replay", "mamba2-baseline", "gdn-replay", "kda-replay"])
 @pytest.mark.parametrize("mode", ["s32a16", "sfp8a16"])
-def test_launch_checkpoint_is_checkpoint_state(kernel, mode):
+def test_launch_checkpoint_is_checkpoint_state(fam, kernel, mode):
     """The raw checkpoint read (a device gather, no host sync) gives checkpoint_state's values bit
     for bit, for any order of slots (scaled and unscaled stored states)."""
-    g = family("mamba2").presets["tiny"]
+    g = family(fam).presets["tiny"]
     gen = torch.Generator().manual_seed(2)
     params = {n: torch.rand(s, generator=gen) for n, s in g.param_shapes().items()}
     k = registry.build(kernel, KernelConfig(g, params, mode, DecodeConfig("speculative", 4, 12), num_slots=3))

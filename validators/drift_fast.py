@@ -34,8 +34,8 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   filled by the host before a piece runs); eagerly it is host-launched per step (~265 aten ops
   per step on a CPU, tiny);
 * a kernel with a raw launch path (``launch_verify``/``launch_commit``: the Triton Mamba-2
-  kernels) is called through it (no host checks, no sync); any other kernel through
-  ``verify``/``commit`` (the interface path, as the slow path does);
+  kernels, the GDN and KDA ReplaySSM kernels) is called through it (no host checks, no sync);
+  any other kernel through ``verify``/``commit`` (the interface path, as the slow path does);
 * on a CUDA device, standard decode and a raw-path kernel: the steps between two host events (a
   flush, whose checkpoint error is measured on the host; a committed-state sample; the chunk's
   end) are captured in a CUDA graph on their second occurrence and replayed after (the step's
@@ -77,7 +77,9 @@ def raw_path(kernel) -> bool:
     owner = next((c for c in cls.__mro__ if "launch_verify" in vars(c)), None)
     if owner is None or "launch_commit" not in vars(owner):
         return False
-    return all(getattr(cls, n) is getattr(owner, n) for n in ("verify", "commit", "launch_verify", "launch_commit"))
+    names = ("verify", "commit", "launch_verify", "launch_commit") + (
+        ("verify_padded",) if hasattr(owner, "verify_padded") else ())  # what a serving-layout kernel's verify calls
+    return all(getattr(cls, n) is getattr(owner, n) for n in names)
 
 
 def raw_checkpoint(kernel) -> bool:

@@ -138,33 +138,49 @@ class TritonGDNReplay(TritonGDNBase):
     launch_replay_spec_commit = staticmethod(launch_replay_spec_commit)
     launch_replay_decode = staticmethod(launch_replay_decode)
 
-    def verify_padded(self, slot_ids, inputs, out=None):
-        if self.checks:
-            ids = self.check_verify_args(slot_ids, inputs, out, self._host(self.write_pos), self._host(self.ready))
-            self._check_ready(ids)
+    def launch_verify(self, slot_ids, inputs, out) -> None:
+        """Raw verify, no host checks and no host sync (what the drift fast path drives and a CUDA
+        graph captures): outputs of every window position, records written, the checkpoint folded on
+        a flush; standard decode advances the cursor in this launch, speculative decode in
+        :meth:`launch_commit`."""
         R = slot_ids.shape[0]
-        out = self._alloc_out(R, out)
         if R == 0:
-            return out
+            return
         if self.use_split(R):
             self.launch_split(self, slot_ids, inputs, out)
         elif self.decode.speculative:
             self.launch_replay_spec(self, slot_ids, inputs, out)
         else:
             self.launch_replay_decode(self, slot_ids, inputs, out)
+
+    def launch_commit(self, slot_ids, accepted) -> None:
+        """Raw commit(k) on the device (standard decode: the verify moved the cursor; the pending
+        flag the interface's checks keep is cleared when they are on)."""
+        if slot_ids.shape[0] == 0:
+            return
+        if self.decode.speculative:
+            self.launch_replay_spec_commit(self, slot_ids, accepted)
+        elif self.checks:
+            self._close_step(slot_ids)
+
+    def launch_checkpoint(self, slot_ids) -> torch.Tensor:
+        """Raw :meth:`checkpoint_state` of slots that are not padding: the same fp64 values, gathered
+        on the device without host checks (no host sync; the drift fast path's flush measurement)."""
+        return self._checkpoints64(slot_ids)
+
+    def verify_padded(self, slot_ids, inputs, out=None):
+        if self.checks:
+            ids = self.check_verify_args(slot_ids, inputs, out, self._host(self.write_pos), self._host(self.ready))
+            self._check_ready(ids)
+        out = self._alloc_out(slot_ids.shape[0], out)
+        self.launch_verify(slot_ids, inputs, out)
         return out
 
     def commit(self, slot_ids, accepted) -> None:
         if self.checks:
             ids, ks = self.check_commit_args(slot_ids, accepted, window_lens=self.window_bound())
             self._check_pending(ids)
-        R = slot_ids.shape[0]
-        if R == 0:
-            return
-        if self.decode.speculative:
-            self.launch_replay_spec_commit(self, slot_ids, accepted)
-        elif self.checks:
-            self._close_step(slot_ids)
+        self.launch_commit(slot_ids, accepted)
 
     # ---- inspection ----------------------------------------------------------------------------------
     def _history(self, slot: int, n: int, origin: int) -> dict[str, torch.Tensor]:
