@@ -36,11 +36,17 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
 * a kernel with a raw launch path (``launch_verify``/``launch_commit``: the Triton Mamba-2
   kernels, the GDN and KDA ReplaySSM kernels) is called through it (no host checks, no sync);
   any other kernel through ``verify``/``commit`` (the interface path, as the slow path does);
-* on a CUDA device, standard decode and a raw-path kernel: the steps between two host events (a
-  flush, whose checkpoint error is measured on the host; a committed-state sample; the chunk's
-  end) are captured in a CUDA graph on their second occurrence and replayed after (the step's
-  position in the chunk is static, the chunk's inputs are refilled in place), so a step costs
-  no host launches.  ``graphs=False`` runs the same code eagerly.
+* on a CUDA device and a raw-path kernel: the steps between two host events (a flush, whose
+  checkpoint error is measured on the host; a committed-state sample; the chunk's end) are
+  captured in a CUDA graph on their second occurrence and replayed after (the step's position in
+  the chunk is static, the chunk's inputs are refilled in place), so a step costs no host
+  launches.  In speculative decode a piece is mostly one step (some row flushes at almost every
+  verify), so there is a graph per chunk step; which rows keep which window position is chosen
+  by the device masks of the accepted counts, never by a host branch a graph would freeze (the
+  same values: ``torch.where`` moves them exactly), and the reference before a piece's last step
+  is kept for the flush measurement (a speculative replay's checkpoint holds the state before its
+  verify).  ``graphs=False`` runs the same code eagerly; ``static`` runs the graphs' pieces on
+  their fixed buffers, eagerly (what the CPU tests check).
 
 A cell qualifies when its Lockstep runs without the literal model, invariants, state checks,
 metrics or digest (the drift configuration), every slot is used, no row is padding, and no step
@@ -158,14 +164,15 @@ class FastCell:
         self.K, self.R, self.T = cell.chunk, sc.rows, sc.window
         self.spec = cell.spec.speculative
         self.raw = raw_path(ls.kernel)
-        can_graph = self.dev.type == "cuda" and self.raw and not self.spec
+        can_graph = self.dev.type == "cuda" and self.raw
         if graphs and not can_graph:
-            raise ValueError("graphs: CUDA graphs need a CUDA device, standard decode and a kernel with a raw "
-                             "launch path (launch_verify/launch_commit)")
+            raise ValueError("graphs: CUDA graphs need a CUDA device and a kernel with a raw launch path "
+                             "(launch_verify/launch_commit)")
         self.capture = can_graph if graphs is None else bool(graphs)
         self.graphs = self.capture or static  # fixed buffers, several steps per piece
-        if static and self.spec:
-            raise ValueError("static: pieces of several steps are for standard decode")
+        # a speculative piece is mostly one step (some row flushes at almost every verify): a graph per
+        # (chunk step, shadow flag), so up to 2 K of them
+        self.max_graphs = max(MAX_GRAPHS, 2 * self.K) if self.spec else MAX_GRAPHS
         g = sc.geometry_obj
         K, R, T, dev = self.K, self.R, self.T, self.dev
         act = sc.precision.act_dtype
@@ -214,6 +221,7 @@ class FastCell:
         if self.graphs:
             self.ref_buf = ls.ref.clone()
             self.shadow_buf = cell.shadow.clone()
+            self.ref_prev_buf = ls.ref.clone() if self.spec else None  # the reference before a piece's last step
 
     # ---- chunks ----------------------------------------------------------------------------------------------
     def _load_chunk(self, at: int) -> None:
@@ -238,16 +246,26 @@ class FastCell:
         self.chunk_at = at
 
     # ---- device work ----------------------------------------------------------------------------------------
-    def _advance(self, st: torch.Tensor, j: int, k: np.ndarray) -> torch.Tensor:
-        """``CellRun._advance_shadow``: ``st`` over each row's ``k`` accepted tokens of chunk step ``j``."""
+    def _advance(self, st: torch.Tensor, j: int, k: np.ndarray, static: bool = False) -> torch.Tensor:
+        """``CellRun._advance_shadow``: ``st`` over each row's ``k`` accepted tokens of chunk step ``j``
+        (``static``: the same values by device masks alone, what a graph captures for any ``k``)."""
         new = st
-        for t in range(int(k.max())):
+        for t in range(self.T if static else int(k.max())):
             st = self.ref.step(st, j * self.T + t, None)
-            hit = k == t + 1
-            if hit.all():
-                new = st
-            elif hit.any():
-                new = torch.where(self.sel_v[j * self.T + t], st, new)
+            new = self._keep(new, st, j, t, k, static)
+        return new
+
+    def _keep(self, new: torch.Tensor, st: torch.Tensor, j: int, t: int, k: np.ndarray, static: bool) -> torch.Tensor:
+        """``st`` where a row accepted ``t + 1`` tokens at chunk step ``j``, else ``new``: by the host's
+        ``k`` (the fewest launches), or (``static``) always by the device mask ``sel`` -- the same values
+        (``torch.where`` moves them exactly) with no host decision baked into a captured graph."""
+        if static:
+            return torch.where(self.sel_v[j * self.T + t], st, new)
+        hit = k == t + 1
+        if hit.all():
+            return st
+        if hit.any():
+            return torch.where(self.sel_v[j * self.T + t], st, new)
         return new
 
     def _rel(self, out: torch.Tensor, ro: torch.Tensor, dst: torch.Tensor, exact: bool) -> None:
@@ -275,22 +293,20 @@ class FastCell:
                 mag = readout_magnitude(self.sc.family, st, self.tok_v[j * T + t], ls.ref_params,
                                         self.sc.precision.scaled_state)
                 self.mag_v[j * T + t].copy_(mag.flatten(1).amax(-1))
-            hit = k == t + 1
-            if hit.all():
-                new = st
-            elif hit.any():
-                new = torch.where(self.sel_v[j * T + t], st, new)
+            new = self._keep(new, st, j, t, k, self.graphs and self.spec)
         self._rel(out, self.ref_out_v[j], self.rel_v[j], exact=False)
         if self.bound is not None and self.graphs:
             self._bound_advance(j, ref)
         if shadow is not None:
-            shadow = self._advance(shadow, j, k)
+            shadow = self._advance(shadow, j, k, static=self.graphs and self.spec)
         return new, shadow
 
     def _piece_static(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int]) -> None:
         """Chunk steps ``j0..`` on the static reference and shadow buffers (what a graph captures)."""
         ref, sh = self.ref_buf, self.shadow_buf
         for i, f in enumerate(flags):
+            if self.spec and i == len(flags) - 1:  # a speculative flush measures the state before its step
+                self.ref_prev_buf.copy_(ref)
             ref, new_sh = self._device_step(j0 + i, ref, sh if f else None, ks[i], ss[i])
             if f:
                 sh = new_sh
@@ -303,7 +319,7 @@ class FastCell:
     def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int]) -> None:
         key = (j0, flags)
         g = self.cache.get(key)
-        if g is None and self.capture and self.seen[key] and len(self.cache) < MAX_GRAPHS:
+        if g is None and self.capture and self.seen[key] and len(self.cache) < self.max_graphs:
             try:
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g, pool=self.pool):
@@ -539,7 +555,8 @@ class FastCell:
             j0 = steps[0] - at
             ks = [np.asarray(cell.plans[s].accepted, dtype=np.int64) for s in steps]
             ss = [cell.plans[s].step for s in steps]
-            ref_before = self.ls.ref
+            # the reference before the piece's last step (a speculative replay's flush checkpoint holds it)
+            ref_before = self.ref_prev_buf if self.graphs and self.spec else self.ls.ref
             try:
                 if self.graphs:
                     self._run_graphed(j0, tuple(flags), ks, ss)
