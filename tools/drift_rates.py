@@ -1,0 +1,72 @@
+"""Validated tokens/s of single drift cells on one device, one process, one cell at a time (issue 18).
+
+    python tools/drift_rates.py OUT.json [--seconds S] [--rows R] [CELL ...]
+
+CELL is ``family.kernel.mode.scenario.schedule`` (default: Mamba-2 and GDN ``triton-replay`` s32a16
+long-memory, standard and spec-random, at ``nano4b`` / ``qwen35-4b``).  Each cell runs through
+``CellRun`` (the drift harness's own stepping: the fast path, CUDA graphs and the fp64 reference
+included) for ``--seconds`` of wall time after a first chunk that pays the compiles; the rate is
+the accepted tokens of the timed part over its wall time, with a device sync at both ends.  Also
+recorded: whether the fast path was taken, graphs replayed / captured, and a capture error if any.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from replayssm.validators.drift import CellRun, CellSpec, SweepConfig
+
+GEOMETRY = {"mamba2": "nano4b", "gdn": "qwen35-4b", "kda": "kimi-linear-48b"}
+DEFAULT = [f"{f}.triton-replay.s32a16.long-memory.{s}" for f in ("mamba2", "gdn") for s in ("standard", "spec-random")]
+
+
+def _sync(dev: str) -> None:
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+def rate(cell: str, rows: int, seconds: float, dev: str, chunk: int = 64) -> dict:
+    fam, kernel, mode, scen, sched = cell.split(".")
+    cfg = SweepConfig(families=(fam,), kernels=(kernel,), modes=(mode,), schedules=(sched,),
+                      geometry=((fam, GEOMETRY[fam]),), rows=rows, tokens=125_000, local_every=8)
+    run = CellRun(CellSpec(fam, kernel, mode, scen, sched), cfg, dev, chunk=chunk)
+    t0 = time.perf_counter()
+    run.run_steps(chunk)  # the first chunk: compiles and captures
+    _sync(dev)
+    warm = time.perf_counter() - t0
+    tokens, t1 = 0, time.perf_counter()
+    while not run.done and time.perf_counter() - t1 < seconds:
+        tokens += run.run_steps(chunk)
+    _sync(dev)
+    wall = time.perf_counter() - t1
+    fast = run.fast
+    return {"cell": cell, "rows": rows, "geometry": GEOMETRY[fam], "first_chunk_s": round(warm, 2),
+            "timed_s": round(wall, 2), "tokens": tokens, "tokens_per_s": round(tokens / wall, 1),
+            "fast": fast is not None, "graphs": bool(fast and fast.graphs), "replays": fast.replays if fast else 0,
+            "captured": len(fast.cache) if fast else 0, "capture_error": fast.capture_error if fast else None,
+            "exception": run.exception}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("cells", nargs="*", default=DEFAULT)
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--rows", type=int, default=8)
+    a = p.parse_intermixed_args()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    res = []
+    for c in a.cells:
+        r = rate(c, a.rows, a.seconds, dev)
+        print(json.dumps(r), flush=True)
+        res.append(r)
+    with open(a.out, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+                   "torch": torch.__version__, "cells": res}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
