@@ -8,7 +8,8 @@
 #   bash tools/h200_drift_full.sh adapters SHARD   the adapters that run there (issue 13 item 4: drift
 #       >= 10^5 tokens at real geometry): vLLM ReplaySSM and baselines, SGLang, FLA, in s32a16 and
 #       s32a16-tf32 where that is what they implement (22 cells; the rest skipped with the adapter's
-#       reason), standard and spec-random, 8 rows x 12,500 tokens; carry
+#       reason), standard and spec-random, 8 rows x 12,500 tokens (DRIFT_FAMILIES / DRIFT_KERNELS: a
+#       subset, e.g. the cells a deadline stopped: a checkpoint does not come back, they rerun); carry
 #       [".whl/sglang", ".whl/fla_core-0.6.0-py3-none-any.whl", ".peers/vllm-replayssm"].
 # Every cell is one process sharing the GPU (DRIFT_WORKERS, default 8); DRIFT_DEADLINE (s, default 420)
 # time-boxes the sweep: a cell it stops is reported as stopped at the tokens it reached, never as
@@ -41,8 +42,8 @@ case "$WHAT" in
     source tools/adapter_sources.sh
     adapter_sources "$OUT/log.txt" || echo "drift_full: pip install of the carried adapter wheels failed"
     python -m replayssm list adapters
-    ARGS=(--families mamba2,gdn,kda
-          --kernels vllm-replay,vllm-replay-state,vllm-baseline,sglang-replay,sglang-replay-serving,sglang-replay-fold,sglang-baseline,fla-baseline
+    ARGS=(--families "${DRIFT_FAMILIES:-mamba2,gdn,kda}"
+          --kernels "${DRIFT_KERNELS:-vllm-replay,vllm-replay-state,vllm-baseline,sglang-replay,sglang-replay-serving,sglang-replay-fold,sglang-baseline,fla-baseline}"
           --modes s32a16,s32a16-tf32 --rows 8 --tokens "${DRIFT_TOKENS:-12500}") ;;
   *) echo "usage: tools/h200_drift_full.sh ours|adapters SHARD" >&2; exit 2 ;;
 esac

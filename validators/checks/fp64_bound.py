@@ -136,7 +136,7 @@ class RunningBound:
         kept, out, out_a = st, [], []
         R = like.shape[0]
         shape = (R, like.shape[1]) + (1,) * (like.dim() - 2)
-        zero = torch.zeros_like(like)
+        zero = torch.zeros((2 * R, *shape[1:]), dtype=torch.float64, device=like.device)
         for t, tok in enumerate(toks):
             st = self.advance(st, tok, params)
             if not self.replay:
@@ -145,11 +145,13 @@ class RunningBound:
                 terms, fold_abs = self.fold_terms(st), self._fold(st).amax(-1)
                 st = self.stored(st, flush)
                 ckpt = st
-            # The readout magnitude is linear in the state: subtract its state-free part once.
+            # The readout magnitude is linear in the state: subtract its state-free part once.  The
+            # state of bound values is constant per head: read out as [2R, H, 1, ...], broadcast by
+            # the family's readout (the same maximum as the state-shaped expansion, without its
+            # state-sized passes: 4 of 16 rows of fp64 state per token at nano4b, H200 2026-12-03).
             both = torch.cat([self.value(st), self.value_arith(st)]).reshape(2 * R, *shape[1:])
             tok2 = {k: torch.cat([v, v]) for k, v in tok.items()}
-            mags = (readout(both.expand(2 * R, *like.shape[1:]), tok2)
-                    - readout(torch.cat([zero, zero]), tok2)).flatten(1).amax(-1)
+            mags = (readout(both, tok2) - readout(zero, tok2)).flatten(1).amax(-1)
             out.append(mags[:R])
             out_a.append(mags[R:])
             sel = (accepted == t + 1)[:, None]

@@ -1,0 +1,114 @@
+"""Where a drift cell's step time goes on the device (issue 18: the bound of the fast path).
+
+    python tools/drift_profile.py OUT.json [--chunks N] [--rows R] [CELL ...]
+
+CELL is ``family.kernel.mode.scenario.schedule`` as in ``tools/drift_rates.py``.  Each cell runs
+through ``CellRun`` on the fast path twice, after a first chunk that pays the compiles:
+
+* eagerly (``graphs=False``) under ``torch.profiler`` for ``--chunks`` chunks: device kernels per
+  step, device time per step, and the kernels that take it (name, launches per step, us per step);
+* with CUDA graphs (the default of a CUDA device), timed by wall clock for the same number of
+  chunks: the step time the graphs reach.
+
+Reading: graphs remove the host launches, not the kernels; when the graphed step time is close to
+the eager device time per step, the step is bound by the device work of its kernels (their count
+times the ~2-3 us a tiny kernel costs, plus the bytes of the state-sized passes); the byte floor of
+the fp64 reference is two passes over the fp64 state per step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from replayssm.validators.drift import CellRun, CellSpec, SweepConfig
+
+GEOMETRY = {"mamba2": "nano4b", "gdn": "qwen35-4b", "kda": "kimi-linear-48b"}
+DEFAULT = [f"{f}.triton-replay.s32a16.long-memory.{s}" for f in ("mamba2", "gdn") for s in ("standard", "spec-random")]
+
+
+def _cell(cell: str, rows: int, dev: str, chunk: int, graphs: bool | None, geometry: str | None) -> CellRun:
+    fam, kernel, mode, scen, sched = cell.split(".")
+    cfg = SweepConfig(families=(fam,), kernels=(kernel,), modes=(mode,), schedules=(sched,),
+                      geometry=((fam, geometry or GEOMETRY[fam]),), rows=rows, tokens=125_000, local_every=8)
+    run = CellRun(CellSpec(fam, kernel, mode, scen, sched), cfg, dev, chunk=chunk, graphs=graphs)
+    run.run_steps(chunk)  # compiles, captures, first chunk
+    return run
+
+
+def _sync(dev: str) -> None:
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+def profile_cell(cell: str, rows: int, chunks: int, dev: str, geometry: str | None = None, chunk: int = 64,
+                 top: int = 25) -> dict:
+    eager = _cell(cell, rows, dev, chunk, False, geometry)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+    _sync(dev)
+    steps0 = eager.step
+    t0 = time.perf_counter()
+    with profile(activities=acts) as prof:
+        for _ in range(chunks):
+            eager.run_steps(chunk)
+        _sync(dev)
+    eager_wall = time.perf_counter() - t0
+    steps = eager.step - steps0
+    kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for ev in prof.events():
+        on_device = ev.device_type == torch.autograd.DeviceType.CUDA if dev == "cuda" else ev.cpu_parent is None
+        if on_device:
+            k = kernels[ev.name[:120]]
+            k[0] += 1
+            k[1] += ev.device_time if dev == "cuda" else ev.cpu_time
+    total_n = sum(v[0] for v in kernels.values())
+    total_us = sum(v[1] for v in kernels.values())
+    rows_top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]
+    graphed = _cell(cell, rows, dev, chunk, None, geometry)
+    _sync(dev)
+    g0, t1 = graphed.step, time.perf_counter()
+    for _ in range(chunks):
+        graphed.run_steps(chunk)
+    _sync(dev)
+    g_wall = time.perf_counter() - t1
+    g_steps = graphed.step - g0
+    fast = graphed.fast
+    return {"cell": cell, "rows": rows, "geometry": geometry or GEOMETRY[cell.split(".")[0]], "steps_profiled": steps,
+            "device_kernels_per_step": round(total_n / max(steps, 1), 1),
+            "device_us_per_step": round(total_us / max(steps, 1), 1),
+            "eager_wall_us_per_step": round(1e6 * eager_wall / max(steps, 1), 1),
+            "graphed_wall_us_per_step": round(1e6 * g_wall / max(g_steps, 1), 1),
+            "graphs": bool(fast and fast.graphs), "captured": len(fast.cache) if fast else 0,
+            "capture_error": fast.capture_error if fast else None,
+            "top_kernels": [{"name": n, "per_step": round(v[0] / max(steps, 1), 2),
+                             "us_per_step": round(v[1] / max(steps, 1), 2)} for n, v in rows_top]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("cells", nargs="*", default=DEFAULT)
+    p.add_argument("--chunks", type=int, default=2)
+    p.add_argument("--rows", type=int, default=8)
+    p.add_argument("--geometry", default=None, help="one preset for every cell (default: nano4b / qwen35-4b / "
+                   "kimi-linear-48b by family)")
+    a = p.parse_intermixed_args()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    res = []
+    for c in a.cells:
+        r = profile_cell(c, a.rows, a.chunks, dev, a.geometry)
+        print(json.dumps({k: v for k, v in r.items() if k != "top_kernels"}), flush=True)
+        for k in r["top_kernels"][:12]:
+            print(f"    {k['us_per_step']:9.1f} us/step {k['per_step']:6.2f}x  {k['name']}", flush=True)
+        res.append(r)
+    with open(a.out, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+                   "torch": torch.__version__, "cells": res}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
