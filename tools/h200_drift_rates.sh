@@ -4,7 +4,9 @@
 # reference against Lockstep.step, bit for bit: Mamba-2 and GDN, standard and spec-random); (2) validated
 # tokens/s of single cells, one process, one cell at a time (tools/drift_rates.py: Mamba-2 / GDN / KDA
 # triton-replay s32a16 at nano4b / qwen35-4b / kimi-linear-48b, 8 rows, RATE_SECONDS each after a
-# first chunk that pays the compiles).  $OUT: log.txt, tests.txt, rates.json.
+# first chunk that pays the compiles); (3, PROFILE=1) where a step's device time goes (tools/drift_profile.py:
+# device kernels and us per step eagerly, against the graphed step time; Mamba-2 standard, GDN spec-random).
+# $OUT: log.txt, tests.txt, rates.json, profile.json.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/drift_rates}
@@ -23,4 +25,9 @@ python tools/drift_rates.py "$OUT/rates.json" --seconds "${RATE_SECONDS:-25}" --
   mamba2.triton-replay.s32a16.long-memory.standard mamba2.triton-replay.s32a16.long-memory.spec-random \
   gdn.triton-replay.s32a16.long-memory.standard gdn.triton-replay.s32a16.long-memory.spec-random \
   kda.triton-replay.s32a16.long-memory.standard kda.triton-replay.s32a16.long-memory.spec-random
-stamp "done"
+stamp "rates done"
+if [[ ${PROFILE:-0} == 1 ]]; then
+  python tools/drift_profile.py "$OUT/profile.json" --chunks 2 --rows 8 \
+    mamba2.triton-replay.s32a16.long-memory.standard gdn.triton-replay.s32a16.long-memory.spec-random
+  stamp "profile done"
+fi
