@@ -92,14 +92,25 @@ class RunningBound:
         """... of its arithmetic alone."""
         return st["A"] + self._fold(st)
 
-    def stored(self, st: dict, rows: torch.Tensor | None = None) -> dict:
-        """``st`` after storing the state (rows where ``rows`` is True; all when None)."""
-        new = {"E": self.value(st) + K_STORE * self.u_s * st["M"], "A": self.value_arith(st), "M": st["M"],
-               "n": torch.zeros_like(st["n"]), "L": torch.zeros_like(st["L"])}
+    def stored(self, st: dict, rows: torch.Tensor | None = None, fold: torch.Tensor | None = None) -> dict:
+        """``st`` after storing the state (rows where ``rows`` is True; all when None); ``fold``
+        is ``self._fold(st)`` when the caller has it."""
+        fold = self._fold(st) if fold is None else fold
+        E = st["E"] + fold + K_STORE * self.u_s * st["M"]
+        A = st["A"] + fold
         if rows is None:
-            return new
+            z = torch.zeros_like(st["n"])
+            return {"E": E, "A": A, "M": st["M"], "n": z, "L": z.clone()}
         sel = rows[:, None]
-        return {k: torch.where(sel, new[k], st[k]) for k in st}
+        return {"E": torch.where(sel, E, st["E"]), "A": torch.where(sel, A, st["A"]), "M": st["M"],
+                "n": st["n"].masked_fill(sel, 0.0), "L": st["L"].masked_fill(sel, 0.0)}
+
+    def _store_fold(self, st: dict, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """A flush's fold of ``st``: its ``fold_terms`` and ``fold_abs`` (per row) and the state
+        after storing it on rows ``rows``, sharing one evaluation of the fold."""
+        terms = K_SUM * st["n"] + K_EXP * st["L"]
+        fold = self.u_c * terms * st["M"]
+        return terms.amax(-1), fold.amax(-1), self.stored(st, rows, fold)
 
     def advance(self, st: dict, tok: dict, params: dict) -> dict:
         rho, M, rec, *exponent = self.terms(st["M"], tok, params)
@@ -130,30 +141,29 @@ class RunningBound:
         st = self.cur
         ckpt = terms = fold_abs = None
         if self.replay and speculative:
-            terms, fold_abs = self.fold_terms(st), self._fold(st).amax(-1)
-            st = self.stored(st, flush)
+            terms, fold_abs, st = self._store_fold(st, flush)
             ckpt = st
         kept, out, out_a = st, [], []
-        R = like.shape[0]
-        shape = (R, like.shape[1]) + (1,) * (like.dim() - 2)
-        zero = torch.zeros((2 * R, *shape[1:]), dtype=torch.float64, device=like.device)
+        # The readout magnitude is linear in the state and the state of bound values is constant
+        # per head, so per token one readout of a unit state [R, H, 1, ...] (broadcast by the
+        # family's readout) less its state-free part gives each head's largest output weight ``w``,
+        # and a head's output bound is its state bound times ``w``: no state-sized fp64 pass, and
+        # the bound and its arithmetic share the weights and the fold (the same maximum as the
+        # state-shaped expansion; fewer device operations per token, tools/drift_ops.py).
+        shape = (like.shape[0], like.shape[1]) + (1,) * (like.dim() - 2)
+        one = torch.ones(shape, dtype=torch.float64, device=like.device)
+        zero = torch.zeros_like(one)
         for t, tok in enumerate(toks):
             st = self.advance(st, tok, params)
             if not self.replay:
                 st = self.stored(st)
             elif t == 0 and not speculative:
-                terms, fold_abs = self.fold_terms(st), self._fold(st).amax(-1)
-                st = self.stored(st, flush)
+                terms, fold_abs, st = self._store_fold(st, flush)
                 ckpt = st
-            # The readout magnitude is linear in the state: subtract its state-free part once.  The
-            # state of bound values is constant per head: read out as [2R, H, 1, ...], broadcast by
-            # the family's readout (the same maximum as the state-shaped expansion, without its
-            # state-sized passes: 4 of 16 rows of fp64 state per token at nano4b, H200 2026-12-03).
-            both = torch.cat([self.value(st), self.value_arith(st)]).reshape(2 * R, *shape[1:])
-            tok2 = {k: torch.cat([v, v]) for k, v in tok.items()}
-            mags = (readout(both, tok2) - readout(zero, tok2)).flatten(1).amax(-1)
-            out.append(mags[:R])
-            out_a.append(mags[R:])
+            w = (readout(one, tok) - readout(zero, tok)).flatten(2).amax(-1)
+            fm = self._fold(st)
+            out.append(((st["E"] + fm) * w).amax(-1))
+            out_a.append(((st["A"] + fm) * w).amax(-1))
             sel = (accepted == t + 1)[:, None]
             kept = {k: torch.where(sel, st[k], kept[k]) for k in st}
         self.cur = kept
