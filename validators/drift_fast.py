@@ -206,6 +206,7 @@ class FastCell:
             self.tok_v = [{n: b[i] for n, b in self.tok_buf.items()} for i in range(K * T)]
             self.mag = torch.empty((K, R, T, 1), dtype=torch.float64, device=dev)  # readout magnitude maxima
             self.mag_v = [self.mag[j, :, t, 0] for j in range(K) for t in range(T)]
+            self.w_buf = None  # the bound's output weights per token [K T, R, H] (RunningBound.weights)
             self.fp_out = torch.empty((K, R, T), dtype=torch.float64, device=dev)  # the bound on each output
             self.walk = torch.empty((K, R), dtype=torch.float64, device=dev)  # the rule's sr_walk at the step
             self.flush_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # rows each step flushes
@@ -243,6 +244,12 @@ class FastCell:
         if self.bound is not None:
             for name, b in self.tok_buf.items():
                 b[:n * T].copy_(tok[name])
+            # the output weights of the whole chunk's tokens in one readout (they depend on the tokens
+            # alone): the bound's window reads them instead of two readouts per token
+            w = self.bound.weights({k: v[:n * T] for k, v in self.tok_buf.items()}, self.ls.ref, self._readout)
+            if self.w_buf is None:
+                self.w_buf = torch.empty((self.K * T, *w.shape[1:]), dtype=w.dtype, device=w.device)
+            self.w_buf[:n * T].copy_(w)
         self.chunk_at = at
 
     # ---- device work ----------------------------------------------------------------------------------------
@@ -354,14 +361,16 @@ class FastCell:
     def _bound_advance(self, j: int, like: torch.Tensor) -> None:
         """``Lockstep._bound_window`` for chunk step ``j`` (flush rows in ``flush_mask[j]``, accepted
         counts in ``acc[j]``; ``like``: a state, for its shape), its output bound into ``fp_out[j]``."""
-        ls, T = self.ls, self.T
-
-        def readout(s_abs, tok):
-            return readout_magnitude(self.sc.family, s_abs, tok, ls.ref_params, False)
-
-        fp = self.bound.window(self.tok_v[j * T:(j + 1) * T], ls.ref_params, self.flush_mask[j], ls.dec.speculative,
-                               self.acc_v[j], like, readout)
+        ls, T, spec = self.ls, self.T, self.ls.dec.speculative
+        # no padding rows on the fast path: standard decode keeps every row's one token
+        fp = self.bound.window(self.tok_v[j * T:(j + 1) * T], ls.ref_params, self.flush_mask[j], spec,
+                               self.acc_v[j] if spec else None, like, self._readout,
+                               weights=self.w_buf[j * T:(j + 1) * T], outputs_only=True)
         self.fp_out[j].copy_(fp["output"])
+
+    def _readout(self, s_abs: torch.Tensor, tok: dict) -> torch.Tensor:
+        """``Lockstep._bound_window``'s readout magnitude (of a state of bound values)."""
+        return readout_magnitude(self.sc.family, s_abs, tok, self.ls.ref_params, False)
 
     def _keep_bound_static(self) -> None:
         """The bound's running state back into its fixed buffers (the end of a piece)."""

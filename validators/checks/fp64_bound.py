@@ -128,8 +128,24 @@ class RunningBound:
         for k, v in fresh.items():
             self.cur[k].index_copy_(0, idx, v)
 
+    @staticmethod
+    def weights(tok: dict, like: torch.Tensor, readout) -> torch.Tensor:
+        """Per token, row and head the largest output weight ``w`` of the readout magnitude (see
+        :meth:`window`) for tokens ``tok`` stacked ``[N, R, ...]``, in one readout call over the
+        ``N x R`` rows (the weights depend on the tokens alone, so a chunk's are computed at once):
+        ``[N, R, H]``, what :meth:`window` takes as ``weights``."""
+        N, R = next(iter(tok.values())).shape[:2]
+        flat = {k: v.reshape(N * R, *v.shape[2:]) for k, v in tok.items()}
+        return RunningBound._weights(flat, (N * R, *like.shape[1:]), like, readout).view(N, R, -1)
+
+    @staticmethod
+    def _weights(tok: dict, shape, like: torch.Tensor, readout) -> torch.Tensor:
+        one = torch.ones((shape[0], shape[1]) + (1,) * (len(shape) - 2), dtype=torch.float64, device=like.device)
+        return (readout(one, tok) - readout(torch.zeros_like(one), tok)).flatten(2).amax(-1)
+
     def window(self, toks: list[dict], params: dict, flush: torch.Tensor, speculative: bool,
-               accepted: torch.Tensor, like: torch.Tensor, readout) -> dict[str, torch.Tensor]:
+               accepted: torch.Tensor | None, like: torch.Tensor, readout, weights=None,
+               outputs_only: bool = False) -> dict[str, torch.Tensor]:
         """Advance over the window tokens ``toks`` (fp64, all rows); ``flush`` [R] marks the rows
         whose verify stores a checkpoint; ``like`` is a state (for its shape); ``readout(s_abs,
         tok)`` the family's readout magnitude.  Keeps the bound after each row's ``accepted``
@@ -137,7 +153,10 @@ class RunningBound:
         [R, T'], on the state after the accepted prefix ``state`` [R] and on a checkpoint written
         by this verify ``checkpoint`` [R]; the same of the arithmetic alone (``*_arith``); and
         ``fold_terms`` of the fold a flush stores, and ``fold_abs`` its arithmetic's absolute
-        bound ``u_c (K_SUM n + K_EXP L) M`` (largest over heads)."""
+        bound ``u_c (K_SUM n + K_EXP L) M`` (largest over heads).  ``weights``: the tokens' output
+        weights from :meth:`weights` (``[T', R, H]``; None: computed here, token by token, the same
+        values); ``outputs_only``: return ``output`` alone (what drift's fast path reads);
+        ``accepted`` None: every row keeps the whole window (no selection)."""
         st = self.cur
         ckpt = terms = fold_abs = None
         if self.replay and speculative:
@@ -150,9 +169,6 @@ class RunningBound:
         # and a head's output bound is its state bound times ``w``: no state-sized fp64 pass, and
         # the bound and its arithmetic share the weights and the fold (the same maximum as the
         # state-shaped expansion; fewer device operations per token, tools/drift_ops.py).
-        shape = (like.shape[0], like.shape[1]) + (1,) * (like.dim() - 2)
-        one = torch.ones(shape, dtype=torch.float64, device=like.device)
-        zero = torch.zeros_like(one)
         for t, tok in enumerate(toks):
             st = self.advance(st, tok, params)
             if not self.replay:
@@ -160,13 +176,18 @@ class RunningBound:
             elif t == 0 and not speculative:
                 terms, fold_abs, st = self._store_fold(st, flush)
                 ckpt = st
-            w = (readout(one, tok) - readout(zero, tok)).flatten(2).amax(-1)
+            w = self._weights(tok, like.shape, like, readout) if weights is None else weights[t]
             fm = self._fold(st)
             out.append(((st["E"] + fm) * w).amax(-1))
             out_a.append(((st["A"] + fm) * w).amax(-1))
-            sel = (accepted == t + 1)[:, None]
-            kept = {k: torch.where(sel, st[k], kept[k]) for k in st}
+            if accepted is None:
+                kept = st
+            else:
+                sel = (accepted == t + 1)[:, None]
+                kept = {k: torch.where(sel, st[k], kept[k]) for k in st}
         self.cur = kept
+        if outputs_only:
+            return {"output": FACTOR * torch.stack(out, dim=1)}
         if ckpt is None:
             ckpt = kept
         if terms is None:
