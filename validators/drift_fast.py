@@ -208,7 +208,7 @@ class FastCell:
             self.mag_v = [self.mag[j, :, t, 0] for j in range(K) for t in range(T)]
             self.w_buf = None  # the bound's output weights per token [K T, R, H] (RunningBound.weights)
             self.fp_out = torch.empty((K, R, T), dtype=torch.float64, device=dev)  # the bound on each output
-            self.walk = torch.empty((K, R), dtype=torch.float64, device=dev)  # the rule's sr_walk at the step
+            self.walk = torch.ones((K, R), dtype=torch.float64, device=dev)  # the rule's sr_walk at the step
             self.flush_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # rows each step flushes
             if self.graphs:  # the bound's running state on fixed buffers (what a graph reads and writes)
                 self.bound_buf = {k: v.clone() for k, v in self.bound.cur.items()}
@@ -350,13 +350,16 @@ class FastCell:
         count the flushes (the tolerance rule's envelope) and, eagerly, advance the running bound over
         the window (with graphs the piece did)."""
         ls = self.ls
-        for r in flush_rows:
-            ls.lit_env["flushes"][r] += 1
         if self.bound is None:
+            for r in flush_rows:
+                ls.lit_env["flushes"][r] += 1
             return
+        if flush_rows:  # the step's flush mask (what the rows listed are): one device op, the same counts
+            ls.lit_env["flushes"].add_(self.flush_mask[j])
         if not self.graphs:
             self._bound_advance(j, ls.ref)
-        self.walk[j].copy_(ls.rule.sr_walk(ls.active_idx))
+        if ls.rule.sr_envelope:  # otherwise the walk is 1 (filled once)
+            self.walk[j].copy_(ls.rule.sr_walk(ls.active_idx))
 
     def _bound_advance(self, j: int, like: torch.Tensor) -> None:
         """``Lockstep._bound_window`` for chunk step ``j`` (flush rows in ``flush_mask[j]``, accepted
@@ -526,15 +529,14 @@ class FastCell:
         cell, ls, dec = self.cell, self.ls, self.ls.dec
         stop = min(end, self.chunk_at + self.K, cell.n_steps)
         wp, pos = list(ls.wp), cell.pos.copy()
-        steps, flags = [], []
+        steps, flags, masks = [], [], []
         s = cell.step
         while s < stop:
             p = cell.plans[s]
             flush = [r for r in ls.active if dec.is_flush(wp[r])]
-            if self.bound is not None:
-                mask = self.flush_mask[s - self.chunk_at]
-                mask.zero_()
-                mask[flush] = True
+            m = np.zeros(self.R, dtype=bool)
+            m[flush] = True
+            masks.append(m)
             steps.append(s)
             flags.append(not flush and bool(cell.armed.any()))
             for r in ls.active:
@@ -543,7 +545,16 @@ class FastCell:
             s += 1
             if flush or self._sample_due(pos) or not self.graphs:
                 break
+        if self.bound is not None:  # the piece's flush masks in one copy, asynchronous (pinned): no host sync
+            j0 = steps[0] - self.chunk_at
+            self.flush_mask[j0:j0 + len(steps)].copy_(self._to_device(np.stack(masks)), non_blocking=True)
         return steps, flags
+
+    def _to_device(self, a: np.ndarray) -> torch.Tensor:
+        """A host array for an asynchronous copy: pinned on a CUDA device (the caching host allocator
+        keeps the block until the copy has run), where a pageable one would wait for the device."""
+        t = torch.from_numpy(a)
+        return t.pin_memory() if self.dev.type == "cuda" else t
 
     def run(self, n: int) -> int:
         """``CellRun.run_steps(n)`` on the fast path."""
