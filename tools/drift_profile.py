@@ -8,7 +8,8 @@ through ``CellRun`` on the fast path twice, after a first chunk that pays the co
 * eagerly (``graphs=False``) under ``torch.profiler`` for ``--chunks`` chunks: device kernels per
   step, device time per step, and the kernels that take it (name, launches per step, us per step);
 * with CUDA graphs (the default of a CUDA device), timed by wall clock for the same number of
-  chunks: the step time the graphs reach.
+  chunks: the step time the graphs reach; then as many chunks again under cProfile: the host
+  functions with the most time of their own per step (``host_top``).
 
 Reading: graphs remove the host launches, not the kernels; when the graphed step time is close to
 the eager device time per step, the step is bound by the device work of its kernels (their count
@@ -18,13 +19,17 @@ the fp64 reference is two passes over the fp64 state per step.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from replayssm import adapters
 from replayssm.validators.drift import CellRun, CellSpec, SweepConfig
 
 GEOMETRY = {"mamba2": "nano4b", "gdn": "qwen35-4b", "kda": "kimi-linear-48b"}
@@ -43,6 +48,24 @@ def _cell(cell: str, rows: int, dev: str, chunk: int, graphs: bool | None, geome
 def _sync(dev: str) -> None:
     if dev == "cuda":
         torch.cuda.synchronize()
+
+
+def _host_profile(run: CellRun, chunks: int, chunk: int, dev: str, top: int) -> list[dict]:
+    """Where the host's time goes on the default path (graphs where they apply): cProfile over
+    ``chunks`` more chunks, the functions with the most time of their own, per step."""
+    pr = cProfile.Profile()
+    s0 = run.step
+    pr.enable()
+    for _ in range(chunks):
+        run.run_steps(chunk)
+    _sync(dev)
+    pr.disable()
+    n = max(run.step - s0, 1)
+    st = pstats.Stats(pr).stats
+    rows = sorted(st.items(), key=lambda kv: -kv[1][2])[:top]
+    return [{"function": f"{Path(f).name}:{line}({name})", "calls_per_step": round(nc / n, 2),
+             "self_us_per_step": round(1e6 * tt / n, 1), "cum_us_per_step": round(1e6 * ct / n, 1)}
+            for (f, line, name), (_, nc, tt, ct, _) in rows]
 
 
 def profile_cell(cell: str, rows: int, chunks: int, dev: str, geometry: str | None = None, chunk: int = 64,
@@ -76,6 +99,7 @@ def profile_cell(cell: str, rows: int, chunks: int, dev: str, geometry: str | No
     _sync(dev)
     g_wall = time.perf_counter() - t1
     g_steps = graphed.step - g0
+    host = _host_profile(graphed, chunks, chunk, dev, top)
     fast = graphed.fast
     return {"cell": cell, "rows": rows, "geometry": geometry or GEOMETRY[cell.split(".")[0]], "steps_profiled": steps,
             "device_kernels_per_step": round(total_n / max(steps, 1), 1),
@@ -84,6 +108,7 @@ def profile_cell(cell: str, rows: int, chunks: int, dev: str, geometry: str | No
             "graphed_wall_us_per_step": round(1e6 * g_wall / max(g_steps, 1), 1),
             "graphs": bool(fast and fast.graphs), "captured": len(fast.cache) if fast else 0,
             "capture_error": fast.capture_error if fast else None,
+            "host_top": host,
             "top_kernels": [{"name": n, "per_step": round(v[0] / max(steps, 1), 2),
                              "us_per_step": round(v[1] / max(steps, 1), 2)} for n, v in rows_top]}
 
@@ -97,6 +122,7 @@ def main() -> None:
     p.add_argument("--geometry", default=None, help="one preset for every cell (default: nano4b / qwen35-4b / "
                    "kimi-linear-48b by family)")
     a = p.parse_intermixed_args()
+    adapters.load()  # the kernels written elsewhere, where their sources are available (cells may name them)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     res = []
     for c in a.cells:
@@ -104,6 +130,10 @@ def main() -> None:
         print(json.dumps({k: v for k, v in r.items() if k != "top_kernels"}), flush=True)
         for k in r["top_kernels"][:12]:
             print(f"    {k['us_per_step']:9.1f} us/step {k['per_step']:6.2f}x  {k['name']}", flush=True)
+        print("  host (self time per step):", flush=True)
+        for h in r["host_top"][:12]:
+            print(f"    {h['self_us_per_step']:9.1f} us self {h['cum_us_per_step']:9.1f} us cum "
+                  f"{h['calls_per_step']:7.2f}x  {h['function']}", flush=True)
         res.append(r)
     with open(a.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",

@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from replayssm import adapters
 from replayssm.validators.drift import CellRun, CellSpec, SweepConfig
 
 GEOMETRY = {"mamba2": "nano4b", "gdn": "qwen35-4b", "kda": "kimi-linear-48b"}
@@ -57,6 +58,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--rows", type=int, default=8)
     a = p.parse_intermixed_args()
+    adapters.load()  # the kernels written elsewhere, where their sources are available (cells may name them)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     res = []
     for c in a.cells:
