@@ -81,13 +81,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _device_from_argv(argv: list[str]) -> str | None:
+def _device_from_argv(argv: list[str], flag: str = "--device") -> str | None:
     for i, a in enumerate(argv):
-        if a == "--device" and i + 1 < len(argv):
+        if a == flag and i + 1 < len(argv):
             return argv[i + 1]
-        if a.startswith("--device="):
+        if a.startswith(flag + "="):
             return a.split("=", 1)[1]
     return None
+
+
+def wants_interpreter(argv: list[str]) -> bool:
+    """Whether the command runs its Triton kernels through the interpreter: ``--device cpu``,
+    unless ``--kernel-device`` puts the kernel on a GPU (the engine on the CPU, the kernel compiled
+    for the GPU: interpreting it there would run NumPy on device pointers)."""
+    kdev = _device_from_argv(argv, "--kernel-device")
+    return _device_from_argv(argv) == "cpu" and not (kdev or "").startswith("cuda")
 
 
 def check_device(dev: str, flag: str = "--device") -> str:
@@ -159,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `--device cpu` runs Triton kernels through the interpreter: set the switch before any kernel
     # module imports triton (replayssm/__init__ only sets it when no CUDA device exists).
-    if _device_from_argv(argv) == "cpu":
+    if wants_interpreter(argv):
         os.environ["TRITON_INTERPRET"] = "1"
     argv, debug = _take_flag(argv, "--debug")
     try:

@@ -127,3 +127,19 @@ def test_fuzz_modes_restricts_the_draws_and_leaves_out_kernels_supporting_none(c
                                 named=False, kernel_device="cpu")
     assert kept == [get("literal-replay", "mamba2")]
     assert "mamba2/triton-replay left out: supports none of --modes s64a64" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, interpret", [
+    (["fuzz", "--device", "cpu"], True),
+    (["fuzz", "--device=cpu", "--kernel-device", "cpu"], True),
+    (["fuzz", "--device", "cpu", "--kernel-device", "cuda"], False),
+    (["fuzz", "--device", "cpu", "--kernel-device=cuda:1"], False),
+    (["fuzz", "--device", "cuda"], False),
+    (["validate"], False),
+], ids=["cpu", "cpu-kernel-cpu", "cpu-kernel-cuda", "cpu-kernel-cuda1", "cuda", "default"])
+def test_interpreter_only_where_the_kernel_runs_on_the_cpu(argv, interpret):
+    """``--device cpu --kernel-device cuda`` hosts a compiled kernel on the GPU: the CLI must not
+    switch the Triton interpreter on for it (it ran NumPy on device pointers: every adapter failed
+    its first fuzz scenario on the H200, 2026-12-04)."""
+    from replayssm.cli import wants_interpreter
+    assert wants_interpreter(argv) is interpret
