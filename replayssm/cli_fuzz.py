@@ -153,8 +153,10 @@ def _supporting(targets: list, modes: tuple[str, ...] | None, named: bool, kerne
             what = f"--modes {','.join(modes)}" if modes else "the fuzzed modes"
             where = " judgeable under the Triton interpreter" if drawable != tuple(modes or FUZZ_MODES) else ""
             if named:
-                raise ValueError(f"--modes: kernel {cls.family}/{cls.name} supports none of {what}{where} "
-                                 f"(on a CPU a kernel written elsewhere runs fp32 activations and states)") from None
+                note = " (on a CPU a kernel written elsewhere runs fp32 activations and states)" if where else (
+                    " at the decode sizes the fuzzer draws (its reasons: replayssm validate on the kernel)")
+                msg = f"--modes: kernel {cls.family}/{cls.name} supports none of {what}{where}{note}"
+                raise ValueError(msg) from None
             print(f"fuzz: {cls.family}/{cls.name} left out: supports none of {what}{where}")
             continue
         keep.append(cls)

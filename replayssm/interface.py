@@ -50,6 +50,7 @@ docs/kernel_interface.md walks through plugging in a kernel.
 from __future__ import annotations
 
 import abc
+import inspect
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -488,7 +489,7 @@ class KernelUnderTest(abc.ABC):
         if reason:
             raise ValueError(f"mode: kernel {self.name!r} does not support {config.mode.id} "
                              f"({config.decode.decode} decode): {reason}")
-        reason = self.unsupported_geometry(config.geometry)
+        reason = geometry_reason(type(self), config.geometry, config.decode)
         if reason:
             raise ValueError(f"geometry: kernel {self.name!r} does not support this geometry: {reason}")
         self.config = config
@@ -507,10 +508,12 @@ class KernelUnderTest(abc.ABC):
         return None
 
     @classmethod
-    def unsupported_geometry(cls, geometry: Geometry) -> str | None:
-        """None when the kernel supports ``geometry``, else why not (a shape limit the kernel itself
-        enforces, e.g. a minimum head dimension for its tensor-core products); the fuzzer draws only
-        supported geometries and a run on another one is refused before anything runs."""
+    def unsupported_geometry(cls, geometry: Geometry, decode: DecodeConfig | None = None) -> str | None:
+        """None when the kernel supports ``geometry`` (under ``decode``, when given), else why not (a
+        shape limit the kernel itself enforces, e.g. a minimum head dimension for its tensor-core
+        products); the fuzzer draws only supported geometries and a run on another one is refused
+        before anything runs.  An override may leave ``decode`` out of its signature (see
+        :func:`geometry_reason`)."""
         return None
 
     # ---- the step calls ----------------------------------------------------------------------------
@@ -787,3 +790,15 @@ class KernelUnderTest(abc.ABC):
             if pending is not None and not pending[s]:
                 raise ValueError(f"slot_ids[{r}]: slot {s} has no verify to commit")
         return ids, ks
+
+
+def geometry_reason(cls, geometry, decode: DecodeConfig | None) -> str | None:
+    """``cls.unsupported_geometry(geometry, decode)``, or without ``decode`` for an override whose
+    signature takes the geometry alone (kernels written before the decode argument)."""
+    try:
+        params = inspect.signature(cls.unsupported_geometry).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "decode" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return cls.unsupported_geometry(geometry, decode=decode)
+    return cls.unsupported_geometry(geometry)

@@ -42,7 +42,7 @@ from hypothesis import strategies as st
 
 from replayssm.families import family as family_of
 from replayssm.families import family_names, geometry_from_dict, preset
-from replayssm.interface import PAD_SLOT, DecodeConfig, KernelUnderTest, policy
+from replayssm.interface import PAD_SLOT, DecodeConfig, KernelUnderTest, geometry_reason, policy
 from replayssm.precision import STANDARD_MODES, parse_mode
 from replayssm.registry import get
 from replayssm.scenarios.inputs import DISTRIBUTIONS
@@ -230,8 +230,8 @@ def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, ma
         geo = draw(geometry)
     else:
         geo = geometry
-    why = None if cls is None else cls.unsupported_geometry(
-        preset(geo, family) if isinstance(geo, str) else geometry_from_dict(geo))
+    why = None if cls is None else geometry_reason(
+        cls, preset(geo, family) if isinstance(geo, str) else geometry_from_dict(geo), dec)
     if why and geometry is not None and not isinstance(geometry, st.SearchStrategy):
         raise ValueError(f"geometry: kernel {cls.name!r} does not support {geometry!r}: {why}")
     if why:

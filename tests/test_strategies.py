@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replayssm.interface import PAD_SLOT, DecodeConfig
+from replayssm.families import geometry_from_dict
+from replayssm.interface import PAD_SLOT, DecodeConfig, geometry_reason
 from replayssm.precision import parse_mode
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
@@ -105,6 +106,33 @@ class _WideKeysOnly(get("literal-replay", "gdn")):
 @given(scenarios(kernel=_WideKeysOnly, max_steps=4, max_dim=4))
 def test_drawn_geometries_are_ones_the_kernel_supports(sc):
     assert sc.geometry_obj.head_k_dim >= 9  # with max_dim 4 only the tiny preset (K = 16) remains
+
+
+class _WideKeysSpeculative(get("literal-replay", "gdn")):
+    """literal-replay declaring a key-dimension limit for speculative decode only (a limit that takes
+    the decode, as vLLM's Mamba-2 speculative kernel's dstate >= 9)."""
+
+    name = "literal-replay-wide-keys-spec"
+
+    @classmethod
+    def unsupported_geometry(cls, geometry, decode=None):
+        if decode is not None and decode.speculative and geometry.head_k_dim < 9:
+            return f"speculative: K >= 9, got K = {geometry.head_k_dim}"
+        return None
+
+
+@fuzz_settings(max_examples=25)
+@given(scenarios(kernel=_WideKeysSpeculative, max_steps=4, max_dim=4))
+def test_a_limit_that_takes_the_decode_is_drawn_per_decode(sc):
+    assert sc.decode == "standard" or sc.geometry_obj.head_k_dim >= 9
+
+
+def test_geometry_reason_passes_the_decode_where_the_override_takes_it():
+    k4 = geometry_from_dict({"family": "gdn", "num_k_heads": 1, "num_v_heads": 1, "head_k_dim": 4, "head_v_dim": 4})
+    spec, std = DecodeConfig(decode="speculative", window=2, buffer=2), DecodeConfig()
+    assert geometry_reason(_WideKeysSpeculative, k4, spec) == "speculative: K >= 9, got K = 4"
+    assert geometry_reason(_WideKeysSpeculative, k4, std) is None
+    assert geometry_reason(_WideKeysOnly, k4, std) == "K >= 9, got K = 4"  # an override without decode
 
 
 def test_a_run_on_an_unsupported_geometry_is_refused_before_anything_runs():

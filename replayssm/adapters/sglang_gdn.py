@@ -102,7 +102,7 @@ class SGLangGDNReplay(SlotAdapter):
     supports_mixed_decode = True
 
     @classmethod
-    def unsupported_geometry(cls, geometry):
+    def unsupported_geometry(cls, geometry, decode=None):
         return dot_key_tile_reason(geometry, "SGLang 0.5.23's GDN replay kernels")
 
     @classmethod

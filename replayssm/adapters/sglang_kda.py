@@ -131,7 +131,7 @@ class SGLangKDAReplay(_SGLangKDA):
     conventions = {"beta_rounded": True, "l2_form": "reciprocal"}
 
     @classmethod
-    def unsupported_geometry(cls, geometry):
+    def unsupported_geometry(cls, geometry, decode=None):
         return dot_key_tile_reason(geometry, "SGLang 0.5.23's fused_recurrent_linear_replayssm")
 
     @classmethod

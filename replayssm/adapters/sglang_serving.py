@@ -74,7 +74,7 @@ class SGLangGDNReplayServing(SlotAdapter):
             raise ValueError(f"options.fold_every_commit: expected a bool, got {options['fold_every_commit']!r}")
 
     @classmethod
-    def unsupported_geometry(cls, geometry):
+    def unsupported_geometry(cls, geometry, decode=None):
         return dot_key_tile_reason(geometry, "SGLang 0.5.23's GDN replay kernels")
 
     @classmethod

@@ -73,7 +73,7 @@ class VllmGDNReplay(SlotAdapter):
         return None
 
     @classmethod
-    def unsupported_geometry(cls, geometry):  # fused_recurrent_replayssm.py, gdn_replayssm_spec_decode.py
+    def unsupported_geometry(cls, geometry, decode=None):  # fused_recurrent_replayssm.py, gdn_replayssm_spec_decode.py
         return dot_key_tile_reason(geometry, "the fork's GDN replay kernels")
 
     def __init__(self, config):

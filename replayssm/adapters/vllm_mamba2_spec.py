@@ -64,6 +64,18 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
     supports_mixed_decode = True
 
     @classmethod
+    def unsupported_geometry(cls, geometry, decode=None):
+        # _fused_scatter_precompute_kernel: bc = tl.dot(B [window, next_pow2(dstate)], C^T), the
+        # contraction over dstate; Triton on NVIDIA compiles a dot only with K >= 16 for 16-bit
+        # operands (>= 8 for fp32): a CompilationError on the H200 at dstate 2 (GPU fuzz, 2026-12-04).
+        # The interpreter has no such limit, so the refusal is for any device, on the safe side.
+        if decode is not None and decode.speculative and geometry.dstate < 9:
+            return ("the fork's speculative kernel contracts dstate with tl.dot on a tile of next_pow2(dstate) "
+                    "columns, which Triton compiles for 16-bit operands only from 16: dstate >= 9, "
+                    f"got {geometry.dstate}")
+        return None
+
+    @classmethod
     def unsupported_reason(cls, mode, decode, options):
         return float_mode_reason(mode, "the fork's Mamba-2 replay kernel", ("ieee", "tf32")) or (
             _spec_dot_reason(mode, decode) if decode.speculative else
