@@ -27,6 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from drift_rates import write_cells  # tools/ is the script's directory
 from torch.profiler import ProfilerActivity, profile
 
 from replayssm import adapters
@@ -135,9 +136,7 @@ def main() -> None:
             print(f"    {h['self_us_per_step']:9.1f} us self {h['cum_us_per_step']:9.1f} us cum "
                   f"{h['calls_per_step']:7.2f}x  {h['function']}", flush=True)
         res.append(r)
-    with open(a.out, "w") as f:
-        json.dump({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
-                   "torch": torch.__version__, "cells": res}, f, indent=1)
+    write_cells(a.out, dev, res)
 
 
 if __name__ == "__main__":

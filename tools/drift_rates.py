@@ -65,9 +65,14 @@ def main() -> None:
         r = rate(c, a.rows, a.seconds, dev)
         print(json.dumps(r), flush=True)
         res.append(r)
-    with open(a.out, "w") as f:
+    write_cells(a.out, dev, res)
+
+
+def write_cells(path: str, dev: str, cells: list[dict]) -> None:
+    """The per-cell results with the device and torch they ran on (also tools/drift_profile.py's)."""
+    with open(path, "w") as f:
         json.dump({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
-                   "torch": torch.__version__, "cells": res}, f, indent=1)
+                   "torch": torch.__version__, "cells": cells}, f, indent=1)
 
 
 if __name__ == "__main__":
