@@ -16,13 +16,7 @@ OUT=${OUT:-out/bench_gate}
 SLOW=${BENCH_GATE_SLOW:-triton-replay=0.5}
 LIMIT_A=${BENCH_GATE_LIMIT_A:-200}  # run A compiles every kernel (Triton's disk cache serves B and C)
 LIMIT=${BENCH_GATE_LIMIT:-130}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/log.txt") 2>&1
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-echo "commit ${REPLAYSSM_COMMIT:-unknown}"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+source tools/device_log.sh
 source tools/device_env.sh
 source tools/nox_wheels.sh
 nox_wheels bench_gate nox || exit 1

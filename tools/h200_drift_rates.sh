@@ -10,13 +10,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/drift_rates}
-mkdir -p "$OUT"
-exec > >(tee -a "$OUT/log.txt") 2>&1
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-echo "commit ${REPLAYSSM_COMMIT:-unknown}"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+source tools/device_log.sh
 source tools/device_env.sh
 stamp "setup done"
 python -m pytest -q -m gpu -p no:cacheprovider tests/test_drift_fast.py -rA 2>&1 | tail -40 | tee "$OUT/tests.txt"
