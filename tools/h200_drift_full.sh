@@ -25,13 +25,9 @@ OUT=${OUT:-out/drift_full}
 W=${DRIFT_WORK:-/tmp/drift-full}
 WORKERS=${DRIFT_WORKERS:-8}
 DEADLINE=${DRIFT_DEADLINE:-420}
-mkdir -p "$OUT" "$W"
-exec > >(tee -a "$OUT/log.txt") 2>&1
-t0=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-echo "commit ${REPLAYSSM_COMMIT:-unknown} sweep $WHAT shard $SHARD workers $WORKERS deadline $DEADLINE s"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+mkdir -p "$W"
+source tools/device_log.sh
+echo "sweep $WHAT shard $SHARD workers $WORKERS deadline $DEADLINE s"
 source tools/device_env.sh
 case "$WHAT" in
   ours)
