@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from typing import ClassVar
 
 import torch
@@ -84,6 +85,12 @@ def dot_key_tile_reason(geometry, what: str) -> str | None:
         return (f"{what} contract the key dimension with tl.dot on tiles of next_pow2(K) >= 16 columns "
                 f"(they raise 'BKT must be >=16'): K >= 9, got K = {K}")
     return None
+
+
+def triton_interpreted() -> bool:
+    """Whether Triton kernels run through the interpreter in this process (no compiler: none of its
+    shape limits, e.g. a ``tl.dot``'s minimum K, applies)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def interpreter_reason(mode: PrecisionMode) -> tuple[str, str] | None:

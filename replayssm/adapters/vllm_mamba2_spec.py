@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import float_mode_reason
+from replayssm.adapters._base import float_mode_reason, triton_interpreted
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.adapters.vllm_mamba2 import _VllmMamba2ReplayStandard
 from replayssm.interface import KernelSnapshot
@@ -68,8 +68,8 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
         # _fused_scatter_precompute_kernel: bc = tl.dot(B [window, next_pow2(dstate)], C^T), the
         # contraction over dstate; Triton on NVIDIA compiles a dot only with K >= 16 for 16-bit
         # operands (>= 8 for fp32): a CompilationError on the H200 at dstate 2 (GPU fuzz, 2026-12-04).
-        # The interpreter has no such limit, so the refusal is for any device, on the safe side.
-        if decode is not None and decode.speculative and geometry.dstate < 9:
+        # A compiler limit: under the Triton interpreter (the CPU) the kernel runs there.
+        if decode is not None and decode.speculative and geometry.dstate < 9 and not triton_interpreted():
             return ("the fork's speculative kernel contracts dstate with tl.dot on a tile of next_pow2(dstate) "
                     "columns, which Triton compiles for 16-bit operands only from 16: dstate >= 9, "
                     f"got {geometry.dstate}")
