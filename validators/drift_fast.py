@@ -232,10 +232,8 @@ class FastCell:
         gen = make_inputs_steps(sc, [p.step for p in plans], self.dev)
         for name, b in self.inb.items():
             b[:n].copy_(gen[name])
-        acc = torch.tensor([p.accepted for p in plans], dtype=torch.int64)
-        if self.dev.type == "cuda":  # pinned, asynchronous: no host sync per chunk for it
-            acc = acc.pin_memory()
-        self.acc[:n].copy_(acc, non_blocking=True)
+        acc = self._pinned(torch.tensor([p.accepted for p in plans], dtype=torch.int64))
+        self.acc[:n].copy_(acc, non_blocking=True)  # asynchronous: no host sync per chunk for it
         torch.eq(self.acc[:n, None, :], self.arange_T, out=self.sel[:n])
         self.out.view(inv._INT_VIEW[self.out.element_size()]).fill_(inv.poison_bits(self.out.dtype))
         tok = {name: v[:n].transpose(1, 2).reshape(n * T, R, *v.shape[3:]).to(torch.float64)
@@ -534,9 +532,8 @@ class FastCell:
         while s < stop:
             p = cell.plans[s]
             flush = [r for r in ls.active if dec.is_flush(wp[r])]
-            m = np.zeros(self.R, dtype=bool)
-            m[flush] = True
-            masks.append(m)
+            if self.bound is not None:
+                masks.append(np.isin(np.arange(self.R), flush))
             steps.append(s)
             flags.append(not flush and bool(cell.armed.any()))
             for r in ls.active:
@@ -547,13 +544,13 @@ class FastCell:
                 break
         if self.bound is not None:  # the piece's flush masks in one copy, asynchronous (pinned): no host sync
             j0 = steps[0] - self.chunk_at
-            self.flush_mask[j0:j0 + len(steps)].copy_(self._to_device(np.stack(masks)), non_blocking=True)
+            self.flush_mask[j0:j0 + len(steps)].copy_(self._pinned(torch.from_numpy(np.stack(masks))),
+                                                       non_blocking=True)
         return steps, flags
 
-    def _to_device(self, a: np.ndarray) -> torch.Tensor:
-        """A host array for an asynchronous copy: pinned on a CUDA device (the caching host allocator
+    def _pinned(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor for an asynchronous copy: pinned on a CUDA device (the caching host allocator
         keeps the block until the copy has run), where a pageable one would wait for the device."""
-        t = torch.from_numpy(a)
         return t.pin_memory() if self.dev.type == "cuda" else t
 
     def run(self, n: int) -> int:

@@ -136,12 +136,17 @@ class RunningBound:
         ``[N, R, H]``, what :meth:`window` takes as ``weights``."""
         N, R = next(iter(tok.values())).shape[:2]
         flat = {k: v.reshape(N * R, *v.shape[2:]) for k, v in tok.items()}
-        return RunningBound._weights(flat, (N * R, *like.shape[1:]), like, readout).view(N, R, -1)
+        return RunningBound._weights(flat, *RunningBound._units(N * R, like), readout).view(N, R, -1)
 
     @staticmethod
-    def _weights(tok: dict, shape, like: torch.Tensor, readout) -> torch.Tensor:
-        one = torch.ones((shape[0], shape[1]) + (1,) * (len(shape) - 2), dtype=torch.float64, device=like.device)
-        return (readout(one, tok) - readout(torch.zeros_like(one), tok)).flatten(2).amax(-1)
+    def _units(rows: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A unit and a zero state of bound values, ``[rows, H, 1, ...]`` (``like``: a state)."""
+        one = torch.ones((rows, like.shape[1]) + (1,) * (like.dim() - 2), dtype=torch.float64, device=like.device)
+        return one, torch.zeros_like(one)
+
+    @staticmethod
+    def _weights(tok: dict, one: torch.Tensor, zero: torch.Tensor, readout) -> torch.Tensor:
+        return (readout(one, tok) - readout(zero, tok)).flatten(2).amax(-1)
 
     def window(self, toks: list[dict], params: dict, flush: torch.Tensor, speculative: bool,
                accepted: torch.Tensor | None, like: torch.Tensor, readout, weights=None,
@@ -163,6 +168,7 @@ class RunningBound:
             terms, fold_abs, st = self._store_fold(st, flush)
             ckpt = st
         kept, out, out_a = st, [], []
+        units = self._units(like.shape[0], like) if weights is None else None
         # The readout magnitude is linear in the state and the state of bound values is constant
         # per head, so per token one readout of a unit state [R, H, 1, ...] (broadcast by the
         # family's readout) less its state-free part gives each head's largest output weight ``w``,
@@ -176,7 +182,7 @@ class RunningBound:
             elif t == 0 and not speculative:
                 terms, fold_abs, st = self._store_fold(st, flush)
                 ckpt = st
-            w = self._weights(tok, like.shape, like, readout) if weights is None else weights[t]
+            w = self._weights(tok, *units, readout) if weights is None else weights[t]
             fm = self._fold(st)
             out.append(((st["E"] + fm) * w).amax(-1))
             out_a.append(((st["A"] + fm) * w).amax(-1))
