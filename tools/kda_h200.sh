@@ -6,6 +6,9 @@
 #                             then the table of record (replayssm bench --family kda, default launches)
 #   tools/kda_h200.sh phases  where a batch-512 replay step goes (tools/split_phases.py times kda standard 512:
 #                             non-flush step, flush step, pre-pass alone, stream alone)
+#   tools/kda_h200.sh profile the batch-512 standard step beside Gated DeltaNet's (same state size): phases of
+#                             both (split_phases.py times), then Nsight Compute of both families' pre-pass and
+#                             stream at write_pos 8-15 (the flush included; tools/ncu_split.sh, ncu_{1,2}.txt)
 #   tools/kda_h200.sh all     tests, bench and phases
 # Env: KDA_TEST_LIMIT (s, default 240), KDA_BENCH_LIMIT (default 300), KDA_BATCHES (default 1,8,32,128,256,512),
 #      KDA_QUICK=1 (two launch candidates per kernel), REPLAYSSM_COMMIT (the device copy has no .git).
@@ -43,4 +46,13 @@ if [[ $what == phases || $what == all ]]; then
     timeout 90 python tools/split_phases.py times kda standard 512 "$opts" s32a16 >> "$OUT/kda_phases.jsonl" 2>&1
   done
   stamp "kda phases (exit $?)"; cat "$OUT/kda_phases.jsonl"
+fi
+if [[ $what == profile ]]; then
+  for fam in kda gdn; do
+    timeout 90 python tools/split_phases.py times $fam standard 512 '{}' s32a16 >> "$OUT/kda_phases.jsonl" 2>&1
+  done
+  stamp "phases, kda and gdn (exit $?)"; cat "$OUT/kda_phases.jsonl"
+  printf 'kda standard 512 {}\ngdn standard 512 {}\n' | OUT="$OUT" PROFILE_STEPS=16 NCU_SKIP=16 NCU_COUNT=16 \
+    bash tools/ncu_split.sh
+  stamp "ncu (exit $?)"
 fi

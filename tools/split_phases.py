@@ -6,7 +6,9 @@ against the traffic model's bytes of that phase.  Phases: ``nonflush`` (a verify
 ``flush`` (the flush verify), ``coef`` (the pre-pass alone, non-flush), ``stream`` (the checkpoint
 stream alone, non-flush).  Prints one JSON line.
 
-``profile``: the launches of the same path for ``ncu`` (eager, no graph): a few verify/commit steps.
+``profile``: the launches of the same path for ``ncu`` (eager, no graph): ``PROFILE_STEPS`` (default 6)
+verify/commit steps from a fresh state (standard decode: step ``i`` runs at write_pos ``i mod 16``,
+step 15 is the flush).
 
 Both build one "triton-replay" instance of the family at its benchmark geometry (nano4b /
 qwen35-4b) from the installed ``replayssm`` package.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 
 import torch
@@ -114,7 +117,7 @@ def profile(family: str, decode: str, batch: int, opts: dict, mode: str) -> int:
     kern.reset(ids, torch.randn((batch, *g.state_shape), generator=gen, device=dev))
     acc = torch.full((batch,), dec.window, dtype=torch.int64, device=dev)
     out = torch.empty((batch, dec.window, *g.out_shape), dtype=torch.bfloat16, device=dev)
-    for _ in range(6):
+    for _ in range(int(os.environ.get("PROFILE_STEPS", "6"))):
         kern.verify(ids, inputs(batch, gen), out)
         kern.commit(ids, acc)
     torch.cuda.synchronize()
