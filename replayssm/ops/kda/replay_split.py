@@ -32,7 +32,7 @@ import triton.language as tl
 
 from replayssm.ops.gdn.triton_base import l2_normalise, ticket
 from replayssm.ops.kda.replay_spec_split import launch_spec_split
-from replayssm.ops.kda.triton_base import decay_weighted_keys, fold_weighted, kda_gates, stream_tile
+from replayssm.ops.kda.triton_base import fold_weighted, kda_gates, stream_tile
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 
@@ -50,7 +50,7 @@ def _kda_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
                      BK: tl.constexpr, JB: tl.constexpr, INTERPRET: tl.constexpr,
                      O_XK: tl.constexpr, O_XQ: tl.constexpr, O_DECF: tl.constexpr, O_KN: tl.constexpr,
                      O_CK: tl.constexpr, O_CQ: tl.constexpr, O_WF: tl.constexpr, O_BETA: tl.constexpr,
-                     O_KQ: tl.constexpr, NCOEF: tl.constexpr):
+                     O_KQ: tl.constexpr, NCOEF: tl.constexpr, HU: tl.constexpr = 4):
     h = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
     slot = tl.load(slot_ptr + r).to(tl.int64)
@@ -63,9 +63,6 @@ def _kda_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
     cnt = tl.load(sr_ptr + slot)
     offs_k = tl.arange(0, BK)
     mk = offs_k < K
-    j = tl.arange(0, JB)
-    hist = j < w
-    KW, eG = decay_weighted_keys(k_rec_ptr, g_rec_ptr, slot * L + j, hist, hist, h, hk, offs_k, mk, H, HV, K)
     q = tl.load(q_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
     k = tl.load(k_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
     a = tl.load(a_ptr + (r * HV + h) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
@@ -75,18 +72,42 @@ def _kda_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
                         tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0))
     g = tl.where(mk, g, 0.0)
     alpha = tl.exp(g)
+    ak = alpha * kn
+    aq = alpha * qn
     cb = (r * HV + h) * NCOEF
+    fl_k = (offs_k * 0 + flush.to(tl.int32)) != 0
+    # the history from its last record back, one [K] row at a time (HU records per trip, their loads
+    # independent): S is the per-channel sum of the log gates after record j (fp32, summed from the
+    # last record back), KW_j = k_j e^S, and CK[j], CQ[j] are dot products over the key axis; no
+    # [history, K] tile (its cumsum and sums over both axes made this kernel L1-bound at 162 us per
+    # batch-512 step on the H200, docs/benchmarks.md)
+    jv = tl.arange(0, JB)
+    ck = tl.zeros([JB], dtype=tl.float32)
+    cq = tl.zeros([JB], dtype=tl.float32)
+    S = tl.zeros([BK], dtype=tl.float32)
+    for jq in range(0, (w + HU - 1) // HU):
+        for u in tl.static_range(HU):
+            jj = jq * HU + u
+            live = (offs_k * 0 + jj) < w  # [BK] masks (the interpreter takes no scalar mask here)
+            jr = tl.maximum(w - 1 - jj, 0)
+            row = slot * L + jr
+            gj = tl.load(g_rec_ptr + (row * HV + h) * K + offs_k, mask=mk & live, other=0.0)
+            kj = tl.load(k_rec_ptr + (row * H + hk) * K + offs_k, mask=mk & live, other=0.0).to(tl.float32)
+            kw = kj * tl.exp(S)
+            hit = (jv == jr) & ((jv * 0 + jj) < w)
+            ck = tl.where(hit, tl.sum(kw * ak, 0), ck)
+            cq = tl.where(hit, tl.sum(kw * aq, 0), cq)
+            tl.store(coef_ptr + cb + O_WF + jr * BK + offs_k, alpha * kw, mask=fl_k & live)
+            S += gj
+    eG = tl.exp(S)
     tl.store(coef_ptr + cb + O_XK + offs_k, beta * alpha * eG * kn)
     tl.store(coef_ptr + cb + O_XQ + offs_k, alpha * eG * qn)
-    tl.store(coef_ptr + cb + O_CK + j, beta * tl.sum(KW * (alpha * kn)[None, :], 1))
-    tl.store(coef_ptr + cb + O_CQ + j, tl.sum(KW * (alpha * qn)[None, :], 1))
+    tl.store(coef_ptr + cb + O_CK + jv, beta * ck)
+    tl.store(coef_ptr + cb + O_CQ + jv, cq)
     tl.store(coef_ptr + cb + O_BETA, beta)
     tl.store(coef_ptr + cb + O_KQ, tl.sum(kn * qn, 0))
-    fl_k = (offs_k * 0 + flush.to(tl.int32)) != 0
     tl.store(coef_ptr + cb + O_DECF + offs_k, alpha * eG, mask=fl_k)
     tl.store(coef_ptr + cb + O_KN + offs_k, kn, mask=fl_k)
-    tl.store(coef_ptr + cb + O_WF + j[:, None] * BK + offs_k[None, :], KW * alpha[None, :],
-             mask=(j[:, None] * 0 + fl_k[None, :]) != 0)
     # the current token's records (k by the first value head of its key head)
     srow = slot * L + w
     keep_k = (offs_k * 0 + keep.to(tl.int32)) != 0
