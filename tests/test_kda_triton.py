@@ -38,12 +38,15 @@ def _check(res):
 
 @pytest.mark.parametrize("name,options", [("triton-replay", {}), ("triton-replay", {"prepass": False}),
                                           ("triton-replay", {"prepass": False, "block_v": 4}),
+                                          ("triton-replay", {"prepass": False, "block_v": 2, "tiles": 2}),
                                           ("triton-baseline", {})],
-                         ids=["replay-split", "replay-fused", "replay-fused-bv4", "baseline"])
+                         ids=["replay-split", "replay-fused", "replay-fused-bv4", "replay-fused-bv2-tiles2",
+                              "baseline"])
 def test_standard_L4(name, options):
     """A flush and the steps after it (write_pos 0..3, 0, 1): the pre-pass + stream pair (the
-    interpreter default), the single kernel, and the single kernel over two value blocks (ticket,
-    shared record writers)."""
+    interpreter default), the single kernel, the single kernel over two value blocks (ticket,
+    shared record writers) and over two programs of two value blocks each (the value-block loop
+    inside a program, as from 128 rows on the GPU)."""
     _check(run_scenario(_sc("s32a16", "standard", 1, 4, "random", steps=6, kernel_options=options), name))
 
 

@@ -1,8 +1,8 @@
 """ReplaySSM standard (autoregressive) decode for KDA, in Triton, one kernel per step.
 
-One program per (row, value head, block of value rows).  Records per buffered token (the literal
-model's layout): ``d`` (the corrected value, activation dtype), the normalised ``k`` (activation
-dtype, per key head) and ``g`` (fp32 per-channel log gate, per value head).  With
+One program per (row, value head, NVT blocks of value rows).  Records per buffered token (the
+literal model's layout): ``d`` (the corrected value, activation dtype), the normalised ``k``
+(activation dtype, per key head) and ``g`` (fp32 per-channel log gate, per value head).  With
 ``w = write_pos`` buffered tokens, ``G_j`` the inclusive per-channel cumsum of their ``g`` and
 ``G = G_{w-1}``, the state before the current token is
 ``S_prev = S_0 Diag(e^G) + sum_j d_j (k_j * e^(G - G_j))^T``; a non-flush step never builds it
@@ -12,15 +12,21 @@ dtype, per key head) and ``g`` (fp32 per-channel log gate, per value head).  Wit
     d = beta (v - S_prev (alpha * k)),   o = S_prev (alpha * q) + (k . q) d
 
 (``alpha = e^g`` of the current token, a ``[K]`` vector), so a non-flush step reads the
-checkpoint once and writes only the new records.  At ``write_pos = L - 1`` (the flush) it folds
-the L - 1 records and the current token into the checkpoint,
-``S_0 <- S_prev Diag(alpha) + d k^T``, and stores it (nearest or stochastic rounding, fp8 with
-per-row scales).  The cursor advances inside the kernel (the last program of the slot, atomic
-ticket).
+checkpoint once and writes only the new records.  Each program first walks the history from its
+last record back, one ``[K]`` row at a time (``S``, the per-channel sum of the log gates after
+record j, in fp32 from the last record back: ``e^(G - G_j) = e^S``), and keeps the two readout
+vectors and the ``[history]`` coefficients ``(k_j e^S) . (alpha k)``, ``(k_j e^S) . (alpha q)`` in
+registers for its NVT value blocks (from 128 rows up a whole value head: the coefficients once
+per (row, value head), where the two-launch path, ``replay_split.py``, writes them to memory in a
+pre-pass).  At ``write_pos = L - 1`` (the flush) it folds the L - 1 records and the current token
+into the checkpoint, ``S_0 <- S_0 Diag(alpha e^G) + sum_j d_j (alpha k_j e^S)^T + d k^T`` (the same
+walk back over the records, per value block), and stores it (nearest or stochastic rounding, fp8
+with per-row scales).  The cursor advances inside the kernel (the last program of the slot,
+atomic ticket).
 
 Oracle: the literal model ``literal-replay`` (family kda: same records, same rounding points) and
 the fp64 recurrence.  Expected error: within a small factor of the literal model's at the same
-precision mode; fp32 reduction order differs (tests/test_kda_triton.py).
+precision mode; fp32 reduction and summation orders differ (tests/test_kda_triton.py).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.triton_base import l2_normalise, ticket
-from replayssm.ops.kda.triton_base import fold_history, kda_gates, load_history, readout
+from replayssm.ops.kda.triton_base import kda_gates
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 
 
@@ -39,72 +45,115 @@ def _kda_replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
                               sr_ptr, seed, num_slots,
                               H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
                               SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr,
-                              NVB: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr, INTERPRET: tl.constexpr):
+                              NPROG: tl.constexpr, NVT: tl.constexpr, HU: tl.constexpr, SCALED: tl.constexpr,
+                              SR: tl.constexpr, INTERPRET: tl.constexpr):
     r = tl.program_id(0)
     h = tl.program_id(1)
-    vb = tl.program_id(2)
+    pv = tl.program_id(2)
     slot = tl.load(slot_ptr + r).to(tl.int64)
     if slot < 0:
         return
     hk = h // (HV // H)
     offs_k = tl.arange(0, BK)
-    offs_v = vb * BV + tl.arange(0, BV)
     mk = offs_k < K
-    mv = offs_v < V
-    ms = mv[:, None] & mk[None, :]
-    tile = offs_v[:, None] * K + offs_k[None, :]
     # the current token
     q = tl.load(q_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
     k = tl.load(k_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-    v = tl.load(v_ptr + (r * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
     a = tl.load(a_ptr + (r * HV + h) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + r * HV + h).to(tl.float32)
     qn = l2_normalise(q, 0) * SCALE
     kn = l2_normalise(k, 0)
-    g, beta = kda_gates(a, b, tl.load(A_log_ptr + h), tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0))
+    g, beta = kda_gates(a, tl.load(b_ptr + r * HV + h).to(tl.float32), tl.load(A_log_ptr + h),
+                        tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0))
     g = tl.where(mk, g, 0.0)
     alpha = tl.exp(g)
-    # checkpoint and buffered history
-    base = (slot * HV + h) * V
-    s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
+    ak = alpha * kn
+    aq = alpha * qn
     w = tl.load(wpos_ptr + slot)
-    offs_j = tl.arange(0, BL)
-    Dh, KW, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, offs_j, offs_j < L - 1, offs_j < w, h, hk,
-                              offs_v, mv, offs_k, mk, H, HV, K, V, L)
-    d = beta * (v - readout(s0, eG, Dh, KW, alpha * kn))
-    o = readout(s0, eG, Dh, KW, alpha * qn) + tl.sum(kn * qn, 0) * d
-    tl.store(out_ptr + (r * HV + h) * V + offs_v, cast_nearest(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
     flush = w == L - 1
+    # the history from its last record back: S = the log gates after record j, KW_j = k_j e^S
+    jv = tl.arange(0, BL)
+    ck = tl.zeros([BL], dtype=tl.float32)
+    cq = tl.zeros([BL], dtype=tl.float32)
+    S = tl.zeros([BK], dtype=tl.float32)
+    for jq in range(0, (w + HU - 1) // HU):
+        for u in tl.static_range(HU):
+            jj = jq * HU + u
+            live = (offs_k * 0 + jj) < w
+            jr = tl.maximum(w - 1 - jj, 0)
+            row = slot * L + jr
+            gj = tl.load(g_rec_ptr + (row * HV + h) * K + offs_k, mask=mk & live, other=0.0)
+            kw = tl.load(k_rec_ptr + (row * H + hk) * K + offs_k, mask=mk & live, other=0.0).to(tl.float32) \
+                * tl.exp(S)
+            hit = (jv == jr) & ((jv * 0 + jj) < w)
+            ck = tl.where(hit, tl.sum(kw * ak, 0), ck)
+            cq = tl.where(hit, tl.sum(kw * aq, 0), cq)
+            S += gj
+    eG = tl.exp(S)
+    xk = eG * ak  # S_prev (alpha k) = S_0 xk + sum_j ck_j d_j
+    xq = eG * aq
+    kq = tl.sum(kn * qn, 0)
+    hist = jv < w
+    base = (slot * HV + h) * V
     cnt = tl.load(sr_ptr + slot)
-    if flush:
-        s = fold_history(s0, eG, KW, offs_j, w, d_rec_ptr, slot, 0, h, offs_v, mv, HV, V, L)
-        s = s * alpha[None, :] + d[:, None] * kn[None, :]
-        store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed, slot,
-                    cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
-    else:
-        srow = slot * L + w
-        tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_nearest(d, d_rec_ptr.dtype.element_ty, INTERPRET),
-                 mask=mv)
-        tl.store(g_rec_ptr + (srow * HV + h) * K + offs_k, g, mask=mk & ((offs_k * 0 + vb) == 0))
-        tl.store(k_rec_ptr + (srow * H + hk) * K + offs_k, cast_nearest(kn, k_rec_ptr.dtype.element_ty, INTERPRET),
-                 mask=mk & ((offs_k * 0 + vb + h % (HV // H)) == 0))
-    tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
-    last = ticket(ticket_ptr, slot, HV * NVB)
+    for vt in range(NVT):
+        offs_v = (pv * NVT + vt) * BV + tl.arange(0, BV)
+        mv = offs_v < V
+        ms = mv[:, None] & mk[None, :]
+        tile = offs_v[:, None] * K + offs_k[None, :]
+        s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
+        Dh = tl.load(d_rec_ptr + ((slot * L + jv[:, None]) * HV + h) * V + offs_v[None, :],
+                     mask=hist[:, None] & mv[None, :], other=0.0).to(tl.float32)  # [BL, BV]
+        v = tl.load(v_ptr + (r * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
+        d = beta * (v - tl.sum(s0 * xk[None, :], 1) - tl.sum(Dh * ck[:, None], 0))
+        o = tl.sum(s0 * xq[None, :], 1) + tl.sum(Dh * cq[:, None], 0) + kq * d
+        tl.store(out_ptr + (r * HV + h) * V + offs_v, cast_nearest(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+        if flush:
+            s = s0 * (alpha * eG)[None, :]
+            S2 = tl.zeros([BK], dtype=tl.float32)
+            for jq in range(0, (w + HU - 1) // HU):
+                for u in tl.static_range(HU):
+                    jj = jq * HU + u
+                    live = (offs_k * 0 + jj) < w
+                    row = slot * L + tl.maximum(w - 1 - jj, 0)
+                    gj = tl.load(g_rec_ptr + (row * HV + h) * K + offs_k, mask=mk & live, other=0.0)
+                    wf = alpha * tl.load(k_rec_ptr + (row * H + hk) * K + offs_k, mask=mk & live,
+                                         other=0.0).to(tl.float32) * tl.exp(S2)
+                    dj = tl.load(d_rec_ptr + (row * HV + h) * V + offs_v, mask=mv & ((offs_v * 0 + jj) < w),
+                                 other=0.0).to(tl.float32)
+                    s += dj[:, None] * wf[None, :]  # zeros past the history (never the stale rows)
+                    S2 += gj
+            s += d[:, None] * kn[None, :]
+            store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed, slot,
+                        cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
+        else:
+            srow = slot * L + w
+            tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v,
+                     cast_nearest(d, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mv)
+    keep_k = mk & ((offs_k * 0 + flush.to(tl.int32)) == 0) & ((offs_k * 0 + pv) == 0)
+    srow = slot * L + w
+    tl.store(g_rec_ptr + (srow * HV + h) * K + offs_k, g, mask=keep_k)
+    tl.store(k_rec_ptr + (srow * H + hk) * K + offs_k, cast_nearest(kn, k_rec_ptr.dtype.element_ty, INTERPRET),
+             mask=keep_k & ((offs_k * 0 + h % (HV // H)) == 0))
+    tl.store(pending_ptr + slot, 1, mask=(h + pv) == 0)
+    last = ticket(ticket_ptr, slot, HV * NPROG)
     tl.store(wpos_ptr + slot, tl.where(flush, 0, w + 1), mask=last)
     tl.store(sr_ptr + slot, cnt + flush.to(tl.int64), mask=last)
 
 
 def launch_replay_decode(kern, slot_ids, inputs, out) -> None:
-    """Launch one standard-decode step of ``kern`` (a TritonKDAReplay) for all rows."""
+    """Launch one standard-decode step of ``kern`` (a TritonKDAReplay) for all rows (value blocks
+    per program: ``kern.split_tiles``, a whole value head from 128 rows up)."""
     R = slot_ids.shape[0]
     bv, nvb, nw = kern.launch_shape(R)
+    nvt = kern.split_tiles(R, nvb)
+    nprog = triton.cdiv(nvb, nvt)
     L = kern.decode.buffer
-    _kda_replay_decode_kernel[(R, kern.HV, nvb)](
+    _kda_replay_decode_kernel[(R, kern.HV, nprog)](
         slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log, kern.dt_bias,
         kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,
         kern.pending, kern.ticket, kern.sr_count, kern.seed, kern.num_slots,
         H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, L=L, SCALE=kern.K ** -0.5, BK=kern.BK, BV=bv,
-        BL=triton.next_power_of_2(max(L - 1, 1)), NVB=nvb, SCALED=kern.scaled, SR=kern.sr,
+        BL=triton.next_power_of_2(max(L - 1, 1)), NPROG=nprog, NVT=nvt, HU=4, SCALED=kern.scaled, SR=kern.sr,
         INTERPRET=kern.interpret, num_warps=nw)
 
 
