@@ -30,10 +30,11 @@ from replayssm.validators.bench import best_configuration, copy_bandwidth, curso
 
 BASELINE = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2}, {"block_v": 32, "num_warps": 4}]
 REPLAY = [{}, {"prepass": False, "block_v": 8, "num_warps": 1}, {"prepass": False, "block_v": 16, "num_warps": 2},
-          {"prepass": True, "block_v": 8, "num_warps": 1}, {"prepass": True, "block_v": 16, "num_warps": 1},
+          {"prepass": False, "block_v": 8, "num_warps": 1, "tiles": 4},
+          {"prepass": False, "block_v": 8, "num_warps": 1, "tiles": 1},
           {"prepass": True, "block_v": 8, "num_warps": 1, "coef_warps": 1},
-          {"prepass": True, "block_v": 8, "num_warps": 1, "tiles": 1},
-          {"prepass": True, "block_v": 32, "num_warps": 4, "coef_warps": 4}]
+          {"prepass": True, "block_v": 8, "num_warps": 1, "coef_warps": 2},
+          {"prepass": True, "block_v": 16, "num_warps": 2, "coef_warps": 1}]
 
 
 def main() -> None:
