@@ -36,15 +36,15 @@ def _check(res):
 # ---- through the engine --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,options", [("triton-replay", {}), ("triton-replay", {"prepass": False}),
+@pytest.mark.parametrize("name,options", [("triton-replay", {"prepass": True}), ("triton-replay", {}),
                                           ("triton-replay", {"prepass": False, "block_v": 4}),
                                           ("triton-replay", {"prepass": False, "block_v": 2, "tiles": 2}),
                                           ("triton-baseline", {})],
                          ids=["replay-split", "replay-fused", "replay-fused-bv4", "replay-fused-bv2-tiles2",
                               "baseline"])
 def test_standard_L4(name, options):
-    """A flush and the steps after it (write_pos 0..3, 0, 1): the pre-pass + stream pair (the
-    interpreter default), the single kernel, the single kernel over two value blocks (ticket,
+    """A flush and the steps after it (write_pos 0..3, 0, 1): the pre-pass + stream pair, the single
+    kernel (the default), the single kernel over two value blocks (ticket,
     shared record writers) and over two programs of two value blocks each (the value-block loop
     inside a program, as from 128 rows on the GPU)."""
     _check(run_scenario(_sc("s32a16", "standard", 1, 4, "random", steps=6, kernel_options=options), name))
@@ -67,17 +67,21 @@ def test_speculative_per_row(name, T, B, steps, options):
 # slow tier: ./dev test took 12 min 52 s on an idle 2-core machine (2026-12-01, eb48409), over its 10;
 # the kernels stay exercised in CI by the cases above, these extra modes/paths run with -m slow
 @pytest.mark.slow
-@pytest.mark.parametrize("name,decode,T,mode", [
-    ("triton-replay", "speculative", 2, "s16a16-sr"), ("triton-replay", "speculative", 2, "sfp8a16-sr"),
-    ("triton-replay", "speculative", 2, "sfp16afp16"), ("triton-replay", "speculative", 2, "s32a32"),
-    ("triton-replay", "standard", 1, "sfp8a16-sr"), ("triton-replay", "standard", 1, "s16a16"),
-    ("triton-baseline", "speculative", 2, "sfp8a16-sr"), ("triton-baseline", "standard", 1, "s16a16-sr")],
+@pytest.mark.parametrize("name,decode,T,mode,options", [
+    ("triton-replay", "speculative", 2, "s16a16-sr", {}), ("triton-replay", "speculative", 2, "sfp8a16-sr", {}),
+    ("triton-replay", "speculative", 2, "sfp16afp16", {}), ("triton-replay", "speculative", 2, "s32a32", {}),
+    ("triton-replay", "standard", 1, "sfp8a16-sr", {}), ("triton-replay", "standard", 1, "s16a16", {}),
+    ("triton-replay", "standard", 1, "sfp8a16-sr", {"prepass": True}),
+    ("triton-replay", "standard", 1, "s16a16", {"prepass": True}),
+    ("triton-baseline", "speculative", 2, "sfp8a16-sr", {}), ("triton-baseline", "standard", 1, "s16a16-sr", {})],
     ids=["replay-s16a16sr-B2-T2", "replay-sfp8a16sr-B2-T2", "replay-sfp16afp16-B2-T2", "replay-s32a32-B2-T2",
-         "replay-sfp8a16sr-L2-T1", "replay-s16a16-L2-T1", "baseline-sfp8a16sr-B2-T2", "baseline-s16a16sr-T1"])
-def test_precision_modes(name, decode, T, mode):
+         "replay-sfp8a16sr-L2-T1", "replay-s16a16-L2-T1", "replay-split-sfp8a16sr-L2-T1", "replay-split-s16a16-L2-T1",
+         "baseline-sfp8a16sr-B2-T2", "baseline-s16a16sr-T1"])
+def test_precision_modes(name, decode, T, mode, options):
     """Flushes and slot reuse (every store path: checkpoint, records, drafts) in each state format
-    and rounding; the repeat run checks that stochastic rounding is reproducible."""
-    sc = _sc(mode, decode, T, 2, "slot-reuse", steps=3, schedule_params={"reset_prob": 0.3})
+    and rounding, standard decode on both paths; the repeat run checks that stochastic rounding is
+    reproducible."""
+    sc = _sc(mode, decode, T, 2, "slot-reuse", steps=3, schedule_params={"reset_prob": 0.3}, kernel_options=options)
     _check(run_scenario(sc, name, repeat_check=mode.endswith("-sr")))
 
 

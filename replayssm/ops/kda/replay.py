@@ -89,7 +89,19 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
             return True  # only the pre-pass path reads out with tensor-core dots
         if self.prepass is not None:
             return self.prepass
-        return self.interpret or rows >= 16
+        # one launch at every batch size (H200, 2026-12-04, validated and timed by tools/kda_bench.py: 368 us
+        # against the pair's 390 at batch 512, 95 / 104 at 128, 31.2 / 35.8 at 32, 12.4 / 14.7 at 8;
+        # docs/benchmarks.md)
+        return False
+
+    def split_tiles(self, rows: int, nvb: int) -> int:
+        """Value blocks per program (both standard-decode paths): the ``tiles`` option, else a whole value
+        head from 128 rows up and 4 blocks below (H200, 2026-12-04, one launch: 4 blocks 31.2 us against
+        44.4 for 1 or whole heads at batch 32, 12.4 against 14.7 at batch 8; whole heads 368 against 464 for
+        4 blocks at batch 512); whole heads under the interpreter (where a program is a whole head already)."""
+        if self.tiles_per_program is not None:
+            return max(1, min(self.tiles_per_program, nvb))
+        return nvb if rows >= 128 or self.interpret else min(4, nvb)
 
     def committed_state(self, slot_ids) -> torch.Tensor:
         ids = self._check_slot_ids(slot_ids)
