@@ -131,9 +131,10 @@ class KimiDeltaAttention(Family):
     )
 
     def bench_launch_candidates(self, kind, decode, batch):
-        # the speculative verify's single kernel beside the default pre-pass + stream pair
-        if kind == "replay" and decode.speculative:
-            return [{}, {"prepass": False}]
+        # the other path beside the default: the speculative verify's single kernel beside its pre-pass +
+        # stream pair; in standard decode the pair beside the default single launch
+        if kind == "replay":
+            return [{}, {"prepass": False}] if decode.speculative else [{}, {"prepass": True}]
         return [{}]
 
     def traffic(self, geometry, mode: PrecisionMode) -> RecordTraffic:
