@@ -95,12 +95,12 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
         return False
 
     def split_tiles(self, rows: int, nvb: int) -> int:
-        """Value blocks per program (both standard-decode paths): the ``tiles`` option, else a whole value
+        """Value blocks per program: the ``tiles`` option, else in standard decode (both paths) a whole value
         head from 128 rows up and 4 blocks below (H200, 2026-12-04, one launch: 4 blocks 31.2 us against
         44.4 for 1 or whole heads at batch 32, 12.4 against 14.7 at batch 8; whole heads 368 against 464 for
-        4 blocks at batch 512); whole heads under the interpreter (where a program is a whole head already)."""
-        if self.tiles_per_program is not None:
-            return max(1, min(self.tiles_per_program, nvb))
+        4 blocks at batch 512); the speculative stream keeps the Gated DeltaNet rule (one block below 128 rows)."""
+        if self.decode.speculative or self.tiles_per_program is not None:
+            return super().split_tiles(rows, nvb)
         return nvb if rows >= 128 or self.interpret else min(4, nvb)
 
     def committed_state(self, slot_ids) -> torch.Tensor:
