@@ -115,16 +115,15 @@ def fold_weighted(s, d_rec_ptr, wf_ptr, slot, origin, w, h, offs_v, mv, offs_k,
                   FU: tl.constexpr):
     """``s + sum_{j < w} d_j WF_j^T`` with the pre-pass's weighted keys ``WF [JB, BK]`` at ``wf_ptr``
     and the d records at rows ``(origin + j) mod RING``: rank-1 updates, FU records per trip (their
-    loads independent: one memory round trip per FU records).  Past the history both loads are
-    zeros (never the stale rows), so each update is one FMA per element: a ``where`` around it cost
-    three (FMUL, FSEL, FADD) and made a batch-512 flush 1.5x Gated DeltaNet's on the H200."""
+    loads independent: one memory round trip per FU records)."""
     for jq in range(0, (w + FU - 1) // FU):
         for ju in tl.static_range(FU):
             jj = jq * FU + ju
+            live = jj < w
             dj = tl.load(d_rec_ptr + ((slot * RING + (origin + jj) % RING) * HV + h) * V + offs_v,
                          mask=mv & ((offs_v * 0 + jj) < w), other=0.0).to(tl.float32)
             wf = tl.load(wf_ptr + tl.minimum(jj, JB - 1) * BK + offs_k, mask=(offs_k * 0 + jj) < w, other=0.0)
-            s += dj[:, None] * wf[None, :]
+            s += tl.where(live, dj[:, None] * wf[None, :], 0.0)
     return s
 
 
