@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.triton_base import cursor_snapshot, l2_normalise, select_row
-from replayssm.ops.kda.triton_base import decay_weighted_keys, fold_weighted, kda_gates, stream_tile
+from replayssm.ops.kda.triton_base import fold_weighted, kda_gates, stream_tile
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 
@@ -54,7 +54,7 @@ def _kda_spec_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bi
                           INTERPRET: tl.constexpr,
                           O_XK: tl.constexpr, O_XQ: tl.constexpr, O_DECF: tl.constexpr, O_CK: tl.constexpr,
                           O_CQ: tl.constexpr, O_AW: tl.constexpr, O_MW: tl.constexpr, O_BETA: tl.constexpr,
-                          O_WF: tl.constexpr, NCOEF: tl.constexpr):
+                          O_WF: tl.constexpr, NCOEF: tl.constexpr, HU: tl.constexpr = 4):
     h = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
     slot = tl.load(slot_ptr + r).to(tl.int64)
@@ -67,11 +67,6 @@ def _kda_spec_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bi
     cnt = tl.load(sr_ptr + slot)
     offs_k = tl.arange(0, BK)
     mk = offs_k < K
-    # the committed history: KW_j = k_j * e^(G - G_j) [JB, BK], e^G [BK]
-    j = tl.arange(0, JB)
-    hist = j < w
-    KW, eG = decay_weighted_keys(k_rec_ptr, g_rec_ptr, slot * RING + (org + j) % RING, hist, hist, h, hk, offs_k, mk,
-                                 H, HV, K)
     # the window [TP, BK]: normalised k, scaled q, per-channel gates and their cumsum; beta [TP]
     tp = tl.arange(0, TP)
     mt = tp < T
@@ -88,6 +83,34 @@ def _kda_spec_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bi
     gw = tl.where(mtk, gw, 0.0)
     Gw = tl.cumsum(gw, 0)
     cb = (r * HV + h) * NCOEF
+    EK = tl.exp(Gw) * Kw  # [TP, BK]: e^Gw_i * k_i, zero past the window
+    EQ = tl.exp(Gw) * Qw
+    fl_k = (offs_k * 0 + flush.to(tl.int32)) != 0
+    # the committed history from its last record back, one [K] row at a time (HU records per trip, their
+    # loads independent): S = the log gates after record j (fp32, summed from the last record back),
+    # KW_j = k_j e^S, and CK[:, j], CQ[:, j] its dot products with the T' window vectors; no [history, K]
+    # tile (its cumsum and sums over both axes made the standard pre-pass L1-bound, docs/benchmarks.md)
+    j = tl.arange(0, JB)
+    tl.store(coef_ptr + cb + O_CK + tp[:, None] * JB + j[None, :], tl.zeros([TP, JB], dtype=tl.float32),
+             mask=(j[None, :] + tp[:, None] * 0) >= w)
+    tl.store(coef_ptr + cb + O_CQ + tp[:, None] * JB + j[None, :], tl.zeros([TP, JB], dtype=tl.float32),
+             mask=(j[None, :] + tp[:, None] * 0) >= w)
+    S = tl.zeros([BK], dtype=tl.float32)
+    for jq in range(0, (w + HU - 1) // HU):
+        for u in tl.static_range(HU):
+            jj = jq * HU + u
+            live = (offs_k * 0 + jj) < w  # [BK] masks (the interpreter takes no scalar mask here)
+            jr = tl.maximum(w - 1 - jj, 0)
+            row = slot * RING + (org + jr) % RING
+            gj = tl.load(g_rec_ptr + (row * HV + h) * K + offs_k, mask=mk & live, other=0.0)
+            kw = tl.load(k_rec_ptr + (row * H + hk) * K + offs_k, mask=mk & live, other=0.0).to(tl.float32) \
+                * tl.exp(S)
+            mlive = mt & ((tp * 0 + jj) < w)
+            tl.store(coef_ptr + cb + O_CK + tp * JB + jr, betaw * tl.sum(EK * kw[None, :], 1), mask=mlive)
+            tl.store(coef_ptr + cb + O_CQ + tp * JB + jr, tl.sum(EQ * kw[None, :], 1), mask=mlive)
+            tl.store(coef_ptr + cb + O_WF + jr * BK + offs_k, kw, mask=fl_k & live)
+            S += gj
+    eG = tl.exp(S)
     for i in tl.static_range(T):
         sel = tp == i
         k_i = select_row(Kw, sel)
@@ -98,8 +121,6 @@ def _kda_spec_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bi
         eq = tl.exp(G_i) * q_i
         tl.store(coef_ptr + cb + O_XK + i * BK + offs_k, beta_i * eG * ek)
         tl.store(coef_ptr + cb + O_XQ + i * BK + offs_k, eG * eq)
-        tl.store(coef_ptr + cb + O_CK + i * JB + j, beta_i * tl.sum(KW * ek[None, :], 1))
-        tl.store(coef_ptr + cb + O_CQ + i * JB + j, tl.sum(KW * eq[None, :], 1))
         # in-window rows: e^(Gw_i - Gw_t) for t <= i (exponents <= 0), zero past i
         past = tp <= i
         kdec = tl.where(past[:, None] & mk[None, :], Kw * tl.exp(tl.where(past[:, None], G_i[None, :] - Gw, 0.0)),
@@ -113,9 +134,7 @@ def _kda_spec_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bi
     tl.store(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :],
              cast_nearest(Kw, k_rec_ptr.dtype.element_ty, INTERPRET),
              mask=mtk & ((tok[:, None] * 0 + offs_k[None, :] * 0 + h % (HV // H)) == 0))
-    fl_k = (offs_k * 0 + flush.to(tl.int32)) != 0
     tl.store(coef_ptr + cb + O_DECF + offs_k, eG, mask=fl_k)
-    tl.store(coef_ptr + cb + O_WF + j[:, None] * BK + offs_k[None, :], KW, mask=(j[:, None] * 0 + fl_k[None, :]) != 0)
     q4 = tl.arange(0, 4)
     snap = tl.where(q4 == 0, w.to(tl.int64), tl.where(q4 == 1, org.to(tl.int64),
                                                       tl.where(q4 == 2, flush.to(tl.int64), cnt)))
