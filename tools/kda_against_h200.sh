@@ -18,7 +18,7 @@
 # says how to fill .whl/); set REPLAYSSM_COMMIT (the device copy has no .git).
 #   REPLAYSSM_COMMIT=<sha> bash tools/kda_against_h200.sh
 # Env: KDA_MODE (s32a16), KDA_BATCHES, KDA_SPEC_BATCHES, KDA_KS, KDA_REP_MS (100), KDA_STD_LIMIT (180 s),
-#      KDA_SPEC_LIMIT (80 s; 0 skips the speculative run), KDA_SWEEP=1 (our replay: the fastest
+#      KDA_SPEC_LIMIT (80 s; 0 skips the speculative run; KDA_STD_LIMIT=0 the standard one), KDA_SWEEP=1 (our replay: the fastest
 #      validated launch candidate).
 # Results in $OUT (6 files): probe.txt, log.txt, std/against_kda_<commit>.{json,md},
 #   spec/against_kda_<commit>.{json,md}.
@@ -47,9 +47,11 @@ python -c "from replayssm.adapters import sglang; sglang.modules()" >> "$OUT/pro
 log "installed; sglang + ${BASE:-no fla}"
 COMMON=(--family kda --geometry kimi-linear-48b --precision "${KDA_MODE:-s32a16}" --rep-ms "${KDA_REP_MS:-100}"
         --buffer 16 --window 4 ${KDA_SWEEP:+--sweep-ours})
-timeout "${KDA_STD_LIMIT:-180}" python -m replayssm bench "${COMMON[@]}" --against "sglang-replay${BASE:+,$BASE}" \
-  --batches "${KDA_BATCHES:-1,8,32,128,256,512}" --out "$OUT/std" >> "$OUT/log.txt" 2>&1
-log "standard decode side by side (exit $?)"
+if [ "${KDA_STD_LIMIT:-180}" != 0 ]; then
+  timeout "${KDA_STD_LIMIT:-180}" python -m replayssm bench "${COMMON[@]}" --against "sglang-replay${BASE:+,$BASE}" \
+    --batches "${KDA_BATCHES:-1,8,32,128,256,512}" --out "$OUT/std" >> "$OUT/log.txt" 2>&1
+  log "standard decode side by side (exit $?)"
+fi
 if [ "${KDA_SPEC_LIMIT:-80}" != 0 ]; then
   timeout "${KDA_SPEC_LIMIT:-80}" python -m replayssm bench "${COMMON[@]}" --against sglang-replay-fold \
     --spec-batches "${KDA_SPEC_BATCHES:-8,512}" --ks "${KDA_KS:-4}" --out "$OUT/spec" >> "$OUT/log.txt" 2>&1

@@ -74,10 +74,10 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
         else:
             self.jb = next_pow2(max(self.decode.buffer - 1, 1))
             self.coef_layout = coef_layout(self.jb, self.BK)
-        # standard decode: one warp per pre-pass program, its [K] rows reduce inside a warp (H200, batch 512,
-        # 2026-12-04: 57 us on 1 warp, 74 on 2, 136 on 4; docs/benchmarks.md); the speculative pre-pass holds
-        # [history, K] tiles: 4 warps (its timing of 2026-12-02)
-        self.coef_warps = int_choice(config.options, "coef_warps", (1, 2, 4, 8), 4 if self.decode.speculative else 1)
+        # one warp per pre-pass program: its [K] rows reduce inside a warp (H200, batch 512, 2026-12-04: the
+        # standard pre-pass 57 us on 1 warp, 74 on 2, 136 on 4; the speculative one 200, 385, 608;
+        # docs/benchmarks.md)
+        self.coef_warps = int_choice(config.options, "coef_warps", (1, 2, 4, 8), 1)
 
     def use_split(self, rows: int) -> bool:
         if self.readout != "reduce":
