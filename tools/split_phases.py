@@ -4,7 +4,8 @@
 (CUDA graph of one step over rotated slot sets; the graph pins every slot's cursor before each step),
 against the traffic model's bytes of that phase.  Phases: ``nonflush`` (a verify at write_pos 8),
 ``flush`` (the flush verify), ``coef`` (the pre-pass alone, non-flush), ``stream`` (the checkpoint
-stream alone, non-flush).  Prints one JSON line.
+stream alone, non-flush); with ``{"prepass": false}`` in standard decode the one-launch kernel's
+``nonflush`` and ``flush`` steps.  Prints one JSON line.
 
 ``profile``: the launches of the same path for ``ncu`` (eager, no graph): ``PROFILE_STEPS`` (default 6)
 verify/commit steps from a fresh state (standard decode: step ``i`` runs at write_pos ``i mod 16``,
@@ -88,19 +89,25 @@ def times(family: str, decode: str, batch: int, opts: dict, mode: str) -> int:
         if hasattr(kern, "is_flush"):
             kern.is_flush.fill_(int(dec.is_flush(wp)))
 
+    one_launch = opts.get("prepass") is False and decode == "standard"
+
     def step(wp, phases):
         def run():
             for ids, inp, out in sets:
                 pin(wp)
-                if family == "mamba2":
+                if one_launch:
+                    kern.launch_replay_decode(kern, ids, inp, out)
+                elif family == "mamba2":
                     launch_split(kern, ids, inp, out, False, phases)
                 else:
                     launch_split(kern, ids, inp, out, phases)
         return run
 
     res = {"family": family, "decode": decode, "batch": batch, "opts": opts, "mode": mode}
-    for name, wp, ph in (("nonflush", 8, "both"), ("flush", flush_wp, "both"), ("coef", 8, "coef"),
-                         ("stream", 8, "stream")):
+    phases = (("nonflush", 8, "both"), ("flush", flush_wp, "both"))
+    if not one_launch:
+        phases += (("coef", 8, "coef"), ("stream", 8, "stream"))
+    for name, wp, ph in phases:
         if ph == "stream":
             step(8, "both")()
         res[name] = graph_median_ms(step(wp, ph), warmup_calls=1, rep_ms=120) * 1e3 / nsets
