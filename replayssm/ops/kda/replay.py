@@ -1,7 +1,7 @@
 """The Triton ReplaySSM kernel for KDA ("triton-replay", family kda): standard decode
-(``replay_decode.py``, and the two-launch path ``replay_split.py``) and speculative verify/commit
-(the two-launch ``replay_spec_split.py``; with ``prepass=False`` the single kernel ``replay_spec.py``) behind the
-kernel interface, with the records stored as the literal model stores them.
+(``replay_decode.py``, one launch per step by default, and the two-launch path ``replay_split.py``) and
+speculative verify/commit (the two-launch ``replay_spec_split.py``; with ``prepass=False`` the single kernel
+``replay_spec.py``) behind the kernel interface, with the records stored as the literal model stores them.
 
 Storage: checkpoint ``[slots, HV, V, K]`` in the state dtype (fp8 with fp32 scales
 ``[slots, HV, V]``); records ``d [slots, rows, HV, V]`` and ``k [slots, rows, H, K]`` in the
@@ -52,9 +52,9 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
     launch_replay_decode = staticmethod(launch_replay_decode)
     description = ("Triton ReplaySSM (per-channel gates): records d, normalised k, per-channel g (fp32); "
                    "output-only readout; flush at write_pos = L-1; speculative verify with the in-window "
-                   "WY/UT solve and device-side commit; standard decode as coefficient pre-pass + checkpoint "
-                   "stream from 16 rows up, one kernel below; the speculative verify as pre-pass + stream (the "
-                   "single kernel with prepass=False)")
+                   "WY/UT solve and device-side commit; standard decode in one kernel per step (the coefficient "
+                   "pre-pass + checkpoint stream with prepass=True, and for the tf32 readouts); the speculative "
+                   "verify as pre-pass + stream (the single kernel with prepass=False)")
 
     @classmethod
     def tensor_core_readouts(cls, decode, options) -> bool:
