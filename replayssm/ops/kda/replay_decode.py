@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.triton_base import l2_normalise, ticket
-from replayssm.ops.kda.triton_base import kda_gates
+from replayssm.ops.kda.triton_base import history_coefficients, history_row_back, kda_gates
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 
 
@@ -72,22 +72,8 @@ def _kda_replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
     flush = w == L - 1
     # the history from its last record back: S = the log gates after record j, KW_j = k_j e^S
     jv = tl.arange(0, BL)
-    ck = tl.zeros([BL], dtype=tl.float32)
-    cq = tl.zeros([BL], dtype=tl.float32)
-    S = tl.zeros([BK], dtype=tl.float32)
-    for jq in range(0, (w + HU - 1) // HU):
-        for u in tl.static_range(HU):
-            jj = jq * HU + u
-            live = (offs_k * 0 + jj) < w
-            jr = tl.maximum(w - 1 - jj, 0)
-            row = slot * L + jr
-            gj = tl.load(g_rec_ptr + (row * HV + h) * K + offs_k, mask=mk & live, other=0.0)
-            kw = tl.load(k_rec_ptr + (row * H + hk) * K + offs_k, mask=mk & live, other=0.0).to(tl.float32) \
-                * tl.exp(S)
-            hit = (jv == jr) & ((jv * 0 + jj) < w)
-            ck = tl.where(hit, tl.sum(kw * ak, 0), ck)
-            cq = tl.where(hit, tl.sum(kw * aq, 0), cq)
-            S += gj
+    ck, cq, S = history_coefficients(k_rec_ptr, g_rec_ptr, slot, w, h, hk, offs_k, mk, ak, aq, d_rec_ptr, mk, alpha,
+                                     H, HV, K, L, BK, BL, HU, False)
     eG = tl.exp(S)
     xk = eG * ak  # S_prev (alpha k) = S_0 xk + sum_j ck_j d_j
     xq = eG * aq
@@ -113,14 +99,11 @@ def _kda_replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
             for jq in range(0, (w + HU - 1) // HU):
                 for u in tl.static_range(HU):
                     jj = jq * HU + u
-                    live = (offs_k * 0 + jj) < w
-                    row = slot * L + tl.maximum(w - 1 - jj, 0)
-                    gj = tl.load(g_rec_ptr + (row * HV + h) * K + offs_k, mask=mk & live, other=0.0)
-                    wf = alpha * tl.load(k_rec_ptr + (row * H + hk) * K + offs_k, mask=mk & live,
-                                         other=0.0).to(tl.float32) * tl.exp(S2)
-                    dj = tl.load(d_rec_ptr + (row * HV + h) * V + offs_v, mask=mv & ((offs_v * 0 + jj) < w),
-                                 other=0.0).to(tl.float32)
-                    s += dj[:, None] * wf[None, :]  # zeros past the history (never the stale rows)
+                    jr, live, gj, kw = history_row_back(k_rec_ptr, g_rec_ptr, slot, 0, w, jj, S2, h, hk, offs_k, mk,
+                                                        H, HV, K, L, False)
+                    dj = tl.load(d_rec_ptr + ((slot * L + jr) * HV + h) * V + offs_v,
+                                 mask=mv & ((offs_v * 0 + jj) < w), other=0.0).to(tl.float32)
+                    s += dj[:, None] * (alpha * kw)[None, :]  # zeros past the history (never the stale rows)
                     S2 += gj
             s += d[:, None] * kn[None, :]
             store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed, slot,

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.triton_base import cursor_snapshot, l2_normalise, select_row
-from replayssm.ops.kda.triton_base import fold_weighted, kda_gates, stream_tile
+from replayssm.ops.kda.triton_base import fold_weighted, history_row_back, kda_gates, stream_tile
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 
@@ -99,12 +99,8 @@ def _kda_spec_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bi
     for jq in range(0, (w + HU - 1) // HU):
         for u in tl.static_range(HU):
             jj = jq * HU + u
-            live = (offs_k * 0 + jj) < w  # [BK] masks (the interpreter takes no scalar mask here)
-            jr = tl.maximum(w - 1 - jj, 0)
-            row = slot * RING + (org + jr) % RING
-            gj = tl.load(g_rec_ptr + (row * HV + h) * K + offs_k, mask=mk & live, other=0.0)
-            kw = tl.load(k_rec_ptr + (row * H + hk) * K + offs_k, mask=mk & live, other=0.0).to(tl.float32) \
-                * tl.exp(S)
+            jr, live, gj, kw = history_row_back(k_rec_ptr, g_rec_ptr, slot, org, w, jj, S, h, hk, offs_k, mk, H, HV, K,
+                                                RING, True)
             mlive = mt & ((tp * 0 + jj) < w)
             tl.store(coef_ptr + cb + O_CK + tp * JB + jr, betaw * tl.sum(EK * kw[None, :], 1), mask=mlive)
             tl.store(coef_ptr + cb + O_CQ + tp * JB + jr, tl.sum(EQ * kw[None, :], 1), mask=mlive)

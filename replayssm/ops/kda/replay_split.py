@@ -32,7 +32,7 @@ import triton.language as tl
 
 from replayssm.ops.gdn.triton_base import l2_normalise, ticket
 from replayssm.ops.kda.replay_spec_split import launch_spec_split
-from replayssm.ops.kda.triton_base import fold_weighted, kda_gates, stream_tile
+from replayssm.ops.kda.triton_base import fold_weighted, history_coefficients, kda_gates, stream_tile
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 
@@ -76,29 +76,9 @@ def _kda_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
     aq = alpha * qn
     cb = (r * HV + h) * NCOEF
     fl_k = (offs_k * 0 + flush.to(tl.int32)) != 0
-    # the history from its last record back, one [K] row at a time (HU records per trip, their loads
-    # independent): S is the per-channel sum of the log gates after record j (fp32, summed from the
-    # last record back), KW_j = k_j e^S, and CK[j], CQ[j] are dot products over the key axis; no
-    # [history, K] tile (its cumsum and sums over both axes made this kernel L1-bound at 162 us per
-    # batch-512 step on the H200, docs/benchmarks.md)
     jv = tl.arange(0, JB)
-    ck = tl.zeros([JB], dtype=tl.float32)
-    cq = tl.zeros([JB], dtype=tl.float32)
-    S = tl.zeros([BK], dtype=tl.float32)
-    for jq in range(0, (w + HU - 1) // HU):
-        for u in tl.static_range(HU):
-            jj = jq * HU + u
-            live = (offs_k * 0 + jj) < w  # [BK] masks (the interpreter takes no scalar mask here)
-            jr = tl.maximum(w - 1 - jj, 0)
-            row = slot * L + jr
-            gj = tl.load(g_rec_ptr + (row * HV + h) * K + offs_k, mask=mk & live, other=0.0)
-            kj = tl.load(k_rec_ptr + (row * H + hk) * K + offs_k, mask=mk & live, other=0.0).to(tl.float32)
-            kw = kj * tl.exp(S)
-            hit = (jv == jr) & ((jv * 0 + jj) < w)
-            ck = tl.where(hit, tl.sum(kw * ak, 0), ck)
-            cq = tl.where(hit, tl.sum(kw * aq, 0), cq)
-            tl.store(coef_ptr + cb + O_WF + jr * BK + offs_k, alpha * kw, mask=fl_k & live)
-            S += gj
+    ck, cq, S = history_coefficients(k_rec_ptr, g_rec_ptr, slot, w, h, hk, offs_k, mk, ak, aq, coef_ptr + cb + O_WF,
+                                     fl_k, alpha, H, HV, K, L, BK, JB, HU, True)
     eG = tl.exp(S)
     tl.store(coef_ptr + cb + O_XK + offs_k, beta * alpha * eG * kn)
     tl.store(coef_ptr + cb + O_XQ + offs_k, alpha * eG * qn)

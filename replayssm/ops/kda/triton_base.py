@@ -73,6 +73,55 @@ def decay_weighted_keys(k_rec_ptr, g_rec_ptr, srow, mload, mj, h, hk, offs_k, mk
 
 
 @triton.jit
+def history_row_back(k_rec_ptr, g_rec_ptr, slot, org, w, jj, S, h, hk, offs_k, mk,
+                     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, RING: tl.constexpr, RINGED: tl.constexpr):
+    """Record ``w - 1 - jj`` of a slot's history, counted back from its last (row
+    ``(org + w - 1 - jj) mod RING`` of a speculative ring with ``RINGED``, else row ``w - 1 - jj``
+    of a standard buffer, ``org`` unused): the record's index, a ``[BK]`` mask (false past the history:
+    the loads are zeros there, never the stale rows; the interpreter takes no scalar mask), its log
+    gates ``g_j`` and its decay-weighted key ``k_j e^S``, with ``S`` the per-channel sum of the log
+    gates after it (the caller adds ``g_j`` for the next record back)."""
+    live = (offs_k * 0 + jj) < w
+    jr = tl.maximum(w - 1 - jj, 0)
+    if RINGED:
+        row = slot * RING + (org + jr) % RING
+    else:
+        row = slot * RING + jr
+    gj = tl.load(g_rec_ptr + (row * HV + h) * K + offs_k, mask=mk & live, other=0.0)
+    kw = tl.load(k_rec_ptr + (row * H + hk) * K + offs_k, mask=mk & live, other=0.0).to(tl.float32) * tl.exp(S)
+    return jr, live, gj, kw
+
+
+@triton.jit
+def history_coefficients(k_rec_ptr, g_rec_ptr, slot, w, h, hk, offs_k, mk, ak, aq, wf_ptr, wf_mask, alpha,
+                         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, L: tl.constexpr, BK: tl.constexpr,
+                         JB: tl.constexpr, HU: tl.constexpr, STORE_WF: tl.constexpr):
+    """A standard-decode step's history coefficients, the history walked from its last record back
+    one ``[K]`` row at a time (HU records per trip, their loads independent; no ``[history, K]``
+    tile: its cumsum and sums over both axes made the pre-pass L1-bound, 162 us per batch-512 step
+    on the H200, docs/benchmarks.md): ``ck[j] = KW_j . ak`` and ``cq[j] = KW_j . aq`` ``[JB]``
+    (zero past the history) with ``KW_j = k_j e^S``, and ``S`` ``[BK]``, the sum of all the
+    history's log gates (fp32, summed from the last record back: ``e^G = e^S``).  With
+    ``STORE_WF`` the flush's weighted keys ``alpha KW_j`` go to ``wf_ptr`` rows j where ``wf_mask``."""
+    jv = tl.arange(0, JB)
+    ck = tl.zeros([JB], dtype=tl.float32)
+    cq = tl.zeros([JB], dtype=tl.float32)
+    S = tl.zeros([BK], dtype=tl.float32)
+    for jq in range(0, (w + HU - 1) // HU):
+        for u in tl.static_range(HU):
+            jj = jq * HU + u
+            jr, live, gj, kw = history_row_back(k_rec_ptr, g_rec_ptr, slot, 0, w, jj, S, h, hk, offs_k, mk, H, HV, K,
+                                                L, False)
+            hit = (jv == jr) & ((jv * 0 + jj) < w)
+            ck = tl.where(hit, tl.sum(kw * ak, 0), ck)
+            cq = tl.where(hit, tl.sum(kw * aq, 0), cq)
+            if STORE_WF:
+                tl.store(wf_ptr + jr * BK + offs_k, alpha * kw, mask=wf_mask & live)
+            S += gj
+    return ck, cq, S
+
+
+@triton.jit
 def readout(s0, eG, Dh, KW, x):
     """S_prev x [BV] for S_prev = s0 Diag(eG) + sum_j d_j KW_j^T, without building S_prev."""
     c = tl.sum(KW * x[None, :], 1)
@@ -143,5 +192,5 @@ def fold_fp64(s0: torch.Tensor, hist: dict[str, torch.Tensor]) -> torch.Tensor:
     return KDAMath().fold(s0, {k: v.to(torch.float64) for k, v in hist.items()}, None, None)
 
 
-__all__ = ["TritonKDABase", "decay_weighted_keys", "fold_fp64", "fold_history", "fold_weighted", "kda_gates",
-           "load_history", "readout", "stream_tile"]
+__all__ = ["TritonKDABase", "decay_weighted_keys", "fold_fp64", "fold_history", "fold_weighted", "history_coefficients",
+           "history_row_back", "kda_gates", "load_history", "readout", "stream_tile"]
