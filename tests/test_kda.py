@@ -128,7 +128,7 @@ def test_validate_passes(kernel, decode, mode):
 def test_fast_channels_fold_within_the_bound():
     """large-delta gates (log gates down to ~-60 per channel and token): the fp32 cumulative sums of a
     fast channel carry ~u |G_c| into its fold weights.  The fp64 bound's decay exponent is the
-    largest over channels (KDAMath.error_terms' fourth term); with the slowest channel's, as a
+    largest over channels (the dL of KDAMath.error_coefficients); with the slowest channel's, as a
     scalar gate's, the literal model failed flush-increment at step 3 (measured 2026-12-01)."""
     sc = Scenario.tiny("kda", decode="speculative", mode="s32a32", schedule="random", steps=10,
                        distribution="large-delta", initial_state="random")

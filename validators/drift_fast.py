@@ -30,9 +30,11 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   magnitudes it is scaled by are computed beside the reference (also inside a graph), and the
   ``output`` check runs, with its own code, on the steps whose errors exceed the bound once the
   chunk is looked at (the excess test batched over the chunk, the same elementwise bits).  With
-  graphs (and ``static``) the bound advances inside the pieces, on fixed buffers (flush masks
-  filled by the host before a piece runs); eagerly it is host-launched per step (~265 aten ops
-  per step on a CPU, tiny);
+  graphs (and ``static``) the bound's token coefficients are computed at chunk load and its
+  recurrence over a piece's steps is one launch inside the piece
+  (``replayssm/ops/triton/bound_scan.py``: the same bits as the window's torch expressions), on
+  fixed buffers (flush masks filled by the host before a piece runs); eagerly it is host-launched
+  per step (~265 aten ops per step on a CPU, tiny);
 * a kernel with a raw launch path (``launch_verify``/``launch_commit``: the Triton Mamba-2
   kernels, the GDN and KDA ReplaySSM kernels) is called through it (no host checks, no sync);
   any other kernel through ``verify``/``commit`` (the interface path, as the slow path does);
@@ -63,6 +65,7 @@ import torch
 
 from replayssm.conventions import conv_kwargs
 from replayssm.families import family
+from replayssm.ops.triton.bound_scan import bound_scan
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators import invariants as inv
 from replayssm.validators.checks.context import StepContext
@@ -73,6 +76,7 @@ from replayssm.validators.runner import readout_magnitude
 
 MAX_GRAPHS = 48
 MAX_INDEX_LISTS = 512  # row lists kept as device tensors (speculative flushes vary by row)
+BOUND_KEYS = ("E", "A", "M", "n", "L")  # the running bound's state, in bound_scan's order
 
 
 def raw_path(kernel) -> bool:
@@ -210,8 +214,11 @@ class FastCell:
             self.fp_out = torch.empty((K, R, T), dtype=torch.float64, device=dev)  # the bound on each output
             self.walk = torch.ones((K, R), dtype=torch.float64, device=dev)  # the rule's sr_walk at the step
             self.flush_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # rows each step flushes
+            self.coef_buf = None  # the bound's token coefficients [K T, R, H] (RunningBound.coefficients)
             if self.graphs:  # the bound's running state on fixed buffers (what a graph reads and writes)
-                self.bound_buf = {k: v.clone() for k, v in self.bound.cur.items()}
+                self.bound_state = torch.stack([self.bound.cur[k] for k in BOUND_KEYS])
+                self.bound_buf = dict(zip(BOUND_KEYS, self.bound_state.unbind(0)))
+                self.bound_consts = self.bound.scan_constants(dev)
         self.chunk_at = None  # first step of the chunk in the buffers
         self.checked = cell.step  # steps before this one had their outputs checked
         self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
@@ -248,7 +255,26 @@ class FastCell:
             if self.w_buf is None:
                 self.w_buf = torch.empty((self.K * T, *w.shape[1:]), dtype=w.dtype, device=w.device)
             self.w_buf[:n * T].copy_(w)
+            if self.graphs:
+                self._load_coefficients(n * T)
         self.chunk_at = at
+
+    def _load_coefficients(self, nt: int) -> None:
+        """The bound's coefficients of the chunk's ``nt`` tokens (they depend on the tokens alone): in one
+        call on a GPU with ``hoist`` (whose elementwise math does not depend on the tensor's shape), else
+        token by token, on the shapes the slow path's window gives them (so the same bits on a CPU)."""
+        R, params = self.R, self.ls.ref_params
+        if self.hoist:
+            flat = {k: v[:nt].reshape(nt * R, *v.shape[2:]) for k, v in self.tok_buf.items()}
+            coef = {k: v.view(nt, R, -1) for k, v in self.bound.coefficients(flat, params).items()}
+        else:
+            per = [self.bound.coefficients(tok, params) for tok in self.tok_v[:nt]]
+            coef = {k: torch.stack([c[k] for c in per]) for k in per[0]}
+        if self.coef_buf is None:
+            self.coef_buf = {k: torch.empty((self.K * self.T, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                             for k, v in coef.items()}
+        for k, v in coef.items():
+            self.coef_buf[k][:nt].copy_(v)
 
     # ---- device work ----------------------------------------------------------------------------------------
     def _advance(self, st: torch.Tensor, j: int, k: np.ndarray, static: bool = False) -> torch.Tensor:
@@ -300,8 +326,6 @@ class FastCell:
                 self.mag_v[j * T + t].copy_(mag.flatten(1).amax(-1))
             new = self._keep(new, st, j, t, k, self.graphs and self.spec)
         self._rel(out, self.ref_out_v[j], self.rel_v[j], exact=False)
-        if self.bound is not None and self.graphs:
-            self._bound_advance(j, ref)
         if shadow is not None:
             shadow = self._advance(shadow, j, k, static=self.graphs and self.spec)
         return new, shadow
@@ -318,8 +342,10 @@ class FastCell:
         self.ref_buf.copy_(ref)
         if any(flags):
             self.shadow_buf.copy_(sh)
-        if self.bound is not None:
-            self._keep_bound_static()
+        if self.bound is not None:  # the piece's bound in one launch (the flush masks were filled for it)
+            bound_scan(self.bound_state, self.coef_buf, self.w_buf, self.flush_mask,
+                       self.acc if self.ls.dec.speculative else None, self.fp_out, j0, len(flags), constants=self.bound_consts,
+                       replay=self.bound.replay)
 
     def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int]) -> None:
         key = (j0, flags)
@@ -374,7 +400,7 @@ class FastCell:
         return readout_magnitude(self.sc.family, s_abs, tok, self.ls.ref_params, False)
 
     def _keep_bound_static(self) -> None:
-        """The bound's running state back into its fixed buffers (the end of a piece)."""
+        """The bound's running state into its fixed buffers (after a resume replaced it)."""
         for k, v in self.bound.cur.items():
             if v is not self.bound_buf[k]:
                 self.bound_buf[k].copy_(v)

@@ -3,11 +3,15 @@
 Oracle: a running-error analysis (Higham, "Accuracy and Stability of Numerical Algorithms", 3.3)
 of the recurrence, computed in fp64 beside the reference from the reference's own quantities,
 per row and head, never from the kernel under test.  The family's literal math gives, per token,
-``error_terms(norm, tok, params) -> (rho, norm', rec)``: the factor an existing state error is
-scaled by, a bound on the new state's norm (the sum of absolute contributions), and the size of
-the contributions built from records rounded to the activation format; a family whose decay is
-not one scalar per head (KDA's per-channel gates) adds a fourth term, the token's decay exponent
-the fold's cumulative sums carry (the largest over channels; ``-log rho`` when left out).  With ``u_c`` the
+its state-free coefficients ``error_coefficients(tok, params, heads) -> {rho, c[, p, q][, dL]}``,
+read by :func:`norm_terms` on a state norm bound ``M``: the factor ``rho`` an existing state error
+is scaled by, the bound ``rho M + c`` on the new state's norm (the sum of absolute contributions),
+the size ``p (q + rho M)`` of the contributions built from records rounded to the activation format
+(none without ``p``), and the token's decay exponent ``dL`` the fold's cumulative sums carry (a
+family whose decay is not one scalar per head -- KDA's per-channel gates -- gives the largest over
+channels; ``-log rho`` when left out).  The coefficients depend on the tokens alone, so drift's
+fast path computes a chunk's at once and scans the recurrence on the device
+(``replayssm/ops/triton/bound_scan.py``, the same bits as :meth:`RunningBound.window`).  With ``u_c`` the
 compute format's u, ``u_a`` the activation format's and ``u_s`` the state format's:
 
 * a checkpoint carries ``E`` (the error folded into it, scaled by ``rho`` every token, plus
@@ -53,8 +57,18 @@ FACTOR = 2.0  # FlashAttention's factor 2, here on a bound that is already a wor
 
 
 def error_model(family_name: str):
-    """The family's ``error_terms`` (from its literal math), or None when it gives none."""
-    return getattr(family(family_name).literal_replay.math, "error_terms", None)
+    """The family's ``error_coefficients`` (from its literal math), or None when it gives none."""
+    return getattr(family(family_name).literal_replay.math, "error_coefficients", None)
+
+
+def norm_terms(coef: dict, norm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(rho, norm', rec, dL)`` of one token from its coefficients (:meth:`RunningBound.coefficients`)
+    and the state norm bound ``norm`` before it: the error factor, the new norm bound ``rho norm + c``,
+    the rounded records' size ``p (q + rho norm)`` (zero without ``p``) and the decay exponent."""
+    rho = coef["rho"]
+    new = rho * norm + coef["c"]
+    rec = coef["p"] * (coef["q"] + rho * norm) if "p" in coef else torch.zeros_like(new)
+    return rho, new, rec, coef["dL"]
 
 
 def state_norm(state: torch.Tensor) -> torch.Tensor:
@@ -72,7 +86,7 @@ class RunningBound:
     way (the envelope of ``tolerance_rule.py``)."""
 
     def __init__(self, terms, mode: PrecisionMode, replay: bool, rows: int, heads: int, device) -> None:
-        self.terms = terms
+        self.terms, self.heads = terms, heads
         self.replay = replay
         self.u_c = mode.compute_unit_roundoff
         self.u_a = mode.act_unit_roundoff
@@ -112,9 +126,22 @@ class RunningBound:
         fold = self.u_c * terms * st["M"]
         return terms.amax(-1), fold.amax(-1), self.stored(st, rows, fold)
 
-    def advance(self, st: dict, tok: dict, params: dict) -> dict:
-        rho, M, rec, *exponent = self.terms(st["M"], tok, params)
-        dL = exponent[0] if exponent else -torch.log(rho.clamp_min(1e-300))
+    def coefficients(self, tok: dict, params: dict) -> dict:
+        """The family's error coefficients of tokens ``tok`` (fp64, any leading shape), with the decay
+        exponent ``dL`` filled in where the family leaves it out."""
+        coef = self.terms(tok, params, self.heads)
+        if "dL" not in coef:
+            coef["dL"] = -torch.log(coef["rho"].clamp_min(1e-300))
+        return coef
+
+    def scan_constants(self, device) -> torch.Tensor:
+        """The analysis's constants as ``ops/triton/bound_scan.py`` reads them (fp64, in its order)."""
+        return torch.tensor([self.u_c, self.u_a, K_STORE * self.u_s, K_SUM, K_EXP, FACTOR], dtype=torch.float64,
+                            device=device)
+
+    def advance(self, st: dict, tok: dict, params: dict, coef: dict | None = None) -> dict:
+        """``st`` over one token ``tok`` (``coef``: its :meth:`coefficients`, when the caller has them)."""
+        rho, M, rec, dL = norm_terms(self.coefficients(tok, params) if coef is None else coef, st["M"])
         return {"E": rho * st["E"] + self.u_a * rec, "A": rho * st["A"], "M": M, "n": st["n"] + 1,
                 "L": st["L"] + dL}
 
@@ -216,4 +243,4 @@ class RunningBound:
         self.cur = {k: v.to(self.cur[k].device) for k, v in d.items()}
 
 
-__all__ = ["FACTOR", "K_EXP", "K_STORE", "K_SUM", "RunningBound", "error_model", "state_norm"]
+__all__ = ["FACTOR", "K_EXP", "K_STORE", "K_SUM", "RunningBound", "error_model", "norm_terms", "state_norm"]

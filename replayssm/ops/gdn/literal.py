@@ -155,20 +155,19 @@ class GDNMath(FamilyMath):
                                  lambda tok: gdn_gates(tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv),
                                  gdn_window_solve_rows)
 
-    def error_terms(self, norm, tok, params):
-        """The running-error model of one token (fp64, all rows), norms being the largest row
-        2-norm of a head's state ``[V, K]`` (>= its max |S|): per value head, the factor an existing
-        error is scaled by (exp(g); ``I - beta k k^T`` has 2-norm <= 1 for unit k and beta in
-        [0, 1]), a bound on the new state's norm (``exp(g) |S| + beta max|v|``), and the magnitude
-        of the contributions built from records rounded to the activation format (d and the
-        normalised k: ``2 max|d| <= 2 beta (max|v| + exp(g) |S|)``)."""
+    def error_coefficients(self, tok, params, heads):
+        """The running-error model of one token (fp64, all rows), as ``fp64_bound.norm_terms`` reads
+        it, norms being the largest row 2-norm of a head's state ``[V, K]`` (>= its max |S|): per
+        value head, the factor an existing error is scaled by, ``rho = exp(g)`` (``I - beta k k^T``
+        has 2-norm <= 1 for unit k and beta in [0, 1]), the token's part of the bound on the new
+        state's norm (``rho |S| + c``, ``c = beta max|v|``), and the magnitude of the contributions
+        built from records rounded to the activation format, ``p (q + rho |S|)`` (d and the
+        normalised k: ``2 max|d| <= 2 beta (max|v| + exp(g) |S|)``, so ``p = 2 beta``, ``q = max|v|``).
+        State-free: a chunk's tokens can be given at once."""
         g, beta = gdn_gates(tok["a"], tok["b"], params["A_log"], params["dt_bias"])  # [R, HV]
-        rho = torch.exp(g)
-        nv = norm.shape[-1]
         vmax = tok["v"].abs().amax(-1)
-        vmax = vmax.repeat_interleave(nv // vmax.shape[-1], dim=-1) if vmax.shape[-1] != nv else vmax
-        new = rho * norm + beta * vmax
-        return rho, new, 2 * beta * (vmax + rho * norm)
+        vmax = vmax.repeat_interleave(heads // vmax.shape[-1], dim=-1) if vmax.shape[-1] != heads else vmax
+        return {"rho": torch.exp(g), "c": beta * vmax, "p": 2 * beta, "q": vmax}
 
     def step(self, s, tok, params, conv=DEFAULT):
         return gdn_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv)

@@ -172,23 +172,22 @@ class KDAMath(FamilyMath):
         return delta_window_rows(self.fold_rows(s0, hist, params, mode), win, mode, conv, l2norm,
                                  lambda tok: self.gates(tok, params, conv), kda_window_solve_rows)
 
-    def error_terms(self, norm, tok, params):
-        """The running-error model of one token (fp64, all rows), ``norm`` [R, HV] the largest row
-        2-norm of a head's state ``[V, K]``: per value head, the factor an existing error is scaled
-        by (``Diag(alpha) (I - beta k kᵀ)`` has 2-norm <= max_c alpha_c for unit k and beta in
-        [0, 1]), a bound on the new state's norm (``max alpha |S| + beta max|v|``) and the magnitude
-        of the contributions built from records rounded to the activation format (d and the
-        normalised k: ``2 max|d| <= 2 beta (max|v| + max alpha |S|)``); and the token's decay
-        exponent for the fold's cumulative sums, ``max_c -g_c``: the fp32 sum of a fast channel's
-        log gates carries an absolute error ~u |G_c| into every weight of that channel, however
-        slowly the head's slowest channel decays."""
+    def error_coefficients(self, tok, params, heads):
+        """The running-error model of one token (fp64, all rows), as ``fp64_bound.norm_terms`` reads
+        it, norms being the largest row 2-norm of a head's state ``[V, K]``: per value head, the
+        factor an existing error is scaled by, ``rho = max_c alpha_c`` (``Diag(alpha) (I - beta k
+        kᵀ)`` has 2-norm <= max_c alpha_c for unit k and beta in [0, 1]), the token's part of the
+        bound on the new state's norm (``rho |S| + c``, ``c = beta max|v|``), the magnitude of the
+        contributions built from records rounded to the activation format, ``p (q + rho |S|)`` (d
+        and the normalised k: ``2 max|d| <= 2 beta (max|v| + max alpha |S|)``); and the token's
+        decay exponent for the fold's cumulative sums, ``dL = max_c -g_c``: the fp32 sum of a fast
+        channel's log gates carries an absolute error ~u |G_c| into every weight of that channel,
+        however slowly the head's slowest channel decays.  State-free: a chunk's tokens can be
+        given at once."""
         g, beta = kda_gates(tok["a"], tok["b"], params["A_log"], params["dt_bias"])  # [R, HV, K], [R, HV]
-        rho = torch.exp(g.amax(-1))
-        nv = norm.shape[-1]
         vmax = tok["v"].abs().amax(-1)
-        vmax = vmax.repeat_interleave(nv // vmax.shape[-1], dim=-1) if vmax.shape[-1] != nv else vmax
-        new = rho * norm + beta * vmax
-        return rho, new, 2 * beta * (vmax + rho * norm), -g.amin(-1)
+        vmax = vmax.repeat_interleave(heads // vmax.shape[-1], dim=-1) if vmax.shape[-1] != heads else vmax
+        return {"rho": torch.exp(g.amax(-1)), "c": beta * vmax, "p": 2 * beta, "q": vmax, "dL": -g.amin(-1)}
 
     def step(self, s, tok, params, conv=DEFAULT):
         return kda_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv)

@@ -174,17 +174,17 @@ class Mamba2Math(FamilyMath):
             state_after_first=after_first,
         )
 
-    def error_terms(self, norm, tok, params):
-        """The running-error model of one token (fp64, all rows): per head, the factor an existing
-        state error is scaled by (exp(A Δ)), a bound on the new state's max |S| (the sum of absolute
-        contributions ``exp(A Δ) |S| + Δ max|x| max|B|``), and the magnitude of the contributions
-        built from records the kernel rounds to the activation format (none: x and B are inputs,
-        already in it; Δ is kept in the compute format)."""
+    def error_coefficients(self, tok, params, heads):
+        """The running-error model of one token (fp64, all rows), as ``fp64_bound.norm_terms`` reads
+        it: per head, the factor an existing state error is scaled by, ``rho = exp(A Δ)``, and the
+        token's part of the bound on the new state's max |S| (the sum of absolute contributions
+        ``rho |S| + c``, ``c = Δ max|x| max|B|``); no contributions built from records the kernel
+        rounds to the activation format (x and B are inputs, already in it; Δ is kept in the compute
+        format).  State-free: a chunk's tokens can be given at once."""
         delta = softplus(tok["dt"] + params["dt_bias"])  # [R, H]
         rho = torch.exp(params["A"] * delta)
-        Bh = _per_head(tok["B"], norm.shape[-1]).abs().amax(-1)  # [R, H]
-        new = rho * norm + delta * tok["x"].abs().amax(-1) * Bh
-        return rho, new, torch.zeros_like(new)
+        Bh = _per_head(tok["B"], heads).abs().amax(-1)  # [R, H]
+        return {"rho": rho, "c": delta * tok["x"].abs().amax(-1) * Bh}
 
     def step(self, s, tok, params, conv=DEFAULT):
         return mamba2_step(s, tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"],
