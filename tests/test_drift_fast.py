@@ -26,6 +26,7 @@ from replayssm.validators import invariants as inv
 from replayssm.validators.drift import CellRun, SweepConfig
 from replayssm.validators.drift_analysis import BinnedCurve
 from replayssm.validators.drift_fast import FastCell, _ChunkReference, raw_path
+from replayssm.validators.runner import readout_magnitude
 
 CELLS = ["mamba2.literal-replay.s32a16.long-memory.standard",
          "mamba2.literal-replay.sfp8a16-sr.long-memory.spec-random",
@@ -240,6 +241,30 @@ def test_fused_reference_is_the_eager_step_bitwise(fam):
         st = new
     assert bool((tok[gate] + params["dt_bias"] > 20).any())
     assert set(hoisted) > set(prep)
+
+
+@pytest.mark.parametrize("fam", ["mamba2", "mamba2-z", "gdn"])
+def test_readout_magnitude_of_products_is_the_magnitude_bitwise(fam):
+    """The fused pass's readout products give ``readout_magnitude(|S'|)`` bit for bit
+    (``|s c| = |s| |c|``), and ``reference_advance_products`` the fused step's output and state."""
+    name = fam.split("-")[0]
+    geo = Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2, has_z=True) if fam == "mamba2-z" \
+        else family(name).presets["tiny"]
+    f, gen, R = family(name), torch.Generator().manual_seed(5), 3
+    tok = {n: torch.randn((R, *s), generator=gen).to(torch.bfloat16).to(torch.float64)
+           for n, s in geo.input_shapes().items()}
+    params = {n: torch.rand(s, generator=gen, dtype=torch.float64) - 0.5 for n, s in geo.param_shapes().items()}
+    st = torch.randn((R, *geo.state_shape), generator=gen, dtype=torch.float64)
+    prep = f.reference_prepare(tok, params)
+    for _ in range(2):
+        y, new = f.reference_advance_fused(st, prep, params)
+        yp, newp, prod = f.reference_advance_products(st, prep, params)
+        assert torch.equal(y, yp) and torch.equal(new, newp)
+        want = readout_magnitude(name, new, tok, params, False)
+        got = f.readout_magnitude_of_products(prod, prep, params)
+        assert torch.equal(got.view(torch.int64), want.view(torch.int64))
+        st = new
+    assert family("kda").reference_advance_products(st, prep, params) is None
 
 
 @pytest.mark.parametrize("fam", ["mamba2", "gdn"])

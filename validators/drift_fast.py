@@ -64,7 +64,7 @@ import numpy as np
 import torch
 
 from replayssm.conventions import conv_kwargs
-from replayssm.families import family
+from replayssm.families import Family, family
 from replayssm.ops.triton.bound_scan import bound_scan
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators import invariants as inv
@@ -130,6 +130,8 @@ class _ChunkReference:
                              f"this kernel declares {conv.changes()}")
         self.hoist = hoist
         self.advance = fam.reference_advance_fused if fused else fam.reference_advance
+        # the fused pass's readout products give the readout magnitude (the same bits, a pass fewer)
+        self.products = fused and type(fam).reference_advance_products is not Family.reference_advance_products
         self.buf: dict[str, torch.Tensor] | None = None
 
     def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
@@ -149,6 +151,19 @@ class _ChunkReference:
         if y_out is not None:
             y_out.copy_(y)
         return new
+
+    def step_magnitude(self, st: torch.Tensor, i: int, y_out: torch.Tensor, tok: dict, scaled: bool
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`step` and ``runner.readout_magnitude`` of the new state (``tok``: the token, fp64;
+        ``scaled``: per-row scaled states), from the fused pass's readout products where the family
+        writes them (``Family.readout_magnitude_of_products``: the same bits)."""
+        if not self.products or scaled:
+            new = self.step(st, i, y_out)
+            return new, readout_magnitude(self.fam.name, new, tok, self.params, scaled)
+        prep = {k: v[i] for k, v in self.v.items()}
+        y, new, prod = self.fam.reference_advance_products(st, prep, self.params)
+        y_out.copy_(y)
+        return new, self.fam.readout_magnitude_of_products(prod, prep, self.params)
 
 
 class FastCell:
@@ -319,10 +334,11 @@ class FastCell:
             kern.commit(ls.ids, self.acc_v[j])
         st, new = ref, ref
         for t in range(T):
-            st = self.ref.step(st, j * T + t, self.y_v[j * T + t])
-            if self.bound is not None:  # Lockstep._reference_window's readout magnitude, its maximum
-                mag = readout_magnitude(self.sc.family, st, self.tok_v[j * T + t], ls.ref_params,
-                                        self.sc.precision.scaled_state)
+            if self.bound is None:
+                st = self.ref.step(st, j * T + t, self.y_v[j * T + t])
+            else:  # with Lockstep._reference_window's readout magnitude, its maximum
+                st, mag = self.ref.step_magnitude(st, j * T + t, self.y_v[j * T + t], self.tok_v[j * T + t],
+                                                  self.sc.precision.scaled_state)
                 self.mag_v[j * T + t].copy_(mag.flatten(1).amax(-1))
             new = self._keep(new, st, j, t, k, self.graphs and self.spec)
         self._rel(out, self.ref_out_v[j], self.rel_v[j], exact=False)

@@ -101,6 +101,10 @@ class GatedDeltaNet(Family):
         return {**prep, "alpha": alpha, "beta": beta}
 
     def reference_advance_fused(self, state, prep, params):
+        y, new, _ = self.reference_advance_products(state, prep, params)
+        return y, new
+
+    def reference_advance_products(self, state, prep, params):
         # naive.gdn_step line by line; its update alpha S + d k^T and the readout product S' * q in one
         # pass (ops/triton/reference.py), the sums over K left to torch.
         dtype = state.dtype
@@ -111,11 +115,15 @@ class GatedDeltaNet(Family):
         d = beta[..., None] * (v - alpha[..., None] * sk)
         HV, V, K = state.shape[-3:]
         new, prod = decay_outer_update(state.reshape(-1, HV, V, K), alpha, d, kh, qh)
-        return prod.view(state.shape).sum(-1), new.view(state.shape)
+        prod = prod.view(state.shape)
+        return prod.sum(-1), new.view(state.shape), prod
 
     def readout_magnitude(self, state_abs, tok, params):
         qh, _ = naive.gdn_prepare(tok["q"], tok["k"], state_abs.shape[-3])
         return (state_abs * qh.abs()[..., None, :]).sum(-1)
+
+    def readout_magnitude_of_products(self, prod, prep, params):
+        return prod.abs().sum(-1)
 
     @property
     def literal_replay(self):

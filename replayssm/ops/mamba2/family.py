@@ -104,6 +104,10 @@ class Mamba2(Family):
         return {**prep, "a": a, "dx": dx}
 
     def reference_advance_fused(self, state, prep, params):
+        y, new, _ = self.reference_advance_products(state, prep, params)
+        return y, new
+
+    def reference_advance_products(self, state, prep, params):
         # naive.advance line by line; its two full-size expressions, torch.add(a * S, (delta x) * B)
         # and S' * C, in one pass (ops/triton/reference.py), the sum over N left to torch.
         p = prep
@@ -114,14 +118,22 @@ class Mamba2(Family):
         y = torch.add(prod.sum(-1), p["Dx"])
         if "z" in p:
             y = torch.mul(y * p["z"], torch.sigmoid(p["z"]))
-        return y, new
+        return y, new, prod
 
     def readout_magnitude(self, state_abs, tok, params):
         H = state_abs.shape[-3]
         C = tok["C"].abs().repeat_interleave(H // tok["C"].shape[-2], dim=-2)
-        mag = (state_abs * C[..., None, :]).sum(-1) + (params["D"][..., None] * tok["x"]).abs()
-        if tok.get("z") is not None:
-            z = tok["z"]
+        return self._magnitude((state_abs * C[..., None, :]).sum(-1), (params["D"][..., None] * tok["x"]).abs(),
+                               tok.get("z"))
+
+    def readout_magnitude_of_products(self, prod, prep, params):
+        return self._magnitude(prod.abs().sum(-1), prep["Dx"].abs(), prep.get("z"))
+
+    @staticmethod
+    def _magnitude(summed, dx_abs, z):
+        """``sum_n |S_pn| |C_n| + |D x|``, times ``|z silu'|`` where the layer gates."""
+        mag = summed + dx_abs
+        if z is not None:
             mag = mag * (z * torch.sigmoid(z)).abs()
         return mag
 
