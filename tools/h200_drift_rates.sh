@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One H200 call for the drift fast path's new routes (issue 18 items 2-3), run from the repository root on
 # the device machine: (1) the GPU identity tests of tests/test_drift_fast.py (CUDA graphs + fused fp64
-# reference against Lockstep.step, bit for bit: Mamba-2 and GDN, standard and spec-random); (2) validated
+# reference against Lockstep.step, bit for bit: Mamba-2 and GDN, standard and spec-random; the fp64 bound scan against
+# its torch window, tests/test_bound_scan.py); (2) validated
 # tokens/s of single cells, one process, one cell at a time (tools/drift_rates.py: Mamba-2 / GDN / KDA
 # triton-replay s32a16 at nano4b / qwen35-4b / kimi-linear-48b, 8 rows, RATE_SECONDS each after a
 # first chunk that pays the compiles); (3, PROFILE=1) where a step's device time goes (tools/drift_profile.py:
@@ -13,7 +14,7 @@ OUT=${OUT:-out/drift_rates}
 source tools/device_log.sh
 source tools/device_env.sh
 stamp "setup done"
-python -m pytest -q -m gpu -p no:cacheprovider tests/test_drift_fast.py -rA 2>&1 | tail -40 | tee "$OUT/tests.txt"
+python -m pytest -q -m gpu -p no:cacheprovider tests/test_drift_fast.py tests/test_bound_scan.py -rA 2>&1 | tail -40 | tee "$OUT/tests.txt"
 stamp "tests done"
 python tools/drift_rates.py "$OUT/rates.json" --seconds "${RATE_SECONDS:-25}" --rows 8 \
   mamba2.triton-replay.s32a16.long-memory.standard mamba2.triton-replay.s32a16.long-memory.spec-random \
