@@ -7,7 +7,8 @@
 # triton-replay s32a16 at nano4b / qwen35-4b / kimi-linear-48b, 8 rows, RATE_SECONDS each after a
 # first chunk that pays the compiles); (3, PROFILE=1) where a step's device time goes (tools/drift_profile.py:
 # device kernels and us per step eagerly, against the graphed step time; Mamba-2 standard, GDN spec-random).
-# $OUT: log.txt, tests.txt, rates.json, profile.json.
+# (ROWS64=1) the Mamba-2 standard cell at 64 rows.  $OUT: log.txt, tests.txt, rates.json, rates_b64.json,
+# profile.json.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out/drift_rates}
@@ -21,6 +22,11 @@ python tools/drift_rates.py "$OUT/rates.json" --seconds "${RATE_SECONDS:-25}" --
   gdn.triton-replay.s32a16.long-memory.standard gdn.triton-replay.s32a16.long-memory.spec-random \
   kda.triton-replay.s32a16.long-memory.standard kda.triton-replay.s32a16.long-memory.spec-random
 stamp "rates done"
+if [[ ${ROWS64:-0} == 1 ]]; then  # issue 18's second drift target: the share of the fp64 floor at batch 64
+  python tools/drift_rates.py "$OUT/rates_b64.json" --seconds "${RATE_SECONDS:-25}" --rows 64 \
+    mamba2.triton-replay.s32a16.long-memory.standard
+  stamp "batch-64 rate done"
+fi
 if [[ ${PROFILE:-0} == 1 ]]; then
   python tools/drift_profile.py "$OUT/profile.json" --chunks 2 --rows 8 \
     mamba2.triton-replay.s32a16.long-memory.standard gdn.triton-replay.s32a16.long-memory.spec-random
