@@ -7,9 +7,11 @@ through ``CellRun`` on the fast path twice, after a first chunk that pays the co
 
 * eagerly (``graphs=False``) under ``torch.profiler`` for ``--chunks`` chunks: device kernels per
   step, device time per step, and the kernels that take it (name, launches per step, us per step);
-* with CUDA graphs (the default of a CUDA device), timed by wall clock for the same number of
-  chunks: the step time the graphs reach; then as many chunks again under cProfile: the host
-  functions with the most time of their own per step (``host_top``).
+* with CUDA graphs (the default of a CUDA device), after ``warm`` chunks that capture them, timed
+  by wall clock for the same number of chunks: the step time the graphs reach; then as many
+  chunks under ``torch.profiler`` (the kernels inside the graph replays: ``graphed_*``), and as
+  many again under cProfile: the host functions with the most time of their own per step
+  (``host_top``).  Chunks are ``default_chunk`` steps, as ``replayssm drift`` runs them.
 
 Reading: graphs remove the host launches, not the kernels; when the graphed step time is close to
 the eager device time per step, the step is bound by the device work of its kernels (their count
@@ -31,7 +33,7 @@ from drift_rates import write_cells  # tools/ is the script's directory
 from torch.profiler import ProfilerActivity, profile
 
 from replayssm import adapters
-from replayssm.validators.drift import CellRun, CellSpec, SweepConfig
+from replayssm.validators.drift import CellRun, CellSpec, SweepConfig, default_chunk
 
 GEOMETRY = {"mamba2": "nano4b", "gdn": "qwen35-4b", "kda": "kimi-linear-48b"}
 DEFAULT = [f"{f}.triton-replay.s32a16.long-memory.{s}" for f in ("mamba2", "gdn") for s in ("standard", "spec-random")]
@@ -69,8 +71,9 @@ def _host_profile(run: CellRun, chunks: int, chunk: int, dev: str, top: int) -> 
             for (f, line, name), (_, nc, tt, ct, _) in rows]
 
 
-def profile_cell(cell: str, rows: int, chunks: int, dev: str, geometry: str | None = None, chunk: int = 64,
-                 top: int = 25) -> dict:
+def profile_cell(cell: str, rows: int, chunks: int, dev: str, geometry: str | None = None, chunk: int | None = None,
+                 top: int = 25, warm: int = 3) -> dict:
+    chunk = chunk or default_chunk(dev, rows)
     eager = _cell(cell, rows, dev, chunk, False, geometry)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
     _sync(dev)
@@ -82,17 +85,10 @@ def profile_cell(cell: str, rows: int, chunks: int, dev: str, geometry: str | No
         _sync(dev)
     eager_wall = time.perf_counter() - t0
     steps = eager.step - steps0
-    kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    for ev in prof.events():
-        on_device = ev.device_type == torch.autograd.DeviceType.CUDA if dev == "cuda" else ev.cpu_parent is None
-        if on_device:
-            k = kernels[ev.name[:120]]
-            k[0] += 1
-            k[1] += ev.device_time if dev == "cuda" else ev.cpu_time
-    total_n = sum(v[0] for v in kernels.values())
-    total_us = sum(v[1] for v in kernels.values())
-    rows_top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]
+    total_n, total_us, rows_top = _kernels(prof, dev, steps, top)
     graphed = _cell(cell, rows, dev, chunk, None, geometry)
+    for _ in range(warm):  # the graphs are captured on a piece's second occurrence
+        graphed.run_steps(chunk)
     _sync(dev)
     g0, t1 = graphed.step, time.perf_counter()
     for _ in range(chunks):
@@ -100,18 +96,39 @@ def profile_cell(cell: str, rows: int, chunks: int, dev: str, geometry: str | No
     _sync(dev)
     g_wall = time.perf_counter() - t1
     g_steps = graphed.step - g0
+    g0 = graphed.step
+    with profile(activities=acts) as gprof:
+        for _ in range(chunks):
+            graphed.run_steps(chunk)
+        _sync(dev)
+    g_n, g_us, g_top = _kernels(gprof, dev, graphed.step - g0, top)
     host = _host_profile(graphed, chunks, chunk, dev, top)
     fast = graphed.fast
-    return {"cell": cell, "rows": rows, "geometry": geometry or GEOMETRY[cell.split(".")[0]], "steps_profiled": steps,
-            "device_kernels_per_step": round(total_n / max(steps, 1), 1),
-            "device_us_per_step": round(total_us / max(steps, 1), 1),
+    return {"cell": cell, "rows": rows, "geometry": geometry or GEOMETRY[cell.split(".")[0]], "chunk": chunk,
+            "steps_profiled": steps,
+            "device_kernels_per_step": round(total_n, 1), "device_us_per_step": round(total_us, 1),
             "eager_wall_us_per_step": round(1e6 * eager_wall / max(steps, 1), 1),
             "graphed_wall_us_per_step": round(1e6 * g_wall / max(g_steps, 1), 1),
+            "graphed_device_kernels_per_step": round(g_n, 1), "graphed_device_us_per_step": round(g_us, 1),
             "graphs": bool(fast and fast.graphs), "captured": len(fast.cache) if fast else 0,
-            "capture_error": fast.capture_error if fast else None,
-            "host_top": host,
-            "top_kernels": [{"name": n, "per_step": round(v[0] / max(steps, 1), 2),
-                             "us_per_step": round(v[1] / max(steps, 1), 2)} for n, v in rows_top]}
+            "replays": fast.replays if fast else 0, "capture_error": fast.capture_error if fast else None,
+            "host_top": host, "top_kernels": rows_top, "graphed_top_kernels": g_top}
+
+
+def _kernels(prof, dev: str, steps: int, top: int) -> tuple[float, float, list[dict]]:
+    """Device kernels per step, their device time per step (us) and the ``top`` kernels by time, from
+    a ``torch.profiler`` run over ``steps`` steps (kernels inside CUDA graph replays included)."""
+    kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for ev in prof.events():
+        on_device = ev.device_type == torch.autograd.DeviceType.CUDA if dev == "cuda" else ev.cpu_parent is None
+        if on_device:
+            k = kernels[ev.name[:120]]
+            k[0] += 1
+            k[1] += ev.device_time if dev == "cuda" else ev.cpu_time
+    n = max(steps, 1)
+    rows_top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:top]
+    return (sum(v[0] for v in kernels.values()) / n, sum(v[1] for v in kernels.values()) / n,
+            [{"name": k, "per_step": round(v[0] / n, 2), "us_per_step": round(v[1] / n, 2)} for k, v in rows_top])
 
 
 def main() -> None:
@@ -128,9 +145,11 @@ def main() -> None:
     res = []
     for c in a.cells:
         r = profile_cell(c, a.rows, a.chunks, dev, a.geometry)
-        print(json.dumps({k: v for k, v in r.items() if k != "top_kernels"}), flush=True)
-        for k in r["top_kernels"][:12]:
-            print(f"    {k['us_per_step']:9.1f} us/step {k['per_step']:6.2f}x  {k['name']}", flush=True)
+        print(json.dumps({k: v for k, v in r.items() if not k.endswith("top_kernels") and k != "host_top"}), flush=True)
+        for title, key in (("eager", "top_kernels"), ("graphed", "graphed_top_kernels")):
+            print(f"  device kernels, {title}:", flush=True)
+            for k in r[key][:12]:
+                print(f"    {k['us_per_step']:9.1f} us/step {k['per_step']:6.2f}x  {k['name']}", flush=True)
         print("  host (self time per step):", flush=True)
         for h in r["host_top"][:12]:
             print(f"    {h['self_us_per_step']:9.1f} us self {h['cum_us_per_step']:9.1f} us cum "

@@ -5,7 +5,8 @@
 CELL is ``family.kernel.mode.scenario.schedule`` (default: Mamba-2 and GDN ``triton-replay`` s32a16
 long-memory, standard and spec-random, at ``nano4b`` / ``qwen35-4b``).  Each cell runs through
 ``CellRun`` (the drift harness's own stepping: the fast path, CUDA graphs and the fp64 reference
-included) for ``--seconds`` of wall time after a first chunk that pays the compiles; the rate is
+included; chunks of ``default_chunk`` steps, as ``replayssm drift`` runs them, or ``--chunk``) for
+``--seconds`` of wall time after a first chunk that pays the compiles; the rate is
 the accepted tokens of the timed part over its wall time, with a device sync at both ends.  Also
 recorded: whether the fast path was taken, graphs replayed / captured, and a capture error if any.
 """
@@ -18,7 +19,7 @@ import time
 import torch
 
 from replayssm import adapters
-from replayssm.validators.drift import CellRun, CellSpec, SweepConfig
+from replayssm.validators.drift import CellRun, CellSpec, SweepConfig, default_chunk
 
 GEOMETRY = {"mamba2": "nano4b", "gdn": "qwen35-4b", "kda": "kimi-linear-48b"}
 DEFAULT = [f"{f}.triton-replay.s32a16.long-memory.{s}" for f in ("mamba2", "gdn") for s in ("standard", "spec-random")]
@@ -29,7 +30,8 @@ def _sync(dev: str) -> None:
         torch.cuda.synchronize()
 
 
-def rate(cell: str, rows: int, seconds: float, dev: str, chunk: int = 64) -> dict:
+def rate(cell: str, rows: int, seconds: float, dev: str, chunk: int | None = None) -> dict:
+    chunk = chunk or default_chunk(dev, rows)
     fam, kernel, mode, scen, sched = cell.split(".")
     cfg = SweepConfig(families=(fam,), kernels=(kernel,), modes=(mode,), schedules=(sched,),
                       geometry=((fam, GEOMETRY[fam]),), rows=rows, tokens=125_000, local_every=8)
@@ -44,7 +46,7 @@ def rate(cell: str, rows: int, seconds: float, dev: str, chunk: int = 64) -> dic
     _sync(dev)
     wall = time.perf_counter() - t1
     fast = run.fast
-    return {"cell": cell, "rows": rows, "geometry": GEOMETRY[fam], "first_chunk_s": round(warm, 2),
+    return {"cell": cell, "rows": rows, "geometry": GEOMETRY[fam], "chunk": chunk, "first_chunk_s": round(warm, 2),
             "timed_s": round(wall, 2), "tokens": tokens, "tokens_per_s": round(tokens / wall, 1),
             "fast": fast is not None, "graphs": bool(fast and fast.graphs), "replays": fast.replays if fast else 0,
             "captured": len(fast.cache) if fast else 0, "capture_error": fast.capture_error if fast else None,
@@ -57,12 +59,13 @@ def main() -> None:
     p.add_argument("cells", nargs="*", default=DEFAULT)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--rows", type=int, default=8)
+    p.add_argument("--chunk", type=int, default=None, help="steps per chunk (default: drift's default_chunk)")
     a = p.parse_intermixed_args()
     adapters.load()  # the kernels written elsewhere, where their sources are available (cells may name them)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     res = []
     for c in a.cells:
-        r = rate(c, a.rows, a.seconds, dev)
+        r = rate(c, a.rows, a.seconds, dev, a.chunk)
         print(json.dumps(r), flush=True)
         res.append(r)
     write_cells(a.out, dev, res)
