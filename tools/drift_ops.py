@@ -7,8 +7,10 @@ the fast path as its CUDA graphs would capture it (``static``: fixed buffers and
 fused fp64 reference step) for ``--steps`` steps after a first chunk, under a dispatch mode that
 counts every aten operation that is not a view -- on a GPU each is one kernel node of the step's
 graph -- attributed to the outermost part of the step it runs in: the kernel under test (its
-launches; a Triton launch is one kernel and is counted by call), the fp64 reference step, the
-readout magnitude beside it, the fp64 running-error bound, the output error metric, the accepted-
+launches; a Triton launch is one kernel and is counted by call), the fp64 reference step (with
+the readout magnitude where the family's fused pass gives it from its readout products), the
+readout magnitude beside it otherwise, the fp64 running-error bound (its scan over a piece; its
+coefficients are computed at chunk load, counted there), the output error metric, the accepted-
 prefix selection, the shadow state, and the host events between pieces (flush and sample
 measurements).  ``_local_scalar_dense`` (a host sync) is counted apart.  Device-independent: run
 it on a CPU, where each Triton launch counts as one operation and the interpreter's own tensor
@@ -100,8 +102,10 @@ def count_cell(cell: str, rows: int, steps: int, geometry: str) -> dict:
     c.wrap(fast.ls.kernel, "launch_verify", "kernel")
     c.wrap(fast.ls.kernel, "launch_commit", "kernel")
     c.wrap(fast.ref, "step", "reference")
+    c.wrap(fast.ref, "step_magnitude", "reference")  # with the readout magnitude from the fused products
     c.wrap(drift_fast, "readout_magnitude", "magnitude")
     c.wrap(fast, "_bound_advance", "bound")
+    c.wrap(drift_fast, "bound_scan", "bound")
     c.wrap(fast, "_rel", "metric")
     c.wrap(fast, "_keep", "selection")
     c.wrap(fast, "_advance", "shadow")
