@@ -42,10 +42,11 @@ def test_exhaustive_standard(name):
     _check(run_scenario(_sc("s32a16", "standard", 1, 4, "exhaustive"), name))
 
 
-def test_exhaustive_standard_fused():
-    """The single-kernel standard decode (prepass off), split over two value blocks (ticket)."""
-    _check(run_scenario(_sc("s32a16", "standard", 1, 4, "exhaustive", kernel_options={"prepass": False,
-                                                                                      "block_v": 4}),
+@pytest.mark.parametrize("options", [{"block_v": 4}, {"block_v": 2, "tiles": 2}], ids=["bv4x2", "bv2x2-tiles2"])
+def test_exhaustive_standard_fused(options):
+    """The single-kernel standard decode (prepass off), split over two programs (ticket), of one and
+    of two value blocks (the history's coefficients computed once per program)."""
+    _check(run_scenario(_sc("s32a16", "standard", 1, 4, "exhaustive", kernel_options={"prepass": False, **options}),
                         "triton-replay"))
 
 

@@ -106,6 +106,14 @@ class TritonGDNReplay(TritonGDNBase):
             return 64, triton.cdiv(self.V, 64), self.num_warps or 4
         return 8, triton.cdiv(self.V, 8), self.num_warps or 1
 
+    def decode_tiles(self, rows: int, nvb: int) -> int:
+        """Value blocks per program of the one-launch standard decode (``replay_decode.py``: the history's
+        coefficients once per program): the ``tiles`` option, else one (more programs; the one launch is the
+        default below 16 rows)."""
+        if self.tiles_per_program is not None:
+            return max(1, min(self.tiles_per_program, nvb))
+        return 1
+
     def split_tiles(self, rows: int, nvb: int) -> int:
         """Blocks of value rows per stream program: the option, else a whole value head from 128 rows
         up (measured fastest at batch 128 and 512 on an H200) and one block below (more programs)."""

@@ -31,27 +31,55 @@ from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state
 
 
 @triton.jit
-def load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, rows, mrow, mj, h, hk, offs_v, mv, offs_k, mk,
-                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, RING: tl.constexpr):
-    """Records at ring ``rows``: d [BH, BV] (fp32), k [BH, BK] (kept in the record dtype: half the
-    registers for bf16), the fold weights exp(G_w - G_j) [BH] and exp(G_w).  All ``mrow`` rows are
-    loaded (no wait for the cursor: the loads go out beside the checkpoint's); rows past the history
-    (``mj`` false) are zeroed with ``where`` (stale rows may hold anything, even non-finite values)."""
+def load_keys(k_rec_ptr, g_rec_ptr, slot, rows, mrow, mj, h, hk, offs_k, mk,
+              H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, RING: tl.constexpr):
+    """Records at ring ``rows``: k [BH, BK] (kept in the record dtype: half the registers for bf16),
+    the fold weights exp(G_w - G_j) [BH] and exp(G_w).  All ``mrow`` rows are loaded (no wait for the
+    cursor: the loads go out beside the checkpoint's); rows past the history (``mj`` false) are
+    zeroed with ``where`` (stale rows may hold anything, even non-finite values)."""
     srow = slot * RING + rows
     gj = tl.where(mj, tl.load(g_rec_ptr + srow * HV + h, mask=mrow, other=0.0), 0.0)
     Gt = tl.sum(gj, 0)
     wj = tl.where(mj, tl.exp(Gt - tl.cumsum(gj, 0)), 0.0)
     Kh = tl.load(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :], mask=mrow[:, None] & mk[None, :],
                  other=0.0)
+    return tl.where(mj[:, None], Kh, tl.zeros_like(Kh)), wj, tl.exp(Gt)
+
+
+@triton.jit
+def load_values(d_rec_ptr, slot, rows, mrow, mj, h, offs_v, mv, HV: tl.constexpr, V: tl.constexpr,
+                RING: tl.constexpr):
+    """Records at ring ``rows``: d [BH, BV] (fp32), zero past the history (``mj`` false)."""
+    srow = slot * RING + rows
     Dh = tl.load(d_rec_ptr + (srow[:, None] * HV + h) * V + offs_v[None, :],
                  mask=mrow[:, None] & mv[None, :], other=0.0).to(tl.float32)
-    return tl.where(mj[:, None], Dh, 0.0), tl.where(mj[:, None], Kh, tl.zeros_like(Kh)), wj, tl.exp(Gt)
+    return tl.where(mj[:, None], Dh, 0.0)
+
+
+@triton.jit
+def load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, rows, mrow, mj, h, hk, offs_v, mv, offs_k, mk,
+                 H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, RING: tl.constexpr):
+    """Records at ring ``rows``: d [BH, BV] (fp32; :func:`load_values`), k [BH, BK], the fold weights
+    and exp(G_w) (:func:`load_keys`)."""
+    Kh, wj, eG = load_keys(k_rec_ptr, g_rec_ptr, slot, rows, mrow, mj, h, hk, offs_k, mk, H, HV, K, RING)
+    return load_values(d_rec_ptr, slot, rows, mrow, mj, h, offs_v, mv, HV, V, RING), Kh, wj, eG
+
+
+@triton.jit
+def history_weights(Kh, wj, x):
+    """The coefficients ``wj_j (k_j . x)`` [BH] of the history's readout of ``x``."""
+    return wj * tl.sum(Kh.to(tl.float32) * x[None, :], 1)
 
 
 @triton.jit
 def readout(s0, eG, Dh, Kh, wj, x):
     """S_prev x [BV] for S_prev = eG s0 + sum_j wj_j d_j k_j^T, without building S_prev."""
-    c = wj * tl.sum(Kh.to(tl.float32) * x[None, :], 1)
+    return readout_weighted(s0, eG, Dh, history_weights(Kh, wj, x), x)
+
+
+@triton.jit
+def readout_weighted(s0, eG, Dh, c, x):
+    """:func:`readout` with the history's coefficients ``c`` (:func:`history_weights`) given."""
     return eG * tl.sum(s0 * x[None, :], 1) + tl.sum(Dh * c[:, None], 0)
 
 
@@ -81,73 +109,87 @@ def _replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, 
                           sr_ptr, seed, num_slots,
                           H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, L: tl.constexpr,
                           SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr,
-                          NVB: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr, INTERPRET: tl.constexpr):
+                          NPROG: tl.constexpr, NVT: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr,
+                          INTERPRET: tl.constexpr):
     r = tl.program_id(0)
     h = tl.program_id(1)
-    vb = tl.program_id(2)
+    pv = tl.program_id(2)
     slot = tl.load(slot_ptr + r).to(tl.int64)
     if slot < 0:
         return
     hk = h // (HV // H)
     offs_k = tl.arange(0, BK)
-    offs_v = vb * BV + tl.arange(0, BV)
     mk = offs_k < K
-    mv = offs_v < V
-    ms = mv[:, None] & mk[None, :]
-    tile = offs_v[:, None] * K + offs_k[None, :]
     # the current token
     q = tl.load(q_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
     k = tl.load(k_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-    v = tl.load(v_ptr + (r * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
     a = tl.load(a_ptr + r * HV + h).to(tl.float32)
     b = tl.load(b_ptr + r * HV + h).to(tl.float32)
     qn = l2_normalise(q, 0) * SCALE
     kn = l2_normalise(k, 0)
     g, beta = gates(a, b, tl.load(A_log_ptr + h), tl.load(dt_bias_ptr + h))
     alpha = tl.exp(g)
-    # checkpoint and buffered history
-    base = (slot * HV + h) * V
-    s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
+    kq = tl.sum(kn * qn, 0)
+    # the buffered history's keys and fold weights, and its readout coefficients: once per program,
+    # for its NVT blocks of value rows
     w = tl.load(wpos_ptr + slot)
-    offs_j = tl.arange(0, BL)
-    Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, offs_j, offs_j < L - 1, offs_j < w, h,
-                                  hk, offs_v, mv, offs_k, mk, H, HV, K, V, L)
-    d = beta * (v - alpha * readout(s0, eG, Dh, Kh, wj, kn))
-    o = alpha * readout(s0, eG, Dh, Kh, wj, qn) + tl.sum(kn * qn, 0) * d
-    tl.store(out_ptr + (r * HV + h) * V + offs_v, cast_nearest(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
     flush = w == L - 1
+    offs_j = tl.arange(0, BL)
+    mrow, mj = offs_j < L - 1, offs_j < w
+    Kh, wj, eG = load_keys(k_rec_ptr, g_rec_ptr, slot, offs_j, mrow, mj, h, hk, offs_k, mk, H, HV, K, L)
+    ck = history_weights(Kh, wj, kn)
+    cq = history_weights(Kh, wj, qn)
+    base = (slot * HV + h) * V
     cnt = tl.load(sr_ptr + slot)
-    if flush:
-        s = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, 0, h, hk, offs_v, mv, offs_k, mk,
-                         H, HV, K, V, L, 4)
-        s = alpha * s + d[:, None] * kn[None, :]
-        store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed, slot,
-                    cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
-    else:
-        srow = slot * L + w
-        tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v, cast_nearest(d, d_rec_ptr.dtype.element_ty, INTERPRET),
-                 mask=mv)
-        tl.store(g_rec_ptr + srow * HV + h, g, mask=vb == 0)
-        tl.store(k_rec_ptr + (srow * H + hk) * K + offs_k, cast_nearest(kn, k_rec_ptr.dtype.element_ty, INTERPRET),
-                 mask=mk & ((offs_k * 0 + vb + h % (HV // H)) == 0))
-    tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
-    last = ticket(ticket_ptr, slot, HV * NVB)
+    for vt in range(NVT):
+        offs_v = (pv * NVT + vt) * BV + tl.arange(0, BV)
+        mv = offs_v < V
+        ms = mv[:, None] & mk[None, :]
+        tile = offs_v[:, None] * K + offs_k[None, :]
+        s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
+        Dh = load_values(d_rec_ptr, slot, offs_j, mrow, mj, h, offs_v, mv, HV, V, L)
+        v = tl.load(v_ptr + (r * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
+        d = beta * (v - alpha * readout_weighted(s0, eG, Dh, ck, kn))
+        o = alpha * readout_weighted(s0, eG, Dh, cq, qn) + kq * d
+        tl.store(out_ptr + (r * HV + h) * V + offs_v, cast_nearest(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+        if flush:
+            s = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, 0, h, hk, offs_v, mv, offs_k, mk,
+                             H, HV, K, V, L, 4)
+            s = alpha * s + d[:, None] * kn[None, :]
+            store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed, slot,
+                        cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
+        else:
+            srow = slot * L + w
+            tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v,
+                     cast_nearest(d, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mv)
+    # the token's key and gate records (a non-flush step; once per slot and key head)
+    keep = (offs_k * 0 + flush.to(tl.int32) + pv) == 0
+    srow = slot * L + w
+    tl.store(g_rec_ptr + srow * HV + h, g, mask=(pv == 0) & (w != L - 1))
+    tl.store(k_rec_ptr + (srow * H + hk) * K + offs_k, cast_nearest(kn, k_rec_ptr.dtype.element_ty, INTERPRET),
+             mask=mk & keep & ((offs_k * 0 + h % (HV // H)) == 0))
+    tl.store(pending_ptr + slot, 1, mask=(h + pv) == 0)
+    last = ticket(ticket_ptr, slot, HV * NPROG)
     tl.store(wpos_ptr + slot, tl.where(flush, 0, w + 1), mask=last)
     tl.store(sr_ptr + slot, cnt + flush.to(tl.int64), mask=last)
 
 
 def launch_replay_decode(kern, slot_ids, inputs, out) -> None:
-    """Launch one standard-decode step of ``kern`` (a TritonGDNReplay) for all rows."""
+    """Launch one standard-decode step of ``kern`` (a TritonGDNReplay) for all rows (value blocks per
+    program: ``kern.decode_tiles``)."""
     R = slot_ids.shape[0]
     bv, nvb, nw = kern.launch_shape(R)
+    nvt = kern.decode_tiles(R, nvb)
+    nprog = triton.cdiv(nvb, nvt)
     L = kern.decode.buffer
-    _replay_decode_kernel[(R, kern.HV, nvb)](
+    _replay_decode_kernel[(R, kern.HV, nprog)](
         slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log, kern.dt_bias,
         kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,
         kern.pending, kern.ticket, kern.sr_count, kern.seed, kern.num_slots,
         H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, L=L, SCALE=kern.K ** -0.5, BK=kern.BK, BV=bv,
-        BL=triton.next_power_of_2(max(L - 1, 1)), NVB=nvb, SCALED=kern.scaled, SR=kern.sr,
+        BL=triton.next_power_of_2(max(L - 1, 1)), NPROG=nprog, NVT=nvt, SCALED=kern.scaled, SR=kern.sr,
         INTERPRET=kern.interpret, num_warps=nw)
 
 
-__all__ = ["fold_history", "launch_replay_decode", "load_history", "readout"]
+__all__ = ["fold_history", "history_weights", "launch_replay_decode", "load_history", "load_keys", "load_values",
+           "readout", "readout_weighted"]
