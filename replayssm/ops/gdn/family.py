@@ -150,10 +150,9 @@ class GatedDeltaNet(Family):
             # of a verify at batch 512: docs/benchmarks.md; the ieee dot and split readouts, slower there, are
             # left out; the two-launch path below 16 rows too: batch 8 39.3 us against 30.0, 2026-12-02)
             return [{}, {"prepass": False, "block_v": 16, "num_warps": 1}, {"coef_warps": 4}]
-        # the one launch with 4 value blocks and a whole value head per program (the history's coefficients
-        # once per program, as KDA's one-launch decode: to be measured against the pair, 2026-12-04)
-        return [{}, {"prepass": False, "block_v": 8, "num_warps": 1}, {"prepass": True, "block_v": 16, "num_warps": 1},
-                {"prepass": False, "tiles": 4}, {"prepass": False, "tiles": 16}]
+        # (the one launch with 4 or 16 value blocks per program, KDA's default, is slower here: 2026-12-04,
+        # docs/benchmarks.md, "Gated DeltaNet's one launch with several value blocks per program")
+        return [{}, {"prepass": False, "block_v": 8, "num_warps": 1}, {"prepass": True, "block_v": 16, "num_warps": 1}]
 
 
 FAMILY = register_family(GatedDeltaNet())
