@@ -47,7 +47,10 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   by the device masks of the accepted counts, never by a host branch a graph would freeze (the
   same values: ``torch.where`` moves them exactly), and the reference before a piece's last step
   is kept for the flush measurement (a speculative replay's checkpoint holds the state before its
-  verify).  ``graphs=False`` runs the same code eagerly; ``static`` runs the graphs' pieces on
+  verify).  The flush's shadow work runs in the piece too where a row is armed after it (the
+  flushed rows re-seeded from the checkpoint by the flush mask, the shadow advanced over the step;
+  the checkpoint read and the shadow before it kept for the host's error measurements, which stay
+  on the flushed and armed rows' own index lists, so the same bits).  ``graphs=False`` runs the same code eagerly; ``static`` runs the graphs' pieces on
   their fixed buffers, eagerly (what the CPU tests check).
 
 A cell qualifies when its Lockstep runs without the literal model, invariants, state checks,
@@ -191,7 +194,7 @@ class FastCell:
         self.graphs = self.capture or static  # fixed buffers, several steps per piece
         # a speculative piece is mostly one step (some row flushes at almost every verify): a graph per
         # (chunk step, shadow flag), so up to 2 K of them
-        self.max_graphs = max(MAX_GRAPHS, 2 * self.K) if self.spec else MAX_GRAPHS
+        self.max_graphs = max(MAX_GRAPHS, 4 * self.K) if self.spec else MAX_GRAPHS
         g = sc.geometry_obj
         K, R, T, dev = self.K, self.R, self.T, self.dev
         act = sc.precision.act_dtype
@@ -217,6 +220,7 @@ class FastCell:
         self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
         self.raw_ck = raw_checkpoint(ls.kernel)
         self.ids_host = ls.ids.tolist()
+        self.flush_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # rows each step flushes
         self.idx_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self.bound = ls.bound  # the fp64 running-error bound (None: the family gives no error model)
         if self.bound is not None:
@@ -228,7 +232,6 @@ class FastCell:
             self.w_buf = None  # the bound's output weights per token [K T, R, H] (RunningBound.weights)
             self.fp_out = torch.empty((K, R, T), dtype=torch.float64, device=dev)  # the bound on each output
             self.walk = torch.ones((K, R), dtype=torch.float64, device=dev)  # the rule's sr_walk at the step
-            self.flush_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # rows each step flushes
             self.coef_buf = None  # the bound's token coefficients [K T, R, H] (RunningBound.coefficients)
             if self.graphs:  # the bound's running state on fixed buffers (what a graph reads and writes)
                 self.bound_state = torch.stack([self.bound.cur[k] for k in BOUND_KEYS])
@@ -238,13 +241,21 @@ class FastCell:
         self.checked = cell.step  # steps before this one had their outputs checked
         self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
         self.seen: Counter = Counter()
+        self.graph_ck: dict[tuple, torch.Tensor] = {}  # per graph: its checkpoint read (reseed pieces)
         self.pool = None
         self.replays = 0
+        self.reseeds = 0  # pieces that re-seeded the shadow at a speculative flush (flush_in_graph)
         self.capture_error: str | None = None
         if self.graphs:
             self.ref_buf = ls.ref.clone()
             self.shadow_buf = cell.shadow.clone()
             self.ref_prev_buf = ls.ref.clone() if self.spec else None  # the reference before a piece's last step
+        # A speculative replay's flush re-seeds the flushed rows' shadow from the checkpoint and advances it over
+        # the step's tokens; with graphs that runs inside the piece (device masks: the same values), the
+        # checkpoint read there and the shadow before it kept for the host's error measurements.
+        self.flush_in_graph = self.graphs and self.spec and not cell.ck_after and self.raw_ck
+        self.ck_out: torch.Tensor | None = None  # the piece's checkpoint read (a graph output)
+        self.shadow_prev_buf = cell.shadow.clone() if self.flush_in_graph else None
 
     # ---- chunks ----------------------------------------------------------------------------------------------
     def _load_chunk(self, at: int) -> None:
@@ -346,8 +357,13 @@ class FastCell:
             shadow = self._advance(shadow, j, k, static=self.graphs and self.spec)
         return new, shadow
 
-    def _piece_static(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int]) -> None:
-        """Chunk steps ``j0..`` on the static reference and shadow buffers (what a graph captures)."""
+    def _piece_static(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
+                      reseed: bool = False) -> None:
+        """Chunk steps ``j0..`` on the static reference and shadow buffers (what a graph captures);
+        ``reseed``: the last step is a speculative replay's flush after which some row is armed, whose
+        shadow work (``_events``) runs here: the checkpoint read into ``ck_out``, the shadow before it
+        into ``shadow_prev_buf``, the flushed rows re-seeded from the checkpoint (``flush_mask``) and the
+        shadow advanced over the step's tokens."""
         ref, sh = self.ref_buf, self.shadow_buf
         for i, f in enumerate(flags):
             if self.spec and i == len(flags) - 1:  # a speculative flush measures the state before its step
@@ -356,33 +372,44 @@ class FastCell:
             if f:
                 sh = new_sh
         self.ref_buf.copy_(ref)
-        if any(flags):
+        if reseed:
+            j = j0 + len(flags) - 1
+            self.ck_out = self.ls.kernel.launch_checkpoint(self.ls.ids)
+            self.shadow_prev_buf.copy_(sh)
+            rows = self.flush_mask[j].view(self.R, *([1] * (sh.dim() - 1)))
+            sh = self._advance(torch.where(rows, self.ck_out.to(torch.float64), sh), j, ks[-1], static=True)
+        if any(flags) or reseed:
             self.shadow_buf.copy_(sh)
         if self.bound is not None:  # the piece's bound in one launch (the flush masks were filled for it)
             bound_scan(self.bound_state, self.coef_buf, self.w_buf, self.flush_mask,
                        self.acc if self.ls.dec.speculative else None, self.fp_out, j0, len(flags), constants=self.bound_consts,
                        replay=self.bound.replay)
 
-    def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int]) -> None:
-        key = (j0, flags)
+    def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
+                     reseed: bool = False) -> None:
+        key = (j0, flags, reseed)
         g = self.cache.get(key)
         if g is None and self.capture and self.seen[key] and len(self.cache) < self.max_graphs:
             try:
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g, pool=self.pool):
-                    self._piece_static(j0, flags, ks, ss)
+                    self._piece_static(j0, flags, ks, ss, reseed)
             except RuntimeError as e:  # nothing ran during the capture: go on eagerly, say why
                 self.capture, g = False, None
                 self.capture_error = f"{type(e).__name__}: {e}"
             else:
                 self.pool = self.pool or g.pool()
                 self.cache[key] = g
+                if reseed:
+                    self.graph_ck[key] = self.ck_out  # the checkpoint read this graph's replays write
         self.seen[key] += 1
         if g is None:
-            self._piece_static(j0, flags, ks, ss)
+            self._piece_static(j0, flags, ks, ss, reseed)
         else:
             g.replay()
             self.replays += 1
+            if reseed:
+                self.ck_out = self.graph_ck[key]
 
     # ---- the fp64 running-error bound ----------------------------------------------------------------------
     def _bound_step(self, j: int, flush_rows: list[int]) -> None:
@@ -457,11 +484,15 @@ class FastCell:
         return pos_before, k
 
     def _events(self, j: int, flush_rows: list[int], pos_before: np.ndarray, k: np.ndarray,
-                ref_before: torch.Tensor) -> None:
-        """The rest of ``CellRun.run_steps`` for a step: flush and state measurements."""
+                ref_before: torch.Tensor, reseeded: bool = False) -> None:
+        """The rest of ``CellRun.run_steps`` for a step: flush and state measurements (``reseeded``: the
+        piece re-seeded and advanced the shadow, ``_piece_static``)."""
         cell, ls = self.cell, self.ls
         if flush_rows:
-            ck = ls.kernel.launch_checkpoint(ls.ids) if self.raw_ck else ls.kernel.checkpoint_state(ls.ids)
+            if reseeded:
+                ck = self.ck_out
+            else:
+                ck = ls.kernel.launch_checkpoint(ls.ids) if self.raw_ck else ls.kernel.checkpoint_state(ls.ids)
             after = cell.ck_after  # the stored state holds this step's tokens (CellRun.run_steps)
             folded = ls.ref if after else ref_before
             idx = self._idx(flush_rows)
@@ -474,18 +505,34 @@ class FastCell:
             armed = [r for r in flush_rows if cell.armed[r]]
             if armed:
                 ai = self._idx(armed)
-                cell.pending.append(("local", row_rel_l2(ck.index_select(0, ai), cell.shadow.index_select(0, ai)),
+                before = self.shadow_prev_buf if reseeded else cell.shadow
+                cell.pending.append(("local", row_rel_l2(ck.index_select(0, ai), before.index_select(0, ai)),
                                      cell.flushes[armed] + 1))
+            armed_after = self._armed_after(flush_rows)
             cell.flushes[flush_rows] += 1
+            cell.armed = armed_after
+            if reseeded:  # the piece re-seeded the flushed rows and advanced the shadow
+                return self._samples(k)
             src = ck.index_select(0, idx).to(torch.float64)
             if self.graphs:
                 cell.shadow.index_copy_(0, idx, src)
             else:
                 cell.shadow = cell.shadow.index_copy(0, idx, src)
-            for r in flush_rows:
-                cell.armed[r] = cell.flushes[r] % cell.cfg.local_every == 0
             if not after and cell.armed.any():
                 self._set_shadow(self._advance(cell.shadow, j, k))
+        self._samples(k)
+
+    def _armed_after(self, flush_rows: list[int]) -> np.ndarray:
+        """Which rows are armed (their shadow measures a flush's local error) once ``flush_rows`` flush."""
+        cell = self.cell
+        armed = cell.armed.copy()
+        for r in flush_rows:
+            armed[r] = (cell.flushes[r] + 1) % cell.cfg.local_every == 0
+        return armed
+
+    def _samples(self, k: np.ndarray) -> None:
+        """The step's accepted counts ``k`` into ``cell.pos``, and the committed-state samples then due."""
+        cell, ls = self.cell, self.ls
         cell.pos += k
         due = [r for r in ls.active if cell.next_sample[r] < len(cell.targets)
                and cell.pos[r] >= cell.targets[cell.next_sample[r]]]
@@ -562,19 +609,22 @@ class FastCell:
         if self.bound is not None and self.bound.cur is not self.bound_buf:
             self._keep_bound_static()
 
-    def _piece(self, end: int) -> tuple[list[int], list[bool]]:
+    def _piece(self, end: int) -> tuple[list[int], list[bool], bool]:
         """The steps from ``cell.step`` up to the next host event (a flush, a state sample, the chunk's
-        end, ``end``), and whether each advances the shadow; each step's flush rows go into
-        ``flush_mask`` (what the bound reads)."""
+        end, ``end``), whether each advances the shadow, and whether the piece re-seeds the shadow at
+        its last step's flush (``flush_in_graph`` and a row armed after it); each step's flush rows go
+        into ``flush_mask`` (what the bound and the re-seed read)."""
         cell, ls, dec = self.cell, self.ls, self.ls.dec
         stop = min(end, self.chunk_at + self.K, cell.n_steps)
         wp, pos = list(ls.wp), cell.pos.copy()
         steps, flags, masks = [], [], []
         s = cell.step
+        flush: list[int] = []
+        fill = self.bound is not None or self.flush_in_graph
         while s < stop:
             p = cell.plans[s]
             flush = [r for r in ls.active if dec.is_flush(wp[r])]
-            if self.bound is not None:
+            if fill:
                 masks.append(np.isin(np.arange(self.R), flush))
             steps.append(s)
             flags.append(not flush and bool(cell.armed.any()))
@@ -584,11 +634,11 @@ class FastCell:
             s += 1
             if flush or self._sample_due(pos) or not self.graphs:
                 break
-        if self.bound is not None:  # the piece's flush masks in one copy, asynchronous (pinned): no host sync
+        if fill:  # the piece's flush masks in one copy, asynchronous (pinned): no host sync
             j0 = steps[0] - self.chunk_at
             self.flush_mask[j0:j0 + len(steps)].copy_(self._pinned(torch.from_numpy(np.stack(masks))),
                                                        non_blocking=True)
-        return steps, flags
+        return steps, flags, bool(self.flush_in_graph and flush and self._armed_after(flush).any())
 
     def _pinned(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor for an asynchronous copy: pinned on a CUDA device (the caching host allocator
@@ -610,7 +660,7 @@ class FastCell:
                 self._check_outputs()
                 self._load_chunk(at)
                 self.checked = cell.step
-            steps, flags = self._piece(end)
+            steps, flags, reseed = self._piece(end)
             j0 = steps[0] - at
             ks = [np.asarray(cell.plans[s].accepted, dtype=np.int64) for s in steps]
             ss = [cell.plans[s].step for s in steps]
@@ -618,7 +668,8 @@ class FastCell:
             ref_before = self.ref_prev_buf if self.graphs and self.spec else self.ls.ref
             try:
                 if self.graphs:
-                    self._run_graphed(j0, tuple(flags), ks, ss)
+                    self._run_graphed(j0, tuple(flags), ks, ss, reseed)
+                    self.reseeds += reseed
                 else:
                     new_ref, new_sh = self._device_step(j0, self.ls.ref, cell.shadow if flags[0] else None,
                                                         ks[0], ss[0])
@@ -635,7 +686,7 @@ class FastCell:
                 self._bound_step(j, flush_rows)
                 pos_before, k = self._book(j, flush_rows)
                 if i == len(steps) - 1:
-                    self._events(j, flush_rows, pos_before, k, ref_before)
+                    self._events(j, flush_rows, pos_before, k, ref_before, reseed)
                 else:
                     cell.pos += k
                 cell.step += 1
