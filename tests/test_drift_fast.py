@@ -216,21 +216,27 @@ def test_speculative_baseline_state_is_measured_at_the_committed_token(how):
     assert res == json.loads(_result(cell, "fast" if how == "slow" else "slow", tokens=64))
 
 
+def _one_token(fam: str, seed: int, rows: int = 3) -> tuple:
+    """(family, one token of bf16-exact fp64 inputs, fp64 params, a random fp64 state) at ``tiny``;
+    ``fam`` ``mamba2-z``: Mamba-2 with the z gate."""
+    name = fam.split("-")[0]
+    geo = Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2, has_z=True) if fam == "mamba2-z" \
+        else family(name).presets["tiny"]
+    gen = torch.Generator().manual_seed(seed)
+    tok = {n: torch.randn((rows, *s), generator=gen).to(torch.bfloat16).to(torch.float64)
+           for n, s in geo.input_shapes().items()}
+    params = {n: torch.rand(s, generator=gen, dtype=torch.float64) - 0.5 for n, s in geo.param_shapes().items()}
+    return family(name), tok, params, torch.randn((rows, *geo.state_shape), generator=gen, dtype=torch.float64)
+
+
 @pytest.mark.parametrize("fam", ["mamba2", "mamba2-z", "gdn"])
 def test_fused_reference_is_the_eager_step_bitwise(fam):
     """Family.reference_advance_fused (one Triton pass, contraction off; the interpreter here) gives
     reference_advance's output and state bit for bit, both softplus branches included."""
-    name = fam.split("-")[0]
-    geo = Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2, has_z=True) if fam == "mamba2-z" \
-        else family(name).presets["tiny"]
-    f, gen, R = family(name), torch.Generator().manual_seed(3), 3
-    tok = {n: torch.randn((R, *s), generator=gen).to(torch.bfloat16).to(torch.float64)
-           for n, s in geo.input_shapes().items()}
+    f, tok, params, st = _one_token(fam, 3)
     gate = next(n for n in tok if f.input_law(n) == "gate")
     tok[gate] = tok[gate] * 15  # softplus: the identity above 20 and log1p(exp) below
     tok[gate][0, 0] = 30.0
-    params = {n: torch.rand(s, generator=gen, dtype=torch.float64) - 0.5 for n, s in geo.param_shapes().items()}
-    st = torch.randn((R, *geo.state_shape), generator=gen, dtype=torch.float64)
     prep = f.reference_prepare(tok, params)
     hoisted = f.reference_hoist(prep, params)  # this token's shape: a CPU rounds it as the step does
     for _ in range(3):
@@ -248,13 +254,7 @@ def test_readout_magnitude_of_products_is_the_magnitude_bitwise(fam):
     """The fused pass's readout products give ``readout_magnitude(|S'|)`` bit for bit
     (``|s c| = |s| |c|``), and ``reference_advance_products`` the fused step's output and state."""
     name = fam.split("-")[0]
-    geo = Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2, has_z=True) if fam == "mamba2-z" \
-        else family(name).presets["tiny"]
-    f, gen, R = family(name), torch.Generator().manual_seed(5), 3
-    tok = {n: torch.randn((R, *s), generator=gen).to(torch.bfloat16).to(torch.float64)
-           for n, s in geo.input_shapes().items()}
-    params = {n: torch.rand(s, generator=gen, dtype=torch.float64) - 0.5 for n, s in geo.param_shapes().items()}
-    st = torch.randn((R, *geo.state_shape), generator=gen, dtype=torch.float64)
+    f, tok, params, st = _one_token(fam, 5)
     prep = f.reference_prepare(tok, params)
     for _ in range(2):
         y, new = f.reference_advance_fused(st, prep, params)

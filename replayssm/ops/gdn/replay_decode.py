@@ -26,7 +26,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket
+from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket, value_block
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 
 
@@ -142,10 +142,7 @@ def _replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, 
     base = (slot * HV + h) * V
     cnt = tl.load(sr_ptr + slot)
     for vt in range(NVT):
-        offs_v = (pv * NVT + vt) * BV + tl.arange(0, BV)
-        mv = offs_v < V
-        ms = mv[:, None] & mk[None, :]
-        tile = offs_v[:, None] * K + offs_k[None, :]
+        offs_v, mv, ms, tile = value_block(pv, vt, offs_k, mk, NVT, BV, V, K)
         s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
         Dh = load_values(d_rec_ptr, slot, offs_j, mrow, mj, h, offs_v, mv, HV, V, L)
         v = tl.load(v_ptr + (r * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)

@@ -163,6 +163,15 @@ def l2_normalise(x, axis: tl.constexpr):
 
 
 @triton.jit
+def value_block(pv, vt, offs_k, mk, NVT: tl.constexpr, BV: tl.constexpr, V: tl.constexpr, K: tl.constexpr):
+    """Block ``vt`` of a standard-decode program's ``NVT`` blocks of value rows (program ``pv``): its
+    rows ``offs_v`` [BV], their mask, the [BV, BK] state mask and the tile's offsets in a head."""
+    offs_v = (pv * NVT + vt) * BV + tl.arange(0, BV)
+    mv = offs_v < V
+    return offs_v, mv, mv[:, None] & mk[None, :], offs_v[:, None] * K + offs_k[None, :]
+
+
+@triton.jit
 def ticket(ticket_ptr, slot, NPROG: tl.constexpr):
     """True in exactly one program of a slot's ``NPROG`` programs: the last to take a ticket, which
     then resets it for the next launch.  Called after every read of the slot's cursor: each program

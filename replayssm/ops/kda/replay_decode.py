@@ -34,7 +34,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import l2_normalise, ticket
+from replayssm.ops.gdn.triton_base import l2_normalise, ticket, value_block
 from replayssm.ops.kda.triton_base import history_coefficients, history_row_back, kda_gates
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 
@@ -82,10 +82,7 @@ def _kda_replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
     base = (slot * HV + h) * V
     cnt = tl.load(sr_ptr + slot)
     for vt in range(NVT):
-        offs_v = (pv * NVT + vt) * BV + tl.arange(0, BV)
-        mv = offs_v < V
-        ms = mv[:, None] & mk[None, :]
-        tile = offs_v[:, None] * K + offs_k[None, :]
+        offs_v, mv, ms, tile = value_block(pv, vt, offs_k, mk, NVT, BV, V, K)
         s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
         Dh = tl.load(d_rec_ptr + ((slot * L + jv[:, None]) * HV + h) * V + offs_v[None, :],
                      mask=hist[:, None] & mv[None, :], other=0.0).to(tl.float32)  # [BL, BV]
