@@ -50,8 +50,9 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   verify).  The flush's shadow work runs in the piece too where a row is armed after it (the
   flushed rows re-seeded from the checkpoint by the flush mask, the shadow advanced over the step;
   the checkpoint read and the shadow before it kept for the host's error measurements, which stay
-  on the flushed and armed rows' own index lists, so the same bits).  ``graphs=False`` runs the same code eagerly; ``static`` runs the graphs' pieces on
-  their fixed buffers, eagerly (what the CPU tests check).
+  on the flushed and armed rows' own index lists, so the same bits).  ``graphs=False`` runs the
+  same code eagerly; ``static`` runs the graphs' pieces on their fixed buffers, eagerly (what the
+  CPU tests check).
 
 A cell qualifies when its Lockstep runs without the literal model, invariants, state checks,
 metrics or digest (the drift configuration), every slot is used, no row is padding, and no step
@@ -382,8 +383,8 @@ class FastCell:
             self.shadow_buf.copy_(sh)
         if self.bound is not None:  # the piece's bound in one launch (the flush masks were filled for it)
             bound_scan(self.bound_state, self.coef_buf, self.w_buf, self.flush_mask,
-                       self.acc if self.ls.dec.speculative else None, self.fp_out, j0, len(flags), constants=self.bound_consts,
-                       replay=self.bound.replay)
+                       self.acc if self.ls.dec.speculative else None, self.fp_out, j0, len(flags),
+                       constants=self.bound_consts, replay=self.bound.replay)
 
     def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
                      reseed: bool = False) -> None:

@@ -26,8 +26,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import gates, l2_normalise, ticket, value_block
-from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
+from replayssm.ops.gdn.triton_base import gates, l2_normalise, store_block, ticket, value_block
+from replayssm.ops.triton.rounding import cast_nearest, load_state
 
 
 @triton.jit
@@ -149,16 +149,13 @@ def _replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, 
         d = beta * (v - alpha * readout_weighted(s0, eG, Dh, ck, kn))
         o = alpha * readout_weighted(s0, eG, Dh, cq, qn) + kq * d
         tl.store(out_ptr + (r * HV + h) * V + offs_v, cast_nearest(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+        s = s0
         if flush:
             s = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, 0, h, hk, offs_v, mv, offs_k, mk,
                              H, HV, K, V, L, 4)
             s = alpha * s + d[:, None] * kn[None, :]
-            store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed, slot,
-                        cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
-        else:
-            srow = slot * L + w
-            tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v,
-                     cast_nearest(d, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mv)
+        store_block(flush, s, d, ckpt_ptr, sc_ptr, d_rec_ptr, base, tile, ms, offs_v, mv, slot, w, h, seed, cnt,
+                    HV, V, K, L, SCALED, SR, INTERPRET)
     # the token's key and gate records (a non-flush step; once per slot and key head)
     keep = (offs_k * 0 + flush.to(tl.int32) + pv) == 0
     srow = slot * L + w

@@ -55,7 +55,7 @@ from replayssm.interface import PAD_SLOT, KernelSnapshot, next_pow2
 from replayssm.ops.gdn.literal import GDNMath
 from replayssm.ops.serving_layouts import ServingLayouts
 from replayssm.ops.triton.math import softplus
-from replayssm.ops.triton.rounding import INTERPRET, STREAM_RESET, cast_nearest, store_state
+from replayssm.ops.triton.rounding import INTERPRET, STREAM_FLUSH, STREAM_RESET, cast_nearest, store_state
 
 STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
 ACTS = ("fp32", "bf16", "fp16")
@@ -169,6 +169,21 @@ def value_block(pv, vt, offs_k, mk, NVT: tl.constexpr, BV: tl.constexpr, V: tl.c
     offs_v = (pv * NVT + vt) * BV + tl.arange(0, BV)
     mv = offs_v < V
     return offs_v, mv, mv[:, None] & mk[None, :], offs_v[:, None] * K + offs_k[None, :]
+
+
+@triton.jit
+def store_block(flush, s, d, ckpt_ptr, sc_ptr, d_rec_ptr, base, tile, ms, offs_v, mv, slot, w, h, seed, cnt,
+                HV: tl.constexpr, V: tl.constexpr, K: tl.constexpr, L: tl.constexpr, SCALED: tl.constexpr,
+                SR: tl.constexpr, INTERPRET: tl.constexpr):
+    """A standard-decode value block's writes: at a flush its folded state ``s`` into the checkpoint
+    (nearest or stochastic rounding, fp8 with per-row scales), else its corrected values ``d`` as the
+    token's record (row ``w``)."""
+    if flush:
+        store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed, slot,
+                    cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
+    else:
+        tl.store(d_rec_ptr + ((slot * L + w) * HV + h) * V + offs_v,
+                 cast_nearest(d, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mv)
 
 
 @triton.jit

@@ -34,9 +34,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import l2_normalise, ticket, value_block
+from replayssm.ops.gdn.triton_base import l2_normalise, store_block, ticket, value_block
 from replayssm.ops.kda.triton_base import history_coefficients, history_row_back, kda_gates
-from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
+from replayssm.ops.triton.rounding import cast_nearest, load_state
 
 
 @triton.jit(do_not_specialize=["seed", "num_slots"])
@@ -90,6 +90,7 @@ def _kda_replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
         d = beta * (v - tl.sum(s0 * xk[None, :], 1) - tl.sum(Dh * ck[:, None], 0))
         o = tl.sum(s0 * xq[None, :], 1) + tl.sum(Dh * cq[:, None], 0) + kq * d
         tl.store(out_ptr + (r * HV + h) * V + offs_v, cast_nearest(o, out_ptr.dtype.element_ty, INTERPRET), mask=mv)
+        s = s0
         if flush:
             s = s0 * (alpha * eG)[None, :]
             S2 = tl.zeros([BK], dtype=tl.float32)
@@ -103,12 +104,8 @@ def _kda_replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
                     s += dj[:, None] * (alpha * kw)[None, :]  # zeros past the history (never the stale rows)
                     S2 += gj
             s += d[:, None] * kn[None, :]
-            store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s, ms, mv, h * V * K + tile, seed, slot,
-                        cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
-        else:
-            srow = slot * L + w
-            tl.store(d_rec_ptr + (srow * HV + h) * V + offs_v,
-                     cast_nearest(d, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mv)
+        store_block(flush, s, d, ckpt_ptr, sc_ptr, d_rec_ptr, base, tile, ms, offs_v, mv, slot, w, h, seed, cnt,
+                    HV, V, K, L, SCALED, SR, INTERPRET)
     keep_k = mk & ((offs_k * 0 + flush.to(tl.int32)) == 0) & ((offs_k * 0 + pv) == 0)
     srow = slot * L + w
     tl.store(g_rec_ptr + (srow * HV + h) * K + offs_k, g, mask=keep_k)

@@ -147,11 +147,11 @@ def bound_scan(state: torch.Tensor, coef: dict[str, torch.Tensor], weights: torc
     spec = accepted is not None
     rec = "p" in coef
     with torch.cuda.device(state.device) if state.device.type == "cuda" else contextlib.nullcontext():
+        fl = flush.view(torch.uint8)
         _bound_scan_kernel[(R,)](state, coef["rho"], coef["c"], coef["p"] if rec else coef["rho"],
-                                 coef["q"] if rec else coef["rho"], coef["dL"], weights, flush.view(torch.uint8),
-                                 accepted if spec else flush.view(torch.uint8), out, constants, j0, steps, R, H, T=T, REPLAY=bool(replay),
-                                 SPEC=spec, HAS_REC=rec, BLOCK_H=triton.next_power_of_2(H), num_warps=1,
-                                 enable_fp_fusion=False)
+                                 coef["q"] if rec else coef["rho"], coef["dL"], weights, fl, accepted if spec else fl,
+                                 out, constants, j0, steps, R, H, T=T, REPLAY=bool(replay), SPEC=spec, HAS_REC=rec,
+                                 BLOCK_H=triton.next_power_of_2(H), num_warps=1, enable_fp_fusion=False)
 
 
 __all__ = ["bound_scan"]
