@@ -220,7 +220,7 @@ def test_per_step_path_gives_the_same_reports(reference, tmp_path):
 
 def test_default_chunk():
     assert [default_chunk("cpu", 2), default_chunk("cuda", 8), default_chunk("cuda", 64), default_chunk("cuda", 3),
-            default_chunk("cuda:1", 512)] == [64, 256, 64, 1024, 64]
+            default_chunk("cuda:1", 512), default_chunk("cuda", 8, speculative=True)] == [64, 256, 64, 1024, 64, 64]
 
 
 def test_shard_arithmetic():

@@ -73,7 +73,7 @@ def _host_profile(run: CellRun, chunks: int, chunk: int, dev: str, top: int) -> 
 
 def profile_cell(cell: str, rows: int, chunks: int, dev: str, geometry: str | None = None, chunk: int | None = None,
                  top: int = 25, warm: int = 3) -> dict:
-    chunk = chunk or default_chunk(dev, rows)
+    chunk = chunk or default_chunk(dev, rows, CellSpec(*cell.split(".")).speculative)
     eager = _cell(cell, rows, dev, chunk, False, geometry)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
     _sync(dev)

@@ -31,11 +31,12 @@ def _sync(dev: str) -> None:
 
 
 def rate(cell: str, rows: int, seconds: float, dev: str, chunk: int | None = None) -> dict:
-    chunk = chunk or default_chunk(dev, rows)
     fam, kernel, mode, scen, sched = cell.split(".")
     cfg = SweepConfig(families=(fam,), kernels=(kernel,), modes=(mode,), schedules=(sched,),
                       geometry=((fam, GEOMETRY[fam]),), rows=rows, tokens=125_000, local_every=8)
-    run = CellRun(CellSpec(fam, kernel, mode, scen, sched), cfg, dev, chunk=chunk)
+    spec = CellSpec(fam, kernel, mode, scen, sched)
+    chunk = chunk or default_chunk(dev, rows, spec.speculative)
+    run = CellRun(spec, cfg, dev, chunk=chunk)
     t0 = time.perf_counter()
     run.run_steps(chunk)  # the first chunk: compiles and captures
     _sync(dev)

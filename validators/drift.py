@@ -659,11 +659,15 @@ def ckpt_path(out: Path, cell_id: str) -> Path:
     return out / "checkpoints" / f"{cell_id}.pt"
 
 
-def default_chunk(device, rows: int) -> int:
+def default_chunk(device, rows: int, speculative: bool = False) -> int:
     """Steps per chunk (inputs generated, errors drained to the host, outputs checked once per chunk):
-    64 on a CPU; on a GPU at least 2,048 row-steps per chunk (a power of two times 64, so graph
-    pieces repeat from chunk to chunk), since each chunk boundary waits for the device."""
-    if torch.device(device).type != "cuda":
+    64 on a CPU; on a GPU at least 2,048 row-steps per chunk in standard decode (a power of two times
+    64, so graph pieces repeat from chunk to chunk), since each chunk boundary waits for the device;
+    64 in a speculative schedule, whose pieces are mostly one step (up to four graphs per chunk
+    step: with 256 steps a cell was still capturing after 8 s on an H200, 2026-12-04, KDA 3,177
+    validated tokens/s against 6,743 with 64; docs/benchmarks.md) and whose steps take
+    milliseconds, beside which a chunk boundary's wait is small."""
+    if torch.device(device).type != "cuda" or speculative:
         return 64
     k = 64
     while k * rows < 2048:
@@ -678,7 +682,7 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
     ``time.time()`` value): stop at the first chunk boundary after it; the result says
     ``truncated`` and how many tokens every row reached (``tokens_run``)."""
     out = Path(out)
-    chunk = default_chunk(device, cfg.rows) if chunk is None else chunk
+    chunk = default_chunk(device, cfg.rows, spec.speculative) if chunk is None else chunk
     cp = ckpt_path(out, spec.id)
     prov = cell_provenance(spec, cfg, device)
     history = _history(_read_json(cell_path(out, spec.id)), prov)
