@@ -57,7 +57,12 @@ class WindowResult:
 
 
 class FamilyMath(abc.ABC):
-    """The family-specific arithmetic of a ReplaySSM kernel."""
+    """The family-specific arithmetic of a ReplaySSM kernel.
+
+    Optional: ``error_coefficients(tok, params, heads) -> {rho, c[, p, q][, dL]}``, the family's
+    running-error model of one token, state-free (``validators/checks/fp64_bound.py`` reads it as
+    ``rho M + c`` for the new state's norm bound, ``p (q + rho M)`` for the rounded records' size);
+    a family without it keeps the literal model on every step of a validation."""
 
     @abc.abstractmethod
     def record_layout(self, geometry) -> dict[str, tuple[tuple[int, ...], str]]:
