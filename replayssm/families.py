@@ -153,19 +153,14 @@ class Family(abc.ABC):
         the drift fast path's reference on a GPU.  Default: :meth:`reference_advance` itself."""
         return self.reference_advance(state, prep, params)
 
-    def reference_advance_products(self, state: torch.Tensor, prep: dict, params: dict[str, torch.Tensor]
-                                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-        """:meth:`reference_advance_fused` with the readout products ``S' ∘ c`` its fused pass writes
-        and its output sums: ``(output, new state, products)``; None where the family has no such
-        pass (then drift's fast path takes :meth:`readout_magnitude` of ``|S'|``)."""
+    def reference_advance_magnitude(self, state: torch.Tensor, prep: dict, params: dict[str, torch.Tensor]
+                                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """:meth:`reference_advance_fused` and :meth:`readout_magnitude` of ``|S'|`` (unscaled states),
+        bit for bit, the magnitude read from the readout products ``S' ∘ c`` the fused pass writes
+        (``|s c| = |s| |c|`` in IEEE arithmetic: one state-sized pass fewer per token than ``|S'|`` and
+        its product with ``|c|``): ``(output, new state, magnitude)``; None where the family has no such
+        pass (then drift's fast path takes :meth:`readout_magnitude` of ``|S'|`` itself)."""
         return None
-
-    def readout_magnitude_of_products(self, prod: torch.Tensor, prep: dict, params: dict[str, torch.Tensor]
-                                      ) -> torch.Tensor:
-        """:meth:`readout_magnitude` of ``|S'|``, bit for bit, from the products of
-        :meth:`reference_advance_products` (``|s c| = |s| |c|`` in IEEE arithmetic: one state-sized pass
-        fewer per token than ``|S'|`` and its product with ``|c|``).  Unscaled states only."""
-        raise NotImplementedError(f"{self.name}: no fused readout products")
 
     def reference_hoist(self, prep: dict, params: dict[str, torch.Tensor]) -> dict:
         """``prep`` (of any leading dims) with the state-independent, elementwise rest of the step

@@ -135,7 +135,7 @@ class _ChunkReference:
         self.hoist = hoist
         self.advance = fam.reference_advance_fused if fused else fam.reference_advance
         # the fused pass's readout products give the readout magnitude (the same bits, a pass fewer)
-        self.products = fused and type(fam).reference_advance_products is not Family.reference_advance_products
+        self.products = fused and type(fam).reference_advance_magnitude is not Family.reference_advance_magnitude
         self.buf: dict[str, torch.Tensor] | None = None
 
     def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
@@ -160,14 +160,14 @@ class _ChunkReference:
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`step` and ``runner.readout_magnitude`` of the new state (``tok``: the token, fp64;
         ``scaled``: per-row scaled states), from the fused pass's readout products where the family
-        writes them (``Family.readout_magnitude_of_products``: the same bits)."""
+        writes them (``Family.reference_advance_magnitude``: the same bits)."""
         if not self.products or scaled:
             new = self.step(st, i, y_out)
             return new, readout_magnitude(self.fam.name, new, tok, self.params, scaled)
         prep = {k: v[i] for k, v in self.v.items()}
-        y, new, prod = self.fam.reference_advance_products(st, prep, self.params)
+        y, new, mag = self.fam.reference_advance_magnitude(st, prep, self.params)
         y_out.copy_(y)
-        return new, self.fam.readout_magnitude_of_products(prod, prep, self.params)
+        return new, mag
 
 
 class FastCell:

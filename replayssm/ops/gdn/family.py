@@ -101,10 +101,15 @@ class GatedDeltaNet(Family):
         return {**prep, "alpha": alpha, "beta": beta}
 
     def reference_advance_fused(self, state, prep, params):
-        y, new, _ = self.reference_advance_products(state, prep, params)
+        y, new, _ = self._fused_products(state, prep, params)
         return y, new
 
-    def reference_advance_products(self, state, prep, params):
+    def reference_advance_magnitude(self, state, prep, params):
+        y, new, prod = self._fused_products(state, prep, params)
+        return y, new, prod.abs().sum(-1)
+
+    def _fused_products(self, state, prep, params):
+        """``(output, new state, readout products S' ∘ q)`` of the fused step."""
         # naive.gdn_step line by line; its update alpha S + d k^T and the readout product S' * q in one
         # pass (ops/triton/reference.py), the sums over K left to torch.
         dtype = state.dtype
@@ -121,9 +126,6 @@ class GatedDeltaNet(Family):
     def readout_magnitude(self, state_abs, tok, params):
         qh, _ = naive.gdn_prepare(tok["q"], tok["k"], state_abs.shape[-3])
         return (state_abs * qh.abs()[..., None, :]).sum(-1)
-
-    def readout_magnitude_of_products(self, prod, prep, params):
-        return prod.abs().sum(-1)
 
     @property
     def literal_replay(self):

@@ -104,10 +104,15 @@ class Mamba2(Family):
         return {**prep, "a": a, "dx": dx}
 
     def reference_advance_fused(self, state, prep, params):
-        y, new, _ = self.reference_advance_products(state, prep, params)
+        y, new, _ = self._fused_products(state, prep, params)
         return y, new
 
-    def reference_advance_products(self, state, prep, params):
+    def reference_advance_magnitude(self, state, prep, params):
+        y, new, prod = self._fused_products(state, prep, params)
+        return y, new, self._magnitude(prod.abs().sum(-1), prep["Dx"].abs(), prep.get("z"))
+
+    def _fused_products(self, state, prep, params):
+        """``(output, new state, readout products S' ∘ C)`` of the fused step."""
         # naive.advance line by line; its two full-size expressions, torch.add(a * S, (delta x) * B)
         # and S' * C, in one pass (ops/triton/reference.py), the sum over N left to torch.
         p = prep
@@ -125,9 +130,6 @@ class Mamba2(Family):
         C = tok["C"].abs().repeat_interleave(H // tok["C"].shape[-2], dim=-2)
         return self._magnitude((state_abs * C[..., None, :]).sum(-1), (params["D"][..., None] * tok["x"]).abs(),
                                tok.get("z"))
-
-    def readout_magnitude_of_products(self, prod, prep, params):
-        return self._magnitude(prod.abs().sum(-1), prep["Dx"].abs(), prep.get("z"))
 
     @staticmethod
     def _magnitude(summed, dx_abs, z):
