@@ -54,6 +54,14 @@ def _cases():
             (f"replay-prepass-{mode}-B16-T4-qwen35-4b", "triton-replay",
              _sc("qwen35-4b", mode, "speculative", 4, 16, "per-row", 10, kernel_options=pre)),
         ]
+    for mode in ("s32a16", "s32a32", "s16a16-sr", "sfp8a16-sr"):  # the pair with programmatic dependent launch
+        pdl = {"prepass": True, "pdl": True}
+        out += [
+            (f"replay-prepass-pdl-{mode}-L16-T1-qwen35-4b", "triton-replay",
+             _sc("qwen35-4b", mode, "standard", 1, 16, "random", 18, kernel_options=pdl)),
+            (f"replay-prepass-pdl-{mode}-B16-T4-qwen35-4b", "triton-replay",
+             _sc("qwen35-4b", mode, "speculative", 4, 16, "per-row", 10, kernel_options=pdl)),
+        ]
     for mode in ("s32a32-tf32", "s32a16-tf32x3"):
         out.append((f"replay-prepass-{mode}-B16-T4-qwen35-4b", "triton-replay",
                     _sc("qwen35-4b", mode, "speculative", 4, 16, "per-row", 10)))

@@ -70,6 +70,17 @@ def test_replay_split_readout_nano4b(mode):
                         device="cuda", repeat_check=False)
 
 
+@pytest.mark.parametrize("mode", tiered(("s32a16", "s32a32", "s16a16-sr", "sfp8a16-sr"), in_merge_tier))
+def test_replay_pdl_nano4b(mode):
+    """The pre-pass path with programmatic dependent launch (``pdl``, an option: the stream starts during
+    its pre-pass, its first checkpoint tile's load in flight before it waits), batch 8, both decodes."""
+    opts = {"prepass": True, "pdl": True}
+    assert_kernel_valid("triton-replay", _sc("nano4b", "speculative", 8, mode, steps=10, kernel_options=opts),
+                        device="cuda", repeat_check="-sr" in mode)
+    assert_kernel_valid("triton-replay", _sc("nano4b", "standard", 8, mode, steps=18, kernel_options=opts),
+                        device="cuda", repeat_check="-sr" in mode)
+
+
 @pytest.mark.parametrize("mode", tiered(NO_TF32_BASELINE, in_merge_tier))
 def test_baseline_every_mode_nano4b(mode):
     assert_kernel_valid("triton-baseline", _sc("nano4b", "standard", 4, mode, L=1, steps=4), device="cuda",

@@ -28,6 +28,7 @@ from replayssm.ops.gdn.replay_spec import launch_replay_spec, launch_replay_spec
 from replayssm.ops.gdn.replay_split import coef_layout, launch_split
 from replayssm.ops.gdn.triton_base import OPTIONS, PREPASS_OPTIONS, TritonGDNBase
 from replayssm.ops.split_options import int_choice, prepass_option
+from replayssm.ops.triton.pdl import pdl_active, pdl_option
 from replayssm.registry import register
 
 
@@ -78,6 +79,8 @@ class TritonGDNReplay(TritonGDNBase):
         self.kchunks = int(opts.get("kchunks", 1))
         # readout="split" (speculative): keys per chunk of the tensor-core stream (replay_split_tc.py)
         self.key_chunk = int_choice(opts, "key_chunk", (16, 32, 64, 128), 32)
+        # pdl=True: the pair's launches overlap (programmatic dependent launch, ops/triton/pdl.py; sm_90+, compiled)
+        self.pdl_active = pdl_active(pdl_option(opts), self.device, self.interpret)
         if self.readout in ("dot", "split") and (self.kchunks != 1 or self.prepass is False):
             raise ValueError(f"options['readout']: {self.readout!r} is the pre-pass path's stream readout (needs "
                              f"kchunks=1 and prepass not False)")

@@ -38,6 +38,7 @@ import triton.language as tl
 from replayssm.ops.gdn.replay_split_tc import gdn_spec_tc_stream_kernel
 from replayssm.ops.gdn.triton_base import cursor_snapshot, fold_records, gates, l2_normalise, ticket, window_token
 from replayssm.ops.split_options import coef_offsets
+from replayssm.ops.triton.pdl import launch_kwargs, release_next, wait_previous
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 from replayssm.ops.triton.split_dot import parts, split_dot
 
@@ -56,9 +57,11 @@ def _gdn_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
                      TP: tl.constexpr, INTERPRET: tl.constexpr,
                      O_A: tl.constexpr, O_B: tl.constexpr, O_BETA: tl.constexpr, O_CK: tl.constexpr,
                      O_CQ: tl.constexpr, O_AW: tl.constexpr, O_MW: tl.constexpr, O_WF: tl.constexpr,
-                     O_DECF: tl.constexpr, NCOEF: tl.constexpr):
+                     O_DECF: tl.constexpr, NCOEF: tl.constexpr, PDL: tl.constexpr):
     hk = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
+    wait_previous(PDL)  # its inputs may come from the launch just before it
+    release_next(PDL)
     slot = tl.load(slot_ptr + r).to(tl.int64)
     if slot < 0:
         return
@@ -169,18 +172,13 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
                        RDOT: tl.constexpr, NSP: tl.constexpr, FU: tl.constexpr, NVT: tl.constexpr,
                        O_A: tl.constexpr, O_B: tl.constexpr, O_BETA: tl.constexpr, O_CK: tl.constexpr,
                        O_CQ: tl.constexpr, O_AW: tl.constexpr, O_MW: tl.constexpr, O_WF: tl.constexpr,
-                       O_DECF: tl.constexpr, NCOEF: tl.constexpr):
+                       O_DECF: tl.constexpr, NCOEF: tl.constexpr, PDL: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
     slot = tl.load(slot_ptr + r).to(tl.int64)
     if slot < 0:
         return
     hk = h // (HV // H)
-    w, org, flush, cnt = cursor_snapshot(meta_ptr, r)
-    if SPEC:
-        keep = w >= 0
-    else:
-        keep = w < RING - 1
     cb = (r * HV + h) * NCOEF
     # NVT blocks of value rows per program, one after the other (the per-program work -- slot,
     # cursor snapshot, scheduling -- paid once per NVT tiles)
@@ -206,6 +204,15 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
                          other=0.0).to(tl.float32)
             if SCALED:
                 s0 = s0 * tl.load(sc_ptr + base + offs_v, mask=mv, other=1.0)[None, :, None]
+        # the tile's loads are in flight (an earlier step's stream wrote it); the pre-pass's cursors and
+        # coefficients once it has finished (ops/triton/pdl.py)
+        wait_previous(PDL)
+        release_next(PDL)
+        w, org, flush, cnt = cursor_snapshot(meta_ptr, r)
+        if SPEC:
+            keep = w >= 0
+        else:
+            keep = w < RING - 1
         j = tl.arange(0, JB)
         hist = j < w
         rows = slot * RING + (org + j) % RING
@@ -287,11 +294,14 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     common = dict(H=kern.H, HV=kern.HV, K=kern.K, T=dec.window, RING=dec.ring_rows, SPEC=dec.speculative,
                   SCALE=kern.K ** -0.5, BK=kern.BK, JB=kern.jb, TP=kern.tp, INTERPRET=kern.interpret,
                   NCOEF=lay["NCOEF"], **offs)
+    # PDL (the pdl option): the pre-pass waits first; the stream only behind its own pre-pass
+    pdl = kern.pdl_active
     if phases != "stream":
         _gdn_coef_kernel[(kern.H, R)](
             slot_ids, inputs["q"], inputs["k"], inputs["a"], inputs["b"], kern.A_log, kern.dt_bias,
             kern.records["k"], kern.records["g"], kern.write_pos, kern.origin, kern.is_flush, kern.pending,
-            kern.ticket, kern.sr_count, coef, meta, qk, num_warps=kern.coef_warps, **common)
+            kern.ticket, kern.sr_count, coef, meta, qk, num_warps=kern.coef_warps, PDL=pdl, **common,
+            **launch_kwargs(pdl))
     if phases == "coef":
         return
     nvt = kern.split_tiles(R, nvb)
@@ -306,7 +316,8 @@ def launch_split(kern, slot_ids, inputs, out, phases: str = "both") -> None:
     _gdn_stream_kernel[(R, kern.HV, triton.cdiv(nvb, nvt))](
         slot_ids, inputs["v"], out, kern.states, kern.scales, kern.records["d"],
         kern.records["k"], coef, meta, qk, kern.seed, kern.num_slots, V=kern.V, BV=bv, SCALED=kern.scaled, SR=kern.sr,
-        KC=kern.kchunks, DOT=kern.mode.dot, RDOT=rdot, NSP=nsp, FU=kern.fold_unroll, NVT=nvt, num_warps=nw, **common)
+        KC=kern.kchunks, DOT=kern.mode.dot, RDOT=rdot, NSP=nsp, FU=kern.fold_unroll, NVT=nvt, num_warps=nw,
+        PDL=pdl and phases == "both", **common, **launch_kwargs(pdl and phases == "both"))
 
 
 __all__ = ["coef_layout", "launch_split"]

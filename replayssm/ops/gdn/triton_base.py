@@ -61,7 +61,7 @@ STATES = ("fp32", "bf16", "fp16", "fp8e4m3")
 ACTS = ("fp32", "bf16", "fp16")
 OPTIONS = ("checks", "block_v", "num_warps", "readout")
 # options of the replay kernel's two-launch path only (the baselines refuse them)
-PREPASS_OPTIONS = ("prepass", "coef_warps", "kchunks", "fold_unroll", "tiles", "key_chunk")
+PREPASS_OPTIONS = ("prepass", "coef_warps", "kchunks", "fold_unroll", "tiles", "key_chunk", "pdl")
 READOUTS = ("reduce", "tile", "dot", "split")
 
 

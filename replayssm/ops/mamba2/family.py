@@ -164,8 +164,10 @@ class Mamba2(Family):
             return [{"block_p": 16, "num_warps": 4}, {"block_p": 32, "num_warps": 4}][:1 if decode.speculative else 2]
         if decode.speculative:  # + every window readout as one ieee fp32 dot (the stream's, from 8 rows), and
             # the readouts in 4 dstate chunks from 32 rows (the default before 2026-12-02, slower since)
-            return [{}, {"prepass": False}, {"vector_readout": True}] + ([{"kchunks": 4}] if batch >= 32 else [])
-        return [{}, {"prepass": False}, {"prepass": True}]
+            # (+ the pre-pass path with programmatic dependent launch)
+            return [{}, {"prepass": False}, {"vector_readout": True}, {"prepass": True, "pdl": True}] + (
+                [{"kchunks": 4}] if batch >= 32 else [])
+        return [{}, {"prepass": False}, {"prepass": True}, {"prepass": True, "pdl": True}]
 
 
 FAMILY = register_family(Mamba2())

@@ -56,6 +56,7 @@ from replayssm.ops.mamba2.literal import ROUTES, Mamba2Math
 from replayssm.ops.mamba2.replay_split import coef_layout, launch_split
 from replayssm.ops.mamba2.triton_common import OPTIONS, TritonMamba2Base
 from replayssm.ops.split_options import int_choice, prepass_option
+from replayssm.ops.triton.pdl import pdl_active, pdl_option
 from replayssm.ops.triton.rounding import INTERPRET, STREAM_FLUSH, STREAM_RESET, cast_nearest, store_state
 from replayssm.registry import register
 from replayssm.rounding import dequantize_state
@@ -403,6 +404,7 @@ class _TritonReplay(TritonMamba2Base):
         opts = config.options
         self.prepass = prepass_option(opts)
         self.coef_warps = int_choice(opts, "coef_warps", (1, 2, 4, 8), 2)
+        self.pdl_active = pdl_active(pdl_option(opts), self.device, INTERPRET)
         # stream launch defaults measured fastest on an H200 at batch 128-512 (docs/benchmarks.md):
         # one warp per 16-row tile; speculative windows read out over the whole dstate tile
         self.split_warps = int(opts.get("num_warps", 1))

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.triton.math import softplus
+from replayssm.ops.triton.pdl import launch_kwargs, release_next, wait_previous
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 from replayssm.ops.triton.split_dot import parts, split_dot
 
@@ -52,9 +53,12 @@ def _coef_kernel(
         H: tl.constexpr, N: tl.constexpr, G: tl.constexpr, T: tl.constexpr, RING: tl.constexpr,
         LSPEC: tl.constexpr, SPEC: tl.constexpr, ADVANCE: tl.constexpr, SR: tl.constexpr,
         BN: tl.constexpr, JB: tl.constexpr, HGP: tl.constexpr,
-        OFF_DEC: tl.constexpr, OFF_WF: tl.constexpr, OFF_DECF: tl.constexpr, NCOEF: tl.constexpr):
+        OFF_DEC: tl.constexpr, OFF_WF: tl.constexpr, OFF_DECF: tl.constexpr, NCOEF: tl.constexpr,
+        PDL: tl.constexpr):
     g = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
+    wait_previous(PDL)  # its inputs may come from the launch just before it
+    release_next(PDL)
     slot = tl.load(slot_ptr + r).to(tl.int64)
     if slot < 0:
         return
@@ -156,7 +160,7 @@ def _stream_kernel(
         NCH: tl.constexpr, KC: tl.constexpr, DOT: tl.constexpr, RDOT: tl.constexpr, TPD: tl.constexpr,
         NSP: tl.constexpr, NCP: tl.constexpr,
         OFF_DEC: tl.constexpr,
-        OFF_WF: tl.constexpr, OFF_DECF: tl.constexpr, NCOEF: tl.constexpr):
+        OFF_WF: tl.constexpr, OFF_DECF: tl.constexpr, NCOEF: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
     h = pid // NSPLIT
@@ -166,23 +170,11 @@ def _stream_kernel(
         return
     g = h // (H // G)
     SCALED: tl.constexpr = STATE.primitive_bitwidth == 8
-    wp = tl.load(meta_ptr + r * 4)
-    org = tl.load(meta_ptr + r * 4 + 1)
-    flush = tl.load(meta_ptr + r * 4 + 2) != 0
-    ctr = tl.load(meta_ptr + r * 4 + 3)
     Dh = tl.load(D_ptr + h)
     cb = (r * H + h) * NCOEF
     j = tl.arange(0, JB)
-    hist = j < wp
-    win = (j >= wp) & (j < wp + T)
-    tj = j - wp
-    row = (org + j) % RING
     n = tl.arange(0, BN)
     nm = n < N
-    if SPEC:
-        keep = wp >= 0
-    else:
-        keep = wp < LSPEC - 1  # no record on a standard flush
     for ch in range(NCH):
         p = (split * NCH + ch) * BP + tl.arange(0, BP)
         pm = p < P
@@ -203,6 +195,22 @@ def _stream_kernel(
             if SCALED:
                 S0 = S0 * tl.load(cks_ptr + hp, mask=pm, other=1.0)[None, :, None]
             n2 = (kc * (BN // KC))[:, None] + nc[None, :]  # [KC, BNC]
+        # the tile's loads are in flight (an earlier step's stream wrote it); the pre-pass's cursor
+        # snapshot and coefficients once it has finished (ops/triton/pdl.py)
+        wait_previous(PDL)
+        release_next(PDL)
+        wp = tl.load(meta_ptr + r * 4)
+        org = tl.load(meta_ptr + r * 4 + 1)
+        flush = tl.load(meta_ptr + r * 4 + 2) != 0
+        ctr = tl.load(meta_ptr + r * 4 + 3)
+        hist = j < wp
+        win = (j >= wp) & (j < wp + T)
+        tj = j - wp
+        row = (org + j) % RING
+        if SPEC:
+            keep = wp >= 0
+        else:
+            keep = wp < LSPEC - 1  # no record on a standard flush
         X_hist = tl.load(rx_ptr + ((slot * RING + row) * H + h)[:, None] * P + p[None, :],
                          mask=hist[:, None] & pm[None, :], other=0.0)
         X_win = tl.load(x_ptr + ((r * T + tj) * H + h)[:, None] * P + p[None, :],
@@ -283,6 +291,9 @@ def launch_split(kern, slot_ids, inputs, out, advance: bool, phases: str = "both
     split = kern.split_for(R)
     nch = triton.cdiv(kern.nchunks, split)
     common = dict(OFF_DEC=lay["DEC"], OFF_WF=lay["WF"], OFF_DECF=lay["DECF"], NCOEF=lay["NCOEF"])
+    # PDL (the pdl option): the pre-pass waits first; the stream only behind its own pre-pass
+    pdl = kern.pdl_active
+    stream_pdl = pdl and phases == "both"
     with kern._device_ctx():
         if phases != "stream":
             _coef_kernel[(g.ngroups, R)](
@@ -290,7 +301,8 @@ def launch_split(kern, slot_ids, inputs, out, advance: bool, phases: str = "both
                 kern.records["dt"], kern.write_pos, kern.origin, kern.counter, kern.arrivals, coef, meta,
                 H=g.nheads, N=g.dstate, G=g.ngroups, T=d.window, RING=d.ring_rows, LSPEC=d.lspec, SPEC=d.speculative,
                 ADVANCE=advance, SR=kern.sr, BN=kern.block_n, JB=kern.jb,
-                HGP=max(2, triton.next_power_of_2(g.nheads // g.ngroups)), num_warps=kern.coef_warps, **common)
+                HGP=max(2, triton.next_power_of_2(g.nheads // g.ngroups)), num_warps=kern.coef_warps, PDL=pdl,
+                **common, **launch_kwargs(pdl))
         if phases == "coef":
             return
         _stream_kernel[(g.nheads * split, R)](
@@ -303,7 +315,7 @@ def launch_split(kern, slot_ids, inputs, out, advance: bool, phases: str = "both
             RDOT=kern.mode.dot != "ieee" or kern.stream_dot or kern.split_readout,
             TPD=max(16, kern.tp_split) if kern.mode.dot != "ieee" or kern.split_readout else max(2, kern.tp_split),
             NSP=parts(kern.mode.state_dtype) if kern.split_readout else 0, NCP=parts(kern.mode.act_dtype),
-            num_warps=kern.split_warps, **common)
+            num_warps=kern.split_warps, PDL=stream_pdl, **common, **launch_kwargs(stream_pdl))
 
 
 __all__ = ["coef_layout", "launch_split"]

@@ -55,6 +55,9 @@ OPTIONS = {
                 "checkpoint stream (True), or the single fused kernel (False); default: the pre-pass path from "
                 "8 rows up on the GPU, always under the interpreter"),
     "coef_warps": "int: warps per pre-pass program (default 2)",
+    "pdl": ("bool: pre-pass path: programmatic dependent launch (sm_90+, compiled): the stream starts during its "
+            "pre-pass, its first checkpoint tile's load in flight before it waits for the coefficients "
+            "(replayssm/ops/triton/pdl.py; default off)"),
     "kchunks": ("int: pre-pass path: dstate as this many chunks summed inside a thread before the cross-lane "
                 "reduction of a readout (default 4 for T' > 1 ieee on the GPU, else 1)"),
 }
@@ -64,7 +67,7 @@ SUPPORTED_ACTS = ("fp32", "bf16", "fp16")
 
 
 # options of the replay kernels' two-launch path only (the baselines refuse them)
-PREPASS_OPTIONS = ("prepass", "coef_warps", "kchunks", "split_readout")
+PREPASS_OPTIONS = ("prepass", "coef_warps", "kchunks", "split_readout", "pdl")
 
 
 def mode_unsupported(mode, options: dict, dots: tuple[str, ...],
