@@ -180,6 +180,14 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
         return
     hk = h // (HV // H)
     cb = (r * HV + h) * NCOEF
+    # One tile per program: its checkpoint tile's load goes out first (an earlier step's stream wrote it),
+    # then the wait for the pre-pass's cursors and coefficients (ops/triton/pdl.py).  Several: the wait
+    # and the cursors first, once (measured: the cursors re-read per tile slowed the whole-head programs).
+    EARLY: tl.constexpr = NVT == 1
+    if not EARLY:
+        wait_previous(PDL)
+        release_next(PDL)
+        w, org, flush, cnt = cursor_snapshot(meta_ptr, r)
     # NVT blocks of value rows per program, one after the other (the per-program work -- slot,
     # cursor snapshot, scheduling -- paid once per NVT tiles)
     for vt in range(NVT):
@@ -204,11 +212,10 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
                          other=0.0).to(tl.float32)
             if SCALED:
                 s0 = s0 * tl.load(sc_ptr + base + offs_v, mask=mv, other=1.0)[None, :, None]
-        # the tile's loads are in flight (an earlier step's stream wrote it); the pre-pass's cursors and
-        # coefficients once it has finished (ops/triton/pdl.py)
-        wait_previous(PDL)
-        release_next(PDL)
-        w, org, flush, cnt = cursor_snapshot(meta_ptr, r)
+        if EARLY:
+            wait_previous(PDL)
+            release_next(PDL)
+            w, org, flush, cnt = cursor_snapshot(meta_ptr, r)
         if SPEC:
             keep = w >= 0
         else:

@@ -175,6 +175,17 @@ def _stream_kernel(
     j = tl.arange(0, JB)
     n = tl.arange(0, BN)
     nm = n < N
+    # One chunk of state rows per program: its checkpoint tile's load goes out first (an earlier step's
+    # stream wrote it), then the wait for the pre-pass's cursor snapshot and coefficients
+    # (ops/triton/pdl.py).  Several: the wait and the snapshot first, once.
+    EARLY: tl.constexpr = NCH == 1
+    if not EARLY:
+        wait_previous(PDL)
+        release_next(PDL)
+        wp = tl.load(meta_ptr + r * 4)
+        org = tl.load(meta_ptr + r * 4 + 1)
+        flush = tl.load(meta_ptr + r * 4 + 2) != 0
+        ctr = tl.load(meta_ptr + r * 4 + 3)
     for ch in range(NCH):
         p = (split * NCH + ch) * BP + tl.arange(0, BP)
         pm = p < P
@@ -195,14 +206,13 @@ def _stream_kernel(
             if SCALED:
                 S0 = S0 * tl.load(cks_ptr + hp, mask=pm, other=1.0)[None, :, None]
             n2 = (kc * (BN // KC))[:, None] + nc[None, :]  # [KC, BNC]
-        # the tile's loads are in flight (an earlier step's stream wrote it); the pre-pass's cursor
-        # snapshot and coefficients once it has finished (ops/triton/pdl.py)
-        wait_previous(PDL)
-        release_next(PDL)
-        wp = tl.load(meta_ptr + r * 4)
-        org = tl.load(meta_ptr + r * 4 + 1)
-        flush = tl.load(meta_ptr + r * 4 + 2) != 0
-        ctr = tl.load(meta_ptr + r * 4 + 3)
+        if EARLY:
+            wait_previous(PDL)
+            release_next(PDL)
+            wp = tl.load(meta_ptr + r * 4)
+            org = tl.load(meta_ptr + r * 4 + 1)
+            flush = tl.load(meta_ptr + r * 4 + 2) != 0
+            ctr = tl.load(meta_ptr + r * 4 + 3)
         hist = j < wp
         win = (j >= wp) & (j < wp + T)
         tj = j - wp
