@@ -283,13 +283,15 @@ def test_default_warps_of_the_single_kernel():
 
 
 def test_path_choice_by_rows():
-    """The automatic path on the GPU: the single kernel below 16 rows, the pre-pass path from 16 up,
+    """The automatic path on the GPU: the single kernel below 16 rows (8 with PDL), the pre-pass path above,
     always the pre-pass path for tensor-core readouts; ``prepass`` overrides; a whole value head per
     stream program from 128 rows up (here checked on the decision functions, with the interpreter
     flag turned off as on a GPU)."""
     k = _kernel("triton-replay", "s32a16", DecodeConfig("standard", 1, 4))[0]
     k.interpret = False
     assert [k.use_split(r) for r in (1, 15, 16, 512)] == [False, False, True, True]
+    k.pdl_active = True  # as on an sm_90 GPU, where standard decode launches the pair with PDL: from 8 rows
+    assert [k.use_split(r) for r in (1, 7, 8, 512)] == [False, False, True, True]
     assert k.split_tiles(64, 16) == 1 and k.split_tiles(128, 16) == 16
     forced = _kernel("triton-replay", "s32a16", DecodeConfig("standard", 1, 4))[0]
     forced.prepass, forced.interpret = False, False

@@ -27,6 +27,7 @@ def test_pdl_option_refuses_a_non_bool(value):
 
 def test_pdl_option_default_and_activation():
     assert pdl_option({}) is False and pdl_option({"pdl": True}) is True
+    assert pdl_option({}, default=True) is True and pdl_option({"pdl": False}, default=True) is False
     assert not pdl_active(True, torch.device("cpu"), interpret=False)
     assert not pdl_active(False, torch.device("cpu"), interpret=False)
     assert launch_kwargs(True) == {"launch_pdl": True} and launch_kwargs(False) == {}

@@ -39,6 +39,7 @@ class TritonGDNReplay(TritonGDNBase):
     accepted_options = OPTIONS + PREPASS_OPTIONS
     SPEC_ONE_WARP = True  # the speculative verify's programs default to one warp (KDA's keep launch_shape's)
     SPLIT_READOUT = True
+    PDL_DEFAULT = True  # the pdl option's default in standard decode (below)
     description = ("Triton ReplaySSM: records d, normalised k, g; output-only readout; flush at write_pos = L-1; "
                    "speculative verify with the in-window WY/UT solve and device-side commit; coefficient "
                    "pre-pass + checkpoint stream from 16 rows up, one kernel below")
@@ -79,8 +80,13 @@ class TritonGDNReplay(TritonGDNBase):
         self.kchunks = int(opts.get("kchunks", 1))
         # readout="split" (speculative): keys per chunk of the tensor-core stream (replay_split_tc.py)
         self.key_chunk = int_choice(opts, "key_chunk", (16, 32, 64, 128), 32)
-        # pdl=True: the pair's launches overlap (programmatic dependent launch, ops/triton/pdl.py; sm_90+, compiled)
-        self.pdl_active = pdl_active(pdl_option(opts), self.device, self.interpret)
+        # pdl: the pair's launches overlap (programmatic dependent launch, ops/triton/pdl.py; sm_90+, compiled).
+        # Default on in standard decode, where the pair with it measured 2-4 % faster at batch 8-128 on an H200
+        # and equal at 512 (and from 8 rows faster than the single kernel: 13.2 against 13.7 us); off in the
+        # speculative verify (equal from 128 rows, slower at 8; 2026-12-04, docs/benchmarks.md).  KDA's
+        # launches take no PDL (its class sets PDL_DEFAULT False).
+        self.pdl_active = pdl_active(pdl_option(opts, self.PDL_DEFAULT and not config.decode.speculative),
+                                     self.device, self.interpret)
         if self.readout in ("dot", "split") and (self.kchunks != 1 or self.prepass is False):
             raise ValueError(f"options['readout']: {self.readout!r} is the pre-pass path's stream readout (needs "
                              f"kchunks=1 and prepass not False)")
@@ -98,7 +104,7 @@ class TritonGDNReplay(TritonGDNBase):
             return True  # only the pre-pass path reads out with tensor-core dots
         if self.prepass is not None:
             return self.prepass
-        return self.interpret or rows >= 16
+        return self.interpret or rows >= (8 if self.pdl_active else 16)
 
     def split_shape(self, rows: int) -> tuple[int, int, int]:
         """(block_v, value blocks, num_warps) of the stream kernel: the options, else one warp per 8

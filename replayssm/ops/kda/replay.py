@@ -46,6 +46,7 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
     accepted_options = OPTIONS + SPLIT_OPTIONS
     SPEC_ONE_WARP = False  # its verify holds a [history, K] decay tile per program: not measured on one warp
     SPLIT_READOUT = False  # its streams (replay_split.py, replay_spec_split.py) read out with reduce / dot only
+    PDL_DEFAULT = False  # its launches take no PDL (the pdl option is Gated DeltaNet's and Mamba-2's)
     launch_split = staticmethod(launch_split)
     launch_replay_spec = staticmethod(launch_replay_spec)
     launch_replay_spec_commit = staticmethod(launch_replay_spec_commit)

@@ -52,9 +52,9 @@ def release_next(PDL: tl.constexpr):
         gdc_launch_dependents()
 
 
-def pdl_option(options: dict) -> bool:
-    """``options['pdl']``: True or False (absent: False)."""
-    value = options.get("pdl", False)
+def pdl_option(options: dict, default: bool = False) -> bool:
+    """``options['pdl']``: True or False (absent: ``default``, the kernel's measured choice)."""
+    value = options.get("pdl", default)
     if not isinstance(value, bool):
         raise ValueError(f"options['pdl']: expected True or False, got {value!r}")
     return value
