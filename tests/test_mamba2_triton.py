@@ -337,15 +337,19 @@ def test_no_cuda_device_is_a_clear_error(monkeypatch):
 
 def test_path_choice_by_rows(monkeypatch):
     """The automatic path on the GPU (the interpreter flag turned off, as on a GPU): the single fused
-    kernel below 8 rows, the pre-pass path from there up (the speculative stream's readouts over the whole
-    dstate tile unless ``kchunks`` says otherwise); ``prepass`` overrides; the state_and_output route always
-    runs the single kernel."""
+    kernel below 8 rows, the pre-pass path from there up (the speculative verify with PDL: always; the
+    speculative stream's readouts over the whole dstate tile unless ``kchunks`` says otherwise);
+    ``prepass`` overrides; the state_and_output route always runs the single kernel."""
     import replayssm.ops.mamba2.replay as rp
     k = _build("triton-replay", "s32a16", DecodeConfig("standard", 1, 4))
     spec = _build("triton-replay", "s32a16", DecodeConfig("speculative", 4, 16))
     monkeypatch.setattr(rp, "INTERPRET", False)
     assert [k.use_split(r) for r in (1, 7, 8, 16, 512)] == [False, False, True, True, True]
     assert [spec.use_split(r) for r in (1, 7, 8, 16, 512)] == [False, False, True, True, True]
+    spec.pdl_active = True  # as on an sm_90 GPU, where the speculative verify launches the pair with PDL: always
+    assert [spec.use_split(r) for r in (1, 7, 8, 512)] == [True, True, True, True]
+    k.pdl_active = True  # (standard decode keeps PDL off by default; given, the rows rule is unchanged)
+    assert [k.use_split(r) for r in (1, 7, 8)] == [False, False, True]
     whole = _build("triton-replay", "s32a16", DecodeConfig("speculative", 4, 16))
     assert [whole.chunks_for(r) for r in (8, 31, 32, 512)] == [1, 1, 1, 1]
     fixed = _build("triton-replay", "s32a16", DecodeConfig("speculative", 4, 16), kchunks=2)

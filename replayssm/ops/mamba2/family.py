@@ -164,8 +164,9 @@ class Mamba2(Family):
             return [{"block_p": 16, "num_warps": 4}, {"block_p": 32, "num_warps": 4}][:1 if decode.speculative else 2]
         if decode.speculative:  # + every window readout as one ieee fp32 dot (the stream's, from 8 rows), and
             # the readouts in 4 dstate chunks from 32 rows (the default before 2026-12-02, slower since)
-            # (+ the pre-pass path with programmatic dependent launch)
-            return [{}, {"prepass": False}, {"vector_readout": True}, {"prepass": True, "pdl": True}] + (
+            # (the default: the pre-pass path with programmatic dependent launch at every batch; pdl=False: the
+            # pair without it from 8 rows, the fused kernel below)
+            return [{}, {"prepass": False}, {"vector_readout": True}, {"pdl": False}] + (
                 [{"kchunks": 4}] if batch >= 32 else [])
         return [{}, {"prepass": False}, {"prepass": True}, {"prepass": True, "pdl": True}]
 

@@ -404,7 +404,12 @@ class _TritonReplay(TritonMamba2Base):
         opts = config.options
         self.prepass = prepass_option(opts)
         self.coef_warps = int_choice(opts, "coef_warps", (1, 2, 4, 8), 2)
-        self.pdl_active = pdl_active(pdl_option(opts), self.device, INTERPRET)
+        # pdl: the pair's launches overlap (programmatic dependent launch, ops/triton/pdl.py; sm_90+, compiled).
+        # Default on in the speculative verify, where the pair with it measured 0.5-1 % faster from batch 8 and
+        # faster than the single kernel at batch 1 (17.5 us against 18.7 at k = 4, 16.6 against 18.3 at k = 2);
+        # off in standard decode (equal from 32 rows, slower at 8: 18.8 against 17.6; H200, 2026-12-04,
+        # docs/benchmarks.md)
+        self.pdl_active = pdl_active(pdl_option(opts, d.speculative), self.device, INTERPRET)
         # stream launch defaults measured fastest on an H200 at batch 128-512 (docs/benchmarks.md):
         # one warp per 16-row tile; speculative windows read out over the whole dstate tile
         self.split_warps = int(opts.get("num_warps", 1))
@@ -450,8 +455,8 @@ class _TritonReplay(TritonMamba2Base):
             return True  # the stream's readout
         # from 8 rows (H200, 2026-12-02, docs/benchmarks.md): standard decode at batch 8 17.6 us against the
         # single kernel's 23.4 (batch 1: 8.2 against 6.3); the speculative verify at batch 8 46.1 us (whole-dstate
-        # readouts) against 73.8
-        return INTERPRET or rows >= 8
+        # readouts) against 73.8, and with PDL at every batch (batch 1: 17.5 us against 18.7, 2026-12-04)
+        return INTERPRET or rows >= 8 or (self.pdl_active and self.decode.speculative)
 
     def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Pre-pass outputs for a launch of ``rows`` rows (kept per row count: a captured CUDA graph
