@@ -19,7 +19,8 @@ from replayssm import DecodeConfig, KernelConfig, Mamba2Geometry, registry
 from replayssm.families import family
 from replayssm.ops.mamba2.literal import Mamba2LiteralReplay
 from replayssm.ops.mamba2.naive import mamba2_step
-from replayssm.ops.triton.reference import decay_outer_update
+from replayssm.ops.ordered_sum import pairwise_sum
+from replayssm.ops.triton.reference import reference_rows
 from replayssm.scenarios.inputs import make_inputs, make_inputs_steps
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators import invariants as inv
@@ -288,10 +289,33 @@ def test_reference_hoisted_over_a_chunk(fam):
 def test_fused_reference_bad_arguments():
     s = torch.zeros((2, 3, 4, 5), dtype=torch.float64)
     with pytest.raises(ValueError, match="s: expected a"):
-        decay_outer_update(s[0], s, s, s, s)
+        reference_rows(s[0], s, s, s, s)
     with pytest.raises(ValueError, match="u: expected 24 torch.float64"):
-        decay_outer_update(s, torch.zeros(6, dtype=torch.float64), torch.zeros(5, dtype=torch.float64),
-                           torch.zeros(30, dtype=torch.float64), torch.zeros(30, dtype=torch.float64))
+        reference_rows(s, torch.zeros(6, dtype=torch.float64), torch.zeros(5, dtype=torch.float64),
+                       torch.zeros(30, dtype=torch.float64), torch.zeros(30, dtype=torch.float64))
+    with pytest.raises(ValueError, match="beta: expected 6 torch.float64"):
+        reference_rows(s, torch.zeros(6, dtype=torch.float64), torch.zeros(24, dtype=torch.float64),
+                       torch.zeros(30, dtype=torch.float64), torch.zeros(30, dtype=torch.float64),
+                       beta=torch.zeros(6, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("J", [1, 5, 8, 13])
+def test_fused_rows_sum_in_the_pairwise_order(J):
+    """The fused pass's sums are ``pairwise_sum``'s halving tree bit for bit, any row length (a
+    non-power of two zero-padded); a plain left-to-right sum of the same products differs in the last
+    bits, so the test can tell the orders apart."""
+    gen = torch.Generator().manual_seed(J)
+    s = torch.randn((2, 3, 4, J), generator=gen, dtype=torch.float64) * 1e3
+    a, u = torch.rand((2, 3), generator=gen, dtype=torch.float64), torch.randn((2, 3, 4), generator=gen,
+                                                                                dtype=torch.float64)
+    w, c = (torch.randn((2, 3, J), generator=gen, dtype=torch.float64) for _ in range(2))
+    new, y, mag = reference_rows(s, a, u, w, c)
+    want_new = torch.add(a[..., None, None] * s, u[..., None] * w[..., None, :])
+    prod = want_new * c[..., None, :]
+    assert torch.equal(new, want_new)
+    assert torch.equal(y, pairwise_sum(prod)) and torch.equal(mag, pairwise_sum(prod.abs()))
+    if J == 13:
+        assert not torch.equal(y, prod.cumsum(-1)[..., -1])
 
 
 @pytest.mark.parametrize("cell", [CELLS[0], CELLS[3]], ids=["mamba2-s32a16-standard", "gdn-sfp16a16-spec-always-T"])

@@ -86,7 +86,7 @@ def gdn_stream_counts(rdot: bool, bv: int, warps: int, ptx_version: str | None, 
     lay = replay_split.coef_layout(16, 4)
     const = dict(H=16, HV=32, K=128, V=128, T=4, RING=32, SPEC=True, SCALE=128 ** -0.5, BK=128, BV=bv, JB=16, TP=4,
                  SCALED=False, SR=False, INTERPRET=False, KC=kc, DOT="ieee", RDOT=rdot, NSP=0, FU=4, NVT=128 // bv,
-                 NCOEF=lay["NCOEF"], **{f"O_{k}": v for k, v in lay.items() if k != "NCOEF"})
+                 PDL=False, NCOEF=lay["NCOEF"], **{f"O_{k}": v for k, v in lay.items() if k != "NCOEF"})
     return {"readout": "dot" if rdot else "reduce", "value_rows": bv, "kchunks": kc,
             **sass_counts(replay_split._gdn_stream_kernel, GDN_STREAM_SIG, const, warps, ptx_version)}
 

@@ -15,7 +15,8 @@ import torch
 from replayssm.conventions import DEFAULT
 from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.gdn import literal, naive
-from replayssm.ops.triton.reference import decay_outer_update
+from replayssm.ops.ordered_sum import pairwise_sum
+from replayssm.ops.triton.reference import reference_rows
 from replayssm.precision import PrecisionMode
 
 
@@ -101,31 +102,25 @@ class GatedDeltaNet(Family):
         return {**prep, "alpha": alpha, "beta": beta}
 
     def reference_advance_fused(self, state, prep, params):
-        y, new, _ = self._fused_products(state, prep, params)
+        y, new, _ = self.reference_advance_magnitude(state, prep, params)
         return y, new
 
     def reference_advance_magnitude(self, state, prep, params):
-        y, new, prod = self._fused_products(state, prep, params)
-        return y, new, prod.abs().sum(-1)
-
-    def _fused_products(self, state, prep, params):
-        """``(output, new state, readout products S' ∘ q)`` of the fused step."""
-        # naive.gdn_step line by line; its update alpha S + d k^T and the readout product S' * q in one
-        # pass (ops/triton/reference.py), the sums over K left to torch.
+        # naive.gdn_step line by line; its state-sized work, S k, d = beta (v - alpha S k), alpha S + d k^T and
+        # the readout sums over K (pairwise_sum of S' q and of |S'| |q|), in one pass per row
+        # (ops/triton/reference.py)
         dtype = state.dtype
         q, k, v = (prep[n].to(dtype) for n in ("q", "k", "v"))
         qh, kh = naive.gdn_prepare(q, k, v.shape[-2])
         alpha, beta = (prep["alpha"], prep["beta"]) if "alpha" in prep else self._gates(prep, params, dtype)
-        sk = (state * kh[..., None, :]).sum(-1)
-        d = beta[..., None] * (v - alpha[..., None] * sk)
         HV, V, K = state.shape[-3:]
-        new, prod = decay_outer_update(state.reshape(-1, HV, V, K), alpha, d, kh, qh)
-        prod = prod.view(state.shape)
-        return prod.sum(-1), new.view(state.shape), prod
+        new, o, mag = reference_rows(state.reshape(-1, HV, V, K), alpha, v, kh, qh, beta=beta)
+        lead = state.shape[:-1]
+        return o.view(lead), new.view(state.shape), mag.view(lead)
 
     def readout_magnitude(self, state_abs, tok, params):
         qh, _ = naive.gdn_prepare(tok["q"], tok["k"], state_abs.shape[-3])
-        return (state_abs * qh.abs()[..., None, :]).sum(-1)
+        return pairwise_sum(state_abs * qh.abs()[..., None, :])
 
     @property
     def literal_replay(self):

@@ -11,6 +11,9 @@ Shapes: state ``[..., HV, V, K]``; per token ``q, k [..., H, K]``, ``v [..., HV,
     q, k ← u / sqrt(Σu² + 1e-6);  q ← q K^-1/2
     d = β (v − α S k)
     S ← α S + d kᵀ,   o = S q
+
+The sums over K of ``S k`` and ``S q`` are :func:`~replayssm.ops.ordered_sum.pairwise_sum` (a fixed
+pairwise order: the same bits on any device and from the drift fast path's fused pass).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from replayssm.conventions import DEFAULT, Conventions
+from replayssm.ops.ordered_sum import pairwise_sum
 
 L2_EPS = DEFAULT.l2_eps
 
@@ -54,10 +58,10 @@ def gdn_step(state, q, k, v, a, b, A_log, dt_bias, conv: Conventions = DEFAULT):
     qh, kh = gdn_prepare(q, k, v.shape[-2], conv)
     g, beta = gdn_gates(a, b, A_log, dt_bias, conv)
     alpha = torch.exp(g)
-    sk = (state * kh[..., None, :]).sum(-1)
+    sk = pairwise_sum(state * kh[..., None, :])
     d = beta[..., None] * (v - alpha[..., None] * sk)
     state = alpha[..., None, None] * state + d[..., :, None] * kh[..., None, :]
-    o = (state * qh[..., None, :]).sum(-1)
+    o = pairwise_sum(state * qh[..., None, :])
     return o, state
 
 

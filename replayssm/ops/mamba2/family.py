@@ -15,7 +15,8 @@ import torch
 from replayssm.conventions import DEFAULT
 from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.mamba2 import literal, naive
-from replayssm.ops.triton.reference import decay_outer_update
+from replayssm.ops.ordered_sum import pairwise_sum
+from replayssm.ops.triton.reference import reference_rows
 from replayssm.precision import PrecisionMode
 
 
@@ -104,31 +105,26 @@ class Mamba2(Family):
         return {**prep, "a": a, "dx": dx}
 
     def reference_advance_fused(self, state, prep, params):
-        y, new, _ = self._fused_products(state, prep, params)
+        y, new, _ = self.reference_advance_magnitude(state, prep, params)
         return y, new
 
     def reference_advance_magnitude(self, state, prep, params):
-        y, new, prod = self._fused_products(state, prep, params)
-        return y, new, self._magnitude(prod.abs().sum(-1), prep["Dx"].abs(), prep.get("z"))
-
-    def _fused_products(self, state, prep, params):
-        """``(output, new state, readout products S' ∘ C)`` of the fused step."""
-        # naive.advance line by line; its two full-size expressions, torch.add(a * S, (delta x) * B)
-        # and S' * C, in one pass (ops/triton/reference.py), the sum over N left to torch.
+        # naive.advance line by line; its state-sized work, torch.add(a * S, (delta x) * B) and the readout
+        # sums over N (pairwise_sum of S' C and of |S'| |C|), in one pass per row (ops/triton/reference.py)
         p = prep
         a, dx = (p["a"], p["dx"]) if "a" in p else self._decay(p, params, state.dtype)
         H, P, N = state.shape[-3:]
-        new, prod = decay_outer_update(state.reshape(-1, H, P, N), a, dx, p["Bh"], p["Ch"])
-        new, prod = new.view(state.shape), prod.view(state.shape)
-        y = torch.add(prod.sum(-1), p["Dx"])
+        new, summed, mag = reference_rows(state.reshape(-1, H, P, N), a, dx, p["Bh"], p["Ch"])
+        lead = state.shape[:-1]
+        y = torch.add(summed.view(lead), p["Dx"])
         if "z" in p:
             y = torch.mul(y * p["z"], torch.sigmoid(p["z"]))
-        return y, new, prod
+        return y, new.view(state.shape), self._magnitude(mag.view(lead), p["Dx"].abs(), p.get("z"))
 
     def readout_magnitude(self, state_abs, tok, params):
         H = state_abs.shape[-3]
         C = tok["C"].abs().repeat_interleave(H // tok["C"].shape[-2], dim=-2)
-        return self._magnitude((state_abs * C[..., None, :]).sum(-1), (params["D"][..., None] * tok["x"]).abs(),
+        return self._magnitude(pairwise_sum(state_abs * C[..., None, :]), (params["D"][..., None] * tok["x"]).abs(),
                                tok.get("z"))
 
     @staticmethod

@@ -12,6 +12,9 @@ Shapes: state ``[..., H, P, N]``; per token ``x [..., H, P]``, ``dt [..., H]``, 
     S ← a S + Δ x Bᵀ
     y = S C + D x,   y ← y · z · sigmoid(z) when z is given
 
+The sum over N of ``S C`` is :func:`~replayssm.ops.ordered_sum.pairwise_sum` (a fixed pairwise
+order: the same bits on any device and from the drift fast path's fused pass).
+
 The step is written as two parts so a long run can prepare a whole chunk of tokens at once with
 the same bits: :func:`prepare` holds the exact elementwise work (casts, the group-to-head
 broadcast, the bias add, D x), :func:`advance` the rest.  :func:`mamba2_step` is the two together.
@@ -20,6 +23,8 @@ broadcast, the bias add, D x), :func:`advance` the rest.  :func:`mamba2_step` is
 from __future__ import annotations
 
 import torch
+
+from replayssm.ops.ordered_sum import pairwise_sum
 
 
 def prepare(x, dt, B, C, A, dt_bias, D, z=None, dtype=torch.float64, threshold: float = 20.0
@@ -49,7 +54,7 @@ def advance(state: torch.Tensor, p: dict[str, torch.Tensor], A: torch.Tensor):
     delta = torch.where(p["large"], p["u"], torch.log1p(torch.exp(p["u_clamped"])))
     a = torch.exp(A.to(state.dtype)[:, None, None] * delta)
     state = torch.add(a * state, delta * p["x"] * p["Bh"])
-    y = torch.add((state * p["Ch"]).sum(-1), p["Dx"])
+    y = torch.add(pairwise_sum(state * p["Ch"]), p["Dx"])
     if "z" in p:
         y = torch.mul(y * p["z"], torch.sigmoid(p["z"]))
     return y, state

@@ -1,19 +1,23 @@
-"""The one full-state pass of the fp64 reference steps, fused: ``S' = a S + u wᵀ`` and ``S' ∘ c``.
+"""The fp64 reference steps' state-sized work in one pass per row: the update and the readout sums.
 
 Oracle: the eager torch expressions it replaces, bit for bit --
-Mamba-2 (``naive.advance``): ``torch.add(a * S, (Δ x) * B)`` and ``S' * C`` before the sum over N;
-Gated DeltaNet (``naive.gdn_step``): ``α S + d kᵀ`` and ``S' * q`` before the sum over K.  Each
-element is one IEEE product ``a s``, one product ``u w``, their sum, and one product with ``c``,
-each rounded once as torch rounds them: the kernel is compiled with floating-point contraction
-off (``enable_fp_fusion=False``: no FMA), and the reductions stay torch's own sums over the
-product this pass writes.  Expected difference: none (tests/test_drift_fast.py compares it with
-the eager step under the Triton interpreter; tools/h200_drift_fast.sh on a GPU).
+Mamba-2 (``naive.advance``): ``S' = torch.add(a * S, (Δ x) * B)``, the readout ``pairwise_sum(S' * C)``
+and the readout magnitude ``pairwise_sum(|S'| * |C|)`` (``Mamba2.readout_magnitude``);
+Gated DeltaNet (``naive.gdn_step``): ``sk = pairwise_sum(S * k)``, ``d = β (v - α sk)``,
+``S' = α S + d kᵀ``, ``o = pairwise_sum(S' * q)`` and ``pairwise_sum(|S'| * |q|)``.
+Each element is rounded as torch rounds it (one IEEE product or sum per operation: the kernel is
+compiled with floating-point contraction off, ``enable_fp_fusion=False``, so no FMA), and every sum
+over the row is :func:`replayssm.ops.ordered_sum.pairwise_sum`'s halving tree, which this kernel
+reproduces level by level (``x[:h] + x[h:]`` as a reshape to ``[rows, 2, h]`` and a sum over the
+pair; ``|s c| = |s| |c|`` exactly).  Expected difference: none (tests/test_drift_fast.py against the
+eager step under the Triton interpreter, and on a GPU).
 
-It moves the state once in and twice out (new state, product) where the eager step makes five
-full-size passes (``a S``, ``u w``, the add, the product), so the fast drift path's fp64
-reference runs nearer the memory floor.
+One program takes ``ROWS`` rows of the state (a row: the ``J`` = dstate / key entries of one (row, head,
+headdim / value) index): it reads the state once and writes the new state, the readout and the
+magnitude, where the eager step makes six (Mamba-2) or nine (Gated DeltaNet) state-sized passes.
 
-Shapes (contiguous): ``s, new, prod [R, H, I, J]``, ``a [R, H]``, ``u [R, H, I]``, ``w, c [R, H, J]``.
+Shapes (contiguous): ``s, new [R, H, I, J]``; per (row, head) ``a`` (α), ``beta [R, H]``, ``w, c [R, H, J]``;
+per row ``u [R, H, I]`` (Mamba-2's Δ x; Gated DeltaNet's v).  Outputs ``y, mag [R, H, I]``.
 """
 
 from __future__ import annotations
@@ -24,46 +28,70 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK = 1024
+ROWS = 16
 
 
 @triton.jit
-def _decay_outer_kernel(s_ptr, a_ptr, u_ptr, w_ptr, c_ptr, new_ptr, prod_ptr, n, I: tl.constexpr, J: tl.constexpr,
-                        BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    rh = offs // (I * J)
-    j = offs % J
-    s = tl.load(s_ptr + offs, mask=m)
-    a = tl.load(a_ptr + rh, mask=m)
-    u = tl.load(u_ptr + offs // J, mask=m)
-    w = tl.load(w_ptr + rh * J + j, mask=m)
-    c = tl.load(c_ptr + rh * J + j, mask=m)
-    new = a * s + u * w
-    tl.store(new_ptr + offs, new, mask=m)
-    tl.store(prod_ptr + offs, new * c, mask=m)
+def tree_sum(x, ROWS: tl.constexpr, BJ: tl.constexpr, LOG2BJ: tl.constexpr):
+    """``pairwise_sum`` over the last axis of ``x [ROWS, BJ]`` (``BJ = 2 ** LOG2BJ``): ``[ROWS]``."""
+    for lvl in tl.static_range(LOG2BJ):
+        x = tl.sum(tl.reshape(x, (ROWS, 2, BJ >> (lvl + 1))), axis=1)
+    return tl.reshape(x, (ROWS,))
 
 
-def decay_outer_update(s: torch.Tensor, a: torch.Tensor, u: torch.Tensor, w: torch.Tensor, c: torch.Tensor
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(a S + u wᵀ, (a S + u wᵀ) ∘ c)`` for ``s [R, H, I, J]`` fp64 and broadcast factors of any
-    shape that view as ``a [R, H]``, ``u [R, H, I]``, ``w, c [R, H, J]`` (same dtype and device)."""
+@triton.jit
+def _reference_rows_kernel(s_ptr, a_ptr, beta_ptr, u_ptr, w_ptr, c_ptr, new_ptr, y_ptr, mag_ptr, nrows,
+                           I: tl.constexpr, J: tl.constexpr, BJ: tl.constexpr, LOG2BJ: tl.constexpr,
+                           ROWS: tl.constexpr, DELTA: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    mr = rows < nrows
+    j = tl.arange(0, BJ)
+    mj = j < J
+    m2 = mr[:, None] & mj[None, :]
+    rh = rows // I
+    s = tl.load(s_ptr + rows[:, None] * J + j[None, :], mask=m2, other=0.0)
+    a = tl.load(a_ptr + rh, mask=mr, other=0.0)
+    u = tl.load(u_ptr + rows, mask=mr, other=0.0)
+    w = tl.load(w_ptr + rh[:, None] * J + j[None, :], mask=m2, other=0.0)
+    c = tl.load(c_ptr + rh[:, None] * J + j[None, :], mask=m2, other=0.0)
+    if DELTA:  # the delta rule: u is v, w is k; d = beta (v - alpha (S k)) replaces u
+        beta = tl.load(beta_ptr + rh, mask=mr, other=0.0)
+        sk = tree_sum(tl.where(m2, s * w, 0.0), ROWS, BJ, LOG2BJ)
+        u = beta * (u - a * sk)
+    new = a[:, None] * s + u[:, None] * w
+    prod = tl.where(m2, new * c, 0.0)
+    tl.store(new_ptr + rows[:, None] * J + j[None, :], new, mask=m2)
+    tl.store(y_ptr + rows, tree_sum(prod, ROWS, BJ, LOG2BJ), mask=mr)
+    tl.store(mag_ptr + rows, tree_sum(tl.abs(prod), ROWS, BJ, LOG2BJ), mask=mr)
+
+
+def reference_rows(s: torch.Tensor, a: torch.Tensor, u: torch.Tensor, w: torch.Tensor, c: torch.Tensor,
+                   beta: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(S', pairwise_sum(S' ∘ c), pairwise_sum(|S' ∘ c|))`` for ``s [R, H, I, J]`` fp64 and factors that
+    view as ``a [R, H]``, ``u [R, H, I]``, ``w, c [R, H, J]`` (same dtype and device): ``S' = a S + u wᵀ``,
+    or with ``beta [R, H]`` the delta rule's ``S' = a S + d wᵀ``, ``d = beta (u - a pairwise_sum(S ∘ w))``."""
     if s.dim() != 4:
         raise ValueError(f"s: expected a [R, H, I, J] state, got shape {tuple(s.shape)}")
     R, H, I, J = s.shape
     want = {"a": (a, R * H), "u": (u, R * H * I), "w": (w, R * H * J), "c": (c, R * H * J)}
+    if beta is not None:
+        want["beta"] = (beta, R * H)
     for name, (t, numel) in want.items():
         if t.dtype != s.dtype or t.device != s.device or t.numel() != numel:
             raise ValueError(f"{name}: expected {numel} {s.dtype} elements on {s.device}, got {t.numel()} "
                              f"{t.dtype} on {t.device}")
     s = s.contiguous()
-    new, prod = torch.empty_like(s), torch.empty_like(s)
-    n = s.numel()
+    new = torch.empty_like(s)
+    y, mag = (torch.empty((R, H, I), dtype=s.dtype, device=s.device) for _ in range(2))
+    nrows = R * H * I
+    bj = triton.next_power_of_2(J)
+    a = a.contiguous()
     with torch.cuda.device(s.device) if s.device.type == "cuda" else contextlib.nullcontext():
-        _decay_outer_kernel[(triton.cdiv(n, BLOCK),)](s, a.contiguous(), u.contiguous(), w.contiguous(),
-                                                      c.contiguous(), new, prod, n, I=I, J=J, BLOCK=BLOCK,
-                                                      enable_fp_fusion=False)
-    return new, prod
+        _reference_rows_kernel[(triton.cdiv(nrows, ROWS),)](
+            s, a, a if beta is None else beta.contiguous(), u.contiguous(), w.contiguous(), c.contiguous(), new, y,
+            mag, nrows, I=I, J=J, BJ=bj, LOG2BJ=bj.bit_length() - 1, ROWS=ROWS, DELTA=beta is not None,
+            enable_fp_fusion=False)
+    return new, y, mag
 
 
-__all__ = ["decay_outer_update"]
+__all__ = ["reference_rows", "tree_sum"]
