@@ -28,7 +28,9 @@ import torch
 import triton
 import triton.language as tl
 
-ROWS = 16
+# rows per program, on one warp: a warp's rows reduce in its lanes (on 4 warps the halving tree crossed
+# warps: 67 barriers per program in an sm_90 compile; on one, none), and 4 rows keep the fp64 tile small
+ROWS = 4
 
 
 @triton.jit
@@ -40,9 +42,13 @@ def tree_sum(x, ROWS: tl.constexpr, BJ: tl.constexpr, LOG2BJ: tl.constexpr):
 
 
 @triton.jit
-def _reference_rows_kernel(s_ptr, a_ptr, beta_ptr, u_ptr, w_ptr, c_ptr, new_ptr, y_ptr, mag_ptr, nrows,
+def _reference_rows_kernel(s_ptr, a_ptr, u_ptr, w_ptr, c_ptr, new_ptr, y_ptr, mag_ptr, nrows,
                            I: tl.constexpr, J: tl.constexpr, BJ: tl.constexpr, LOG2BJ: tl.constexpr,
-                           ROWS: tl.constexpr, DELTA: tl.constexpr):
+                           ROWS: tl.constexpr, UPDATE: tl.constexpr, SHARED: tl.constexpr):
+    """UPDATE: ``new = a S + u wᵀ``, ``y`` and ``mag`` the sums of ``new ∘ c`` and its magnitude; else only
+    ``y = pairwise_sum(S ∘ w)`` (the delta rule's ``S k``: a pass of its own, since the tree's result fed back
+    into the update made the layout pass give the tree a register-replicated layout, 14 KB of spills per
+    program in an sm_90 compile)."""
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     mr = rows < nrows
     j = tl.arange(0, BJ)
@@ -50,14 +56,20 @@ def _reference_rows_kernel(s_ptr, a_ptr, beta_ptr, u_ptr, w_ptr, c_ptr, new_ptr,
     m2 = mr[:, None] & mj[None, :]
     rh = rows // I
     s = tl.load(s_ptr + rows[:, None] * J + j[None, :], mask=m2, other=0.0)
+    if SHARED:  # the program's rows share one (row, head): w and c once, as [BJ] vectors
+        rh0 = (tl.program_id(0).to(tl.int64) * ROWS) // I
+        w = tl.load(w_ptr + rh0 * J + j, mask=mj, other=0.0)[None, :]
+    else:
+        w = tl.load(w_ptr + rh[:, None] * J + j[None, :], mask=m2, other=0.0)
+    if not UPDATE:
+        tl.store(y_ptr + rows, tree_sum(tl.where(m2, s * w, 0.0), ROWS, BJ, LOG2BJ), mask=mr)
+        return
+    if SHARED:
+        c = tl.load(c_ptr + rh0 * J + j, mask=mj, other=0.0)[None, :]
+    else:
+        c = tl.load(c_ptr + rh[:, None] * J + j[None, :], mask=m2, other=0.0)
     a = tl.load(a_ptr + rh, mask=mr, other=0.0)
     u = tl.load(u_ptr + rows, mask=mr, other=0.0)
-    w = tl.load(w_ptr + rh[:, None] * J + j[None, :], mask=m2, other=0.0)
-    c = tl.load(c_ptr + rh[:, None] * J + j[None, :], mask=m2, other=0.0)
-    if DELTA:  # the delta rule: u is v, w is k; d = beta (v - alpha (S k)) replaces u
-        beta = tl.load(beta_ptr + rh, mask=mr, other=0.0)
-        sk = tree_sum(tl.where(m2, s * w, 0.0), ROWS, BJ, LOG2BJ)
-        u = beta * (u - a * sk)
     new = a[:, None] * s + u[:, None] * w
     prod = tl.where(m2, new * c, 0.0)
     tl.store(new_ptr + rows[:, None] * J + j[None, :], new, mask=m2)
@@ -65,11 +77,21 @@ def _reference_rows_kernel(s_ptr, a_ptr, beta_ptr, u_ptr, w_ptr, c_ptr, new_ptr,
     tl.store(mag_ptr + rows, tree_sum(tl.abs(prod), ROWS, BJ, LOG2BJ), mask=mr)
 
 
+def _launch(s, a, u, w, c, new, y, mag, update: bool) -> None:
+    R, H, I, J = s.shape
+    nrows, bj = R * H * I, triton.next_power_of_2(J)
+    with torch.cuda.device(s.device) if s.device.type == "cuda" else contextlib.nullcontext():
+        _reference_rows_kernel[(triton.cdiv(nrows, ROWS),)](
+            s, a, u, w, c, new, y, mag, nrows, I=I, J=J, BJ=bj, LOG2BJ=bj.bit_length() - 1, ROWS=ROWS,
+            UPDATE=update, SHARED=I % ROWS == 0, enable_fp_fusion=False, num_warps=1)
+
+
 def reference_rows(s: torch.Tensor, a: torch.Tensor, u: torch.Tensor, w: torch.Tensor, c: torch.Tensor,
                    beta: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(S', pairwise_sum(S' ∘ c), pairwise_sum(|S' ∘ c|))`` for ``s [R, H, I, J]`` fp64 and factors that
     view as ``a [R, H]``, ``u [R, H, I]``, ``w, c [R, H, J]`` (same dtype and device): ``S' = a S + u wᵀ``,
-    or with ``beta [R, H]`` the delta rule's ``S' = a S + d wᵀ``, ``d = beta (u - a pairwise_sum(S ∘ w))``."""
+    or with ``beta [R, H]`` the delta rule's ``S' = a S + d wᵀ``, ``d = beta (u - a pairwise_sum(S ∘ w))``
+    (``naive.gdn_step``'s expressions; ``S ∘ w`` summed in a pass of its own)."""
     if s.dim() != 4:
         raise ValueError(f"s: expected a [R, H, I, J] state, got shape {tuple(s.shape)}")
     R, H, I, J = s.shape
@@ -80,17 +102,13 @@ def reference_rows(s: torch.Tensor, a: torch.Tensor, u: torch.Tensor, w: torch.T
         if t.dtype != s.dtype or t.device != s.device or t.numel() != numel:
             raise ValueError(f"{name}: expected {numel} {s.dtype} elements on {s.device}, got {t.numel()} "
                              f"{t.dtype} on {t.device}")
-    s = s.contiguous()
+    s, a, u, w, c = (t.contiguous() for t in (s, a, u, w, c))
     new = torch.empty_like(s)
     y, mag = (torch.empty((R, H, I), dtype=s.dtype, device=s.device) for _ in range(2))
-    nrows = R * H * I
-    bj = triton.next_power_of_2(J)
-    a = a.contiguous()
-    with torch.cuda.device(s.device) if s.device.type == "cuda" else contextlib.nullcontext():
-        _reference_rows_kernel[(triton.cdiv(nrows, ROWS),)](
-            s, a, a if beta is None else beta.contiguous(), u.contiguous(), w.contiguous(), c.contiguous(), new, y,
-            mag, nrows, I=I, J=J, BJ=bj, LOG2BJ=bj.bit_length() - 1, ROWS=ROWS, DELTA=beta is not None,
-            enable_fp_fusion=False)
+    if beta is not None:  # d = beta (v - alpha (S k)), as naive.gdn_step writes it
+        _launch(s, a, u, w, c, new, y, mag, update=False)
+        u = beta.reshape(R, H, 1) * (u.reshape(R, H, I) - a.reshape(R, H, 1) * y)
+    _launch(s, a, u, w, c, new, y, mag, update=True)
     return new, y, mag
 
 
