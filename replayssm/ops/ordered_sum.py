@@ -29,7 +29,7 @@ def pairwise_sum(x: torch.Tensor) -> torch.Tensor:
         x = torch.nn.functional.pad(x, (0, width - n))
     while width > 1:
         width //= 2
-        x = x[..., :width] + x[..., width:]
+        x = torch.add(x[..., :width], x[..., width:])
     return x[..., 0]
 
 
