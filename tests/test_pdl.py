@@ -41,17 +41,12 @@ def test_kernel_refuses_a_bad_pdl_value(family):
         run_scenario(sc, "triton-replay")
 
 
-@pytest.mark.parametrize("decode", ["standard", "speculative"])
 @pytest.mark.parametrize("family", ["mamba2", "gdn"])
-def test_pdl_pair_passes_the_engine(family, decode):
-    """s32a16-L4-T1 / T2-B4 at tiny, flushes included: the pair with the option accepted and judged
-    (the streams' checkpoint tile loaded before the cursor snapshot)."""
-    opts = {"prepass": True, "pdl": True}
-    if decode == "standard":
-        sc = Scenario.build(family, decode="standard", batch=3, geometry="tiny", mode="s32a16", buffer=4,
-                            schedule="always-1", steps=9, kernel_options=opts)
-    else:
-        sc = Scenario.build(family, decode="speculative", batch=3, geometry="tiny", mode="s32a16", window=2,
-                            buffer=4, schedule="random", steps=6, kernel_options=opts)
-    res = run_scenario(sc, "triton-replay")
+def test_pdl_pair_passes_the_engine(family):
+    """s32a16-L4-T1 at tiny, one flush: the pair with the option accepted and judged (the streams'
+    checkpoint tile loaded before the cursor snapshot; the speculative pairs run it in
+    tests/test_gdn_triton.py and tests/test_mamba2_triton.py, where the interpreter always takes them)."""
+    sc = Scenario.build(family, decode="standard", batch=2, geometry="tiny", mode="s32a16", buffer=4,
+                        schedule="always-1", steps=5, kernel_options={"prepass": True, "pdl": True})
+    res = run_scenario(sc, "triton-replay", repeat_check=False)
     assert res.exception is None and res.passed, [str(f) for f in res.failures[:3]]
