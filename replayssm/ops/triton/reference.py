@@ -1,4 +1,4 @@
-"""The fp64 reference steps' state-sized work in one pass per row: the update and the readout sums.
+"""The fp64 reference steps' state-sized work in a pass per row: the update and the readout sums.
 
 Oracle: the eager torch expressions it replaces, bit for bit --
 Mamba-2 (``naive.advance``): ``S' = torch.add(a * S, (Δ x) * B)``, the readout ``pairwise_sum(S' * C)``
@@ -14,7 +14,8 @@ eager step under the Triton interpreter, and on a GPU).
 
 One program takes ``ROWS`` rows of the state (a row: the ``J`` = dstate / key entries of one (row, head,
 headdim / value) index): it reads the state once and writes the new state, the readout and the
-magnitude, where the eager step makes six (Mamba-2) or nine (Gated DeltaNet) state-sized passes.
+magnitude.  Gated DeltaNet's ``S k``, needed before its update, is a read-only pass of the same kernel
+first (``UPDATE=False``): two passes where the eager step makes about ten state-sized ones.
 
 Shapes (contiguous): ``s, new [R, H, I, J]``; per (row, head) ``a`` (α), ``beta [R, H]``, ``w, c [R, H, J]``;
 per row ``u [R, H, I]`` (Mamba-2's Δ x; Gated DeltaNet's v).  Outputs ``y, mag [R, H, I]``.
