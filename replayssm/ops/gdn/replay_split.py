@@ -36,9 +36,9 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.gdn.replay_split_tc import gdn_spec_tc_stream_kernel
-from replayssm.ops.gdn.triton_base import cursor_snapshot, fold_records, gates, l2_normalise, ticket, window_token
+from replayssm.ops.gdn.triton_base import fold_records, gates, l2_normalise, ticket, window_token
 from replayssm.ops.split_options import coef_offsets
-from replayssm.ops.triton.pdl import launch_kwargs, release_next, wait_previous
+from replayssm.ops.triton.pdl import cursors_after_prepass, launch_kwargs, release_next, wait_previous
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 from replayssm.ops.triton.split_dot import parts, split_dot
 
@@ -185,9 +185,7 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
     # and the cursors first, once (measured: the cursors re-read per tile slowed the whole-head programs).
     EARLY: tl.constexpr = NVT == 1
     if not EARLY:
-        wait_previous(PDL)
-        release_next(PDL)
-        w, org, flush, cnt = cursor_snapshot(meta_ptr, r)
+        w, org, flush, cnt = cursors_after_prepass(meta_ptr, r, PDL)
     # NVT blocks of value rows per program, one after the other (the per-program work -- slot,
     # cursor snapshot, scheduling -- paid once per NVT tiles)
     for vt in range(NVT):
@@ -213,9 +211,7 @@ def _gdn_stream_kernel(slot_ptr, v_ptr, out_ptr, ckpt_ptr, sc_ptr, d_rec_ptr, k_
             if SCALED:
                 s0 = s0 * tl.load(sc_ptr + base + offs_v, mask=mv, other=1.0)[None, :, None]
         if EARLY:
-            wait_previous(PDL)
-            release_next(PDL)
-            w, org, flush, cnt = cursor_snapshot(meta_ptr, r)
+            w, org, flush, cnt = cursors_after_prepass(meta_ptr, r, PDL)
         if SPEC:
             keep = w >= 0
         else:

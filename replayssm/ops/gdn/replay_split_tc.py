@@ -21,7 +21,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import cursor_snapshot, fold_records, window_token
+from replayssm.ops.gdn.triton_base import fold_records, window_token
+from replayssm.ops.triton.pdl import cursor_snapshot
 from replayssm.ops.triton.rounding import STREAM_FLUSH, load_state, store_state
 from replayssm.ops.triton.split_dot import split_dot
 

@@ -88,17 +88,6 @@ def gates(a, b, A_log, dt_bias):
 
 
 @triton.jit
-def cursor_snapshot(meta_ptr, r):
-    """The cursors a pre-pass left for row ``r`` in ``meta [rows, 4]``: write_pos, origin, whether
-    this verify flushes, the slot's stochastic-rounding counter."""
-    w = tl.load(meta_ptr + r * 4)
-    org = tl.load(meta_ptr + r * 4 + 1)
-    flush = tl.load(meta_ptr + r * 4 + 2) != 0
-    cnt = tl.load(meta_ptr + r * 4 + 3)
-    return w, org, flush, cnt
-
-
-@triton.jit
 def fold_records(s, w, org, slot, h, hk, offs_v, mv, offs_k, mk, d_rec_ptr, k_rec_ptr, wf_ptr, H: tl.constexpr,
                  HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, RING: tl.constexpr, JB: tl.constexpr,
                  FU: tl.constexpr, KC: tl.constexpr):

@@ -33,9 +33,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import cursor_snapshot, l2_normalise, select_row
+from replayssm.ops.gdn.triton_base import l2_normalise, select_row
 from replayssm.ops.kda.triton_base import fold_weighted, history_row_back, kda_gates, stream_tile
 from replayssm.ops.split_options import coef_offsets
+from replayssm.ops.triton.pdl import cursor_snapshot
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 
 

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from replayssm.ops.triton.math import softplus
-from replayssm.ops.triton.pdl import launch_kwargs, release_next, wait_previous
+from replayssm.ops.triton.pdl import cursors_after_prepass, launch_kwargs, release_next, wait_previous
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 from replayssm.ops.triton.split_dot import parts, split_dot
 
@@ -150,16 +150,6 @@ def _coef_kernel(
 
 
 @triton.jit
-def _cursors_after_prepass(meta_ptr, r, PDL: tl.constexpr):
-    """Wait for the pre-pass (PDL: ops/triton/pdl.py), let the next launch start, and read the cursor
-    snapshot it left for row ``r``: write_pos, origin, whether this verify flushes, the SR counter."""
-    wait_previous(PDL)
-    release_next(PDL)
-    return (tl.load(meta_ptr + r * 4), tl.load(meta_ptr + r * 4 + 1), tl.load(meta_ptr + r * 4 + 2) != 0,
-            tl.load(meta_ptr + r * 4 + 3))
-
-
-@triton.jit
 def _stream_kernel(
         slot_ptr, x_ptr, B_ptr, C_ptr, z_ptr, D_ptr, out_ptr, ck_ptr, cks_ptr, rx_ptr, rB_ptr, coef_ptr, meta_ptr,
         seed,
@@ -190,7 +180,7 @@ def _stream_kernel(
     # (ops/triton/pdl.py).  Several: the wait and the snapshot first, once.
     EARLY: tl.constexpr = NCH == 1
     if not EARLY:
-        wp, org, flush, ctr = _cursors_after_prepass(meta_ptr, r, PDL)
+        wp, org, flush, ctr = cursors_after_prepass(meta_ptr, r, PDL)
     for ch in range(NCH):
         p = (split * NCH + ch) * BP + tl.arange(0, BP)
         pm = p < P
@@ -212,7 +202,7 @@ def _stream_kernel(
                 S0 = S0 * tl.load(cks_ptr + hp, mask=pm, other=1.0)[None, :, None]
             n2 = (kc * (BN // KC))[:, None] + nc[None, :]  # [KC, BNC]
         if EARLY:
-            wp, org, flush, ctr = _cursors_after_prepass(meta_ptr, r, PDL)
+            wp, org, flush, ctr = cursors_after_prepass(meta_ptr, r, PDL)
         hist = j < wp
         win = (j >= wp) & (j < wp + T)
         tj = j - wp

@@ -57,7 +57,7 @@ OPTIONS = {
     "coef_warps": "int: warps per pre-pass program (default 2)",
     "pdl": ("bool: pre-pass path: programmatic dependent launch (sm_90+, compiled): the stream starts during its "
             "pre-pass, its first checkpoint tile's load in flight before it waits for the coefficients "
-            "(replayssm/ops/triton/pdl.py; default off)"),
+            "(replayssm/ops/triton/pdl.py; default: on in the speculative verify on sm_90+, off in standard decode)"),
     "kchunks": ("int: pre-pass path: dstate as this many chunks summed inside a thread before the cross-lane "
                 "reduction of a readout (default 4 for T' > 1 ieee on the GPU, else 1)"),
 }

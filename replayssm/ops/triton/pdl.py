@@ -1,4 +1,5 @@
-"""Programmatic dependent launch (PDL, Hopper and later) for the replay kernels' two-launch paths.
+"""The replay kernels' two-launch handoff: the pre-pass's cursor snapshot, read by its stream, and
+programmatic dependent launch (PDL, Hopper and later) between the two.
 
 A kernel launched with ``launch_pdl=True`` may start before the kernel ahead of it in the stream has
 finished: as soon as every program of that kernel has called :func:`release_next` (or exited).  Its
@@ -52,6 +53,26 @@ def release_next(PDL: tl.constexpr):
         gdc_launch_dependents()
 
 
+@triton.jit
+def cursor_snapshot(meta_ptr, r):
+    """The cursors a pre-pass left for row ``r`` in ``meta [rows, 4]``: write_pos, origin, whether
+    this verify flushes, the slot's stochastic-rounding counter."""
+    w = tl.load(meta_ptr + r * 4)
+    org = tl.load(meta_ptr + r * 4 + 1)
+    flush = tl.load(meta_ptr + r * 4 + 2) != 0
+    cnt = tl.load(meta_ptr + r * 4 + 3)
+    return w, org, flush, cnt
+
+
+@triton.jit
+def cursors_after_prepass(meta_ptr, r, PDL: tl.constexpr):
+    """A stream program's handoff from its pre-pass: wait for it (PDL), let the next launch start, and
+    read the :func:`cursor_snapshot` it left for row ``r``."""
+    wait_previous(PDL)
+    release_next(PDL)
+    return cursor_snapshot(meta_ptr, r)
+
+
 def pdl_option(options: dict, default: bool = False) -> bool:
     """``options['pdl']``: True or False (absent: ``default``, the kernel's measured choice)."""
     value = options.get("pdl", default)
@@ -74,4 +95,5 @@ def launch_kwargs(active: bool) -> dict:
     return {"launch_pdl": True} if active else {}
 
 
-__all__ = ["launch_kwargs", "pdl_active", "pdl_option", "release_next", "wait_previous"]
+__all__ = ["cursor_snapshot", "cursors_after_prepass", "launch_kwargs", "pdl_active", "pdl_option", "release_next",
+           "wait_previous"]
