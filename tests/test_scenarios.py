@@ -103,6 +103,62 @@ def test_cuda_generation_matches_cpu_bit_for_bit():
         assert torch.equal(make_initial_state(sc, 2), make_initial_state(sc, 2, "cuda").cpu())
 
 
+FUSED_CASES = [  # every law and scale of _value_law: normal, t2, a gate scale, a value scale, bf16 / fp32 / fp16 casts
+    Scenario.tiny("mamba2", mode="s32a16"),
+    Scenario.tiny("gdn", mode="s32a32", distribution="heavy-tailed", seed=77),
+    Scenario.tiny("mamba2", "standard", mode="s16a16", distribution="large-delta"),
+    Scenario.tiny("gdn", "standard", mode="s32a16", distribution="near-fp16-limit", seed=5),
+]
+
+
+def _bits(t):
+    return t.view(torch.uint8) if t.dtype == torch.bfloat16 else t
+
+
+@pytest.mark.parametrize("sc", FUSED_CASES, ids=lambda s: f"{s.family}-{s.distribution}-{s.mode}")
+def test_fused_inputs_equal_the_torch_path_bitwise(sc, monkeypatch):
+    """The one-launch generator (replayssm/ops/triton/counter_inputs.py, here under the Triton
+    interpreter) against the torch path, bit for bit: per step and for a chunk of steps."""
+    from replayssm.scenarios import inputs as mod
+    steps = [0, 3, 4, 11]
+    want = [make_inputs(sc, s) for s in steps]
+    want_steps = mod.make_inputs_steps(sc, steps)
+    monkeypatch.setattr(mod, "FUSED_DEVICE_TYPES", {"cpu"})
+    assert mod.fused_on("cpu")
+    for s, w in zip(steps, want):
+        got = make_inputs(sc, s)
+        for name, t in w.items():
+            assert got[name].dtype == t.dtype and torch.equal(_bits(got[name]), _bits(t)), (s, name)
+    got_steps = mod.make_inputs_steps(sc, steps)
+    for name, t in want_steps.items():
+        assert got_steps[name].shape == t.shape and torch.equal(_bits(got_steps[name]), _bits(t)), name
+
+
+def test_counter_values_uniform_and_bad_arguments():
+    from replayssm.ops.triton.counter_inputs import counter_values
+    from replayssm.scenarios.inputs import _apply_law, _key_words, key_of, random_bits_batched
+    keys = [key_of(1, 2, 3), 2**64 - 1, 0]
+    want = torch.cat([_apply_law("uniform", b) for b in random_bits_batched(keys, [300] * 3, "cpu")])
+    assert torch.equal(counter_values(_key_words(keys), 300, None), want)
+    with pytest.raises(ValueError, match="key_words"):
+        counter_values(_key_words(keys).to(torch.int32), 300, None)
+    with pytest.raises(ValueError, match="count"):
+        counter_values(_key_words(keys), 0, None)
+    with pytest.raises(ValueError, match="table"):
+        counter_values(_key_words(keys), 3, (torch.zeros(4), torch.zeros(4)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("sc", FUSED_CASES, ids=lambda s: f"{s.family}-{s.distribution}-{s.mode}")
+def test_cuda_fused_chunk_inputs_match_cpu_bit_for_bit(sc):
+    from replayssm.scenarios.inputs import make_inputs_steps
+    steps = list(range(0, 40, 3))
+    want, got = make_inputs_steps(sc, steps), make_inputs_steps(sc, steps, "cuda")
+    for name, t in want.items():
+        assert torch.equal(_bits(t), _bits(got[name].cpu())), name
+
+
 @pytest.mark.parametrize("mode", STANDARD_MODES)
 def test_inputs_are_in_the_activation_dtype(mode):
     sc = Scenario.tiny("gdn", mode=mode)
