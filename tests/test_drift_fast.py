@@ -80,6 +80,22 @@ def test_fast_path_is_bit_identical_to_the_slow_path(cell):
     assert _result(cell, "static", resume_from="static") == slow
 
 
+@pytest.mark.parametrize("cell", [CELLS[0], CELLS[1]], ids=["mamba2-standard", "mamba2-spec-random"])
+def test_fast_path_keeps_the_lockstep_bookkeeping(cell):
+    """The host's cursor walk over all rows at once (validators/cursor_table.py) leaves the Lockstep as
+    the row loop of ``Lockstep.step`` does: cursors, coverage (keys in the same order), phases, tokens."""
+    cfg, spec = _cfg(cell, tokens=80, rows=5)
+    runs = [_cell(spec, cfg, how) for how in ("slow", "fast")]
+    for run in runs:
+        while not run.done:
+            run.run_steps(16)
+    slow, fast = (r.ls for r in runs)
+    assert (fast.wp, fast.origin, fast.step_idx) == (slow.wp, slow.origin, slow.step_idx)
+    assert list(fast.coverage.items()) == list(slow.coverage.items())
+    assert fast.phases == slow.phases
+    assert (fast.tokens_accepted, fast.tokens_verified) == (slow.tokens_accepted, slow.tokens_verified)
+
+
 @pytest.mark.slow
 def test_triton_raw_path_speculative_is_bit_identical():
     cell = "mamba2.triton-replay.sfp8a16-sr.long-memory.spec-random"

@@ -75,6 +75,7 @@ from replayssm.validators import invariants as inv
 from replayssm.validators.checks.context import StepContext
 from replayssm.validators.checks.output_bits import non_finite, unwritten_output
 from replayssm.validators.checks.output_tolerance import output as output_check
+from replayssm.validators.cursor_table import CursorTable
 from replayssm.validators.metrics import error_metrics, rel_l2_into, row_rel_l2
 from replayssm.validators.runner import readout_magnitude
 
@@ -221,6 +222,14 @@ class FastCell:
         self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
         self.raw_ck = raw_checkpoint(ls.kernel)
         self.ids_host = ls.ids.tolist()
+        # the host's cursor walk over every row at once (the policy's rules as tables: the same answers)
+        self.cursors = CursorTable(ls.dec)
+        self.act = np.asarray(ls.active, dtype=np.int64)
+        self.act_mask = np.zeros(R, dtype=bool)
+        self.act_mask[self.act] = True
+        self.acc_host = np.zeros((K, R), dtype=np.int64)  # the chunk's accepted counts
+        self.wp_host = np.zeros(R, dtype=np.int64)  # ls.wp / ls.origin as arrays (synced at each run call)
+        self.origin_host = np.zeros(R, dtype=np.int64)
         self.flush_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # rows each step flushes
         self.idx_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self.bound = ls.bound  # the fp64 running-error bound (None: the family gives no error model)
@@ -266,7 +275,8 @@ class FastCell:
         gen = make_inputs_steps(sc, [p.step for p in plans], self.dev)
         for name, b in self.inb.items():
             b[:n].copy_(gen[name])
-        acc = self._pinned(torch.tensor([p.accepted for p in plans], dtype=torch.int64))
+        self.acc_host[:n] = np.array([p.accepted for p in plans], dtype=np.int64)
+        acc = self._pinned(torch.from_numpy(self.acc_host[:n].copy()))
         self.acc[:n].copy_(acc, non_blocking=True)  # asynchronous: no host sync per chunk for it
         torch.eq(self.acc[:n, None, :], self.arange_T, out=self.sel[:n])
         self.out.view(inv._INT_VIEW[self.out.element_size()]).fill_(inv.poison_bits(self.out.dtype))
@@ -462,27 +472,45 @@ class FastCell:
         return torch.nonzero((m["max_abs"] > bnd).flatten(1).any(1)).flatten().tolist()
 
     # ---- host bookkeeping (Lockstep.step and CellRun.run_steps, without the device work) ----------------------
-    def _flush_rows(self) -> list[int]:
-        return [r for r in self.ls.active if self.ls.dec.is_flush(self.ls.wp[r])]
+    def _flush_mask_host(self) -> np.ndarray:
+        """Which rows' next verify flushes (bool ``[R]``, active rows only)."""
+        return self.cursors.is_flush(self.wp_host) & self.act_mask
 
-    def _book(self, j: int, flush_rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Host effects of one step; returns (position before, accepted)."""
-        cell, ls, dec, sc = self.cell, self.ls, self.ls.dec, self.sc
-        p = cell.plans[cell.step]
-        for r in ls.active:
-            ls.phases.add((ls.wp[r], p.accepted[r]))
-            ls.coverage["flush verifies" if r in flush_rows else "non-flush verifies"] += 1
-            if dec.speculative and r in flush_rows and ls.origin[r] + ls.wp[r] >= sc.ring_rows:
-                ls.coverage["ring wraps"] += 1
-        ls.tokens_verified += len(ls.active) * sc.window
-        for r in ls.active:
-            ls.wp[r], ls.origin[r] = dec.commit_cursor(ls.wp[r], ls.origin[r], r in flush_rows, p.accepted[r])
-            ls.tokens_accepted += p.accepted[r]
+    def _book(self, j: int, fl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Host effects of one step (``fl``: the flushing rows' mask); returns (position before, accepted):
+        ``Lockstep.step``'s bookkeeping over all rows at once."""
+        cell, ls, sc, a = self.cell, self.ls, self.sc, self.act
+        k = self.acc_host[j].copy()
+        wp, origin = self.wp_host, self.origin_host
+        wrap = fl & (origin + wp >= sc.ring_rows) if ls.dec.speculative else None
+        self._cover(fl, wrap)
+        ls.phases.update(zip(wp[a].tolist(), k[a].tolist()))
+        ls.tokens_verified += len(a) * sc.window
+        wp[a], origin[a] = self.cursors.commit(wp[a], origin[a], fl[a], k[a])
+        ls.wp[:], ls.origin[:] = wp.tolist(), origin.tolist()
+        ls.tokens_accepted += int(k[a].sum())
         ls.step_idx += 1
         pos_before = cell.pos.copy()
-        k = np.array(p.accepted, dtype=np.int64)
         cell.pending.append(("out", self.rel_v[j], pos_before, k))
         return pos_before, k
+
+    def _cover(self, fl: np.ndarray, wrap: np.ndarray | None) -> None:
+        """The step's coverage counts (flush and non-flush verifies, ring wraps), added as the row loop of
+        ``Lockstep.step`` adds them -- row by row while a count it adds is still a new key, so the
+        report's keys come in the same order."""
+        cov, a = self.ls.coverage, self.act
+        nf = int(fl[a].sum())
+        nw = 0 if wrap is None else int(wrap[a].sum())
+        counts = (("flush verifies", nf), ("non-flush verifies", len(a) - nf), ("ring wraps", nw))
+        if any(n and key not in cov for key, n in counts):
+            for r in a.tolist():
+                cov["flush verifies" if fl[r] else "non-flush verifies"] += 1
+                if wrap is not None and wrap[r]:
+                    cov["ring wraps"] += 1
+            return
+        for key, n in counts:
+            if n:
+                cov[key] += n
 
     def _events(self, j: int, flush_rows: list[int], pos_before: np.ndarray, k: np.ndarray,
                 ref_before: torch.Tensor, reseeded: bool = False) -> None:
@@ -535,8 +563,7 @@ class FastCell:
         """The step's accepted counts ``k`` into ``cell.pos``, and the committed-state samples then due."""
         cell, ls = self.cell, self.ls
         cell.pos += k
-        due = [r for r in ls.active if cell.next_sample[r] < len(cell.targets)
-               and cell.pos[r] >= cell.targets[cell.next_sample[r]]]
+        due = self.act[self._due_mask(cell.pos)].tolist()
         if due:
             cs = ls.kernel.committed_state(ls.ids)
             di = self._idx(due)
@@ -562,10 +589,17 @@ class FastCell:
         else:
             self.cell.shadow = new
 
+    def _due_mask(self, pos: np.ndarray) -> np.ndarray:
+        """Which active rows (a mask over ``act``) have a committed-state sample due at positions ``pos``."""
+        cell, a = self.cell, self.act
+        ns, tg = cell.next_sample[a], cell.targets
+        left = ns < len(tg)
+        due = np.zeros(len(a), dtype=bool)
+        due[left] = pos[a][left] >= tg[ns[left]]
+        return due
+
     def _sample_due(self, pos: np.ndarray) -> bool:
-        cell = self.cell
-        return any(cell.next_sample[r] < len(cell.targets) and pos[r] >= cell.targets[cell.next_sample[r]]
-                   for r in self.ls.active)
+        return bool(self._due_mask(pos).any())
 
     # ---- the exact output checks, deferred ------------------------------------------------------------------
     def _check_outputs(self) -> None:
@@ -615,26 +649,27 @@ class FastCell:
         end, ``end``), whether each advances the shadow, and whether the piece re-seeds the shadow at
         its last step's flush (``flush_in_graph`` and a row armed after it); each step's flush rows go
         into ``flush_mask`` (what the bound and the re-seed read)."""
-        cell, ls, dec = self.cell, self.ls, self.ls.dec
+        cell = self.cell
         stop = min(end, self.chunk_at + self.K, cell.n_steps)
-        wp, pos = list(ls.wp), cell.pos.copy()
+        wp, origin, pos, a = self.wp_host.copy(), self.origin_host.copy(), cell.pos.copy(), self.act
         steps, flags, masks = [], [], []
         s = cell.step
-        flush: list[int] = []
+        fl = np.zeros(self.R, dtype=bool)
         fill = self.bound is not None or self.flush_in_graph
         while s < stop:
-            p = cell.plans[s]
-            flush = [r for r in ls.active if dec.is_flush(wp[r])]
+            k = self.acc_host[s - self.chunk_at]
+            fl = self.cursors.is_flush(wp) & self.act_mask
+            flushing = bool(fl.any())
             if fill:
-                masks.append(np.isin(np.arange(self.R), flush))
+                masks.append(fl)
             steps.append(s)
-            flags.append(not flush and bool(cell.armed.any()))
-            for r in ls.active:
-                wp[r] = dec.commit_cursor(wp[r], 0, r in flush, p.accepted[r])[0]
-            pos = pos + np.asarray(p.accepted, dtype=np.int64)
+            flags.append(not flushing and bool(cell.armed.any()))
+            wp[a], origin[a] = self.cursors.commit(wp[a], origin[a], fl[a], k[a])
+            pos = pos + k
             s += 1
-            if flush or self._sample_due(pos) or not self.graphs:
+            if flushing or self._sample_due(pos) or not self.graphs:
                 break
+        flush = np.flatnonzero(fl).tolist()
         if fill:  # the piece's flush masks in one copy, asynchronous (pinned): no host sync
             j0 = steps[0] - self.chunk_at
             self.flush_mask[j0:j0 + len(steps)].copy_(self._pinned(torch.from_numpy(np.stack(masks))),
@@ -655,6 +690,7 @@ class FastCell:
             self.chunk_at, self.checked = None, cell.step
         if self.graphs:
             self._sync_static()
+        self.wp_host[:], self.origin_host[:] = self.ls.wp, self.ls.origin  # a resume may have replaced them
         while cell.step < end and cell.exception is None:
             at = cell.step - cell.step % self.K
             if self.chunk_at != at:
@@ -663,7 +699,7 @@ class FastCell:
                 self.checked = cell.step
             steps, flags, reseed = self._piece(end)
             j0 = steps[0] - at
-            ks = [np.asarray(cell.plans[s].accepted, dtype=np.int64) for s in steps]
+            ks = [self.acc_host[s - at].copy() for s in steps]
             ss = [cell.plans[s].step for s in steps]
             # the reference before the piece's last step (a speculative replay's flush checkpoint holds it)
             ref_before = self.ref_prev_buf if self.graphs and self.spec else self.ls.ref
@@ -683,9 +719,10 @@ class FastCell:
                 break
             for i, s in enumerate(steps):
                 j = s - at
-                flush_rows = self._flush_rows()
+                fl = self._flush_mask_host()
+                flush_rows = np.flatnonzero(fl).tolist()
                 self._bound_step(j, flush_rows)
-                pos_before, k = self._book(j, flush_rows)
+                pos_before, k = self._book(j, fl)
                 if i == len(steps) - 1:
                     self._events(j, flush_rows, pos_before, k, ref_before, reseed)
                 else:
