@@ -276,6 +276,7 @@ class FastCell:
         for name, b in self.inb.items():
             b[:n].copy_(gen[name])
         self.acc_host[:n] = np.array([p.accepted for p in plans], dtype=np.int64)
+        self.cursors.check(self.wp_host[:0], None, self.acc_host[:n])
         acc = self._pinned(torch.from_numpy(self.acc_host[:n].copy()))
         self.acc[:n].copy_(acc, non_blocking=True)  # asynchronous: no host sync per chunk for it
         torch.eq(self.acc[:n, None, :], self.arange_T, out=self.sel[:n])
@@ -474,7 +475,8 @@ class FastCell:
     # ---- host bookkeeping (Lockstep.step and CellRun.run_steps, without the device work) ----------------------
     def _flush_mask_host(self) -> np.ndarray:
         """Which rows' next verify flushes (bool ``[R]``, active rows only)."""
-        return self.cursors.is_flush(self.wp_host) & self.act_mask
+        c = self.cursors
+        return (c.flush_of[self.wp_host] if c.closed else c.is_flush(self.wp_host)) & self.act_mask
 
     def _book(self, j: int, fl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Host effects of one step (``fl``: the flushing rows' mask); returns (position before, accepted):
@@ -486,7 +488,7 @@ class FastCell:
         self._cover(fl, wrap)
         ls.phases.update(zip(wp[a].tolist(), k[a].tolist()))
         ls.tokens_verified += len(a) * sc.window
-        wp[a], origin[a] = self.cursors.commit(wp[a], origin[a], fl[a], k[a])
+        _, wp[:], origin[:] = self.cursors.step(wp, origin, k, self.act_mask)
         ls.wp[:], ls.origin[:] = wp.tolist(), origin.tolist()
         ls.tokens_accepted += int(k[a].sum())
         ls.step_idx += 1
@@ -524,29 +526,34 @@ class FastCell:
                 ck = ls.kernel.launch_checkpoint(ls.ids) if self.raw_ck else ls.kernel.checkpoint_state(ls.ids)
             after = cell.ck_after  # the stored state holds this step's tokens (CellRun.run_steps)
             folded = ls.ref if after else ref_before
-            idx = self._idx(flush_rows)
             fidx = cell.flushes[flush_rows] + 1
             at = pos_before[flush_rows] + (k[flush_rows] if after else 0)
-            cell.pending.append(("flush", row_rel_l2(ck.index_select(0, idx), folded.index_select(0, idx)),
+            cell.pending.append(("flush", row_rel_l2(self._take(ck, flush_rows), self._take(folded, flush_rows)),
                                  fidx.copy(), at.copy()))
             if after:
                 self._set_shadow(self._advance(cell.shadow, j, k))
             armed = [r for r in flush_rows if cell.armed[r]]
             if armed:
-                ai = self._idx(armed)
                 before = self.shadow_prev_buf if reseeded else cell.shadow
-                cell.pending.append(("local", row_rel_l2(ck.index_select(0, ai), before.index_select(0, ai)),
+                cell.pending.append(("local", row_rel_l2(self._take(ck, armed), self._take(before, armed)),
                                      cell.flushes[armed] + 1))
             armed_after = self._armed_after(flush_rows)
             cell.flushes[flush_rows] += 1
             cell.armed = armed_after
             if reseeded:  # the piece re-seeded the flushed rows and advanced the shadow
                 return self._samples(k)
-            src = ck.index_select(0, idx).to(torch.float64)
-            if self.graphs:
-                cell.shadow.index_copy_(0, idx, src)
+            if self._all_rows(flush_rows, ck):  # every row re-seeded: a plain copy (the same values)
+                if self.graphs:
+                    cell.shadow.copy_(ck)
+                else:
+                    cell.shadow = ck.to(torch.float64)
             else:
-                cell.shadow = cell.shadow.index_copy(0, idx, src)
+                idx = self._idx(flush_rows)
+                src = ck.index_select(0, idx).to(torch.float64)
+                if self.graphs:
+                    cell.shadow.index_copy_(0, idx, src)
+                else:
+                    cell.shadow = cell.shadow.index_copy(0, idx, src)
             if not after and cell.armed.any():
                 self._set_shadow(self._advance(cell.shadow, j, k))
         self._samples(k)
@@ -566,12 +573,20 @@ class FastCell:
         due = self.act[self._due_mask(cell.pos)].tolist()
         if due:
             cs = ls.kernel.committed_state(ls.ids)
-            di = self._idx(due)
-            cell.pending.append(("state", row_rel_l2(cs.index_select(0, di), ls.ref.index_select(0, di)),
+            cell.pending.append(("state", row_rel_l2(self._take(cs, due), self._take(ls.ref, due)),
                                  cell.pos[due].copy()))
             for r in due:
                 while cell.next_sample[r] < len(cell.targets) and cell.pos[r] >= cell.targets[cell.next_sample[r]]:
                     cell.next_sample[r] += 1
+
+    @staticmethod
+    def _all_rows(rows: list[int], t: torch.Tensor) -> bool:
+        return len(rows) == t.shape[0] and rows == list(range(t.shape[0]))
+
+    def _take(self, t: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """``t``'s rows ``rows``: ``t`` itself when they are all of its rows in order (the same values, no
+        gather of a whole state), else an index_select."""
+        return t if self._all_rows(rows, t) else t.index_select(0, self._idx(rows))
 
     def _idx(self, rows: list[int]) -> torch.Tensor:
         """``rows`` as a device index tensor, made once per distinct list (no host copy per use)."""
@@ -651,20 +666,19 @@ class FastCell:
         into ``flush_mask`` (what the bound and the re-seed read)."""
         cell = self.cell
         stop = min(end, self.chunk_at + self.K, cell.n_steps)
-        wp, origin, pos, a = self.wp_host.copy(), self.origin_host.copy(), cell.pos.copy(), self.act
+        wp, origin, pos = self.wp_host, self.origin_host, cell.pos.copy()
         steps, flags, masks = [], [], []
         s = cell.step
         fl = np.zeros(self.R, dtype=bool)
         fill = self.bound is not None or self.flush_in_graph
         while s < stop:
             k = self.acc_host[s - self.chunk_at]
-            fl = self.cursors.is_flush(wp) & self.act_mask
+            fl, wp, origin = self.cursors.step(wp, origin, k, self.act_mask)
             flushing = bool(fl.any())
             if fill:
                 masks.append(fl)
             steps.append(s)
             flags.append(not flushing and bool(cell.armed.any()))
-            wp[a], origin[a] = self.cursors.commit(wp[a], origin[a], fl[a], k[a])
             pos = pos + k
             s += 1
             if flushing or self._sample_due(pos) or not self.graphs:
@@ -691,6 +705,7 @@ class FastCell:
         if self.graphs:
             self._sync_static()
         self.wp_host[:], self.origin_host[:] = self.ls.wp, self.ls.origin  # a resume may have replaced them
+        self.cursors.check(self.wp_host, self.origin_host)  # then the closed tables keep them valid
         while cell.step < end and cell.exception is None:
             at = cell.step - cell.step % self.K
             if self.chunk_at != at:

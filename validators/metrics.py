@@ -61,8 +61,12 @@ def rel_l2_into(out: torch.Tensor, ref: torch.Tensor, dst: torch.Tensor, exact: 
 def row_rel_l2(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Per-row ``||a - b|| / ||b||`` in fp64 over everything but the first dim (non-finite stays
     non-finite): the drift report's state error."""
-    a, b = a.to(torch.float64).flatten(1), b.to(torch.float64).flatten(1)
-    return torch.linalg.vector_norm(a - b, dim=1) / torch.linalg.vector_norm(b, dim=1).clamp_min(TINY)
+    if torch.float64 in (a.dtype, b.dtype):  # the other side is upcast exactly inside the subtraction
+        d = torch.sub(a.flatten(1), b.flatten(1))
+    else:
+        d = a.to(torch.float64).flatten(1) - b.to(torch.float64).flatten(1)
+    b = b.to(torch.float64).flatten(1)
+    return torch.linalg.vector_norm(d, dim=1) / torch.linalg.vector_norm(b, dim=1).clamp_min(TINY)
 
 
 def rms_ratio(out: torch.Tensor, ref: torch.Tensor) -> float:
