@@ -37,6 +37,7 @@ import zlib
 from dataclasses import dataclass
 from functools import cache
 
+import numpy as np
 import torch
 
 from replayssm.families import family
@@ -95,9 +96,30 @@ def key_of(*words: int) -> int:
     return h
 
 
-def _key_words(keys: list[int]) -> torch.Tensor:
-    """The three 32-bit words each key feeds the counter hash's rounds: int64 ``[len(keys), 3]``."""
-    return torch.tensor([[k & _M32, (k >> 32) & _M32, _splitmix64(k) & _M32] for k in keys], dtype=torch.int64)
+def _splitmix64_np(x: np.ndarray) -> np.ndarray:
+    """:func:`_splitmix64` of every element of a uint64 array (NumPy's uint64 arithmetic wraps mod 2^64,
+    as the host version's masks do)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def keys_of_steps(prefix: tuple[int, ...], steps: list[int]) -> np.ndarray:
+    """``key_of(*prefix, s)`` for every step ``s`` (uint64 array): the prefix hashed once, the last
+    word's round vectorised."""
+    h = 0x2545F4914F6CDD1D
+    for w in prefix:
+        h = _splitmix64(h ^ (int(w) & _M64))
+    return _splitmix64_np(np.asarray(steps, dtype=np.int64).astype(np.uint64) ^ np.uint64(h))
+
+
+def _key_words(keys) -> torch.Tensor:
+    """The three 32-bit words each key feeds the counter hash's rounds: int64 ``[len(keys), 3]`` (``keys``:
+    ints or a uint64 array)."""
+    k = np.asarray(keys, dtype=np.uint64)
+    m32 = np.uint64(_M32)
+    return torch.from_numpy(np.stack([k & m32, k >> np.uint64(32), _splitmix64_np(k) & m32], 1).astype(np.int64))
 
 
 # ---- device-side counter hash (exact integer ops in int64) ------------------------------------------
@@ -304,7 +326,12 @@ def _fused_values(sc, name: str, keys: list[int], count: int, device) -> torch.T
     device = torch.device(device)
     law, scale = _value_law(sc, name)
     table = None if law == "uniform" else _table(law, device)
-    return counter_values(_key_words(keys).to(device), count, table, scale)
+    words = _key_words(keys)
+    if device.type == "cuda":  # pinned and asynchronous: a pageable copy would wait for the device
+        words = words.pin_memory().to(device, non_blocking=True)
+    else:
+        words = words.to(device)
+    return counter_values(words, count, table, scale)
 
 
 def make_inputs_steps(sc, steps: list[int], device="cpu", *, stream: str = "inputs") -> dict[str, torch.Tensor]:
@@ -314,7 +341,7 @@ def make_inputs_steps(sc, steps: list[int], device="cpu", *, stream: str = "inpu
     g = sc.geometry_obj
     act = sc.precision.act_dtype
     shapes = {name: (sc.rows, sc.window, *shape) for name, shape in g.input_shapes().items()}
-    keys = [key_of(sc.seed, _stream(f"{stream}:{name}"), s) for name in shapes for s in steps]
+    keys = np.concatenate([keys_of_steps((sc.seed, _stream(f"{stream}:{name}")), steps) for name in shapes])
     if fused_on(device):
         n = len(steps)
         return {name: _fused_values(sc, name, keys[i * n:(i + 1) * n], math.prod(full), device).to(act)

@@ -83,6 +83,15 @@ def test_batched_generation_equals_per_tensor_generation():
         assert torch.equal(b, random_bits(k, c, "cpu"))
 
 
+def test_step_keys_equal_key_of():
+    from replayssm.scenarios.inputs import _key_words, key_of, keys_of_steps
+    steps = [0, 1, 7, 4096, 2**40 + 3]
+    for prefix in [(0, 1), (12345, 2**32 + 5), (-3, 2**63)]:
+        keys = keys_of_steps(prefix, steps)
+        assert keys.tolist() == [key_of(*prefix, s) for s in steps]
+        assert _key_words(keys).tolist() == _key_words([key_of(*prefix, s) for s in steps]).tolist()
+
+
 def test_inputs_differ_by_step_seed_and_stream():
     sc = Scenario.tiny("mamba2", mode="s32a32")
     a, b = make_inputs(sc, 0)["x"], make_inputs(sc, 1)["x"]

@@ -248,6 +248,7 @@ class FastCell:
                 self.bound_buf = dict(zip(BOUND_KEYS, self.bound_state.unbind(0)))
                 self.bound_consts = self.bound.scan_constants(dev)
         self.chunk_at = None  # first step of the chunk in the buffers
+        self.inputs_at = None  # first step of the chunk whose inputs are in the buffers
         self.checked = cell.step  # steps before this one had their outputs checked
         self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
         self.seen: Counter = Counter()
@@ -269,6 +270,18 @@ class FastCell:
 
     # ---- chunks ----------------------------------------------------------------------------------------------
     def _load_chunk(self, at: int) -> None:
+        """Chunk ``at`` into the buffers: its inputs (unless :meth:`_load_inputs` queued them already) and
+        the output buffer's poison."""
+        if self.inputs_at != at:
+            self._load_inputs(at)
+        self.out.view(inv._INT_VIEW[self.out.element_size()]).fill_(inv.poison_bits(self.out.dtype))
+        self.chunk_at = at
+
+    def _load_inputs(self, at: int) -> None:
+        """The input side of chunk ``at``: inputs, accepted counts, the reference's and the bound's token
+        terms -- buffers the previous chunk's output checks never read, so this is queued on the device
+        behind the previous chunk's steps before the host waits for their checks (the host's share of
+        it then overlaps the device's)."""
         cell, sc = self.cell, self.sc
         plans = cell.plans[at:min(at + self.K, cell.n_steps)]
         n, T, R = len(plans), self.T, self.R
@@ -280,7 +293,6 @@ class FastCell:
         acc = self._pinned(torch.from_numpy(self.acc_host[:n].copy()))
         self.acc[:n].copy_(acc, non_blocking=True)  # asynchronous: no host sync per chunk for it
         torch.eq(self.acc[:n, None, :], self.arange_T, out=self.sel[:n])
-        self.out.view(inv._INT_VIEW[self.out.element_size()]).fill_(inv.poison_bits(self.out.dtype))
         tok = {name: v[:n].transpose(1, 2).reshape(n * T, R, *v.shape[3:]).to(torch.float64)
                for name, v in self.inb.items()}
         self.ref.load(tok, n * T)
@@ -295,7 +307,7 @@ class FastCell:
             self.w_buf[:n * T].copy_(w)
             if self.graphs:
                 self._load_coefficients(n * T)
-        self.chunk_at = at
+        self.inputs_at = at
 
     def _load_coefficients(self, nt: int) -> None:
         """The bound's coefficients of the chunk's ``nt`` tokens (they depend on the tokens alone): in one
@@ -701,7 +713,7 @@ class FastCell:
         before = int(np.minimum(cell.pos, cell.cfg.tokens).sum())
         end = min(cell.n_steps, cell.step + n)
         if cell.step != self.checked:  # resumed from a checkpoint: reload the chunk
-            self.chunk_at, self.checked = None, cell.step
+            self.chunk_at, self.inputs_at, self.checked = None, None, cell.step
         if self.graphs:
             self._sync_static()
         self.wp_host[:], self.origin_host[:] = self.ls.wp, self.ls.origin  # a resume may have replaced them
@@ -744,6 +756,8 @@ class FastCell:
                     cell.pos += k
                 cell.step += 1
             if cell.step % cell.chunk == 0:
+                if cell.step < cell.n_steps:  # the next chunk's inputs queued before the host waits for this one's
+                    self._load_inputs(cell.step)
                 self._check_outputs()
                 cell._drain()
         self._check_outputs()

@@ -61,6 +61,18 @@ def _counter_values_kernel(keys_ptr, table_ptr, diff_ptr, scale_ptr, out_ptr, co
     tl.store(out_ptr + idx, v, mask=m)
 
 
+_SCALES: dict[tuple[float, str], torch.Tensor] = {}
+
+
+def _scale(scale: float, dev: torch.device) -> torch.Tensor:
+    """``scale`` as a one-element fp64 tensor on ``dev``, made once (a host-to-device copy of a fresh tensor
+    waits for the device)."""
+    key = (float(scale), str(dev))
+    if key not in _SCALES:
+        _SCALES[key] = torch.tensor([scale], dtype=torch.float64, device=dev)
+    return _SCALES[key]
+
+
 def counter_values(key_words: torch.Tensor, count: int, table: tuple[torch.Tensor, torch.Tensor] | None,
                    scale: float = 1.0) -> torch.Tensor:
     """fp64 values ``[len(key_words) * count]``: segment ``s`` holds counters ``0 .. count - 1`` under the
@@ -80,7 +92,7 @@ def counter_values(key_words: torch.Tensor, count: int, table: tuple[torch.Tenso
     if total == 0:
         return out
     tab, dif = table if table is not None else (out, out)  # unused without a table
-    sc = torch.tensor([scale], dtype=torch.float64, device=dev)
+    sc = _scale(scale, dev)
     with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
         _counter_values_kernel[(triton.cdiv(total, BLOCK),)](
             key_words.contiguous(), tab, dif, sc, out, count, total, TABLE=table is not None,
