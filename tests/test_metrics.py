@@ -19,9 +19,11 @@ def _written_out(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(a - b, dim=1) / torch.linalg.vector_norm(b, dim=1).clamp_min(1e-300)
 
 
-@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float64), (torch.bfloat16, torch.float64),
-                                    (torch.float64, torch.float16), (torch.float32, torch.float32),
-                                    (torch.float64, torch.float64)], ids=lambda d: f"{d[0]}-{d[1]}".replace("torch.", ""))
+DTYPES = [(torch.float32, torch.float64), (torch.bfloat16, torch.float64), (torch.float64, torch.float16),
+          (torch.float32, torch.float32), (torch.float64, torch.float64)]
+
+
+@pytest.mark.parametrize("dtypes", DTYPES, ids=lambda d: f"{d[0]}-{d[1]}".replace("torch.", ""))
 def test_row_rel_l2_equals_its_definition_bitwise(dtypes):
     g = torch.Generator().manual_seed(3)
     b64 = torch.randn(5, 3, 17, dtype=torch.float64, generator=g)
