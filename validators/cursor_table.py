@@ -35,6 +35,16 @@ class CursorTable:
                 for f in (0, 1):
                     for k in range(self.K):
                         self.next_wp[w, o, f, k], self.next_origin[w, o, f, k] = dec.commit_cursor(w, o, bool(f), k)
+        # closed: every commit after the verify the rule gives (flushed = is_flush(wp)) lands in the domain,
+        # so cursors checked once stay valid and the walk (:meth:`step`) needs no per-step check
+        f = self.flush_of.astype(np.int64)[:, None, None]
+        reach_wp = np.take_along_axis(self.next_wp, f[..., None].repeat(self.O, 1).repeat(self.K, 3), 2)
+        reach_o = np.take_along_axis(self.next_origin, f[..., None].repeat(self.O, 1).repeat(self.K, 3), 2)
+        self.closed = bool(((reach_wp >= 0) & (reach_wp < self.W) & (reach_o >= 0) & (reach_o < self.O)).all())
+
+    def check(self, wp: np.ndarray, origin: np.ndarray | None = None, k: np.ndarray | None = None) -> None:
+        """ValueError naming the first argument with a value outside the tables' domain."""
+        self._check(wp, origin, k)
 
     def _check(self, wp: np.ndarray, origin: np.ndarray | None = None, k: np.ndarray | None = None) -> None:
         for name, v, hi in (("write_pos", wp, self.W), ("origin", origin, self.O), ("accepted", k, self.K)):
@@ -53,6 +63,19 @@ class CursorTable:
         self._check(wp, origin, k)
         f = flushed.astype(np.int64)
         return self.next_wp[wp, origin, f, k], self.next_origin[wp, origin, f, k]
+
+    def step(self, wp: np.ndarray, origin: np.ndarray, k: np.ndarray, rows: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One verify + commit(``k``) of the rows in the mask ``rows``: (which rows flushed, write_pos,
+        origin); the others keep their cursors.  Checked per call unless the tables are :attr:`closed`
+        (then the caller checks the cursors it starts from, once)."""
+        if not self.closed:
+            self._check(wp, origin, k)
+        fl = self.flush_of[wp] & rows
+        f = fl.astype(np.int64)
+        nwp = np.where(rows, self.next_wp[wp, origin, f, k], wp)
+        norigin = np.where(rows, self.next_origin[wp, origin, f, k], origin)
+        return fl, nwp, norigin
 
 
 __all__ = ["CursorTable"]

@@ -460,7 +460,7 @@ class CellRun:
                 at = pos_before[flush_rows] + (k[flush_rows] if after else 0)
                 self.pending.append(("flush", row_rel_l2(ck.index_select(0, idx), folded.index_select(0, idx)),
                                      fidx.copy(), at.copy()))
-                if after:
+                if after and self.armed.any():  # no row armed: no shadow is read before it is re-seeded
                     self._advance_shadow(last["inputs"], k)
                 armed = [r for r in flush_rows if self.armed[r]]
                 if armed:
@@ -516,16 +516,21 @@ class CellRun:
             if "draft" in self.curves:
                 d = ~acc & (p <= N)
                 self.curves["draft"].add_each(p[d], rel[d], grp[d])
+        # the flush, local and state errors in one transfer too (a device read per item waited for the device
+        # once per item), then added in step order
+        errs = [item[1] for item in self.pending if item[0] in ("flush", "local", "state")]
+        flat = torch.cat([e.detach().reshape(-1).to(torch.float64) for e in errs]).cpu().numpy() if errs else None
+        host = iter(np.split(flat, np.cumsum([e.numel() for e in errs])[:-1]) if errs else [])
         for item in self.pending:
             kind = item[0]
             if kind == "flush":
-                err = item[1].detach().to("cpu", torch.float64).numpy()
+                err = next(host)
                 self.curves["flush"].add(item[2], err)
                 self.curves["state"].add(np.maximum(item[3], 1), err)
             elif kind == "local":
-                self.curves["flush_local"].add(item[2], item[1].detach().to("cpu", torch.float64).numpy())
+                self.curves["flush_local"].add(item[2], next(host))
             elif kind == "state":
-                self.curves["state"].add(item[2], item[1].detach().to("cpu", torch.float64).numpy())
+                self.curves["state"].add(item[2], next(host))
             elif kind == "exception":
                 self.exception = (self.exception or "") + "\n" + item[1]
         self.pending = []

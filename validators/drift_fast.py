@@ -473,16 +473,17 @@ class FastCell:
                 self.bound_buf[k].copy_(v)
         self.bound.cur = self.bound_buf
 
-    def _over_bound(self, a: int, b: int) -> list[int]:
+    def _over_bound(self, a: int, b: int) -> torch.Tensor | None:
         """Chunk steps ``a..b-1`` (offsets from ``a``) where some output error exceeds the fp64
-        bound: ``output_tolerance``'s bound, batched over the steps (the same elementwise bits)."""
+        bound: ``output_tolerance``'s bound, batched over the steps (the same elementwise bits); a device mask
+        over the steps, None without a bound."""
         if self.bound is None or b <= a:
-            return []
+            return None
         rule = self.ls.rule
         m = error_metrics(self.out[a:b], self.ref_out[a:b], rule.u_out, lead=3)
         scale = torch.maximum(m["ref_max"], self.mag[a:b].flatten(3).amax(-1)).amax(-1, keepdim=True)
         bnd = self.fp_out[a:b] + rule.tol.floor_u * rule.u_out * scale * self.walk[a:b][:, :, None]
-        return torch.nonzero((m["max_abs"] > bnd).flatten(1).any(1)).flatten().tolist()
+        return (m["max_abs"] > bnd).flatten(1).any(1)
 
     # ---- host bookkeeping (Lockstep.step and CellRun.run_steps, without the device work) ----------------------
     def _flush_mask_host(self) -> np.ndarray:
@@ -542,7 +543,7 @@ class FastCell:
             at = pos_before[flush_rows] + (k[flush_rows] if after else 0)
             cell.pending.append(("flush", row_rel_l2(self._take(ck, flush_rows), self._take(folded, flush_rows)),
                                  fidx.copy(), at.copy()))
-            if after:
+            if after and cell.armed.any():  # no row armed: no shadow is read before it is re-seeded
                 self._set_shadow(self._advance(cell.shadow, j, k))
             armed = [r for r in flush_rows if cell.armed[r]]
             if armed:
@@ -636,8 +637,13 @@ class FastCell:
         if hi <= lo:
             return
         a, b = lo - self.chunk_at, hi - self.chunk_at
-        nonfinite = set(torch.nonzero(~torch.isfinite(self.rel[a:b]).flatten(1).all(1)).flatten().tolist())
-        for j in sorted(nonfinite | set(self._over_bound(a, b))):
+        masks = [~torch.isfinite(self.rel[a:b]).flatten(1).all(1)]
+        over = self._over_bound(a, b)
+        if over is not None:
+            masks.append(over)
+        flagged = torch.stack(masks).cpu().numpy()  # the host's one wait for the chunk's checks
+        nonfinite = set(np.flatnonzero(flagged[0]).tolist())
+        for j in sorted(nonfinite | set(np.flatnonzero(flagged[1:].any(0)).tolist())):
             out, ro = self.out_v[a + j], self.ref_out_v[a + j]
             if j in nonfinite:
                 self._rel(out, ro, self.rel_v[a + j], exact=True)
