@@ -230,6 +230,8 @@ class FastCell:
         self.acc_host = np.zeros((K, R), dtype=np.int64)  # the chunk's accepted counts
         self.wp_host = np.zeros(R, dtype=np.int64)  # ls.wp / ls.origin as arrays (synced at each run call)
         self.origin_host = np.zeros(R, dtype=np.int64)
+        self.traj_at = None  # first step of the cursor trajectory below (None: to walk)
+        self.traj_wp = self.traj_origin = self.traj_flush = None  # [n + 1, R], [n + 1, R], [n, R]
         self.flush_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # rows each step flushes
         self.idx_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self.bound = ls.bound  # the fp64 running-error bound (None: the family gives no error model)
@@ -486,42 +488,61 @@ class FastCell:
         return (m["max_abs"] > bnd).flatten(1).any(1)
 
     # ---- host bookkeeping (Lockstep.step and CellRun.run_steps, without the device work) ----------------------
-    def _flush_mask_host(self) -> np.ndarray:
-        """Which rows' next verify flushes (bool ``[R]``, active rows only)."""
-        c = self.cursors
-        return (c.flush_of[self.wp_host] if c.closed else c.is_flush(self.wp_host)) & self.act_mask
+    def _walk(self) -> None:
+        """The cursors before every remaining step of the chunk, from ``cell.step`` on (and after its last),
+        and which rows each step flushes: the host's cursor walk, once per chunk (or resume)."""
+        cell = self.cell
+        i0 = cell.step - self.chunk_at
+        n = min(self.chunk_at + self.K, cell.n_steps) - cell.step
+        wp = np.empty((n + 1, self.R), dtype=np.int64)
+        origin = np.empty((n + 1, self.R), dtype=np.int64)
+        fl = np.empty((n, self.R), dtype=bool)
+        wp[0], origin[0] = self.wp_host, self.origin_host
+        for i in range(n):
+            fl[i], wp[i + 1], origin[i + 1] = self.cursors.step(wp[i], origin[i], self.acc_host[i0 + i], self.act_mask)
+        self.traj_at, self.traj_wp, self.traj_origin, self.traj_flush = cell.step, wp, origin, fl
 
-    def _book(self, j: int, fl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Host effects of one step (``fl``: the flushing rows' mask); returns (position before, accepted):
-        ``Lockstep.step``'s bookkeeping over all rows at once."""
+    def _book_piece(self, steps: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Host effects of a piece's steps (``Lockstep.step``'s bookkeeping, all rows and steps at once:
+        cursors, coverage, phases, tokens, the output errors' pending entries) up to its last step, whose
+        (position before, accepted, flush rows) it returns for :meth:`_events`."""
         cell, ls, sc, a = self.cell, self.ls, self.sc, self.act
-        k = self.acc_host[j].copy()
-        wp, origin = self.wp_host, self.origin_host
+        n, i0, j0 = len(steps), steps[0] - self.traj_at, steps[0] - self.chunk_at
+        wp, origin = self.traj_wp[i0:i0 + n], self.traj_origin[i0:i0 + n]
+        fl = self.traj_flush[i0:i0 + n]
+        k = self.acc_host[j0:j0 + n].copy()
+        for i in range(n):  # the fp64 bound's per-step work (only a piece's last step flushes)
+            self._bound_step(j0 + i, np.flatnonzero(fl[i]).tolist())
         wrap = fl & (origin + wp >= sc.ring_rows) if ls.dec.speculative else None
         self._cover(fl, wrap)
-        ls.phases.update(zip(wp[a].tolist(), k[a].tolist()))
-        ls.tokens_verified += len(a) * sc.window
-        _, wp[:], origin[:] = self.cursors.step(wp, origin, k, self.act_mask)
-        ls.wp[:], ls.origin[:] = wp.tolist(), origin.tolist()
-        ls.tokens_accepted += int(k[a].sum())
-        ls.step_idx += 1
-        pos_before = cell.pos.copy()
-        cell.pending.append(("out", self.rel_v[j], pos_before, k))
-        return pos_before, k
+        ls.phases.update(zip(wp[:, a].ravel().tolist(), k[:, a].ravel().tolist()))
+        ls.tokens_verified += n * len(a) * sc.window
+        ls.tokens_accepted += int(k[:, a].sum())
+        ls.step_idx += n
+        self.wp_host[:], self.origin_host[:] = self.traj_wp[i0 + n], self.traj_origin[i0 + n]
+        ls.wp[:], ls.origin[:] = self.wp_host.tolist(), self.origin_host.tolist()
+        pos = cell.pos.copy()
+        for i in range(n):
+            cell.pending.append(("out", self.rel_v[j0 + i], pos, k[i]))
+            if i < n - 1:
+                pos = pos + k[i]
+        cell.pos[:] = pos  # the last step's accepted tokens are added by _events
+        return pos, k[-1], np.flatnonzero(fl[-1]).tolist()
 
     def _cover(self, fl: np.ndarray, wrap: np.ndarray | None) -> None:
-        """The step's coverage counts (flush and non-flush verifies, ring wraps), added as the row loop of
-        ``Lockstep.step`` adds them -- row by row while a count it adds is still a new key, so the
-        report's keys come in the same order."""
+        """The steps' coverage counts (``fl``, ``wrap``: ``[steps, R]`` masks of flushes and ring wraps), added
+        as the row loop of ``Lockstep.step`` adds them -- step by step and row by row while a count it adds is
+        still a new key, so the report's keys come in the same order."""
         cov, a = self.ls.coverage, self.act
-        nf = int(fl[a].sum())
-        nw = 0 if wrap is None else int(wrap[a].sum())
-        counts = (("flush verifies", nf), ("non-flush verifies", len(a) - nf), ("ring wraps", nw))
+        nf = int(fl[:, a].sum())
+        nw = 0 if wrap is None else int(wrap[:, a].sum())
+        counts = (("flush verifies", nf), ("non-flush verifies", fl.shape[0] * len(a) - nf), ("ring wraps", nw))
         if any(n and key not in cov for key, n in counts):
-            for r in a.tolist():
-                cov["flush verifies" if fl[r] else "non-flush verifies"] += 1
-                if wrap is not None and wrap[r]:
-                    cov["ring wraps"] += 1
+            for i in range(fl.shape[0]):
+                for r in a.tolist():
+                    cov["flush verifies" if fl[i, r] else "non-flush verifies"] += 1
+                    if wrap is not None and wrap[i, r]:
+                        cov["ring wraps"] += 1
             return
         for key, n in counts:
             if n:
@@ -626,8 +647,14 @@ class FastCell:
         due[left] = pos[a][left] >= tg[ns[left]]
         return due
 
-    def _sample_due(self, pos: np.ndarray) -> bool:
-        return bool(self._due_mask(pos).any())
+    def _due_steps(self, pos: np.ndarray) -> np.ndarray:
+        """For positions ``pos [steps, R]``: whether some active row has a committed-state sample due."""
+        cell, a = self.cell, self.act
+        ns, tg = cell.next_sample[a], cell.targets
+        left = ns < len(tg)
+        if not left.any():
+            return np.zeros(pos.shape[0], dtype=bool)
+        return (pos[:, a[left]] >= tg[ns[left]]).any(1)
 
     # ---- the exact output checks, deferred ------------------------------------------------------------------
     def _check_outputs(self) -> None:
@@ -684,23 +711,20 @@ class FastCell:
         into ``flush_mask`` (what the bound and the re-seed read)."""
         cell = self.cell
         stop = min(end, self.chunk_at + self.K, cell.n_steps)
-        wp, origin, pos = self.wp_host, self.origin_host, cell.pos.copy()
-        steps, flags, masks = [], [], []
-        s = cell.step
-        fl = np.zeros(self.R, dtype=bool)
+        if self.traj_at is None or not self.traj_at <= cell.step < self.traj_at + len(self.traj_flush):
+            self._walk()
+        i0, m = cell.step - self.traj_at, stop - cell.step
+        j0 = cell.step - self.chunk_at
+        fls = self.traj_flush[i0:i0 + m]
+        # the first step that flushes or makes a committed-state sample due ends the piece (graphs: else 1 step)
+        ends = fls.any(1) | self._due_steps(cell.pos + np.cumsum(self.acc_host[j0:j0 + m], 0))
+        n = (int(np.argmax(ends)) + 1 if ends.any() else m) if self.graphs else 1
+        steps = list(range(cell.step, cell.step + n))
+        armed = bool(cell.armed.any())  # armed changes at a flush only: the piece's last step
+        flags = [armed and not f for f in fls[:n].any(1).tolist()]
+        masks = list(fls[:n])
         fill = self.bound is not None or self.flush_in_graph
-        while s < stop:
-            k = self.acc_host[s - self.chunk_at]
-            fl, wp, origin = self.cursors.step(wp, origin, k, self.act_mask)
-            flushing = bool(fl.any())
-            if fill:
-                masks.append(fl)
-            steps.append(s)
-            flags.append(not flushing and bool(cell.armed.any()))
-            pos = pos + k
-            s += 1
-            if flushing or self._sample_due(pos) or not self.graphs:
-                break
+        fl = fls[n - 1]
         flush = np.flatnonzero(fl).tolist()
         if fill:  # the piece's flush masks in one copy, asynchronous (pinned): no host sync
             j0 = steps[0] - self.chunk_at
@@ -723,6 +747,7 @@ class FastCell:
         if self.graphs:
             self._sync_static()
         self.wp_host[:], self.origin_host[:] = self.ls.wp, self.ls.origin  # a resume may have replaced them
+        self.traj_at = None
         self.cursors.check(self.wp_host, self.origin_host)  # then the closed tables keep them valid
         while cell.step < end and cell.exception is None:
             at = cell.step - cell.step % self.K
@@ -750,17 +775,9 @@ class FastCell:
                 cell.exception = f"step {cell.step}: {type(e).__name__}: {e}"
                 cell.pending.append(("exception", traceback.format_exc()[-2000:]))
                 break
-            for i, s in enumerate(steps):
-                j = s - at
-                fl = self._flush_mask_host()
-                flush_rows = np.flatnonzero(fl).tolist()
-                self._bound_step(j, flush_rows)
-                pos_before, k = self._book(j, fl)
-                if i == len(steps) - 1:
-                    self._events(j, flush_rows, pos_before, k, ref_before, reseed)
-                else:
-                    cell.pos += k
-                cell.step += 1
+            pos_before, k, flush_rows = self._book_piece(steps)
+            self._events(steps[-1] - at, flush_rows, pos_before, k, ref_before, reseed)
+            cell.step += len(steps)
             if cell.step % cell.chunk == 0:
                 if cell.step < cell.n_steps:  # the next chunk's inputs queued before the host waits for this one's
                     self._load_inputs(cell.step)
