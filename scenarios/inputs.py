@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from replayssm.families import family
+from replayssm.ops.triton.counter_inputs import counter_values
 
 _M32 = 0xFFFFFFFF
 _M64 = 0xFFFFFFFFFFFFFFFF
@@ -321,8 +322,6 @@ def fused_on(device) -> bool:
 
 def _fused_values(sc, name: str, keys: list[int], count: int, device) -> torch.Tensor:
     """:func:`_input_values` of ``count`` words under each of ``keys`` (concatenated), in one launch."""
-    from replayssm.ops.triton.counter_inputs import counter_values
-
     device = torch.device(device)
     law, scale = _value_law(sc, name)
     table = None if law == "uniform" else _table(law, device)

@@ -292,6 +292,8 @@ class FastCell:
             b[:n].copy_(gen[name])
         self.acc_host[:n] = np.array([p.accepted for p in plans], dtype=np.int64)
         self.cursors.check(self.wp_host[:0], None, self.acc_host[:n])
+        if at <= cell.step < at + n:  # the host's cursors are this chunk's: walk them now
+            self._walk(at)
         acc = self._pinned(torch.from_numpy(self.acc_host[:n].copy()))
         self.acc[:n].copy_(acc, non_blocking=True)  # asynchronous: no host sync per chunk for it
         torch.eq(self.acc[:n, None, :], self.arange_T, out=self.sel[:n])
@@ -488,12 +490,13 @@ class FastCell:
         return (m["max_abs"] > bnd).flatten(1).any(1)
 
     # ---- host bookkeeping (Lockstep.step and CellRun.run_steps, without the device work) ----------------------
-    def _walk(self) -> None:
-        """The cursors before every remaining step of the chunk, from ``cell.step`` on (and after its last),
-        and which rows each step flushes: the host's cursor walk, once per chunk (or resume)."""
+    def _walk(self, at: int) -> None:
+        """The cursors before every remaining step of chunk ``at`` (its accepted counts in ``acc_host``), from
+        ``cell.step`` on (and after its last), and which rows each step flushes: the host's cursor walk, once
+        per chunk (or resume), done as the chunk's inputs are queued (the device still busy with the last)."""
         cell = self.cell
-        i0 = cell.step - self.chunk_at
-        n = min(self.chunk_at + self.K, cell.n_steps) - cell.step
+        i0 = cell.step - at
+        n = min(at + self.K, cell.n_steps) - cell.step
         wp = np.empty((n + 1, self.R), dtype=np.int64)
         origin = np.empty((n + 1, self.R), dtype=np.int64)
         fl = np.empty((n, self.R), dtype=bool)
@@ -712,7 +715,7 @@ class FastCell:
         cell = self.cell
         stop = min(end, self.chunk_at + self.K, cell.n_steps)
         if self.traj_at is None or not self.traj_at <= cell.step < self.traj_at + len(self.traj_flush):
-            self._walk()
+            self._walk(self.chunk_at)
         i0, m = cell.step - self.traj_at, stop - cell.step
         j0 = cell.step - self.chunk_at
         fls = self.traj_flush[i0:i0 + m]
@@ -747,7 +750,11 @@ class FastCell:
         if self.graphs:
             self._sync_static()
         self.wp_host[:], self.origin_host[:] = self.ls.wp, self.ls.origin  # a resume may have replaced them
-        self.traj_at = None
+        if self.traj_at is not None and not (
+                self.traj_at <= cell.step < self.traj_at + len(self.traj_flush)
+                and np.array_equal(self.traj_wp[cell.step - self.traj_at], self.wp_host)
+                and np.array_equal(self.traj_origin[cell.step - self.traj_at], self.origin_host)):
+            self.traj_at = None  # the walk no longer describes these cursors
         self.cursors.check(self.wp_host, self.origin_host)  # then the closed tables keep them valid
         while cell.step < end and cell.exception is None:
             at = cell.step - cell.step % self.K
