@@ -18,13 +18,18 @@ DECODES = [("standard", 1, 16), ("standard", 1, 5), ("speculative", 4, 16), ("sp
 CASES = [(p, *d) for p in sorted(POLICIES) for d in DECODES]
 
 
+@pytest.mark.parametrize("tabulated", [True, False], ids=["tables", "untabulated"])
 @pytest.mark.parametrize("policy,decode,T,B", CASES, ids=[f"{p}-{d}-T{t}-B{b}" for p, d, t, b in CASES])
-def test_tables_walk_as_the_policy_does(policy, decode, T, B):
+def test_tables_walk_as_the_policy_does(policy, decode, T, B, tabulated, monkeypatch):
+    """Both forms: the tables, and the policy asked row by row (a decode too large to tabulate)."""
     try:
         dec = DecodeConfig(decode, T, B, policy)
     except ValueError:
         pytest.skip("not a valid decode for this policy")
+    if not tabulated:
+        monkeypatch.setattr("replayssm.validators.cursor_table.MAX_ENTRIES", 0)
     tab = CursorTable(dec)
+    assert tab.tabulated == tabulated
     rng = np.random.default_rng(7)
     R = 64
     wp, org = np.zeros(R, dtype=np.int64), np.zeros(R, dtype=np.int64)
@@ -35,6 +40,10 @@ def test_tables_walk_as_the_policy_does(policy, decode, T, B):
         nwp, norg = tab.commit(wp, org, fl, k)
         want = [dec.commit_cursor(int(w), int(o), bool(f), int(kk)) for w, o, f, kk in zip(wp, org, fl, k)]
         assert list(zip(nwp.tolist(), norg.tolist())) == want
+        rows = rng.random(R) < 0.8  # step: the masked rows move, the others keep their cursors
+        sfl, swp, sorg = tab.step(wp, org, k, rows)
+        assert sfl.tolist() == (fl & rows).tolist()
+        assert swp.tolist() == np.where(rows, nwp, wp).tolist() and sorg.tolist() == np.where(rows, norg, org).tolist()
         wp, org = nwp, norg
 
 

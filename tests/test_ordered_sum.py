@@ -30,3 +30,22 @@ def test_pairwise_sum_is_accurate_and_keeps_leading_dims(n):
         exact = math.fsum(x[idx].tolist())
         bound = max(1, math.ceil(math.log2(n))) * 2.0 ** -53 * float(x[idx].abs().sum())
         assert abs(got[idx].item() - exact) <= bound
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["fp64", "fp32"])
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 100])
+def test_numpy_levels_equal_torch_levels_bitwise(dtype, n, monkeypatch):
+    """The CPU form (NumPy adds) against the torch form (forced by leaving the dtype out of the NumPy
+    list), bit for bit, special values included (signed zeros, infinities, NaN)."""
+    from replayssm.ops import ordered_sum
+    g = torch.Generator().manual_seed(n)
+    scale = 10.0 ** torch.randint(-8, 9, (4, 3, n), generator=g)
+    x = (torch.randn((4, 3, n), generator=g, dtype=torch.float64) * scale).to(dtype)
+    x[0, 0, 0], x[1, 1, -1], x[2, 2, 0] = -0.0, float("inf"), float("nan")
+    x[3, 0] = -0.0
+    got = pairwise_sum(x)
+    monkeypatch.setattr(ordered_sum, "_NUMPY_DTYPES", ())
+    want = pairwise_sum(x)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(got.view(torch.int64 if dtype == torch.float64 else torch.int32),
+                       want.contiguous().view(torch.int64 if dtype == torch.float64 else torch.int32))

@@ -10,7 +10,9 @@ refused with the argument named, never looked up out of bounds.
 Why: drift's fast path walks the cursors of every row on the host at every step (which rows flush,
 where each cursor goes); per row and step that was a few Python calls through the policy, ~350 us
 of host time per step at 64 rows (docs/benchmarks.md), which bounded the step once the device
-work was graphed.  tests/test_cursor_table.py holds the tables to the policies on random walks.
+work was graphed.  tests/test_cursor_table.py holds the tables to the policies on random walks.  A decode
+whose tables would exceed :data:`MAX_ENTRIES` entries (a history of thousands of records) is not
+tabulated: the same methods then ask the policy row by row.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from replayssm.interface import DecodeConfig
+
+MAX_ENTRIES = 1 << 18  # (write positions x origins x 2 x accepted counts) tabulated at most (~0.3 s to build)
 
 
 class CursorTable:
@@ -28,6 +32,10 @@ class CursorTable:
         self.W, self.O, self.K = dec.max_write_pos() + 1, dec.ring_rows, dec.window + 1
         self.flush_of = np.array([bool(dec.is_flush(w)) for w in range(self.W)], dtype=bool)
         shape = (self.W, self.O, 2, self.K)
+        self.tabulated = self.W * self.O * 2 * self.K <= MAX_ENTRIES
+        if not self.tabulated:  # too large: the policy row by row (checked per call)
+            self.closed = False
+            return
         self.next_wp = np.empty(shape, dtype=np.int64)
         self.next_origin = np.empty(shape, dtype=np.int64)
         for w in range(self.W):
@@ -61,6 +69,11 @@ class CursorTable:
                ) -> tuple[np.ndarray, np.ndarray]:
         """Each row's cursors ``(write_pos, origin)`` after commit(``k``)."""
         self._check(wp, origin, k)
+        if not self.tabulated:
+            pairs = [self.dec.commit_cursor(int(w), int(o), bool(f), int(kk))
+                     for w, o, f, kk in zip(wp, origin, flushed, k)]
+            return (np.array([p[0] for p in pairs], dtype=np.int64).reshape(wp.shape),
+                    np.array([p[1] for p in pairs], dtype=np.int64).reshape(wp.shape))
         f = flushed.astype(np.int64)
         return self.next_wp[wp, origin, f, k], self.next_origin[wp, origin, f, k]
 
@@ -71,6 +84,12 @@ class CursorTable:
         (then the caller checks the cursors it starts from, once)."""
         if not self.closed:
             self._check(wp, origin, k)
+        if not self.tabulated:
+            fl = self.flush_of[wp] & rows
+            nwp, norigin = wp.copy(), origin.copy()
+            r = np.flatnonzero(rows)
+            nwp[r], norigin[r] = self.commit(wp[r], origin[r], fl[r], k[r])
+            return fl, nwp, norigin
         fl = self.flush_of[wp] & rows
         f = fl.astype(np.int64)
         nwp = np.where(rows, self.next_wp[wp, origin, f, k], wp)
