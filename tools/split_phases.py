@@ -15,6 +15,7 @@ Both build one "triton-replay" instance of the family at its benchmark geometry 
 qwen35-4b) from the installed ``replayssm`` package.
 
 Usage: python tools/split_phases.py times|profile FAMILY DECODE BATCH '{"num_warps": 2}' [MODE]
+       [--kernel triton-baseline]  (profile only: the baseline's launches instead)
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def state_bytes(family: str) -> int:
     return math.prod(g.state_shape) * 4
 
 
-def build_replay(family: str, decode: str, slots: int, opts: dict, mode: str = "s32a16", dev: str = "cuda"):
+def build_replay(family: str, decode: str, slots: int, opts: dict, mode: str = "s32a16", dev: str = "cuda",
+                 kernel: str = "triton-replay"):
     """(kernel, geometry, decode config, inputs(rows, gen)) at the family's benchmark geometry."""
     fam = family_of(family)
     dec = DecodeConfig("standard", 1, 16) if decode == "standard" else DecodeConfig("speculative", 4, 16)
@@ -57,7 +59,7 @@ def build_replay(family: str, decode: str, slots: int, opts: dict, mode: str = "
     def inputs(rows, gen):
         return random_inputs(fam, g, rows, dec.window, torch.bfloat16, gen, dev)
 
-    kern = get("triton-replay", family)(KernelConfig(g, params, mode, dec, num_slots=slots, device=torch.device(dev),
+    kern = get(kernel, family)(KernelConfig(g, params, mode, dec, num_slots=slots, device=torch.device(dev),
                                                      options={"checks": False, **opts}))
     return kern, g, dec, inputs
 
@@ -116,9 +118,9 @@ def times(family: str, decode: str, batch: int, opts: dict, mode: str) -> int:
     return 0
 
 
-def profile(family: str, decode: str, batch: int, opts: dict, mode: str) -> int:
+def profile(family: str, decode: str, batch: int, opts: dict, mode: str, kernel: str = "triton-replay") -> int:
     dev = "cuda"
-    kern, g, dec, inputs = build_replay(family, decode, batch, opts, mode, dev)
+    kern, g, dec, inputs = build_replay(family, decode, batch, opts, mode, dev, kernel)
     gen = torch.Generator(device=dev).manual_seed(0)
     ids = torch.arange(batch, dtype=torch.int64, device=dev)
     kern.reset(ids, torch.randn((batch, *g.state_shape), generator=gen, device=dev))
@@ -139,9 +141,14 @@ def main(argv=None) -> int:
     p.add_argument("batch", type=int)
     p.add_argument("options", type=json.loads, help='kernel options as JSON, e.g. \'{"num_warps": 2}\'')
     p.add_argument("mode", nargs="?", default="s32a16")
+    p.add_argument("--kernel", default="triton-replay", choices=("triton-replay", "triton-baseline"),
+                   help="profile only: the kernel whose launches run (default: triton-replay)")
     a = p.parse_args(argv)
-    run = times if a.what == "times" else profile
-    return run(a.family, a.decode, a.batch, a.options, a.mode)
+    if a.what == "times":
+        if a.kernel != "triton-replay":
+            p.error("--kernel: 'times' splits the replay path's phases; expected triton-replay")
+        return times(a.family, a.decode, a.batch, a.options, a.mode)
+    return profile(a.family, a.decode, a.batch, a.options, a.mode, a.kernel)
 
 
 if __name__ == "__main__":
