@@ -11,7 +11,8 @@
 #       reason), standard and spec-random, 8 rows x 12,500 tokens (DRIFT_FAMILIES / DRIFT_KERNELS: a
 #       subset, e.g. the cells a deadline stopped: a checkpoint does not come back, they rerun); carry
 #       [".whl/sglang", ".whl/fla_core-0.6.0-py3-none-any.whl", ".peers/vllm-replayssm"].
-# Every cell is one process sharing the GPU (DRIFT_WORKERS, default 8); DRIFT_DEADLINE (s, default 420)
+# Every cell is one process sharing the GPU (DRIFT_WORKERS, default 8: 16 ran the H200 out of memory on
+# 2026-12-06, the GDN spec-random cells' processes holding 10-11 GB each); DRIFT_DEADLINE (s, default 420)
 # time-boxes the sweep: a cell it stops is reported as stopped at the tokens it reached, never as
 # complete.  Results in $OUT: log.txt, drift_report.md (this shard), cells.tar.gz (the shard folder's
 # cell results and config: `replayssm drift --merge` takes the unpacked folders), timing.json.
