@@ -295,6 +295,9 @@ def run(args) -> int:
                 p = D.cell_path(out, c.id)
                 if p.exists():
                     results.append(json.loads(p.read_text()))
+                elif c.id in outcome.out_of_memory:
+                    skipped.append({"id": c.id, "reason": f"ran out of device memory with {workers} worker process(es) "
+                                                          f"on {', '.join(devices)} ({outcome.out_of_memory[c.id]})"})
                 else:
                     skipped.append({"id": c.id, "reason": "the --deadline passed before this cell started"})
         report = analyse(cfg, results, skipped=skipped, budget=args.budget, horizon=args.horizon, budgets=budgets,
@@ -309,6 +312,13 @@ def run(args) -> int:
             print(f"drift: {len(outcome.ran)} of {len(outcome.cells)} cell(s) run, {outcome.tokens:,} tokens in "
                   f"{outcome.wall_s:.1f} s ({outcome.tokens_per_s:,.0f} validated tokens/s)", file=sys.stderr)
         print(f"drift: reports {paths['html']} {paths['json']} {paths['md']}", file=sys.stderr)
+        if outcome is not None and outcome.out_of_memory:
+            ids = sorted(outcome.out_of_memory)
+            raise EnvironmentProblem(
+                f"drift: {len(ids)} cell(s) ran out of device memory with {workers} worker process(es) on "
+                f"{', '.join(devices)} ({ids[0]}{', ...' if len(ids) > 1 else ''}: {outcome.out_of_memory[ids[0]]}); "
+                f"the report lists them as not run; rerun the same command with fewer --workers: the "
+                f"{len(outcome.ran)} cell(s) with results are kept and only the missing ones run")
         if args.write_budgets:
             bs, notes = derive_budgets(report, args.budget_factor, env=env)
             header = ("Drift budgets per family x precision mode (replayssm drift --check).\n"

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from replayssm.cli import main
 from replayssm.validators.drift import (
@@ -216,6 +217,67 @@ def test_per_step_path_gives_the_same_reports(reference, tmp_path):
         assert (tmp_path / "slow" / "cells" / f.name).read_bytes() == f.read_bytes(), f.name
     assert main(["drift", "--merge", str(tmp_path / "slow"), "--out", str(tmp_path / "m"), "--no-progress"]) == 0
     assert _reports(tmp_path / "m") == _reports(reference)
+
+
+def test_a_cell_out_of_device_memory_is_named_and_reruns_to_the_same_reports(reference, tmp_path, monkeypatch,
+                                                                             capsys):
+    """A cell that runs out of device memory (too many processes on one card, 2026-12-06 on the H200)
+    gets no result while the others run; the report lists it as not run, the command exits 3 naming
+    --workers; rerun on the same --out, only that cell runs, and the reports equal the uninterrupted run's."""
+    import replayssm.validators.drift as D
+
+    cfg = SweepConfig.from_dict(json.loads((reference / "config.json").read_text()))
+    victim = cfg.cells()[0][1].id
+    real = D.run_cell
+
+    def short_of_memory(cell, *a, **k):
+        if cell.id == victim:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB")
+        return real(cell, *a, **k)
+
+    out = tmp_path / "oom"
+    monkeypatch.setattr(D, "run_cell", short_of_memory)
+    assert main(["drift", *SMALL, "--out", str(out), "--workers", "1"]) == 3
+    err = capsys.readouterr().err
+    assert f"1 cell(s) ran out of device memory with 1 worker process(es) on cpu ({victim}: OutOfMemoryError" in err
+    assert "rerun the same command with fewer --workers" in err
+    assert not (out / "cells" / f"{victim}.json").exists()
+    assert sorted(p.name for p in (out / "cells").glob("*.json")) == sorted(
+        f"{c.id}.json" for c in cfg.cells()[0] if c.id != victim)
+    assert f"- {victim}: ran out of device memory with 1 worker process(es) on cpu" in (out / "drift_report.md").read_text()
+    monkeypatch.setattr(D, "run_cell", real)
+    assert main(["drift", *SMALL, "--out", str(out), "--workers", "1"]) == 0
+    assert _reports(out) == _reports(reference)
+
+
+def test_worker_reports_out_of_memory_apart_from_other_errors(reference, tmp_path, monkeypatch):
+    """A worker process (run here in-process) sends an out-of-memory cell as ("oom", id, first line),
+    which the parent lists, and any other error as ("error", id, traceback), which fails the sweep."""
+    import queue
+
+    import replayssm.validators.drift as D
+
+    cfg = SweepConfig.from_dict(json.loads((reference / "config.json").read_text()))
+    ids = [c.id for c in cfg.cells()[0][:2]]
+
+    def broken(cell, *a, **k):
+        if cell.id == ids[0]:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB\nmore text")
+        raise RuntimeError("a harness bug")
+
+    monkeypatch.setattr(D, "run_cell", broken)
+    tasks, events = queue.Queue(), queue.Queue()
+    for x in (*ids, None):
+        tasks.put(x)
+    threads = torch.get_num_threads()
+    try:
+        D._worker(0, "cpu", cfg.to_dict(), str(tmp_path), tasks, events, 0.0, None, [], os.getppid(), None)
+    finally:
+        torch.set_num_threads(threads)
+    got = [events.get_nowait() for _ in range(events.qsize())]
+    assert got[0] == ("oom", ids[0], "OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB")
+    assert got[1][:2] == ("error", ids[1]) and "RuntimeError: a harness bug" in got[1][2]
+    assert got[2] == ("exit", 0)
 
 
 def test_default_chunk():

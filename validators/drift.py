@@ -740,6 +740,9 @@ def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt
             if deadline is None or time.time() < deadline:
                 run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, progress, deadline, fast)
             events.put(("done", cid))
+        except torch.OutOfMemoryError as e:  # the device's memory, not the cell: the parent names the remedy
+            _release_device_memory(device)
+            events.put(("oom", cid, _first_line(e)))
         except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
             events.put(("error", cid, traceback.format_exc()))
     events.put(("exit", wid))
@@ -751,12 +754,27 @@ def default_devices() -> list[str]:
     return ["cpu"]
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def _release_device_memory(device: str) -> None:
+    """After a cell ran out of device memory: its tensors are gone with its frames; hand the cached
+    blocks back so that the next cell (or another process sharing the card) can have them."""
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 @dataclass
 class SweepOutcome:
+    """What a sweep ran: its shard's cells, those with a result now, the wall time and tokens, and
+    the cells that ran out of device memory (id -> the error's first line; no result, not run)."""
     cells: list[str]
     ran: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     tokens: int = 0
+    out_of_memory: dict[str, str] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -791,7 +809,10 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
     ``workers`` processes share the cells (1: in this process); worker ``w`` uses
     ``devices[w % len(devices)]`` (default: every visible GPU, else the CPU).  ``deadline_s``:
     a wall-clock budget; running cells stop at it (``truncated``), cells not started by then
-    are not run (a time-boxed GPU run; such a report is not comparable bit for bit)."""
+    are not run (a time-boxed GPU run; such a report is not comparable bit for bit).  A cell that
+    runs out of device memory (``torch.OutOfMemoryError``, e.g. too many worker processes sharing a
+    card) gets no result and is listed in ``SweepOutcome.out_of_memory``; the others go on.  Any other
+    error of a cell fails the sweep (``RuntimeError``) once the workers are done."""
     out = Path(out)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive integer, got {workers!r}")
@@ -815,7 +836,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
         if bar is not None:
             bar.update(n)
 
-    errors = []
+    errors, oom = [], {}
     deadline = None if deadline_s is None else time.time() + deadline_s
     threads = torch.get_num_threads()
     try:
@@ -823,7 +844,11 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
             torch.set_num_threads(1)
             for c in todo:
                 if deadline is None or time.time() < deadline:
-                    run_cell(c, cfg, out, devices[0], checkpoint_every_s, chunk, tick, deadline, fast)
+                    try:
+                        run_cell(c, cfg, out, devices[0], checkpoint_every_s, chunk, tick, deadline, fast)
+                    except torch.OutOfMemoryError as e:  # the next cells may fit: go on, report it at the end
+                        _release_device_memory(devices[0])
+                        oom[c.id] = _first_line(e)
         else:
             import multiprocessing as mp
             ctx = mp.get_context("spawn")
@@ -855,6 +880,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
                     tick(ev[1])
                 elif ev[0] == "error":
                     errors.append(f"cell {ev[1]}:\n{ev[2]}")
+                elif ev[0] == "oom":
+                    oom[ev[1]] = ev[2]
                 elif ev[0] == "exit":
                     alive -= 1
             for p in procs:
@@ -869,7 +896,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
         raise RuntimeError("drift: " + "\n".join(errors))
     wall = time.perf_counter() - t0
     ran = [c.id for c in todo if cell_path(out, c.id).exists()]
-    return SweepOutcome([c.id for c in cells], ran, wall, counted)
+    return SweepOutcome([c.id for c in cells], ran, wall, counted, oom)
 
 
 def load_cells(dirs: list[str | Path], cfg: SweepConfig | None = None) -> tuple[SweepConfig, list[dict]]:
