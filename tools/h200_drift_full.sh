@@ -14,7 +14,10 @@
 # Every cell is one process sharing the GPU (DRIFT_WORKERS, default 8: 16 ran the H200 out of memory on
 # 2026-12-06, the GDN spec-random cells' processes holding 10-11 GB each); DRIFT_DEADLINE (s, default 420)
 # time-boxes the sweep: a cell it stops is reported as stopped at the tokens it reached, never as
-# complete.  Results in $OUT: log.txt, drift_report.md (this shard), cells.tar.gz (the shard folder's
+# complete.  A shard longer than one call (the 16 spec-random cells, ~16 minutes): a cell the deadline stops
+# keeps a checkpoint under $DRIFT_WORK (default /tmp/drift-full, on the device's disk), so the same command
+# run again while the machine is still held resumes it (checkpoints do not come back in $OUT);
+# DRIFT_CHECKPOINT_EVERY=S also checkpoints every S seconds, against a kill.  Results in $OUT: log.txt, drift_report.md (this shard), cells.tar.gz (the shard folder's
 # cell results and config: `replayssm drift --merge` takes the unpacked folders), timing.json.
 # Merge (here):  for s in 0 1; do mkdir -p m/s$s && tar -xzf shard$s/cells.tar.gz -C m/s$s; done
 #                python -m replayssm drift --merge m/s0 m/s1 --out m/all
@@ -47,7 +50,7 @@ esac
 stamp "setup done"
 python -m replayssm drift "${ARGS[@]}" --scenarios long-memory --schedules standard,spec-random \
   --geometry mamba2=nano4b,gdn=qwen35-4b,kda=kimi-linear-48b --local-every 8 --budget 1e-2 \
-  --workers "$WORKERS" --device cuda --deadline "$DEADLINE" --checkpoint-every 1000000 --no-progress \
+  --workers "$WORKERS" --device cuda --deadline "$DEADLINE" --checkpoint-every "${DRIFT_CHECKPOINT_EVERY:-1000000}" --no-progress \
   --shard "$SHARD" --out "$W/report"
 echo "drift exit code $?"
 stamp "sweep done"
