@@ -8,7 +8,8 @@ long-memory, standard and spec-random, at ``nano4b`` / ``qwen35-4b``).  Each cel
 included; chunks of ``default_chunk`` steps, as ``replayssm drift`` runs them, or ``--chunk``) for
 ``--seconds`` of wall time after a first chunk that pays the compiles; the rate is
 the accepted tokens of the timed part over its wall time, with a device sync at both ends.  Also
-recorded: whether the fast path was taken, graphs replayed / captured, and a capture error if any.
+recorded: whether the fast path was taken, graphs replayed / captured, a capture error if any, and on a
+GPU the device memory the cell holds after its first chunk and at the end (allocated, peak, reserved).
 """
 from __future__ import annotations
 
@@ -36,11 +37,15 @@ def rate(cell: str, rows: int, seconds: float, dev: str, chunk: int | None = Non
                       geometry=((fam, GEOMETRY[fam]),), rows=rows, tokens=125_000, local_every=8)
     spec = CellSpec(fam, kernel, mode, scen, sched)
     chunk = chunk or default_chunk(dev, rows, spec.speculative)
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     run = CellRun(spec, cfg, dev, chunk=chunk)
     t0 = time.perf_counter()
     run.run_steps(chunk)  # the first chunk: compiles and captures
     _sync(dev)
     warm = time.perf_counter() - t0
+    mem_first = _memory(run, dev)
     tokens, t1 = 0, time.perf_counter()
     while not run.done and time.perf_counter() - t1 < seconds:
         tokens += run.run_steps(chunk)
@@ -51,7 +56,21 @@ def rate(cell: str, rows: int, seconds: float, dev: str, chunk: int | None = Non
             "timed_s": round(wall, 2), "tokens": tokens, "tokens_per_s": round(tokens / wall, 1),
             "fast": fast is not None, "graphs": bool(fast and fast.graphs), "replays": fast.replays if fast else 0,
             "captured": len(fast.cache) if fast else 0, "capture_error": fast.capture_error if fast else None,
-            "exception": run.exception}
+            "exception": run.exception, "memory_after_first_chunk": mem_first, "memory_at_end": _memory(run, dev)}
+
+
+def _memory(run, dev: str) -> dict | None:
+    """The device memory the cell holds (GB: allocated now, its peak, reserved by the caching allocator
+    and the graphs' pools) and the graphs it keeps (captured; of them, re-seeding ones that keep their
+    checkpoint read alive)."""
+    if dev != "cuda":
+        return None
+    fast = run.fast
+    gb = 1e9
+    return {"allocated_gb": round(torch.cuda.memory_allocated() / gb, 3),
+            "peak_allocated_gb": round(torch.cuda.max_memory_allocated() / gb, 3),
+            "reserved_gb": round(torch.cuda.memory_reserved() / gb, 3),
+            "graphs": len(fast.cache) if fast else 0, "reseed_graphs": len(fast.graph_ck) if fast else 0}
 
 
 def main() -> None:
