@@ -1,5 +1,5 @@
 """One Markdown table from Nsight Compute's text reports (``ncu --section ...`` output, as
-``tools/ncu_split.sh`` and ``tools/ncu_small.sh`` write them): per profiled launch its kernel, grid,
+``tools/ncu_split.sh`` writes them): per profiled launch its kernel, grid,
 duration, DRAM / L1 / L2 / SM throughput (% of peak), registers, achieved and theoretical occupancy,
 waves per SM, warp cycles per issued instruction and the stall the report's rules name first.
 
