@@ -244,7 +244,8 @@ def test_a_cell_out_of_device_memory_is_named_and_reruns_to_the_same_reports(ref
     assert not (out / "cells" / f"{victim}.json").exists()
     assert sorted(p.name for p in (out / "cells").glob("*.json")) == sorted(
         f"{c.id}.json" for c in cfg.cells()[0] if c.id != victim)
-    assert f"- {victim}: ran out of device memory with 1 worker process(es) on cpu" in (out / "drift_report.md").read_text()
+    report = (out / "drift_report.md").read_text()
+    assert f"- {victim}: ran out of device memory with 1 worker process(es) on cpu" in report
     monkeypatch.setattr(D, "run_cell", real)
     assert main(["drift", *SMALL, "--out", str(out), "--workers", "1"]) == 0
     assert _reports(out) == _reports(reference)

@@ -736,15 +736,18 @@ def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt
         cid = tasks.get()
         if cid is None:
             break
+        oom = None
         try:
             if deadline is None or time.time() < deadline:
                 run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, progress, deadline, fast)
             events.put(("done", cid))
         except torch.OutOfMemoryError as e:  # the device's memory, not the cell: the parent names the remedy
-            _release_device_memory(device)
-            events.put(("oom", cid, _first_line(e)))
+            oom = _first_line(e)
         except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
             events.put(("error", cid, traceback.format_exc()))
+        if oom is not None:  # outside the handler: the traceback's frames, which held the cell's tensors, are gone
+            _release_device_memory(device)
+            events.put(("oom", cid, oom))
     events.put(("exit", wid))
 
 
@@ -760,8 +763,9 @@ def _first_line(e: BaseException) -> str:
 
 
 def _release_device_memory(device: str) -> None:
-    """After a cell ran out of device memory: its tensors are gone with its frames; hand the cached
-    blocks back so that the next cell (or another process sharing the card) can have them."""
+    """After a cell ran out of device memory (called once its exception, whose frames held the cell's
+    tensors, is gone): hand the cached blocks back so that the next cell, or another process sharing
+    the card, can have them."""
     if str(device).startswith("cuda") and torch.cuda.is_available():
         torch.cuda.empty_cache()
 
@@ -847,8 +851,9 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
                     try:
                         run_cell(c, cfg, out, devices[0], checkpoint_every_s, chunk, tick, deadline, fast)
                     except torch.OutOfMemoryError as e:  # the next cells may fit: go on, report it at the end
-                        _release_device_memory(devices[0])
                         oom[c.id] = _first_line(e)
+                    if c.id in oom:
+                        _release_device_memory(devices[0])
         else:
             import multiprocessing as mp
             ctx = mp.get_context("spawn")
