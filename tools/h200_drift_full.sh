@@ -18,7 +18,7 @@
 # keeps a checkpoint under $DRIFT_WORK (default /tmp/drift-full, on the device's disk), so the same command
 # run again while the machine is still held resumes it (checkpoints do not come back in $OUT);
 # DRIFT_CHECKPOINT_EVERY=S also checkpoints every S seconds, against a kill.  Results in $OUT: log.txt,
-# drift_report.md (this shard), cells.tar.gz (the shard folder's cell results and config: `replayssm drift
+# drift_report.md (this shard), gpu_apps.csv (each process's device memory every 15 s), cells.tar.gz (the shard folder's cell results and config: `replayssm drift
 # --merge` takes the unpacked folders), timing.json.
 # Merge (here):  for s in 0 1; do mkdir -p m/s$s && tar -xzf shard$s/cells.tar.gz -C m/s$s; done
 #                python -m replayssm drift --merge m/s0 m/s1 --out m/all
@@ -49,11 +49,15 @@ case "$WHAT" in
   *) echo "usage: tools/h200_drift_full.sh ours|adapters SHARD" >&2; exit 2 ;;
 esac
 stamp "setup done"
+# the device memory of every process on the card every 15 s (how many workers fit: $OUT/gpu_apps.csv)
+nvidia-smi --query-compute-apps=timestamp,pid,used_memory --format=csv,noheader -l 15 > "$OUT/gpu_apps.csv" 2>&1 &
+SMI=$!
 python -m replayssm drift "${ARGS[@]}" --scenarios long-memory --schedules standard,spec-random \
   --geometry mamba2=nano4b,gdn=qwen35-4b,kda=kimi-linear-48b --local-every 8 --budget 1e-2 \
   --workers "$WORKERS" --device cuda --deadline "$DEADLINE" --checkpoint-every "${DRIFT_CHECKPOINT_EVERY:-1000000}" --no-progress \
   --shard "$SHARD" --out "$W/report"
 echo "drift exit code $?"
+kill "$SMI" 2>/dev/null
 stamp "sweep done"
 N=${SHARD#*/}; I=${SHARD%/*}
 cp "$W/report/drift_report.shard-$I-of-$N.md" "$OUT/drift_report.md" 2>/dev/null \
