@@ -70,7 +70,8 @@ def _memory(run, dev: str) -> dict | None:
     return {"allocated_gb": round(torch.cuda.memory_allocated() / gb, 3),
             "peak_allocated_gb": round(torch.cuda.max_memory_allocated() / gb, 3),
             "reserved_gb": round(torch.cuda.memory_reserved() / gb, 3),
-            "graphs": len(fast.cache) if fast else 0, "reseed_graphs": len(fast.graph_ck) if fast else 0}
+            "graphs": len(fast.cache) if fast else 0,
+            "reseed_graphs": sum(1 for key in fast.cache if key[2]) if fast else 0}
 
 
 def main() -> None:

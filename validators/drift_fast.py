@@ -70,6 +70,7 @@ import torch
 from replayssm.conventions import conv_kwargs
 from replayssm.families import Family, family
 from replayssm.ops.triton.bound_scan import bound_scan
+from replayssm.ops.triton.row_copy import copy_rows
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators import invariants as inv
 from replayssm.validators.checks.context import StepContext
@@ -213,6 +214,7 @@ class FastCell:
         self.y_v = [self.ref_out[j][:, t] for j in range(K) for t in range(T)]
         state_dims = len(g.state_shape)
         self.sel_v = [self.sel[j, t].view(R, *([1] * state_dims)) for j in range(K) for t in range(T)]
+        self.sel_rows = [self.sel[j, t] for j in range(K) for t in range(T)]  # [R] each (copy_rows' masks)
         self.arange_T = torch.arange(1, T + 1, device=dev).view(1, T, 1)
         # the fused fp64 step computes the default conventions only (a declared one: the plain step)
         self.fused = (dev.type == "cuda" and ls.conv.is_default) if fused is None else bool(fused)
@@ -254,7 +256,6 @@ class FastCell:
         self.checked = cell.step  # steps before this one had their outputs checked
         self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
         self.seen: Counter = Counter()
-        self.graph_ck: dict[tuple, torch.Tensor] = {}  # per graph: its checkpoint read (reseed pieces)
         self.pool = None
         self.replays = 0
         self.reseeds = 0  # pieces that re-seeded the shadow at a speculative flush (flush_in_graph)
@@ -267,7 +268,8 @@ class FastCell:
         # the step's tokens; with graphs that runs inside the piece (device masks: the same values), the
         # checkpoint read there and the shadow before it kept for the host's error measurements.
         self.flush_in_graph = self.graphs and self.spec and not cell.ck_after and self.raw_ck
-        self.ck_out: torch.Tensor | None = None  # the piece's checkpoint read (a graph output)
+        self.ck_out: torch.Tensor | None = None  # the piece's checkpoint read (ck_buf where a graph writes it)
+        self.ck_buf: torch.Tensor | None = None  # the fixed buffer every re-seeding graph copies its read into
         self.shadow_prev_buf = cell.shadow.clone() if self.flush_in_graph else None
 
     # ---- chunks ----------------------------------------------------------------------------------------------
@@ -333,7 +335,8 @@ class FastCell:
     # ---- device work ----------------------------------------------------------------------------------------
     def _advance(self, st: torch.Tensor, j: int, k: np.ndarray, static: bool = False) -> torch.Tensor:
         """``CellRun._advance_shadow``: ``st`` over each row's ``k`` accepted tokens of chunk step ``j``
-        (``static``: the same values by device masks alone, what a graph captures for any ``k``)."""
+        (``static``: the same values by device masks alone, what a graph captures for any ``k``, written
+        into ``st`` itself -- a fixed buffer -- and returned)."""
         new = st
         for t in range(self.T if static else int(k.max())):
             st = self.ref.step(st, j * self.T + t, None)
@@ -342,9 +345,13 @@ class FastCell:
 
     def _keep(self, new: torch.Tensor, st: torch.Tensor, j: int, t: int, k: np.ndarray, static: bool) -> torch.Tensor:
         """``st`` where a row accepted ``t + 1`` tokens at chunk step ``j``, else ``new``: by the host's
-        ``k`` (the fewest launches), or (``static``) always by the device mask ``sel`` -- the same values
-        (``torch.where`` moves them exactly) with no host decision baked into a captured graph."""
+        ``k`` (the fewest launches), or (``static``) always by the device mask ``sel``, the selected rows
+        copied into ``new`` in place (``new``: the piece's fixed buffer; a row is read and written at the
+        one token it keeps, where ``torch.where`` made three state-sized passes per token) -- the same
+        values (both move them exactly) with no host decision baked into a captured graph."""
         if static:
+            if new.is_contiguous() and st.is_contiguous() and st.dtype == new.dtype and st.shape == new.shape:
+                return copy_rows(new, st, self.sel_rows[j * self.T + t])
             return torch.where(self.sel_v[j * self.T + t], st, new)
         hit = k == t + 1
         if hit.all():
@@ -399,19 +406,33 @@ class FastCell:
             ref, new_sh = self._device_step(j0 + i, ref, sh if f else None, ks[i], ss[i])
             if f:
                 sh = new_sh
-        self.ref_buf.copy_(ref)
+        if ref is not self.ref_buf:  # a speculative piece kept its rows in ref_buf in place (_keep)
+            self.ref_buf.copy_(ref)
         if reseed:
             j = j0 + len(flags) - 1
-            self.ck_out = self.ls.kernel.launch_checkpoint(self.ls.ids)
+            ck = self.ls.kernel.launch_checkpoint(self.ls.ids)
+            if self.ck_buf is None:  # allocated on the piece's first (eager) run, outside any graph's pool
+                self.ck_buf = torch.empty_like(ck, memory_format=torch.contiguous_format)
+            # one fixed buffer for every graph's read (a read per graph held up to 2 GB of a GDN cell's
+            # device memory): the host measures it before the next piece is queued
+            self.ck_out = self.ck_buf.copy_(ck)
             self.shadow_prev_buf.copy_(sh)
-            rows = self.flush_mask[j].view(self.R, *([1] * (sh.dim() - 1)))
-            sh = self._advance(torch.where(rows, self.ck_out.to(torch.float64), sh), j, ks[-1], static=True)
-        if any(flags) or reseed:
+            sh = self._advance(self._reseed(sh, self.ck_out, self.flush_mask[j]), j, ks[-1], static=True)
+        if (any(flags) or reseed) and sh is not self.shadow_buf:
             self.shadow_buf.copy_(sh)
         if self.bound is not None:  # the piece's bound in one launch (the flush masks were filled for it)
             bound_scan(self.bound_state, self.coef_buf, self.w_buf, self.flush_mask,
                        self.acc if self.ls.dec.speculative else None, self.fp_out, j0, len(flags),
                        constants=self.bound_consts, replay=self.bound.replay)
+
+    def _reseed(self, sh: torch.Tensor, ck: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The shadow ``sh`` with the flushed ``rows`` (``[R]`` bool) re-seeded from the checkpoint ``ck``
+        (upcast to fp64): in place where ``sh`` is the fixed shadow buffer and ``copy_rows`` takes ``ck``'s
+        dtype, else ``torch.where`` (the same values)."""
+        if sh is self.shadow_buf and ck.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16) \
+                and ck.shape == sh.shape and ck.is_contiguous():
+            return copy_rows(sh, ck, rows)
+        return torch.where(rows.view(self.R, *([1] * (sh.dim() - 1))), ck.to(torch.float64), sh)
 
     def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
                      reseed: bool = False) -> None:
@@ -428,8 +449,6 @@ class FastCell:
             else:
                 self.pool = self.pool or g.pool()
                 self.cache[key] = g
-                if reseed:
-                    self.graph_ck[key] = self.ck_out  # the checkpoint read this graph's replays write
         self.seen[key] += 1
         if g is None:
             self._piece_static(j0, flags, ks, ss, reseed)
@@ -437,7 +456,7 @@ class FastCell:
             g.replay()
             self.replays += 1
             if reseed:
-                self.ck_out = self.graph_ck[key]
+                self.ck_out = self.ck_buf
 
     # ---- the fp64 running-error bound ----------------------------------------------------------------------
     def _bound_step(self, j: int, flush_rows: list[int]) -> None:
