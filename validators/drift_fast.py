@@ -402,7 +402,7 @@ class FastCell:
         ref, sh = self.ref_buf, self.shadow_buf
         for i, f in enumerate(flags):
             if self.spec and i == len(flags) - 1:  # a speculative flush measures the state before its step
-                self.ref_prev_buf.copy_(ref)
+                self._copy_flushed(self.ref_prev_buf, ref, j0 + i)
             ref, new_sh = self._device_step(j0 + i, ref, sh if f else None, ks[i], ss[i])
             if f:
                 sh = new_sh
@@ -415,8 +415,8 @@ class FastCell:
                 self.ck_buf = torch.empty_like(ck, memory_format=torch.contiguous_format)
             # one fixed buffer for every graph's read (a read per graph held up to 2 GB of a GDN cell's
             # device memory): the host measures it before the next piece is queued
-            self.ck_out = self.ck_buf.copy_(ck)
-            self.shadow_prev_buf.copy_(sh)
+            self.ck_out = self._copy_flushed(self.ck_buf, ck, j)
+            self._copy_flushed(self.shadow_prev_buf, sh, j)
             sh = self._advance(self._reseed(sh, self.ck_out, self.flush_mask[j]), j, ks[-1], static=True)
         if (any(flags) or reseed) and sh is not self.shadow_buf:
             self.shadow_buf.copy_(sh)
@@ -424,6 +424,16 @@ class FastCell:
             bound_scan(self.bound_state, self.coef_buf, self.w_buf, self.flush_mask,
                        self.acc if self.ls.dec.speculative else None, self.fp_out, j0, len(flags),
                        constants=self.bound_consts, replay=self.bound.replay)
+
+    def _copy_flushed(self, dst: torch.Tensor, src: torch.Tensor, j: int) -> torch.Tensor:
+        """``dst`` holding ``src``'s rows that flush at chunk step ``j`` (``flush_mask[j]``): the only rows the
+        host's flush measurements (``_events``) and the re-seed read of the state before the step, the
+        checkpoint read and the shadow before the re-seed; a plain copy where ``copy_rows`` cannot take
+        them."""
+        if dst.is_contiguous() and src.is_contiguous() and src.shape == dst.shape and src.dtype == dst.dtype \
+                and src.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+            return copy_rows(dst, src, self.flush_mask[j])
+        return dst.copy_(src)
 
     def _reseed(self, sh: torch.Tensor, ck: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """The shadow ``sh`` with the flushed ``rows`` (``[R]`` bool) re-seeded from the checkpoint ``ck``
@@ -745,7 +755,7 @@ class FastCell:
         armed = bool(cell.armed.any())  # armed changes at a flush only: the piece's last step
         flags = [armed and not f for f in fls[:n].any(1).tolist()]
         masks = list(fls[:n])
-        fill = self.bound is not None or self.flush_in_graph
+        fill = self.bound is not None or self.flush_in_graph or (self.graphs and self.spec)
         fl = fls[n - 1]
         flush = np.flatnonzero(fl).tolist()
         if fill:  # the piece's flush masks in one copy, asynchronous (pinned): no host sync
