@@ -44,13 +44,16 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   the chunk is static, the chunk's inputs are refilled in place), so a step costs no host
   launches.  In speculative decode a piece is mostly one step (some row flushes at almost every
   verify), so there is a graph per chunk step; which rows keep which window position is chosen
-  by the device masks of the accepted counts, never by a host branch a graph would freeze (the
-  same values: ``torch.where`` moves them exactly), and the reference before a piece's last step
-  is kept for the flush measurement (a speculative replay's checkpoint holds the state before its
-  verify).  The flush's shadow work runs in the piece too where a row is armed after it (the
+  by the device masks of the accepted counts, never by a host branch a graph would freeze: each
+  row's state is copied in place into the piece's fixed buffer at the one token it keeps
+  (``replayssm/ops/triton/row_copy.py``, the same values as ``torch.where``, which moves them
+  exactly but made three state-sized passes per token), and the flushed rows of the reference
+  before a piece's last step are kept for the flush measurement (a speculative replay's
+  checkpoint holds the state before its verify).  The flush's shadow work runs in the piece too where a row is armed after it (the
   flushed rows re-seeded from the checkpoint by the flush mask, the shadow advanced over the step;
-  the checkpoint read and the shadow before it kept for the host's error measurements, which stay
-  on the flushed and armed rows' own index lists, so the same bits).  ``graphs=False`` runs the
+  the checkpoint read -- copied into one fixed buffer for every graph -- and the shadow before it
+  kept, their flushed rows only, for the host's error measurements, which stay on the flushed and
+  armed rows' own index lists, so the same bits).  ``graphs=False`` runs the
   same code eagerly; ``static`` runs the graphs' pieces on their fixed buffers, eagerly (what the
   CPU tests check).
 
