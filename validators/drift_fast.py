@@ -49,8 +49,9 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   (``replayssm/ops/triton/row_copy.py``, the same values as ``torch.where``, which moves them
   exactly but made three state-sized passes per token), and the flushed rows of the reference
   before a piece's last step are kept for the flush measurement (a speculative replay's
-  checkpoint holds the state before its verify).  The flush's shadow work runs in the piece too where a row is armed after it (the
-  flushed rows re-seeded from the checkpoint by the flush mask, the shadow advanced over the step;
+  checkpoint holds the state before its verify).  The flush's shadow work runs in the piece too
+  where a row is armed after it (the flushed rows re-seeded from the checkpoint by the flush
+  mask, the shadow advanced over the step;
   the checkpoint read -- copied into one fixed buffer for every graph -- and the shadow before it
   kept, their flushed rows only, for the host's error measurements, which stay on the flushed and
   armed rows' own index lists, so the same bits).  ``graphs=False`` runs the
