@@ -88,6 +88,40 @@ def test_cut_short_cell_keeps_its_checkpoint_and_resumes(tmp_path):
     assert not D.ckpt_path(out, spec.id).exists()
 
 
+def test_resumed_run_counts_only_the_tokens_it_ran(tmp_path, monkeypatch):
+    """A cell cut short mid-run and resumed: the resumed sweep's tokens (and so its validated tokens/s)
+    are those it ran, not the checkpoint's (a 2026-12-06 H100 resume reported the cells' whole tokens)."""
+    cfg, out = _cfg(), tmp_path / "o"
+    D.prepare_out(cfg, out)
+    spec = cfg.cells()[0][0]
+    calls = {"n": 0}
+    real_time = time.time
+
+    def clock():  # the deadline check passes twice (two chunks run), then the deadline is over
+        calls["n"] += 1
+        return 0.0 if calls["n"] <= 2 else 2.0
+
+    monkeypatch.setattr(D.time, "time", clock)
+    cut = D.run_cell(spec, cfg, out, checkpoint_every_s=1e9, chunk=16, deadline=1.0)
+    monkeypatch.setattr(D.time, "time", real_time)
+    reached = cut["tokens_run"]
+    assert D.cell_status(cut) == "stopped" and 0 < reached < 128 and D.ckpt_path(out, spec.id).exists()
+    seen = []  # run_cell tells the resumed tokens apart from those it runs
+    D.run_cell(spec, cfg, out, chunk=16, on_progress=lambda n, resumed=False: seen.append((n, resumed)))
+    assert seen[0] == (reached, True) and sum(n for n, r in seen[1:] if not r) == 128 - reached
+    assert not any(r for _, r in seen[1:])
+    # the same through the sweep: cut short again, resumed by run_sweep, its outcome counts the rest only
+    out2 = tmp_path / "o2"
+    D.prepare_out(cfg, out2)
+    calls["n"] = 0
+    monkeypatch.setattr(D.time, "time", clock)
+    D.run_cell(spec, cfg, out2, checkpoint_every_s=1e9, chunk=16, deadline=1.0)
+    monkeypatch.setattr(D.time, "time", real_time)
+    outcome = D.run_sweep(cfg, out2, progress=False, chunk=16)
+    assert outcome.ran == [spec.id] and outcome.tokens == 128 - reached
+    assert D.cell_status(_cell(out2, cfg)[1]) == "complete"
+
+
 def test_folder_of_cells_without_config_is_refused(tmp_path):
     cfg, out = _cfg(), tmp_path / "o"
     (out / "cells").mkdir(parents=True)

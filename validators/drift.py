@@ -685,7 +685,8 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
     """Run (or resume) one cell; writes its result file and returns it (``fast``: see
     :class:`CellRun`; False steps through Lockstep.step, the same results).  ``deadline`` (a
     ``time.time()`` value): stop at the first chunk boundary after it; the result says
-    ``truncated`` and how many tokens every row reached (``tokens_run``)."""
+    ``truncated`` and how many tokens every row reached (``tokens_run``).  ``on_progress(n, resumed=False)``
+    gets the tokens of each stretch run, and once, with ``resumed=True``, those a resumed checkpoint held."""
     out = Path(out)
     chunk = default_chunk(device, cfg.rows, spec.speculative) if chunk is None else chunk
     cp = ckpt_path(out, spec.id)
@@ -696,8 +697,8 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
         ck = torch.load(cp, map_location="cpu", weights_only=False)
         if ck.pop("provenance", None) == prov:  # a checkpoint of other code or versions is not resumed
             run.load_state_dict(ck)
-            if on_progress:
-                on_progress(int(np.minimum(run.pos, cfg.tokens).sum()))
+            if on_progress:  # the tokens an earlier run validated: the progress bar's, not this run's rate
+                on_progress(int(np.minimum(run.pos, cfg.tokens).sum()), True)
     last = time.monotonic()
     while not run.done and run.exception is None:
         if deadline is not None and time.time() >= deadline:
@@ -727,10 +728,10 @@ def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt
     cfg = SweepConfig.from_dict(cfg_dict)
     by_id = {c.id: c for c in cfg.cells()[0]}
 
-    def progress(n: int) -> None:
+    def progress(n: int, resumed: bool = False) -> None:
         if os.getppid() != parent:  # the parent was killed: stop at this chunk boundary
             raise SystemExit(3)
-        events.put(("tok", n))
+        events.put(("resumed" if resumed else "tok", n))
 
     while True:
         cid = tasks.get()
@@ -834,9 +835,12 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
     t0 = time.perf_counter()
     counted = 0
 
-    def tick(n: int) -> None:
+    def tick(n: int, resumed: bool = False) -> None:
+        """``n`` tokens validated (``resumed``: by an earlier run, whose checkpoint a cell resumed: they
+        move the bar but are not this run's tokens, so not in its rate)."""
         nonlocal counted
-        counted += n
+        if not resumed:
+            counted += n
         if bar is not None:
             bar.update(n)
 
@@ -881,8 +885,8 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
                         errors.append(f"a worker process died (exit code {dead[0].exitcode})")
                         break
                     continue
-                if ev[0] == "tok":
-                    tick(ev[1])
+                if ev[0] in ("tok", "resumed"):
+                    tick(ev[1], ev[0] == "resumed")
                 elif ev[0] == "error":
                     errors.append(f"cell {ev[1]}:\n{ev[2]}")
                 elif ev[0] == "oom":
