@@ -11,8 +11,9 @@
 #       reason), standard and spec-random, 8 rows x 12,500 tokens (DRIFT_FAMILIES / DRIFT_KERNELS: a
 #       subset, e.g. the cells a deadline stopped: a checkpoint does not come back, they rerun); carry
 #       [".whl/sglang", ".whl/fla_core-0.6.0-py3-none-any.whl", ".peers/vllm-replayssm"].
-# Every cell is one process sharing the GPU (DRIFT_WORKERS, default 8: 16 ran the H200 out of memory on
-# 2026-12-06, the GDN spec-random cells' processes holding 10-11 GB each); DRIFT_DEADLINE (s, default 420)
+# Every cell is one process sharing the GPU (DRIFT_WORKERS, default 8: 16 ran the H200 out of memory at
+# 1e9807587c22, the GDN spec-random cells' processes holding 10-11 GB each; since bd1a984 a process holds at
+# most ~3.9 GB, measured at fa523b3 on an H100, so 12-16 fit); DRIFT_DEADLINE (s, default 420)
 # time-boxes the sweep: a cell it stops is reported as stopped at the tokens it reached, never as
 # complete.  A shard longer than one call (the 16 spec-random cells, ~16 minutes): a cell the deadline stops
 # keeps a checkpoint under $DRIFT_WORK (default /tmp/drift-full, on the device's disk), so the same command
