@@ -146,11 +146,13 @@ class Family(abc.ABC):
                           ) -> tuple[torch.Tensor, torch.Tensor]:
         """The rest of the step on one token's prepared inputs: ``(output, new state)``."""
 
-    def reference_advance_fused(self, state: torch.Tensor, prep: dict, params: dict[str, torch.Tensor]
-                                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def reference_advance_fused(self, state: torch.Tensor, prep: dict, params: dict[str, torch.Tensor],
+                                rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`reference_advance`, bit for bit, with its full-state passes fused where the family
         has such a form (a Triton kernel: a CUDA state, or any state under the Triton interpreter);
-        the drift fast path's reference on a GPU.  Default: :meth:`reference_advance` itself."""
+        the drift fast path's reference on a GPU.  ``rows``: a bool mask over the state's leading (batch)
+        rows; a fused pass may compute only those, the others' results then undefined (drift's shadow
+        state, read only where a row is armed).  Default: :meth:`reference_advance` itself, every row."""
         return self.reference_advance(state, prep, params)
 
     def reference_advance_magnitude(self, state: torch.Tensor, prep: dict, params: dict[str, torch.Tensor]

@@ -302,6 +302,23 @@ def test_reference_hoisted_over_a_chunk(fam):
         st = new
 
 
+@pytest.mark.parametrize("fam", ["mamba2", "gdn"])
+@pytest.mark.parametrize("live", [[True, False, True], [False, True, False], [False, False, False]],
+                         ids=["r0r2", "r1", "none"])
+def test_fused_reference_live_rows(fam, live):
+    """``reference_advance_fused(..., rows=mask)`` (drift's shadow: only armed rows are read) gives the
+    masked rows' output and state of the unmasked step bit for bit (the other rows' are undefined:
+    the fast path never reads them; tests/test_drift_fast.py's static-fused cells check that)."""
+    f, tok, params, st = _one_token(fam, 3)
+    prep = f.reference_prepare(tok, params)
+    mask = torch.tensor(live)
+    y, new = f.reference_advance_fused(st, prep, params)
+    ym, newm = f.reference_advance_fused(st, prep, params, rows=mask)
+    assert torch.equal(ym[mask], y[mask]) and torch.equal(newm[mask], new[mask])
+    with pytest.raises(ValueError, match="live: expected a bool"):
+        f.reference_advance_fused(st, prep, params, rows=torch.ones(2, dtype=torch.bool))
+
+
 def test_fused_reference_bad_arguments():
     s = torch.zeros((2, 3, 4, 5), dtype=torch.float64)
     with pytest.raises(ValueError, match="s: expected a"):

@@ -54,7 +54,9 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   mask, the shadow advanced over the step;
   the checkpoint read -- copied into one fixed buffer for every graph -- and the shadow before it
   kept, their flushed rows only, for the host's error measurements, which stay on the flushed and
-  armed rows' own index lists, so the same bits).  ``graphs=False`` runs the
+  armed rows' own index lists, so the same bits).  With the fused reference, the shadow's steps in
+  a piece compute only the rows armed to measure a flush that still have the token (a host-filled
+  mask, like the flush mask): no other row's shadow is read before a flush re-seeds it.  ``graphs=False`` runs the
   same code eagerly; ``static`` runs the graphs' pieces on their fixed buffers, eagerly (what the
   CPU tests check).
 
@@ -140,6 +142,7 @@ class _ChunkReference:
                              f"this kernel declares {conv.changes()}")
         self.hoist = hoist
         self.advance = fam.reference_advance_fused if fused else fam.reference_advance
+        self.fused = fused
         # the fused pass's readout products give the readout magnitude (the same bits, a pass fewer)
         self.products = fused and type(fam).reference_advance_magnitude is not Family.reference_advance_magnitude
         self.buf: dict[str, torch.Tensor] | None = None
@@ -155,9 +158,15 @@ class _ChunkReference:
         for k, v in prep.items():
             self.buf[k][:n].copy_(v)
 
-    def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None) -> torch.Tensor:
-        """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given."""
-        y, new = self.advance(st, {k: v[i] for k, v in self.v.items()}, self.params, **self.kw)
+    def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None, rows: torch.Tensor | None = None
+             ) -> torch.Tensor:
+        """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given.  ``rows``
+        (fused only; a bool ``[R]`` mask): the rows whose new state is needed, the others' undefined."""
+        prep = {k: v[i] for k, v in self.v.items()}
+        if rows is not None and self.fused:
+            y, new = self.advance(st, prep, self.params, rows=rows)
+        else:
+            y, new = self.advance(st, prep, self.params, **self.kw)
         if y_out is not None:
             y_out.copy_(y)
         return new
@@ -275,6 +284,15 @@ class FastCell:
         self.ck_out: torch.Tensor | None = None  # the piece's checkpoint read (ck_buf where a graph writes it)
         self.ck_buf: torch.Tensor | None = None  # the fixed buffer every re-seeding graph copies its read into
         self.shadow_prev_buf = cell.shadow.clone() if self.flush_in_graph else None
+        # A speculative piece's fused shadow steps compute only the rows whose shadow is read: those armed
+        # (to measure a flush's error) that still have the token (accepted > t); [0]: the step's rows armed
+        # before its flush, [1]: after it (the re-seed's advance).  Filled by the host per piece, like
+        # flush_mask; the other rows' shadow is re-seeded from the checkpoint before it is ever read.
+        self.live_rows = self.graphs and self.spec and self.fused
+        if self.live_rows:
+            self.live = torch.zeros((2, K, T, R), dtype=torch.bool, device=dev)
+            self.live_v = [[self.live[w, j, t] for j in range(K) for t in range(T)] for w in range(2)]
+            self.arange_T_host = np.arange(T).reshape(T, 1)
 
     # ---- chunks ----------------------------------------------------------------------------------------------
     def _load_chunk(self, at: int) -> None:
@@ -337,13 +355,16 @@ class FastCell:
             self.coef_buf[k][:nt].copy_(v)
 
     # ---- device work ----------------------------------------------------------------------------------------
-    def _advance(self, st: torch.Tensor, j: int, k: np.ndarray, static: bool = False) -> torch.Tensor:
+    def _advance(self, st: torch.Tensor, j: int, k: np.ndarray, static: bool = False, live: int | None = None
+                 ) -> torch.Tensor:
         """``CellRun._advance_shadow``: ``st`` over each row's ``k`` accepted tokens of chunk step ``j``
         (``static``: the same values by device masks alone, what a graph captures for any ``k``, written
-        into ``st`` itself -- a fixed buffer -- and returned)."""
+        into ``st`` itself -- a fixed buffer -- and returned; ``live``: which of ``self.live``'s masks names
+        the rows to compute, the others' results undefined)."""
         new = st
         for t in range(self.T if static else int(k.max())):
-            st = self.ref.step(st, j * self.T + t, None)
+            rows = None if live is None else self.live_v[live][j * self.T + t]
+            st = self.ref.step(st, j * self.T + t, None, rows)
             new = self._keep(new, st, j, t, k, static)
         return new
 
@@ -393,7 +414,7 @@ class FastCell:
             new = self._keep(new, st, j, t, k, self.graphs and self.spec)
         self._rel(out, self.ref_out_v[j], self.rel_v[j], exact=False)
         if shadow is not None:
-            shadow = self._advance(shadow, j, k, static=self.graphs and self.spec)
+            shadow = self._advance(shadow, j, k, static=self.graphs and self.spec, live=0 if self.live_rows else None)
         return new, shadow
 
     def _piece_static(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
@@ -421,7 +442,8 @@ class FastCell:
             # device memory): the host measures it before the next piece is queued
             self.ck_out = self._copy_flushed(self.ck_buf, ck, j)
             self._copy_flushed(self.shadow_prev_buf, sh, j)
-            sh = self._advance(self._reseed(sh, self.ck_out, self.flush_mask[j]), j, ks[-1], static=True)
+            sh = self._advance(self._reseed(sh, self.ck_out, self.flush_mask[j]), j, ks[-1], static=True,
+                               live=1 if self.live_rows else None)
         if (any(flags) or reseed) and sh is not self.shadow_buf:
             self.shadow_buf.copy_(sh)
         if self.bound is not None:  # the piece's bound in one launch (the flush masks were filled for it)
@@ -762,11 +784,20 @@ class FastCell:
         fill = self.bound is not None or self.flush_in_graph or (self.graphs and self.spec)
         fl = fls[n - 1]
         flush = np.flatnonzero(fl).tolist()
+        j0 = steps[0] - self.chunk_at
         if fill:  # the piece's flush masks in one copy, asynchronous (pinned): no host sync
-            j0 = steps[0] - self.chunk_at
             self.flush_mask[j0:j0 + len(steps)].copy_(self._pinned(torch.from_numpy(np.stack(masks))),
                                                        non_blocking=True)
-        return steps, flags, bool(self.flush_in_graph and flush and self._armed_after(flush).any())
+        after = self._armed_after(flush) if self.flush_in_graph and flush else None
+        reseed = bool(after is not None and after.any())
+        if self.live_rows:  # the shadow's live rows per step and token (armed, the token accepted)
+            acc = self.acc_host[j0:j0 + n]
+            live = cell.armed[None, None, :] & (acc[:, None, :] > self.arange_T_host[None])
+            self.live[0, j0:j0 + n].copy_(self._pinned(torch.from_numpy(live)), non_blocking=True)
+            if reseed:
+                live = after[None, :] & (acc[-1][None, :] > self.arange_T_host)
+                self.live[1, j0 + n - 1].copy_(self._pinned(torch.from_numpy(live)), non_blocking=True)
+        return steps, flags, reseed
 
     def _pinned(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor for an asynchronous copy: pinned on a CUDA device (the caching host allocator

@@ -43,15 +43,18 @@ def tree_sum(x, ROWS: tl.constexpr, BJ: tl.constexpr, LOG2BJ: tl.constexpr):
 
 
 @triton.jit
-def _reference_rows_kernel(s_ptr, a_ptr, u_ptr, w_ptr, c_ptr, new_ptr, y_ptr, mag_ptr, nrows,
+def _reference_rows_kernel(s_ptr, a_ptr, u_ptr, w_ptr, c_ptr, new_ptr, y_ptr, mag_ptr, live_ptr, nrows, per,
                            I: tl.constexpr, J: tl.constexpr, BJ: tl.constexpr, LOG2BJ: tl.constexpr,
-                           ROWS: tl.constexpr, UPDATE: tl.constexpr, SHARED: tl.constexpr):
+                           ROWS: tl.constexpr, UPDATE: tl.constexpr, SHARED: tl.constexpr, LIVE: tl.constexpr):
     """UPDATE: ``new = a S + u wᵀ``, ``y`` and ``mag`` the sums of ``new ∘ c`` and its magnitude; else only
     ``y = pairwise_sum(S ∘ w)`` (the delta rule's ``S k``: a pass of its own, since the tree's result fed back
     into the update made the layout pass give the tree a register-replicated layout, 14 KB of spills per
-    program in an sm_90 compile)."""
+    program in an sm_90 compile).  LIVE: only the rows of the batch rows ``live`` marks (``per`` state rows
+    each) are read and written; the others' ``new``, ``y`` and ``mag`` are left as they were."""
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     mr = rows < nrows
+    if LIVE:
+        mr = mr & (tl.load(live_ptr + rows // per, mask=mr, other=0) != 0)
     j = tl.arange(0, BJ)
     mj = j < J
     m2 = mr[:, None] & mj[None, :]
@@ -78,21 +81,25 @@ def _reference_rows_kernel(s_ptr, a_ptr, u_ptr, w_ptr, c_ptr, new_ptr, y_ptr, ma
     tl.store(mag_ptr + rows, tree_sum(tl.abs(prod), ROWS, BJ, LOG2BJ), mask=mr)
 
 
-def _launch(s, a, u, w, c, new, y, mag, update: bool) -> None:
+def _launch(s, a, u, w, c, new, y, mag, update: bool, live: torch.Tensor | None = None) -> None:
     R, H, I, J = s.shape
     nrows, bj = R * H * I, triton.next_power_of_2(J)
     with torch.cuda.device(s.device) if s.device.type == "cuda" else contextlib.nullcontext():
         _reference_rows_kernel[(triton.cdiv(nrows, ROWS),)](
-            s, a, u, w, c, new, y, mag, nrows, I=I, J=J, BJ=bj, LOG2BJ=bj.bit_length() - 1, ROWS=ROWS,
-            UPDATE=update, SHARED=I % ROWS == 0, enable_fp_fusion=False, num_warps=1)
+            s, a, u, w, c, new, y, mag, s if live is None else live.view(torch.uint8), nrows, H * I, I=I, J=J,
+            BJ=bj, LOG2BJ=bj.bit_length() - 1, ROWS=ROWS, UPDATE=update, SHARED=I % ROWS == 0,
+            LIVE=live is not None, enable_fp_fusion=False, num_warps=1)
 
 
 def reference_rows(s: torch.Tensor, a: torch.Tensor, u: torch.Tensor, w: torch.Tensor, c: torch.Tensor,
-                   beta: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   beta: torch.Tensor | None = None, live: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(S', pairwise_sum(S' ∘ c), pairwise_sum(|S' ∘ c|))`` for ``s [R, H, I, J]`` fp64 and factors that
     view as ``a [R, H]``, ``u [R, H, I]``, ``w, c [R, H, J]`` (same dtype and device): ``S' = a S + u wᵀ``,
     or with ``beta [R, H]`` the delta rule's ``S' = a S + d wᵀ``, ``d = beta (u - a pairwise_sum(S ∘ w))``
-    (``naive.gdn_step``'s expressions; ``S ∘ w`` summed in a pass of its own)."""
+    (``naive.gdn_step``'s expressions; ``S ∘ w`` summed in a pass of its own).  ``live``: a bool ``[R]`` mask;
+    only its rows are computed, the others' results are undefined (drift's shadow: only the rows armed to
+    measure a flush are ever read)."""
     if s.dim() != 4:
         raise ValueError(f"s: expected a [R, H, I, J] state, got shape {tuple(s.shape)}")
     R, H, I, J = s.shape
@@ -103,13 +110,17 @@ def reference_rows(s: torch.Tensor, a: torch.Tensor, u: torch.Tensor, w: torch.T
         if t.dtype != s.dtype or t.device != s.device or t.numel() != numel:
             raise ValueError(f"{name}: expected {numel} {s.dtype} elements on {s.device}, got {t.numel()} "
                              f"{t.dtype} on {t.device}")
+    if live is not None and (live.dtype != torch.bool or tuple(live.shape) != (R,) or live.device != s.device):
+        raise ValueError(f"live: expected a bool [{R}] tensor on {s.device}, got {live.dtype} {tuple(live.shape)} "
+                         f"on {live.device}")
     s, a, u, w, c = (t.contiguous() for t in (s, a, u, w, c))
+    live = None if live is None else live.contiguous()
     new = torch.empty_like(s)
     y, mag = (torch.empty((R, H, I), dtype=s.dtype, device=s.device) for _ in range(2))
     if beta is not None:  # d = beta (v - alpha (S k)), as naive.gdn_step writes it
-        _launch(s, a, u, w, c, new, y, mag, update=False)
+        _launch(s, a, u, w, c, new, y, mag, update=False, live=live)
         u = beta.reshape(R, H, 1) * (u.reshape(R, H, I) - a.reshape(R, H, 1) * y)
-    _launch(s, a, u, w, c, new, y, mag, update=True)
+    _launch(s, a, u, w, c, new, y, mag, update=True, live=live)
     return new, y, mag
 
 
