@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from replayssm.ops.triton.row_copy import copy_rows
+from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -71,6 +71,17 @@ def test_copy_rows_bad_arguments_change_nothing(what):
     with pytest.raises(ValueError, match=rf"^{arg}: expected"):
         copy_rows(dst, src, mask)
     assert torch.equal(dst, before)
+
+
+def test_can_copy_rows_names_the_pairs_copy_rows_accepts():
+    f64 = torch.zeros(3, 4, dtype=torch.float64)
+    assert can_copy_rows(f64, torch.zeros(3, 4, dtype=torch.float32)) and can_copy_rows(f64, torch.zeros(3, 4, dtype=torch.bfloat16))
+    assert not can_copy_rows(f64.float(), f64)  # would round
+    assert not can_copy_rows(f64, torch.zeros(3, 5, dtype=torch.float64))
+    assert not can_copy_rows(f64, torch.zeros(4, 3, dtype=torch.float64).t())  # not contiguous
+    for dst, src in ((f64, f64), (f64, f64.half()), (f64.float(), f64.float())):
+        assert can_copy_rows(dst, src)
+        copy_rows(dst, src, torch.ones(3, dtype=torch.bool))  # accepted
 
 
 @pytest.mark.gpu

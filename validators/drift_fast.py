@@ -51,14 +51,13 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   before a piece's last step are kept for the flush measurement (a speculative replay's
   checkpoint holds the state before its verify).  The flush's shadow work runs in the piece too
   where a row is armed after it (the flushed rows re-seeded from the checkpoint by the flush
-  mask, the shadow advanced over the step;
-  the checkpoint read -- copied into one fixed buffer for every graph -- and the shadow before it
-  kept, their flushed rows only, for the host's error measurements, which stay on the flushed and
-  armed rows' own index lists, so the same bits).  With the fused reference, the shadow's steps in
-  a piece compute only the rows armed to measure a flush that still have the token (a host-filled
-  mask, like the flush mask): no other row's shadow is read before a flush re-seeds it.  ``graphs=False`` runs the
-  same code eagerly; ``static`` runs the graphs' pieces on their fixed buffers, eagerly (what the
-  CPU tests check).
+  mask, the shadow advanced over the step; the checkpoint read -- copied into one fixed buffer
+  for every graph -- and the shadow before it kept, their flushed rows only, for the host's error
+  measurements, which stay on the flushed and armed rows' own index lists, so the same bits).
+  With the fused reference, the shadow's steps in a piece compute only the rows armed to measure
+  a flush that still have the token (a host-filled mask, like the flush mask): no other row's
+  shadow is read before a flush re-seeds it.  ``graphs=False`` runs the same code eagerly;
+  ``static`` runs the graphs' pieces on their fixed buffers, eagerly (what the CPU tests check).
 
 A cell qualifies when its Lockstep runs without the literal model, invariants, state checks,
 metrics or digest (the drift configuration), every slot is used, no row is padding, and no step
@@ -76,7 +75,7 @@ import torch
 from replayssm.conventions import conv_kwargs
 from replayssm.families import Family, family
 from replayssm.ops.triton.bound_scan import bound_scan
-from replayssm.ops.triton.row_copy import copy_rows
+from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators import invariants as inv
 from replayssm.validators.checks.context import StepContext
@@ -375,7 +374,7 @@ class FastCell:
         one token it keeps, where ``torch.where`` made three state-sized passes per token) -- the same
         values (both move them exactly) with no host decision baked into a captured graph."""
         if static:
-            if new.is_contiguous() and st.is_contiguous() and st.dtype == new.dtype and st.shape == new.shape:
+            if can_copy_rows(new, st):
                 return copy_rows(new, st, self.sel_rows[j * self.T + t])
             return torch.where(self.sel_v[j * self.T + t], st, new)
         hit = k == t + 1
@@ -456,8 +455,7 @@ class FastCell:
         host's flush measurements (``_events``) and the re-seed read of the state before the step, the
         checkpoint read and the shadow before the re-seed; a plain copy where ``copy_rows`` cannot take
         them."""
-        if dst.is_contiguous() and src.is_contiguous() and src.shape == dst.shape and src.dtype == dst.dtype \
-                and src.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+        if src.dtype == dst.dtype and can_copy_rows(dst, src):
             return copy_rows(dst, src, self.flush_mask[j])
         return dst.copy_(src)
 
@@ -465,8 +463,7 @@ class FastCell:
         """The shadow ``sh`` with the flushed ``rows`` (``[R]`` bool) re-seeded from the checkpoint ``ck``
         (upcast to fp64): in place where ``sh`` is the fixed shadow buffer and ``copy_rows`` takes ``ck``'s
         dtype, else ``torch.where`` (the same values)."""
-        if sh is self.shadow_buf and ck.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16) \
-                and ck.shape == sh.shape and ck.is_contiguous():
+        if sh is self.shadow_buf and can_copy_rows(sh, ck):
             return copy_rows(sh, ck, rows)
         return torch.where(rows.view(self.R, *([1] * (sh.dim() - 1))), ck.to(torch.float64), sh)
 

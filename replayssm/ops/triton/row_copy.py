@@ -35,6 +35,14 @@ def _copy_rows_kernel(dst_ptr, src_ptr, mask_ptr, n, BLOCK: tl.constexpr):
     tl.store(dst_ptr + r * n + off, x.to(dst_ptr.dtype.element_ty), mask=m)
 
 
+def can_copy_rows(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """Whether :func:`copy_rows` takes this pair: both contiguous ``[R, ...]`` of one shape on one device,
+    ``src``'s dtype ``dst``'s or held exactly by it (fp64 from fp32/fp16/bf16).  Callers with other
+    tensors keep ``torch.where``."""
+    return (dst.dim() >= 1 and dst.is_contiguous() and src.is_contiguous() and tuple(src.shape) == tuple(dst.shape)
+            and src.device == dst.device and (src.dtype == dst.dtype or src.dtype in _EXACT_UP.get(dst.dtype, ())))
+
+
 def copy_rows(dst: torch.Tensor, src: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``dst[r] = src[r]`` (upcast to ``dst``'s dtype, exactly) for every row ``r`` with ``mask[r]``; returns
     ``dst``.  Refused (nothing written) unless both are contiguous ``[R, ...]`` of the same shape on one
@@ -61,4 +69,4 @@ def copy_rows(dst: torch.Tensor, src: torch.Tensor, mask: torch.Tensor) -> torch
     return dst
 
 
-__all__ = ["copy_rows"]
+__all__ = ["copy_rows", "can_copy_rows"]
