@@ -75,7 +75,8 @@ def test_copy_rows_bad_arguments_change_nothing(what):
 
 def test_can_copy_rows_names_the_pairs_copy_rows_accepts():
     f64 = torch.zeros(3, 4, dtype=torch.float64)
-    assert can_copy_rows(f64, torch.zeros(3, 4, dtype=torch.float32)) and can_copy_rows(f64, torch.zeros(3, 4, dtype=torch.bfloat16))
+    assert can_copy_rows(f64, torch.zeros(3, 4, dtype=torch.float32))
+    assert can_copy_rows(f64, torch.zeros(3, 4, dtype=torch.bfloat16))
     assert not can_copy_rows(f64.float(), f64)  # would round
     assert not can_copy_rows(f64, torch.zeros(3, 5, dtype=torch.float64))
     assert not can_copy_rows(f64, torch.zeros(4, 3, dtype=torch.float64).t())  # not contiguous
