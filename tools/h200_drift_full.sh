@@ -19,8 +19,8 @@
 # keeps a checkpoint under $DRIFT_WORK (default /tmp/drift-full, on the device's disk), so the same command
 # run again while the machine is still held resumes it (checkpoints do not come back in $OUT);
 # DRIFT_CHECKPOINT_EVERY=S also checkpoints every S seconds, against a kill.  Results in $OUT: log.txt,
-# drift_report.md (this shard), gpu_apps.csv (each process's device memory every 15 s), cells.tar.gz (the shard folder's cell results and config: `replayssm drift
-# --merge` takes the unpacked folders), timing.json.
+# drift_report.md (this shard), gpu_apps.csv (each process's device memory every 15 s), cells.tar.gz (the
+# shard folder's cell results and config: `replayssm drift --merge` takes the unpacked folders), timing.json.
 # Merge (here):  for s in 0 1; do mkdir -p m/s$s && tar -xzf shard$s/cells.tar.gz -C m/s$s; done
 #                python -m replayssm drift --merge m/s0 m/s1 --out m/all
 set -uo pipefail
