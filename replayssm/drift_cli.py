@@ -111,9 +111,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    "(sets REPLAYSSM_VLLM_SRC)")
     r.add_argument("--workers", type=int_at_least(1), default=None,
                    help="processes (default: one per GPU; on CPU one per core, at most 4)")
-    r.add_argument("--streams", type=int_at_least(1), default=1,
-                   help="cells each process runs side by side, one thread and one CUDA stream each: on a GPU "
-                        "their kernels overlap, where processes sharing the card time-slice it (default: 1)")
     r.add_argument("--checkpoint-every", type=float_in(0, lo_open=False, what="a number of seconds"), default=30.0,
                    help="seconds between cell checkpoints")
     r.add_argument("--deadline", type=float_in(0, what="a number of seconds"), default=None, metavar="SECONDS",
@@ -279,9 +276,8 @@ def run(args) -> int:
         n_workers = args.workers or (len(devices) if devices[0] != "cpu" else 4)
         state = max(state_elems(preset(dict(cfg.geometry)[f], f)) for f in cfg.families)
         # A cell's plan is at most about 2 x --tokens steps (the doubling search for the random schedules).
-        at_once = min(n_workers * args.streams, len(cells))
-        check_memory(at_once * run_bytes(2 * cfg.tokens, cfg.rows, state), "--tokens",
-                     f"{at_once} cell(s) at once x {cfg.rows} rows x {cfg.tokens:,} tokens")
+        check_memory(min(n_workers, len(cells)) * run_bytes(2 * cfg.tokens, cfg.rows, state), "--tokens",
+                     f"{min(n_workers, len(cells))} worker(s) x {cfg.rows} rows x {cfg.tokens:,} tokens")
     env = environment(devices)
     with output_lock(out, "--out"):  # one writer per output folder
         outcome = None
@@ -293,7 +289,7 @@ def run(args) -> int:
                 workers = len(devices) if devices[0] != "cpu" else max(1, min(4, len(os.sched_getaffinity(0))))
             outcome = D.run_sweep(cfg, out, shard=shard, workers=workers, devices=devices,
                                   progress=not args.no_progress, checkpoint_every_s=args.checkpoint_every,
-                                  deadline_s=args.deadline, streams=args.streams)
+                                  deadline_s=args.deadline)
             results = []
             for c in D.shard_cells(cells, shard):
                 p = D.cell_path(out, c.id)
@@ -301,8 +297,7 @@ def run(args) -> int:
                     results.append(json.loads(p.read_text()))
                 elif c.id in outcome.out_of_memory:
                     skipped.append({"id": c.id, "reason": f"ran out of device memory with {workers} worker process(es) "
-                                                          f"x {args.streams} stream(s) on {', '.join(devices)} "
-                                                          f"({outcome.out_of_memory[c.id]})"})
+                                                          f"on {', '.join(devices)} ({outcome.out_of_memory[c.id]})"})
                 else:
                     skipped.append({"id": c.id, "reason": "the --deadline passed before this cell started"})
         report = analyse(cfg, results, skipped=skipped, budget=args.budget, horizon=args.horizon, budgets=budgets,
@@ -312,7 +307,7 @@ def run(args) -> int:
         if outcome is not None:
             timing = {"cells": len(outcome.cells), "cells_run": len(outcome.ran), "wall_s": round(outcome.wall_s, 3),
                       "tokens": outcome.tokens, "tokens_per_s": round(outcome.tokens_per_s, 1), "devices": devices,
-                      "workers": workers, "streams": args.streams, **env}
+                      "workers": workers, **env}
             D.atomic_write(out / f"timing.shard-{shard[0]}-of-{shard[1]}.json", json.dumps(timing, indent=1) + "\n")
             print(f"drift: {len(outcome.ran)} of {len(outcome.cells)} cell(s) run, {outcome.tokens:,} tokens in "
                   f"{outcome.wall_s:.1f} s ({outcome.tokens_per_s:,.0f} validated tokens/s)", file=sys.stderr)
@@ -320,10 +315,9 @@ def run(args) -> int:
         if outcome is not None and outcome.out_of_memory:
             ids = sorted(outcome.out_of_memory)
             raise EnvironmentProblem(
-                f"drift: {len(ids)} cell(s) ran out of device memory with {workers} worker process(es) x "
-                f"{args.streams} stream(s) on {', '.join(devices)} ({ids[0]}{', ...' if len(ids) > 1 else ''}: "
-                f"{outcome.out_of_memory[ids[0]]}); the report lists them as not run; rerun the same command with "
-                f"fewer --workers or --streams: the "
+                f"drift: {len(ids)} cell(s) ran out of device memory with {workers} worker process(es) on "
+                f"{', '.join(devices)} ({ids[0]}{', ...' if len(ids) > 1 else ''}: {outcome.out_of_memory[ids[0]]}); "
+                f"the report lists them as not run; rerun the same command with fewer --workers: the "
                 f"{len(outcome.ran)} cell(s) with results are kept and only the missing ones run")
         if args.write_budgets:
             bs, notes = derive_budgets(report, args.budget_factor, env=env)

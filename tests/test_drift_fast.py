@@ -10,7 +10,6 @@ buffers, eagerly.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -491,41 +490,6 @@ def test_gpu_graphs_fused_reference_bit_identical(cell):
     while not slow.done:
         slow.run_steps(64)
     assert json.dumps(run.result(), sort_keys=True) == json.dumps(slow.result(), sort_keys=True)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_gpu_cells_on_streams_bit_identical(tmp_path):
-    """On a GPU: a worker running four cells at a time on threads, each on a CUDA stream of its own
-    (``run_sweep``'s ``streams``: graphs captured while other cells' kernels run), writes the same cell
-    files, byte for byte, as the cells run one after another (nano4b / qwen35-4b, 8 rows, standard and
-    spec-random)."""
-    import os
-    import queue
-
-    import replayssm.validators.drift as D
-
-    cfg = SweepConfig(families=("mamba2", "gdn"), kernels=("triton-replay",), modes=("s32a16", "sfp16a16-sr"),
-                      schedules=("standard", "spec-random"), tokens=256, rows=8, local_every=2, blocks=16,
-                      geometry=(("mamba2", "nano4b"), ("gdn", "qwen35-4b")))
-    D.run_sweep(cfg, tmp_path / "alone", devices=["cuda"], progress=False, checkpoint_every_s=0)
-    D.prepare_out(cfg, tmp_path / "streams")
-    ids = [c.id for c in cfg.cells()[0]]
-    tasks, events = queue.Queue(), queue.Queue()
-    for x in (*ids, *[None] * 4):
-        tasks.put(x)
-    threads = torch.get_num_threads()
-    try:
-        D._worker(0, "cuda", cfg.to_dict(), str(tmp_path / "streams"), tasks, events, 0.0, None, [], os.getppid(),
-                  None, streams=4)
-    finally:
-        torch.set_num_threads(threads)
-    got = [events.get_nowait() for _ in range(events.qsize())]
-    assert [e for e in got if e[0] in ("error", "oom")] == []
-    assert sorted(e[1] for e in got if e[0] == "done") == sorted(ids)
-    for i in ids:
-        cell = Path("cells") / f"{i}.json"
-        assert (tmp_path / "streams" / cell).read_bytes() == (tmp_path / "alone" / cell).read_bytes(), i
 
 
 @pytest.mark.parametrize("fam, kernel", [("mamba2", "triton-replay"), ("mamba2", "triton-baseline"),

@@ -239,14 +239,13 @@ def test_a_cell_out_of_device_memory_is_named_and_reruns_to_the_same_reports(ref
     monkeypatch.setattr(D, "run_cell", short_of_memory)
     assert main(["drift", *SMALL, "--out", str(out), "--workers", "1"]) == 3
     err = capsys.readouterr().err
-    assert (f"1 cell(s) ran out of device memory with 1 worker process(es) x 1 stream(s) on cpu "
-            f"({victim}: OutOfMemoryError") in err
+    assert f"1 cell(s) ran out of device memory with 1 worker process(es) on cpu ({victim}: OutOfMemoryError" in err
     assert "rerun the same command with fewer --workers" in err
     assert not (out / "cells" / f"{victim}.json").exists()
     assert sorted(p.name for p in (out / "cells").glob("*.json")) == sorted(
         f"{c.id}.json" for c in cfg.cells()[0] if c.id != victim)
     report = (out / "drift_report.md").read_text()
-    assert f"- {victim}: ran out of device memory with 1 worker process(es) x 1 stream(s) on cpu" in report
+    assert f"- {victim}: ran out of device memory with 1 worker process(es) on cpu" in report
     monkeypatch.setattr(D, "run_cell", real)
     assert main(["drift", *SMALL, "--out", str(out), "--workers", "1"]) == 0
     assert _reports(out) == _reports(reference)
@@ -280,40 +279,6 @@ def test_worker_reports_out_of_memory_apart_from_other_errors(reference, tmp_pat
     assert got[0] == ("oom", ids[0], "OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB")
     assert got[1][:2] == ("error", ids[1]) and "RuntimeError: a harness bug" in got[1][2]
     assert got[2] == ("exit", 0)
-
-
-def test_cells_on_threads_give_the_same_cells(reference, tmp_path):
-    """A worker running its cells side by side on threads (``streams``; on a GPU one CUDA stream each,
-    run here in-process on the CPU): every cell file equal, byte for byte, to the one-at-a-time run's."""
-    import queue
-
-    import replayssm.validators.drift as D
-
-    cfg = SweepConfig.from_dict(json.loads((reference / "config.json").read_text()))
-    D.prepare_out(cfg, tmp_path)
-    ids = [c.id for c in cfg.cells()[0]]
-    tasks, events = queue.Queue(), queue.Queue()
-    for x in (*ids, None, None, None):
-        tasks.put(x)
-    threads = torch.get_num_threads()
-    try:
-        D._worker(0, "cpu", cfg.to_dict(), str(tmp_path), tasks, events, 0.0, None, [], os.getppid(), None,
-                  streams=3)
-    finally:
-        torch.set_num_threads(threads)
-    got = [events.get_nowait() for _ in range(events.qsize())]
-    assert sorted(e[1] for e in got if e[0] == "done") == sorted(ids)
-    assert [e for e in got if e[0] in ("error", "oom")] == [] and got[-1] == ("exit", 0)
-    for f in sorted((reference / "cells").glob("*.json")):
-        assert (tmp_path / "cells" / f.name).read_bytes() == f.read_bytes(), f.name
-
-
-@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
-def test_streams_must_be_a_positive_integer(bad, tmp_path):
-    cfg = SweepConfig(tokens=256)
-    with pytest.raises(ValueError, match="streams: expected a positive integer"):
-        run_sweep(cfg, tmp_path / "s", streams=bad, progress=False)
-    assert not (tmp_path / "s").exists()
 
 
 def test_default_chunk():

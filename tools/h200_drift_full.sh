@@ -15,8 +15,7 @@
 # 1e9807587c22, the GDN spec-random cells' processes holding 10-11 GB each; since bd1a984 a process holds at
 # most ~3.9 GB, measured at fa523b3 on an H100, so 12-16 fit); DRIFT_DEADLINE (s, default 420)
 # time-boxes the sweep: a cell it stops is reported as stopped at the tokens it reached, never as
-# complete.  DRIFT_STREAMS (default 1): cells each process runs side by side, one CUDA stream each
-# (tools/drift_streams.sh times the layouts).  A shard longer than one call (the 16 spec-random cells, ~16 minutes): a cell the deadline stops
+# complete.  A shard longer than one call (the 16 spec-random cells, ~16 minutes): a cell the deadline stops
 # keeps a checkpoint under $DRIFT_WORK (default /tmp/drift-full, on the device's disk), so the same command
 # run again while the machine is still held resumes it (checkpoints do not come back in $OUT);
 # DRIFT_CHECKPOINT_EVERY=S also checkpoints every S seconds, against a kill.  Results in $OUT: log.txt,
@@ -31,11 +30,10 @@ SHARD=${2:-0/1}
 OUT=${OUT:-out/drift_full}
 W=${DRIFT_WORK:-/tmp/drift-full}
 WORKERS=${DRIFT_WORKERS:-8}
-STREAMS=${DRIFT_STREAMS:-1}
 DEADLINE=${DRIFT_DEADLINE:-420}
 mkdir -p "$W"
 source tools/device_log.sh
-echo "sweep $WHAT shard $SHARD workers $WORKERS streams $STREAMS deadline $DEADLINE s"
+echo "sweep $WHAT shard $SHARD workers $WORKERS deadline $DEADLINE s"
 source tools/device_env.sh
 case "$WHAT" in
   ours)
@@ -57,7 +55,7 @@ nvidia-smi --query-compute-apps=timestamp,pid,used_memory --format=csv,noheader 
 SMI=$!
 python -m replayssm drift "${ARGS[@]}" --scenarios long-memory --schedules standard,spec-random \
   --geometry mamba2=nano4b,gdn=qwen35-4b,kda=kimi-linear-48b --local-every 8 --budget 1e-2 \
-  --workers "$WORKERS" --streams "$STREAMS" --device cuda --deadline "$DEADLINE" --checkpoint-every "${DRIFT_CHECKPOINT_EVERY:-1000000}" --no-progress \
+  --workers "$WORKERS" --device cuda --deadline "$DEADLINE" --checkpoint-every "${DRIFT_CHECKPOINT_EVERY:-1000000}" --no-progress \
   --shard "$SHARD" --out "$W/report"
 echo "drift exit code $?"
 kill "$SMI" 2>/dev/null

@@ -28,14 +28,12 @@ unsharded one.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
 import os
 import queue
 import sys
-import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -722,7 +720,7 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
 
 
 def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt_s: float, chunk: int | None,
-            mods: list, parent: int, deadline: float | None, fast: bool = True, streams: int = 1) -> None:
+            mods: list, parent: int, deadline: float | None, fast: bool = True) -> None:
     torch.set_num_threads(1)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
@@ -735,43 +733,23 @@ def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt
             raise SystemExit(3)
         events.put(("resumed" if resumed else "tok", n))
 
-    def cells() -> None:
-        """Take cells until the queue's end marker, each run to its end (or the deadline)."""
-        with _cell_stream(device):
-            while True:
-                cid = tasks.get()
-                if cid is None:
-                    break
-                oom = None
-                try:
-                    if deadline is None or time.time() < deadline:
-                        run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, progress, deadline, fast)
-                    events.put(("done", cid))
-                except torch.OutOfMemoryError as e:  # the device's memory, not the cell: the parent names the remedy
-                    oom = _first_line(e)
-                except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
-                    events.put(("error", cid, traceback.format_exc()))
-                if oom is not None:  # outside the handler: the traceback's frames (the cell's tensors) are gone
-                    _release_device_memory(device)
-                    events.put(("oom", cid, oom))
-
-    if streams == 1:
-        cells()
-    else:  # cells side by side in this process: their kernels overlap on the card, where processes time-slice
-        threads = [threading.Thread(target=cells, name=f"drift-cells-{i}", daemon=True) for i in range(streams)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    while True:
+        cid = tasks.get()
+        if cid is None:
+            break
+        oom = None
+        try:
+            if deadline is None or time.time() < deadline:
+                run_cell(by_id[cid], cfg, Path(out), device, ckpt_s, chunk, progress, deadline, fast)
+            events.put(("done", cid))
+        except torch.OutOfMemoryError as e:  # the device's memory, not the cell: the parent names the remedy
+            oom = _first_line(e)
+        except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
+            events.put(("error", cid, traceback.format_exc()))
+        if oom is not None:  # outside the handler: the traceback's frames, which held the cell's tensors, are gone
+            _release_device_memory(device)
+            events.put(("oom", cid, oom))
     events.put(("exit", wid))
-
-
-def _cell_stream(device: str):
-    """The current-stream context a thread's cells run in: a CUDA stream of its own on a CUDA device
-    (one thread's host waits and kernels never wait on another's), nothing on the CPU."""
-    if str(device).startswith("cuda"):
-        return torch.cuda.stream(torch.cuda.Stream(torch.device(device)))
-    return contextlib.nullcontext()
 
 
 def default_devices() -> list[str]:
@@ -830,15 +808,11 @@ def prepare_out(cfg: SweepConfig, out: Path) -> None:
 
 def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0, 1), workers: int = 1,
               devices: list[str] | None = None, progress: bool = True, checkpoint_every_s: float = 30.0,
-              chunk: int | None = None, deadline_s: float | None = None, fast: bool = True,
-              streams: int = 1) -> SweepOutcome:
+              chunk: int | None = None, deadline_s: float | None = None, fast: bool = True) -> SweepOutcome:
     """Run this shard's cells of the sweep that have no result file yet (resuming checkpoints).
 
-    ``workers`` processes share the cells (1 with ``streams`` 1: in this process); worker ``w`` uses
-    ``devices[w % len(devices)]`` (default: every visible GPU, else the CPU).  ``streams``: cells each
-    worker runs side by side, one thread and (on a GPU) one CUDA stream each, so that one process's
-    small kernels overlap on the card (processes sharing a card time-slice it); each cell's numbers
-    are the same as alone (tests/test_drift_runner.py).  ``deadline_s``:
+    ``workers`` processes share the cells (1: in this process); worker ``w`` uses
+    ``devices[w % len(devices)]`` (default: every visible GPU, else the CPU).  ``deadline_s``:
     a wall-clock budget; running cells stop at it (``truncated``), cells not started by then
     are not run (a time-boxed GPU run; such a report is not comparable bit for bit).  A cell that
     runs out of device memory (``torch.OutOfMemoryError``, e.g. too many worker processes sharing a
@@ -847,8 +821,6 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
     out = Path(out)
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected a positive integer, got {workers!r}")
-    if not isinstance(streams, int) or isinstance(streams, bool) or streams < 1:
-        raise ValueError(f"streams: expected a positive integer, got {streams!r}")
     devices = devices or default_devices()
     prepare_out(cfg, out)
     cells = shard_cells(cfg.cells()[0], shard)
@@ -876,7 +848,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
     deadline = None if deadline_s is None else time.time() + deadline_s
     threads = torch.get_num_threads()
     try:
-        if workers * streams == 1 or len(todo) <= 1:
+        if workers == 1 or len(todo) <= 1:
             torch.set_num_threads(1)
             for c in todo:
                 if deadline is None or time.time() < deadline:
@@ -893,13 +865,12 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
             for c in todo:
                 tasks.put(c.id)
             nw = min(workers, len(todo))
-            streams = min(streams, -(-len(todo) // nw))  # no thread without a cell to take
-            for _ in range(nw * streams):
+            for _ in range(nw):
                 tasks.put(None)
             mods = kernel_modules(cfg)
             procs = [ctx.Process(target=_worker, args=(w, devices[w % len(devices)], cfg.to_dict(), str(out), tasks,
                                                        events, checkpoint_every_s, chunk, mods, os.getpid(),
-                                                       deadline, fast, streams),
+                                                       deadline, fast),
                                  daemon=True)
                      for w in range(nw)]
             for p in procs:

@@ -66,7 +66,6 @@ resets a row; otherwise ``CellRun`` keeps the slow path.
 
 from __future__ import annotations
 
-import threading
 import traceback
 from collections import Counter
 
@@ -89,7 +88,6 @@ from replayssm.validators.runner import readout_magnitude
 MAX_GRAPHS = 48
 MAX_INDEX_LISTS = 512  # row lists kept as device tensors (speculative flushes vary by row)
 BOUND_KEYS = ("E", "A", "M", "n", "L")  # the running bound's state, in bound_scan's order
-CAPTURE_LOCK = threading.Lock()  # CUDA graph captures, one at a time per process (cells on threads)
 
 
 def raw_path(kernel) -> bool:
@@ -271,7 +269,6 @@ class FastCell:
         self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
         self.seen: Counter = Counter()
         self.pool = None
-        self.capture_stream: torch.cuda.Stream | None = None
         self.replays = 0
         self.reseeds = 0  # pieces that re-seeded the shadow at a speculative flush (flush_in_graph)
         self.capture_error: str | None = None
@@ -477,11 +474,7 @@ class FastCell:
         if g is None and self.capture and self.seen[key] and len(self.cache) < self.max_graphs:
             try:
                 g = torch.cuda.CUDAGraph()
-                self.capture_stream = self.capture_stream or torch.cuda.Stream(self.dev)
-                # one capture at a time in the process, on the cell's own stream, and only this thread's
-                # unsafe calls refused: other cells' threads (``run_sweep``'s ``streams``) go on meanwhile
-                with CAPTURE_LOCK, torch.cuda.graph(g, pool=self.pool, stream=self.capture_stream,
-                                                    capture_error_mode="thread_local"):
+                with torch.cuda.graph(g, pool=self.pool):
                     self._piece_static(j0, flags, ks, ss, reseed)
             except RuntimeError as e:  # nothing ran during the capture: go on eagerly, say why
                 self.capture, g = False, None
