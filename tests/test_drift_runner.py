@@ -25,6 +25,7 @@ from replayssm.validators.drift import (
     CellRun,
     SweepConfig,
     default_chunk,
+    dispatch_order,
     load_cells,
     parse_shard,
     run_sweep,
@@ -284,6 +285,17 @@ def test_worker_reports_out_of_memory_apart_from_other_errors(reference, tmp_pat
 def test_default_chunk():
     assert [default_chunk("cpu", 2), default_chunk("cuda", 8), default_chunk("cuda", 64), default_chunk("cuda", 3),
             default_chunk("cuda:1", 512), default_chunk("cuda", 8, speculative=True)] == [64, 256, 64, 1024, 64, 64]
+
+
+def test_dispatch_order_takes_the_speculative_cells_first():
+    cells = SweepConfig(tokens=256).cells()[0]
+    order = dispatch_order(cells)
+    assert sorted(c.id for c in order) == sorted(c.id for c in cells)
+    n_spec = sum(c.speculative for c in cells)
+    assert 0 < n_spec < len(cells)
+    assert all(c.speculative for c in order[:n_spec]) and not any(c.speculative for c in order[n_spec:])
+    assert order[:n_spec] == [c for c in cells if c.speculative]  # each group keeps the configuration's order
+    assert order[n_spec:] == [c for c in cells if not c.speculative]
 
 
 def test_shard_arithmetic():
