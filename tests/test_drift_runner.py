@@ -282,6 +282,29 @@ def test_worker_reports_out_of_memory_apart_from_other_errors(reference, tmp_pat
     assert got[2] == ("exit", 0)
 
 
+@pytest.mark.parametrize("device, selected", [("cuda", []), ("cuda:1", [torch.device("cuda:1")]), ("cpu", [])],
+                         ids=["cuda", "cuda1", "cpu"])
+def test_worker_selects_an_indexed_device_only(device, selected, tmp_path, monkeypatch):
+    """A worker given "cuda" (no index: ``run_sweep(devices=["cuda"])``) keeps the process's current
+    device; torch.cuda.set_device refuses a device without an index (a ValueError in every worker)."""
+    import queue
+
+    import replayssm.validators.drift as D
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_device", calls.append)
+    tasks, events = queue.Queue(), queue.Queue()
+    tasks.put(None)
+    threads = torch.get_num_threads()
+    try:
+        D._worker(0, device, SweepConfig(tokens=256).to_dict(), str(tmp_path), tasks, events, 0.0, None, [],
+                  os.getppid(), None)
+    finally:
+        torch.set_num_threads(threads)
+    assert calls == selected
+    assert events.get_nowait() == ("exit", 0)
+
+
 def test_default_chunk():
     assert [default_chunk("cpu", 2), default_chunk("cuda", 8), default_chunk("cuda", 64), default_chunk("cuda", 3),
             default_chunk("cuda:1", 512), default_chunk("cuda", 8, speculative=True)] == [64, 256, 64, 1024, 64, 64]

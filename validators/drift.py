@@ -722,7 +722,7 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
 def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt_s: float, chunk: int | None,
             mods: list, parent: int, deadline: float | None, fast: bool = True) -> None:
     torch.set_num_threads(1)
-    if device.startswith("cuda"):
+    if torch.device(device).index is not None:  # "cuda" (no index): the process's current device
         torch.cuda.set_device(torch.device(device))
     import_kernel_modules(mods)
     cfg = SweepConfig.from_dict(cfg_dict)
