@@ -13,7 +13,8 @@
 #       [".whl/sglang", ".whl/fla_core-0.6.0-py3-none-any.whl", ".peers/vllm-replayssm"].
 # Every cell is one process sharing the GPU (DRIFT_WORKERS, default 8: 16 ran the H200 out of memory at
 # 1e9807587c22, the GDN spec-random cells' processes holding 10-11 GB each; since bd1a984 a process holds at
-# most ~3.9 GB, measured at fa523b3 on an H100, so 12-16 fit); DRIFT_DEADLINE (s, default 420)
+# most ~3.9 GB, measured at fa523b3 on an H100, so 12-16 fit; 12 took the report in 1,143 s on an H100 at
+# 041a19a against 1,194 s for 8: processes time-slice the card, docs/benchmarks.md); DRIFT_DEADLINE (s, default 420)
 # time-boxes the sweep: a cell it stops is reported as stopped at the tokens it reached, never as
 # complete.  A shard longer than one call (the 16 spec-random cells, ~16 minutes): a cell the deadline stops
 # keeps a checkpoint under $DRIFT_WORK (default /tmp/drift-full, on the device's disk), so the same command
