@@ -405,14 +405,14 @@ def test_delta_rule_raw_launches_are_the_interface_calls(fam, decode):
 
 # KDA's kernel takes the same launch methods from GDN's (its launches swapped as class attributes);
 def test_speculative_flush_reseeds_the_shadow_in_the_piece():
-    """A speculative replay's flush re-seeds and advances the shadow inside the graph piece (Triton GDN,
-    raw checkpoint read): the slow path's cell result bit for bit, and the route was taken."""
+    """A speculative replay's flush is measured, re-seeds and advances the shadow inside the graph piece
+    (Triton GDN, raw checkpoint read): the slow path's cell result bit for bit, and the route was taken."""
     cell = "gdn.triton-replay.s32a16.long-memory.spec-random"
     cfg, spec = _cfg(cell, 16, rows=2)
     run = _cell(spec, cfg, "static-fused")
     assert run.fast.flush_in_graph
     run.run_steps(run.n_steps)
-    assert run.fast.reseeds > 0
+    assert run.fast.reseeds > 0 and run.fast.measured >= run.fast.reseeds
     assert _result(cell, "static-fused", tokens=16) == _result(cell, "slow", tokens=16)
 
 

@@ -518,9 +518,13 @@ class CellRun:
                 self.curves["draft"].add_each(p[d], rel[d], grp[d])
         # the flush, local and state errors in one transfer too (a device read per item waited for the device
         # once per item), then added in step order
+        # (an item's value may be ``(errors [R], rows)``: a buffer the fast path measured every flushed row into,
+        # in place, and the rows to take from it)
         errs = [item[1] for item in self.pending if item[0] in ("flush", "local", "state")]
-        flat = torch.cat([e.detach().reshape(-1).to(torch.float64) for e in errs]).cpu().numpy() if errs else None
-        host = iter(np.split(flat, np.cumsum([e.numel() for e in errs])[:-1]) if errs else [])
+        vals = [e[0] if isinstance(e, tuple) else e for e in errs]
+        flat = torch.cat([e.detach().reshape(-1).to(torch.float64) for e in vals]).cpu().numpy() if errs else None
+        parts = np.split(flat, np.cumsum([e.numel() for e in vals])[:-1]) if errs else []
+        host = iter([p[e[1]] if isinstance(e, tuple) else p for p, e in zip(parts, errs)])
         for item in self.pending:
             kind = item[0]
             if kind == "flush":

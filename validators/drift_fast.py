@@ -82,7 +82,7 @@ from replayssm.validators.checks.context import StepContext
 from replayssm.validators.checks.output_bits import non_finite, unwritten_output
 from replayssm.validators.checks.output_tolerance import output as output_check
 from replayssm.validators.cursor_table import CursorTable
-from replayssm.validators.metrics import error_metrics, rel_l2_into, row_rel_l2
+from replayssm.validators.metrics import error_metrics, rel_l2_into, row_rel_l2, row_rel_l2_masked
 from replayssm.validators.runner import readout_magnitude
 
 MAX_GRAPHS = 48
@@ -271,18 +271,22 @@ class FastCell:
         self.pool = None
         self.replays = 0
         self.reseeds = 0  # pieces that re-seeded the shadow at a speculative flush (flush_in_graph)
+        self.measured = 0  # pieces that measured their flush in the piece (flush_in_graph)
         self.capture_error: str | None = None
         if self.graphs:
             self.ref_buf = ls.ref.clone()
             self.shadow_buf = cell.shadow.clone()
             self.ref_prev_buf = ls.ref.clone() if self.spec else None  # the reference before a piece's last step
-        # A speculative replay's flush re-seeds the flushed rows' shadow from the checkpoint and advances it over
-        # the step's tokens; with graphs that runs inside the piece (device masks: the same values), the
-        # checkpoint read there and the shadow before it kept for the host's error measurements.
+        # A speculative replay's flush: with graphs it runs inside the piece (device masks: the same values).  The
+        # checkpoint is read there, the flushed rows' errors (against the reference before the step) and the armed
+        # ones' local errors (against the shadow) measured in place into per-chunk buffers (metrics'
+        # row_rel_l2_masked: each row's bits whatever the other rows), the flushed rows' shadow re-seeded from the
+        # checkpoint and advanced over the step's tokens where a row is armed after it.  The host only books them.
         self.flush_in_graph = self.graphs and self.spec and not cell.ck_after and self.raw_ck
-        self.ck_out: torch.Tensor | None = None  # the piece's checkpoint read (ck_buf where a graph writes it)
-        self.ck_buf: torch.Tensor | None = None  # the fixed buffer every re-seeding graph copies its read into
-        self.shadow_prev_buf = cell.shadow.clone() if self.flush_in_graph else None
+        if self.flush_in_graph:
+            self.flush_err = torch.empty((K, R), dtype=torch.float64, device=dev)
+            self.local_err = torch.empty((K, R), dtype=torch.float64, device=dev)
+            self.local_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # flushed and armed before it
         # A speculative piece's fused shadow steps compute only the rows whose shadow is read: those armed
         # (to measure a flush's error) that still have the token (accepted > t); [0]: the step's rows armed
         # before its flush, [1]: after it (the re-seed's advance).  Filled by the host per piece, like
@@ -291,7 +295,8 @@ class FastCell:
         if self.live_rows:
             self.live = torch.zeros((2, K, T, R), dtype=torch.bool, device=dev)
             self.live_v = [[self.live[w, j, t] for j in range(K) for t in range(T)] for w in range(2)]
-            self.arange_T_host = np.arange(T).reshape(T, 1)
+        self.arange_T_host = np.arange(T).reshape(T, 1)
+        self.traj_armed = self.traj_after = None  # [n, R]: rows armed before each step; after its flushes
 
     # ---- chunks ----------------------------------------------------------------------------------------------
     def _load_chunk(self, at: int) -> None:
@@ -417,12 +422,12 @@ class FastCell:
         return new, shadow
 
     def _piece_static(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
-                      reseed: bool = False) -> None:
+                      reseed: bool = False, measure: bool = False) -> None:
         """Chunk steps ``j0..`` on the static reference and shadow buffers (what a graph captures);
-        ``reseed``: the last step is a speculative replay's flush after which some row is armed, whose
-        shadow work (``_events``) runs here: the checkpoint read into ``ck_out``, the shadow before it
-        into ``shadow_prev_buf``, the flushed rows re-seeded from the checkpoint (``flush_mask``) and the
-        shadow advanced over the step's tokens."""
+        ``measure``: the last step is a speculative replay's flush, measured here (``flush_in_graph``): the
+        checkpoint read, the flushed rows' errors into ``flush_err`` and the armed ones' into ``local_err``;
+        ``reseed``: some row is armed after it, so the flushed rows are re-seeded from the checkpoint
+        (``flush_mask``) and the shadow advanced over the step's tokens."""
         ref, sh = self.ref_buf, self.shadow_buf
         for i, f in enumerate(flags):
             if self.spec and i == len(flags) - 1:  # a speculative flush measures the state before its step
@@ -432,17 +437,14 @@ class FastCell:
                 sh = new_sh
         if ref is not self.ref_buf:  # a speculative piece kept its rows in ref_buf in place (_keep)
             self.ref_buf.copy_(ref)
-        if reseed:
+        if measure:
             j = j0 + len(flags) - 1
             ck = self.ls.kernel.launch_checkpoint(self.ls.ids)
-            if self.ck_buf is None:  # allocated on the piece's first (eager) run, outside any graph's pool
-                self.ck_buf = torch.empty_like(ck, memory_format=torch.contiguous_format)
-            # one fixed buffer for every graph's read (a read per graph held up to 2 GB of a GDN cell's
-            # device memory): the host measures it before the next piece is queued
-            self.ck_out = self._copy_flushed(self.ck_buf, ck, j)
-            self._copy_flushed(self.shadow_prev_buf, sh, j)
-            sh = self._advance(self._reseed(sh, self.ck_out, self.flush_mask[j]), j, ks[-1], static=True,
-                               live=1 if self.live_rows else None)
+            row_rel_l2_masked(ck, self.ref_prev_buf, self.flush_mask[j], self.flush_err[j])
+            row_rel_l2_masked(ck, sh, self.local_mask[j], self.local_err[j])  # the shadow before the re-seed
+            if reseed:
+                sh = self._advance(self._reseed(sh, ck, self.flush_mask[j]), j, ks[-1], static=True,
+                                   live=1 if self.live_rows else None)
         if (any(flags) or reseed) and sh is not self.shadow_buf:
             self.shadow_buf.copy_(sh)
         if self.bound is not None:  # the piece's bound in one launch (the flush masks were filled for it)
@@ -468,14 +470,14 @@ class FastCell:
         return torch.where(rows.view(self.R, *([1] * (sh.dim() - 1))), ck.to(torch.float64), sh)
 
     def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
-                     reseed: bool = False) -> None:
-        key = (j0, flags, reseed)
+                     reseed: bool = False, measure: bool = False) -> None:
+        key = (j0, flags, reseed, measure)
         g = self.cache.get(key)
         if g is None and self.capture and self.seen[key] and len(self.cache) < self.max_graphs:
             try:
                 g = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(g, pool=self.pool):
-                    self._piece_static(j0, flags, ks, ss, reseed)
+                    self._piece_static(j0, flags, ks, ss, reseed, measure)
             except RuntimeError as e:  # nothing ran during the capture: go on eagerly, say why
                 self.capture, g = False, None
                 self.capture_error = f"{type(e).__name__}: {e}"
@@ -484,12 +486,10 @@ class FastCell:
                 self.cache[key] = g
         self.seen[key] += 1
         if g is None:
-            self._piece_static(j0, flags, ks, ss, reseed)
+            self._piece_static(j0, flags, ks, ss, reseed, measure)
         else:
             g.replay()
             self.replays += 1
-            if reseed:
-                self.ck_out = self.ck_buf
 
     # ---- the fp64 running-error bound ----------------------------------------------------------------------
     def _bound_step(self, j: int, flush_rows: list[int]) -> None:
@@ -556,6 +556,43 @@ class FastCell:
         for i in range(n):
             fl[i], wp[i + 1], origin[i + 1] = self.cursors.step(wp[i], origin[i], self.acc_host[i0 + i], self.act_mask)
         self.traj_at, self.traj_wp, self.traj_origin, self.traj_flush = cell.step, wp, origin, fl
+        self.traj_armed, self.traj_after = self._arming(fl)
+        self._fill_masks(i0, fl, self.acc_host[i0:i0 + n])
+
+    def _arming(self, fl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For the walk's flush masks ``fl [n, R]``: the rows armed before each step and after its flushes
+        (what :meth:`_events` will make of ``cell.armed``, ``cell.flushes`` flush by flush)."""
+        cell = self.cell
+        armed, flushes = cell.armed.copy(), cell.flushes.copy()
+        before, after = np.empty_like(fl), np.empty_like(fl)
+        for i in range(len(fl)):
+            before[i] = armed
+            if fl[i].any():
+                rows = fl[i]
+                armed = armed.copy()
+                armed[rows] = (flushes[rows] + 1) % cell.cfg.local_every == 0
+                flushes[rows] += 1
+            after[i] = armed
+        return before, after
+
+    def _fill_masks(self, j0: int, fl: np.ndarray, acc: np.ndarray) -> None:
+        """The device masks of chunk steps ``j0..`` from the walk, in one asynchronous copy from one pinned
+        buffer (no host sync): the flush rows (``flush_mask``: the bound and the re-seed read them), the
+        flushed rows armed before (``local_mask``: whose local error a piece measures) and the shadow's live
+        rows per token (``live``: armed and the token accepted; [1]: after the step's flushes)."""
+        n = len(fl)
+        parts = [(self.flush_mask[j0:j0 + n], fl)]
+        if self.flush_in_graph:
+            parts.append((self.local_mask[j0:j0 + n], fl & self.traj_armed))
+        if self.live_rows:
+            tok = acc[:, None, :] > self.arange_T_host[None]
+            parts.append((self.live[0, j0:j0 + n], self.traj_armed[:, None, :] & tok))
+            parts.append((self.live[1, j0:j0 + n], self.traj_after[:, None, :] & tok))
+        host = self._pinned(torch.from_numpy(np.concatenate([a.ravel() for _, a in parts])))
+        o = 0
+        for dst, a in parts:
+            dst.copy_(host[o:o + a.size].view(a.shape), non_blocking=True)
+            o += a.size
 
     def _book_piece(self, steps: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """Host effects of a piece's steps (``Lockstep.step``'s bookkeeping, all rows and steps at once:
@@ -604,15 +641,25 @@ class FastCell:
                 cov[key] += n
 
     def _events(self, j: int, flush_rows: list[int], pos_before: np.ndarray, k: np.ndarray,
-                ref_before: torch.Tensor, reseeded: bool = False) -> None:
-        """The rest of ``CellRun.run_steps`` for a step: flush and state measurements (``reseeded``: the
-        piece re-seeded and advanced the shadow, ``_piece_static``)."""
+                ref_before: torch.Tensor, measured: bool = False) -> None:
+        """The rest of ``CellRun.run_steps`` for a step: flush and state measurements (``measured``: the
+        piece measured the flush and did its shadow work, ``_piece_static``; the host books them)."""
         cell, ls = self.cell, self.ls
+        if flush_rows and measured:
+            # the rows' errors, measured in place into the chunk's buffers (the drain takes these rows); the
+            # shadow of a flushed row armed after it was re-seeded in the piece; any other flushed row's
+            # shadow is not read before a later flush re-seeds it (the one that arms it), so it is left
+            at = pos_before[flush_rows]
+            cell.pending.append(("flush", (self.flush_err[j], flush_rows), cell.flushes[flush_rows] + 1, at.copy()))
+            armed = [r for r in flush_rows if cell.armed[r]]
+            if armed:
+                cell.pending.append(("local", (self.local_err[j], armed), cell.flushes[armed] + 1))
+            armed_after = self._armed_after(flush_rows)
+            cell.flushes[flush_rows] += 1
+            cell.armed = armed_after
+            return self._samples(k)
         if flush_rows:
-            if reseeded:
-                ck = self.ck_out
-            else:
-                ck = ls.kernel.launch_checkpoint(ls.ids) if self.raw_ck else ls.kernel.checkpoint_state(ls.ids)
+            ck = ls.kernel.launch_checkpoint(ls.ids) if self.raw_ck else ls.kernel.checkpoint_state(ls.ids)
             after = cell.ck_after  # the stored state holds this step's tokens (CellRun.run_steps)
             folded = ls.ref if after else ref_before
             fidx = cell.flushes[flush_rows] + 1
@@ -623,14 +670,11 @@ class FastCell:
                 self._set_shadow(self._advance(cell.shadow, j, k))
             armed = [r for r in flush_rows if cell.armed[r]]
             if armed:
-                before = self.shadow_prev_buf if reseeded else cell.shadow
-                cell.pending.append(("local", row_rel_l2(self._take(ck, armed), self._take(before, armed)),
+                cell.pending.append(("local", row_rel_l2(self._take(ck, armed), self._take(cell.shadow, armed)),
                                      cell.flushes[armed] + 1))
             armed_after = self._armed_after(flush_rows)
             cell.flushes[flush_rows] += 1
             cell.armed = armed_after
-            if reseeded:  # the piece re-seeded the flushed rows and advanced the shadow
-                return self._samples(k)
             if self._all_rows(flush_rows, ck):  # every row re-seeded: a plain copy (the same values)
                 if self.graphs:
                     cell.shadow.copy_(ck)
@@ -759,11 +803,11 @@ class FastCell:
         if self.bound is not None and self.bound.cur is not self.bound_buf:
             self._keep_bound_static()
 
-    def _piece(self, end: int) -> tuple[list[int], list[bool], bool]:
+    def _piece(self, end: int) -> tuple[list[int], list[bool], bool, bool]:
         """The steps from ``cell.step`` up to the next host event (a flush, a state sample, the chunk's
-        end, ``end``), whether each advances the shadow, and whether the piece re-seeds the shadow at
-        its last step's flush (``flush_in_graph`` and a row armed after it); each step's flush rows go
-        into ``flush_mask`` (what the bound and the re-seed read)."""
+        end, ``end``), whether each advances the shadow, whether the piece measures its last step's
+        flush (``flush_in_graph``) and whether it re-seeds the shadow there (a row armed after it).  The
+        device masks it reads (flushes, live rows) were filled for the whole walk (:meth:`_walk`)."""
         cell = self.cell
         stop = min(end, self.chunk_at + self.K, cell.n_steps)
         if self.traj_at is None or not self.traj_at <= cell.step < self.traj_at + len(self.traj_flush):
@@ -777,24 +821,9 @@ class FastCell:
         steps = list(range(cell.step, cell.step + n))
         armed = bool(cell.armed.any())  # armed changes at a flush only: the piece's last step
         flags = [armed and not f for f in fls[:n].any(1).tolist()]
-        masks = list(fls[:n])
-        fill = self.bound is not None or self.flush_in_graph or (self.graphs and self.spec)
-        fl = fls[n - 1]
-        flush = np.flatnonzero(fl).tolist()
-        j0 = steps[0] - self.chunk_at
-        if fill:  # the piece's flush masks in one copy, asynchronous (pinned): no host sync
-            self.flush_mask[j0:j0 + len(steps)].copy_(self._pinned(torch.from_numpy(np.stack(masks))),
-                                                       non_blocking=True)
-        after = self._armed_after(flush) if self.flush_in_graph and flush else None
-        reseed = bool(after is not None and after.any())
-        if self.live_rows:  # the shadow's live rows per step and token (armed, the token accepted)
-            acc = self.acc_host[j0:j0 + n]
-            live = cell.armed[None, None, :] & (acc[:, None, :] > self.arange_T_host[None])
-            self.live[0, j0:j0 + n].copy_(self._pinned(torch.from_numpy(live)), non_blocking=True)
-            if reseed:
-                live = after[None, :] & (acc[-1][None, :] > self.arange_T_host)
-                self.live[1, j0 + n - 1].copy_(self._pinned(torch.from_numpy(live)), non_blocking=True)
-        return steps, flags, reseed
+        measure = bool(self.flush_in_graph and fls[n - 1].any())
+        reseed = bool(measure and self.traj_after[i0 + n - 1].any())
+        return steps, flags, reseed, measure
 
     def _pinned(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor for an asynchronous copy: pinned on a CUDA device (the caching host allocator
@@ -823,7 +852,7 @@ class FastCell:
                 self._check_outputs()
                 self._load_chunk(at)
                 self.checked = cell.step
-            steps, flags, reseed = self._piece(end)
+            steps, flags, reseed, measure = self._piece(end)
             j0 = steps[0] - at
             ks = [self.acc_host[s - at].copy() for s in steps]
             ss = [cell.plans[s].step for s in steps]
@@ -831,8 +860,9 @@ class FastCell:
             ref_before = self.ref_prev_buf if self.graphs and self.spec else self.ls.ref
             try:
                 if self.graphs:
-                    self._run_graphed(j0, tuple(flags), ks, ss, reseed)
+                    self._run_graphed(j0, tuple(flags), ks, ss, reseed, measure)
                     self.reseeds += reseed
+                    self.measured += measure
                 else:
                     new_ref, new_sh = self._device_step(j0, self.ls.ref, cell.shadow if flags[0] else None,
                                                         ks[0], ss[0])
@@ -844,7 +874,7 @@ class FastCell:
                 cell.pending.append(("exception", traceback.format_exc()[-2000:]))
                 break
             pos_before, k, flush_rows = self._book_piece(steps)
-            self._events(steps[-1] - at, flush_rows, pos_before, k, ref_before, reseed)
+            self._events(steps[-1] - at, flush_rows, pos_before, k, ref_before, measure)
             cell.step += len(steps)
             if cell.step % cell.chunk == 0:
                 if cell.step < cell.n_steps:  # the next chunk's inputs queued before the host waits for this one's

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from replayssm.ops.triton.row_error import row_rel_l2_rows
+
 TINY = 1e-300
 
 
@@ -60,7 +62,11 @@ def rel_l2_into(out: torch.Tensor, ref: torch.Tensor, dst: torch.Tensor, exact: 
 
 def row_rel_l2(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Per-row ``||a - b|| / ||b||`` in fp64 over everything but the first dim (non-finite stays
-    non-finite): the drift report's state error."""
+    non-finite): the drift report's state error.  On a CUDA device each row is summed in one fixed
+    order, whatever the other rows (``ops/triton/row_error.py``): a row measured among a selection
+    and in place in the whole state (drift's fast path, inside a CUDA graph) gives the same bits."""
+    if a.device.type == "cuda":
+        return row_rel_l2_rows(_kernel_dtype(a), _kernel_dtype(b))
     if torch.float64 in (a.dtype, b.dtype):  # the other side is upcast exactly inside the subtraction
         d = torch.sub(a.flatten(1), b.flatten(1))
     else:
@@ -69,10 +75,27 @@ def row_rel_l2(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(d, dim=1) / torch.linalg.vector_norm(b, dim=1).clamp_min(TINY)
 
 
+def row_rel_l2_masked(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """:func:`row_rel_l2` of the rows ``mask`` (bool ``[R]``, a device value) marks, into those rows of ``out``
+    (fp64 ``[R]``; the others untouched) with the bits :func:`row_rel_l2` gives them among any selection:
+    in place on a CUDA device (no host sync: what a CUDA graph captures), by an index of the marked rows
+    elsewhere."""
+    if a.device.type == "cuda":
+        return row_rel_l2_rows(_kernel_dtype(a), _kernel_dtype(b), out=out, mask=mask)
+    idx = mask.nonzero().flatten()
+    return out.index_copy_(0, idx, row_rel_l2(a.index_select(0, idx), b.index_select(0, idx)))
+
+
+def _kernel_dtype(t: torch.Tensor) -> torch.Tensor:
+    """``t`` for the row-error kernel: fp64/fp32/fp16/bf16 as they are, other floats (fp8) upcast to fp32
+    (exact)."""
+    return t if t.dtype in (torch.float64, torch.float32, torch.float16, torch.bfloat16) else t.to(torch.float32)
+
+
 def rms_ratio(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref||_2 / ||ref||_2 over all elements (FLA's metric)."""
     e = abs_error(out, ref)
     return float(torch.linalg.vector_norm(e) / torch.linalg.vector_norm(ref.to(torch.float64)).clamp_min(TINY))
 
 
-__all__ = ["abs_error", "error_metrics", "rel_l2_into", "rms_ratio", "row_rel_l2"]
+__all__ = ["abs_error", "error_metrics", "rel_l2_into", "rms_ratio", "row_rel_l2", "row_rel_l2_masked"]
