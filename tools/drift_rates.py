@@ -8,8 +8,9 @@ long-memory, standard and spec-random, at ``nano4b`` / ``qwen35-4b``).  Each cel
 included; chunks of ``default_chunk`` steps, as ``replayssm drift`` runs them, or ``--chunk``) for
 ``--seconds`` of wall time after a first chunk that pays the compiles; the rate is
 the accepted tokens of the timed part over its wall time, with a device sync at both ends.  Also
-recorded: whether the fast path was taken, graphs replayed / captured, a capture error if any, and on a
-GPU the device memory the cell holds after its first chunk and at the end (allocated, peak, reserved).
+recorded: whether the fast path was taken, the pieces run and of them the graph replays, graphs captured,
+a capture error if any, and on a GPU the device memory the cell holds after its first chunk and at the
+end (allocated, peak, reserved).
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def rate(cell: str, rows: int, seconds: float, dev: str, chunk: int | None = Non
     fast = run.fast
     return {"cell": cell, "rows": rows, "geometry": GEOMETRY[fam], "chunk": chunk, "first_chunk_s": round(warm, 2),
             "timed_s": round(wall, 2), "tokens": tokens, "tokens_per_s": round(tokens / wall, 1),
-            "fast": fast is not None, "graphs": bool(fast and fast.graphs), "replays": fast.replays if fast else 0,
+            "fast": fast is not None, "graphs": bool(fast and fast.graphs), "pieces": fast.pieces if fast else 0,
+            "replays": fast.replays if fast else 0,
             "captured": len(fast.cache) if fast else 0, "capture_error": fast.capture_error if fast else None,
             "exception": run.exception, "memory_after_first_chunk": mem_first, "memory_at_end": _memory(run, dev)}
 

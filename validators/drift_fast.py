@@ -207,8 +207,10 @@ class FastCell:
                              "(launch_verify/launch_commit)")
         self.capture = can_graph if graphs is None else bool(graphs)
         self.graphs = self.capture or static  # fixed buffers, several steps per piece
-        # a speculative piece is mostly one step (some row flushes at almost every verify): a graph per
-        # (chunk step, shadow flag), so up to 2 K of them
+        # a speculative piece is one step (some row flushes at almost every verify; the runs of steps without
+        # one made a key per (start, length): the cap of graphs was reached with ~13 % of the pieces left to
+        # run eagerly, 2026-12-06 H100): a graph per (chunk step, shadow flag, flush measured, re-seeded) --
+        # at most 4 per step, so every key gets one
         self.max_graphs = max(MAX_GRAPHS, 4 * self.K) if self.spec else MAX_GRAPHS
         g = sc.geometry_obj
         K, R, T, dev = self.K, self.R, self.T, self.dev
@@ -270,6 +272,7 @@ class FastCell:
         self.seen: Counter = Counter()
         self.pool = None
         self.replays = 0
+        self.pieces = 0  # pieces run (replayed, captured or eager)
         self.reseeds = 0  # pieces that re-seeded the shadow at a speculative flush (flush_in_graph)
         self.measured = 0  # pieces that measured their flush in the piece (flush_in_graph)
         self.capture_error: str | None = None
@@ -817,7 +820,9 @@ class FastCell:
         fls = self.traj_flush[i0:i0 + m]
         # the first step that flushes or makes a committed-state sample due ends the piece (graphs: else 1 step)
         ends = fls.any(1) | self._due_steps(cell.pos + np.cumsum(self.acc_host[j0:j0 + m], 0))
-        n = (int(np.argmax(ends)) + 1 if ends.any() else m) if self.graphs else 1
+        n = int(np.argmax(ends)) + 1 if ends.any() else m
+        if not self.graphs or self.spec:  # eagerly, or speculative (max_graphs says why): one step a piece
+            n = 1
         steps = list(range(cell.step, cell.step + n))
         armed = bool(cell.armed.any())  # armed changes at a flush only: the piece's last step
         flags = [armed and not f for f in fls[:n].any(1).tolist()]
@@ -853,6 +858,7 @@ class FastCell:
                 self._load_chunk(at)
                 self.checked = cell.step
             steps, flags, reseed, measure = self._piece(end)
+            self.pieces += 1
             j0 = steps[0] - at
             ks = [self.acc_host[s - at].copy() for s in steps]
             ss = [cell.plans[s].step for s in steps]
