@@ -207,10 +207,10 @@ class FastCell:
                              "(launch_verify/launch_commit)")
         self.capture = can_graph if graphs is None else bool(graphs)
         self.graphs = self.capture or static  # fixed buffers, several steps per piece
-        # a speculative piece is one step (some row flushes at almost every verify; the runs of steps without
-        # one made a key per (start, length): the cap of graphs was reached with ~13 % of the pieces left to
-        # run eagerly, 2026-12-06 H100): a graph per (chunk step, shadow flag, flush measured, re-seeded) --
-        # at most 4 per step, so every key gets one
+        # a speculative piece is mostly one step (some row flushes at almost every verify): a graph per
+        # (chunk step, shadow flag, flush measured, re-seeded), and per (start, length) for the runs of steps
+        # without a flush.  (One step a piece, so that every key gets a graph within the cap, ran 8-20 %
+        # slower: 97 % of the pieces were replays, but twice the replays; 2026-12-06, H100.)
         self.max_graphs = max(MAX_GRAPHS, 4 * self.K) if self.spec else MAX_GRAPHS
         g = sc.geometry_obj
         K, R, T, dev = self.K, self.R, self.T, self.dev
@@ -820,9 +820,7 @@ class FastCell:
         fls = self.traj_flush[i0:i0 + m]
         # the first step that flushes or makes a committed-state sample due ends the piece (graphs: else 1 step)
         ends = fls.any(1) | self._due_steps(cell.pos + np.cumsum(self.acc_host[j0:j0 + m], 0))
-        n = int(np.argmax(ends)) + 1 if ends.any() else m
-        if not self.graphs or self.spec:  # eagerly, or speculative (max_graphs says why): one step a piece
-            n = 1
+        n = (int(np.argmax(ends)) + 1 if ends.any() else m) if self.graphs else 1
         steps = list(range(cell.step, cell.step + n))
         armed = bool(cell.armed.any())  # armed changes at a flush only: the piece's last step
         flags = [armed and not f for f in fls[:n].any(1).tolist()]
