@@ -209,8 +209,8 @@ class FastCell:
         self.graphs = self.capture or static  # fixed buffers, several steps per piece
         # a speculative piece is mostly one step (some row flushes at almost every verify): a graph per
         # (chunk step, shadow flag, flush measured, re-seeded), and per (start, length) for the runs of steps
-        # without a flush.  (One step a piece, so that every key gets a graph within the cap, ran 8-20 %
-        # slower: 97 % of the pieces were replays, but twice the replays; 2026-12-06, H100.)
+        # without a flush.  (One step a piece, so that every key gets a graph within the cap, was tried:
+        # 97 % of its pieces were replays, but it ran no faster, 2026-12-06 on an H100.)
         self.max_graphs = max(MAX_GRAPHS, 4 * self.K) if self.spec else MAX_GRAPHS
         g = sc.geometry_obj
         K, R, T, dev = self.K, self.R, self.T, self.dev
