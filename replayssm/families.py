@@ -26,6 +26,7 @@ import torch
 
 from replayssm.conventions import conv_kwargs
 from replayssm.interface import DecodeConfig, Geometry
+from replayssm.ops.triton.row_copy import copy_rows
 from replayssm.precision import PrecisionMode
 
 # One line per built-in family: the module whose import registers it.
@@ -147,21 +148,31 @@ class Family(abc.ABC):
         """The rest of the step on one token's prepared inputs: ``(output, new state)``."""
 
     def reference_advance_fused(self, state: torch.Tensor, prep: dict, params: dict[str, torch.Tensor],
-                                rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                                rows: torch.Tensor | None = None,
+                                keep: tuple[torch.Tensor, torch.Tensor] | None = None
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`reference_advance`, bit for bit, with its full-state passes fused where the family
         has such a form (a Triton kernel: a CUDA state, or any state under the Triton interpreter);
         the drift fast path's reference on a GPU.  ``rows``: a bool mask over the state's leading (batch)
         rows; a fused pass may compute only those, the others' results then undefined (drift's shadow
-        state, read only where a row is armed).  Default: :meth:`reference_advance` itself, every row."""
-        return self.reference_advance(state, prep, params)
+        state, read only where a row is armed).  ``keep``: ``(dst, mask)``, a contiguous fp64 state and a bool
+        mask over its rows: the new state's marked rows also written into ``dst`` in place, exactly (drift's
+        kept rows; ``dst`` may be ``state``).  Default: :meth:`reference_advance` itself, every row, the kept rows
+        copied after it."""
+        y, new = self.reference_advance(state, prep, params)
+        if keep is not None:
+            copy_rows(keep[0], new, keep[1])
+        return y, new
 
-    def reference_advance_magnitude(self, state: torch.Tensor, prep: dict, params: dict[str, torch.Tensor]
+    def reference_advance_magnitude(self, state: torch.Tensor, prep: dict, params: dict[str, torch.Tensor],
+                                    keep: tuple[torch.Tensor, torch.Tensor] | None = None
                                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """:meth:`reference_advance_fused` and :meth:`readout_magnitude` of ``|S'|`` (unscaled states),
         bit for bit, the magnitude read from the readout products ``S' ∘ c`` the fused pass writes
         (``|s c| = |s| |c|`` in IEEE arithmetic: one state-sized pass fewer per token than ``|S'|`` and
         its product with ``|c|``): ``(output, new state, magnitude)``; None where the family has no such
-        pass (then drift's fast path takes :meth:`readout_magnitude` of ``|S'|`` itself)."""
+        pass (then drift's fast path takes :meth:`readout_magnitude` of ``|S'|`` itself).  ``keep``: as
+        :meth:`reference_advance_fused`'s."""
         return None
 
     def reference_hoist(self, prep: dict, params: dict[str, torch.Tensor]) -> dict:

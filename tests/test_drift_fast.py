@@ -319,6 +319,29 @@ def test_fused_reference_live_rows(fam, live):
         f.reference_advance_fused(st, prep, params, rows=torch.ones(2, dtype=torch.bool))
 
 
+@pytest.mark.parametrize("fam", ["mamba2", "gdn", "kda"])
+@pytest.mark.parametrize("keep", [[True, False, True], [False, True, False], [False, False, False]],
+                         ids=["r0r2", "r1", "none"])
+@pytest.mark.parametrize("into", ["other", "state"])
+def test_fused_reference_keeps_rows(fam, keep, into):
+    """``reference_advance_fused(..., keep=(dst, mask))`` (drift's kept rows, written by the fused pass where
+    ``copy_rows`` copied them after it) leaves the step's output and new state as without it and ``dst``
+    holding the new state's marked rows and its own elsewhere, bit for bit -- also when ``dst`` is the state
+    the step reads (the first token of a speculative window keeps into the buffer it starts from)."""
+    f, tok, params, st = _one_token(fam, 3)
+    prep = f.reference_prepare(tok, params)
+    mask = torch.tensor(keep)
+    y, new = f.reference_advance_fused(st, prep, params)
+    before = st.clone() if into == "state" else torch.randn_like(st)
+    dst = st if into == "state" else before.clone()
+    yk, newk = f.reference_advance_fused(st, prep, params, keep=(dst, mask))
+    assert torch.equal(yk, y) and torch.equal(newk, new)
+    want = torch.where(mask.view(-1, *([1] * (st.dim() - 1))), new, before)
+    assert torch.equal(dst.view(torch.int64), want.view(torch.int64))
+    with pytest.raises(ValueError, match="(keep|mask): expected a bool"):  # KDA: the default's copy_rows
+        f.reference_advance_fused(before.clone(), prep, params, keep=(dst, torch.ones(2, dtype=torch.bool)))
+
+
 def test_fused_reference_bad_arguments():
     s = torch.zeros((2, 3, 4, 5), dtype=torch.float64)
     with pytest.raises(ValueError, match="s: expected a"):

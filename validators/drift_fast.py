@@ -38,26 +38,28 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
 * a kernel with a raw launch path (``launch_verify``/``launch_commit``: the Triton Mamba-2
   kernels, the GDN and KDA ReplaySSM kernels) is called through it (no host checks, no sync);
   any other kernel through ``verify``/``commit`` (the interface path, as the slow path does);
-* on a CUDA device and a raw-path kernel: the steps between two host events (a flush, whose
-  checkpoint error is measured on the host; a committed-state sample; the chunk's end) are
-  captured in a CUDA graph on their second occurrence and replayed after (the step's position in
-  the chunk is static, the chunk's inputs are refilled in place), so a step costs no host
-  launches.  In speculative decode a piece is mostly one step (some row flushes at almost every
-  verify), so there is a graph per chunk step; which rows keep which window position is chosen
-  by the device masks of the accepted counts, never by a host branch a graph would freeze: each
-  row's state is copied in place into the piece's fixed buffer at the one token it keeps
-  (``replayssm/ops/triton/row_copy.py``, the same values as ``torch.where``, which moves them
-  exactly but made three state-sized passes per token), and the flushed rows of the reference
+* on a CUDA device and a raw-path kernel: the steps between two host events (a flush; a
+  committed-state sample; the chunk's end) are captured in a CUDA graph on their second occurrence
+  and replayed after (the step's position in the chunk is static, the chunk's inputs are refilled
+  in place), so a step costs no host launches.  In speculative decode a piece is mostly one step
+  (some row flushes at almost every verify), so there is a graph per chunk step; which rows keep
+  which window position is chosen by the device masks of the accepted counts, never by a host
+  branch a graph would freeze: each row's state is written in place into the piece's fixed buffer
+  at the one token it keeps -- by the fused reference pass itself (``keep``), else copied after it
+  (``replayssm/ops/triton/row_copy.py``); the same values as ``torch.where``, which moves them
+  exactly but made three state-sized passes per token -- and the flushed rows of the reference
   before a piece's last step are kept for the flush measurement (a speculative replay's
-  checkpoint holds the state before its verify).  The flush's shadow work runs in the piece too
-  where a row is armed after it (the flushed rows re-seeded from the checkpoint by the flush
-  mask, the shadow advanced over the step; the checkpoint read -- copied into one fixed buffer
-  for every graph -- and the shadow before it kept, their flushed rows only, for the host's error
-  measurements, which stay on the flushed and armed rows' own index lists, so the same bits).
-  With the fused reference, the shadow's steps in a piece compute only the rows armed to measure
-  a flush that still have the token (a host-filled mask, like the flush mask): no other row's
-  shadow is read before a flush re-seeds it.  ``graphs=False`` runs the same code eagerly;
-  ``static`` runs the graphs' pieces on their fixed buffers, eagerly (what the CPU tests check).
+  checkpoint holds the state before its verify).  The flush itself is measured in the piece: the
+  checkpoint read there, the flushed rows' errors and the armed rows' local errors written in
+  place into per-chunk buffers under device masks (``metrics.row_rel_l2_masked``: each row summed
+  in one fixed order whatever the other rows, so the slow path's bits for its selected rows), then
+  the flushed rows' shadow re-seeded from the checkpoint and advanced over the step where a row is
+  armed after it; the host only books the rows.  The masks a piece reads are computed for a whole
+  chunk's walk and copied to the device once.  With the fused reference, the shadow's steps in a
+  piece compute only the rows armed to measure a flush that still have the token: no other row's
+  shadow is read before a flush re-seeds it.  ``graphs=False`` runs the same code eagerly (the
+  flush measured on the host); ``static`` runs the graphs' pieces on their fixed buffers, eagerly
+  (what the CPU tests check).
 
 A cell qualifies when its Lockstep runs without the literal model, invariants, state checks,
 metrics or digest (the drift configuration), every slot is used, no row is padding, and no step
@@ -157,29 +159,30 @@ class _ChunkReference:
         for k, v in prep.items():
             self.buf[k][:n].copy_(v)
 
-    def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None, rows: torch.Tensor | None = None
-             ) -> torch.Tensor:
+    def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None, rows: torch.Tensor | None = None,
+             keep: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given.  ``rows``
-        (fused only; a bool ``[R]`` mask): the rows whose new state is needed, the others' undefined."""
+        (fused only; a bool ``[R]`` mask): the rows whose new state is needed, the others' undefined.
+        ``keep`` (fused only; ``(dst, mask)``): the marked rows of the new state also written into ``dst``."""
         prep = {k: v[i] for k, v in self.v.items()}
-        if rows is not None and self.fused:
-            y, new = self.advance(st, prep, self.params, rows=rows)
+        if (rows is not None or keep is not None) and self.fused:
+            y, new = self.advance(st, prep, self.params, rows=rows, keep=keep)
         else:
             y, new = self.advance(st, prep, self.params, **self.kw)
         if y_out is not None:
             y_out.copy_(y)
         return new
 
-    def step_magnitude(self, st: torch.Tensor, i: int, y_out: torch.Tensor, tok: dict, scaled: bool
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    def step_magnitude(self, st: torch.Tensor, i: int, y_out: torch.Tensor, tok: dict, scaled: bool,
+                       keep: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`step` and ``runner.readout_magnitude`` of the new state (``tok``: the token, fp64;
         ``scaled``: per-row scaled states), from the fused pass's readout products where the family
         writes them (``Family.reference_advance_magnitude``: the same bits)."""
         if not self.products or scaled:
-            new = self.step(st, i, y_out)
+            new = self.step(st, i, y_out, keep=keep)
             return new, readout_magnitude(self.fam.name, new, tok, self.params, scaled)
         prep = {k: v[i] for k, v in self.v.items()}
-        y, new, mag = self.fam.reference_advance_magnitude(st, prep, self.params)
+        y, new, mag = self.fam.reference_advance_magnitude(st, prep, self.params, keep=keep)
         y_out.copy_(y)
         return new, mag
 
@@ -369,11 +372,19 @@ class FastCell:
         into ``st`` itself -- a fixed buffer -- and returned; ``live``: which of ``self.live``'s masks names
         the rows to compute, the others' results undefined)."""
         new = st
+        fuse = static and self._fuse_keep(new)
         for t in range(self.T if static else int(k.max())):
             rows = None if live is None else self.live_v[live][j * self.T + t]
-            st = self.ref.step(st, j * self.T + t, None, rows)
-            new = self._keep(new, st, j, t, k, static)
+            keep = (new, self.sel_rows[j * self.T + t]) if fuse else None
+            st = self.ref.step(st, j * self.T + t, None, rows, keep=keep)
+            if not fuse:
+                new = self._keep(new, st, j, t, k, static)
         return new
+
+    def _fuse_keep(self, new: torch.Tensor) -> bool:
+        """Whether the fused reference step writes the kept rows into ``new`` itself (a contiguous fp64 buffer
+        of the fixed pieces), where :meth:`_keep` copies them after the step: the same values, a pass fewer."""
+        return self.fused and new.dtype == torch.float64 and new.is_contiguous()
 
     def _keep(self, new: torch.Tensor, st: torch.Tensor, j: int, t: int, k: np.ndarray, static: bool) -> torch.Tensor:
         """``st`` where a row accepted ``t + 1`` tokens at chunk step ``j``, else ``new``: by the host's
@@ -411,14 +422,18 @@ class FastCell:
                 out.copy_(ret)
             kern.commit(ls.ids, self.acc_v[j])
         st, new = ref, ref
+        static = self.graphs and self.spec
+        fuse = static and self._fuse_keep(new)
         for t in range(T):
+            keep = (new, self.sel_rows[j * T + t]) if fuse else None
             if self.bound is None:
-                st = self.ref.step(st, j * T + t, self.y_v[j * T + t])
+                st = self.ref.step(st, j * T + t, self.y_v[j * T + t], keep=keep)
             else:  # with Lockstep._reference_window's readout magnitude, its maximum
                 st, mag = self.ref.step_magnitude(st, j * T + t, self.y_v[j * T + t], self.tok_v[j * T + t],
-                                                  self.sc.precision.scaled_state)
+                                                  self.sc.precision.scaled_state, keep=keep)
                 self.mag_v[j * T + t].copy_(mag.flatten(1).amax(-1))
-            new = self._keep(new, st, j, t, k, self.graphs and self.spec)
+            if not fuse:
+                new = self._keep(new, st, j, t, k, static)
         self._rel(out, self.ref_out_v[j], self.rel_v[j], exact=False)
         if shadow is not None:
             shadow = self._advance(shadow, j, k, static=self.graphs and self.spec, live=0 if self.live_rows else None)

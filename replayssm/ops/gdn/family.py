@@ -101,11 +101,11 @@ class GatedDeltaNet(Family):
         alpha, beta = self._gates(prep, params, prep["q"].dtype)
         return {**prep, "alpha": alpha, "beta": beta}
 
-    def reference_advance_fused(self, state, prep, params, rows=None):
-        y, new, _ = self.reference_advance_magnitude(state, prep, params, rows)
+    def reference_advance_fused(self, state, prep, params, rows=None, keep=None):
+        y, new, _ = self.reference_advance_magnitude(state, prep, params, rows, keep)
         return y, new
 
-    def reference_advance_magnitude(self, state, prep, params, rows=None):
+    def reference_advance_magnitude(self, state, prep, params, rows=None, keep=None):
         # naive.gdn_step line by line; its state-sized work, S k, d = beta (v - alpha S k), alpha S + d k^T and
         # the readout sums over K (pairwise_sum of S' q and of |S'| |q|), in one pass per row
         # (ops/triton/reference.py)
@@ -114,7 +114,8 @@ class GatedDeltaNet(Family):
         qh, kh = naive.gdn_prepare(q, k, v.shape[-2])
         alpha, beta = (prep["alpha"], prep["beta"]) if "alpha" in prep else self._gates(prep, params, dtype)
         HV, V, K = state.shape[-3:]
-        new, o, mag = reference_rows(state.reshape(-1, HV, V, K), alpha, v, kh, qh, beta=beta, live=rows)
+        new, o, mag = reference_rows(state.reshape(-1, HV, V, K), alpha, v, kh, qh, beta=beta, live=rows,
+                                     keep=keep)
         lead = state.shape[:-1]
         return o.view(lead), new.view(state.shape), mag.view(lead)
 

@@ -104,17 +104,18 @@ class Mamba2(Family):
         a, dx = self._decay(prep, params, prep["x"].dtype)
         return {**prep, "a": a, "dx": dx}
 
-    def reference_advance_fused(self, state, prep, params, rows=None):
-        y, new, _ = self.reference_advance_magnitude(state, prep, params, rows)
+    def reference_advance_fused(self, state, prep, params, rows=None, keep=None):
+        y, new, _ = self.reference_advance_magnitude(state, prep, params, rows, keep)
         return y, new
 
-    def reference_advance_magnitude(self, state, prep, params, rows=None):
+    def reference_advance_magnitude(self, state, prep, params, rows=None, keep=None):
         # naive.advance line by line; its state-sized work, torch.add(a * S, (delta x) * B) and the readout
         # sums over N (pairwise_sum of S' C and of |S'| |C|), in one pass per row (ops/triton/reference.py)
         p = prep
         a, dx = (p["a"], p["dx"]) if "a" in p else self._decay(p, params, state.dtype)
         H, P, N = state.shape[-3:]
-        new, summed, mag = reference_rows(state.reshape(-1, H, P, N), a, dx, p["Bh"], p["Ch"], live=rows)
+        new, summed, mag = reference_rows(state.reshape(-1, H, P, N), a, dx, p["Bh"], p["Ch"], live=rows,
+                                          keep=keep)
         lead = state.shape[:-1]
         y = torch.add(summed.view(lead), p["Dx"])
         if "z" in p:

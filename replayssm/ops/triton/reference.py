@@ -43,14 +43,17 @@ def tree_sum(x, ROWS: tl.constexpr, BJ: tl.constexpr, LOG2BJ: tl.constexpr):
 
 
 @triton.jit
-def _reference_rows_kernel(s_ptr, a_ptr, u_ptr, w_ptr, c_ptr, new_ptr, y_ptr, mag_ptr, live_ptr, nrows, per,
-                           I: tl.constexpr, J: tl.constexpr, BJ: tl.constexpr, LOG2BJ: tl.constexpr,
-                           ROWS: tl.constexpr, UPDATE: tl.constexpr, SHARED: tl.constexpr, LIVE: tl.constexpr):
+def _reference_rows_kernel(s_ptr, a_ptr, u_ptr, w_ptr, c_ptr, new_ptr, y_ptr, mag_ptr, live_ptr, keep_ptr, keepm_ptr,
+                           nrows, per, I: tl.constexpr, J: tl.constexpr, BJ: tl.constexpr, LOG2BJ: tl.constexpr,
+                           ROWS: tl.constexpr, UPDATE: tl.constexpr, SHARED: tl.constexpr, LIVE: tl.constexpr,
+                           KEEP: tl.constexpr):
     """UPDATE: ``new = a S + u wᵀ``, ``y`` and ``mag`` the sums of ``new ∘ c`` and its magnitude; else only
     ``y = pairwise_sum(S ∘ w)`` (the delta rule's ``S k``: a pass of its own, since the tree's result fed back
     into the update made the layout pass give the tree a register-replicated layout, 14 KB of spills per
     program in an sm_90 compile).  LIVE: only the rows of the batch rows ``live`` marks (``per`` state rows
-    each) are read and written; the others' ``new``, ``y`` and ``mag`` are left as they were."""
+    each) are read and written; the others' ``new``, ``y`` and ``mag`` are left as they were.  KEEP: ``new`` also
+    stored into ``keep`` for the batch rows ``keepm`` marks (of those computed): a row of ``keep`` may be the
+    row of ``s`` this program reads, since it loads its rows before it stores them."""
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     mr = rows < nrows
     if LIVE:
@@ -77,29 +80,39 @@ def _reference_rows_kernel(s_ptr, a_ptr, u_ptr, w_ptr, c_ptr, new_ptr, y_ptr, ma
     new = a[:, None] * s + u[:, None] * w
     prod = tl.where(m2, new * c, 0.0)
     tl.store(new_ptr + rows[:, None] * J + j[None, :], new, mask=m2)
+    if KEEP:
+        mk = mr & (tl.load(keepm_ptr + rows // per, mask=mr, other=0) != 0)
+        tl.store(keep_ptr + rows[:, None] * J + j[None, :], new, mask=mk[:, None] & mj[None, :])
     tl.store(y_ptr + rows, tree_sum(prod, ROWS, BJ, LOG2BJ), mask=mr)
     tl.store(mag_ptr + rows, tree_sum(tl.abs(prod), ROWS, BJ, LOG2BJ), mask=mr)
 
 
-def _launch(s, a, u, w, c, new, y, mag, update: bool, live: torch.Tensor | None = None) -> None:
+def _launch(s, a, u, w, c, new, y, mag, update: bool, live: torch.Tensor | None = None,
+            keep: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     R, H, I, J = s.shape
     nrows, bj = R * H * I, triton.next_power_of_2(J)
+    kd, km = keep if keep is not None else (s, s)
     with torch.cuda.device(s.device) if s.device.type == "cuda" else contextlib.nullcontext():
         _reference_rows_kernel[(triton.cdiv(nrows, ROWS),)](
-            s, a, u, w, c, new, y, mag, s if live is None else live.view(torch.uint8), nrows, H * I, I=I, J=J,
+            s, a, u, w, c, new, y, mag, s if live is None else live.view(torch.uint8), kd,
+            km.view(torch.uint8) if keep is not None else s, nrows, H * I, I=I, J=J,
             BJ=bj, LOG2BJ=bj.bit_length() - 1, ROWS=ROWS, UPDATE=update, SHARED=I % ROWS == 0,
-            LIVE=live is not None, enable_fp_fusion=False, num_warps=1)
+            LIVE=live is not None, KEEP=keep is not None, enable_fp_fusion=False, num_warps=1)
 
 
 def reference_rows(s: torch.Tensor, a: torch.Tensor, u: torch.Tensor, w: torch.Tensor, c: torch.Tensor,
-                   beta: torch.Tensor | None = None, live: torch.Tensor | None = None
+                   beta: torch.Tensor | None = None, live: torch.Tensor | None = None,
+                   keep: tuple[torch.Tensor, torch.Tensor] | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(S', pairwise_sum(S' ∘ c), pairwise_sum(|S' ∘ c|))`` for ``s [R, H, I, J]`` fp64 and factors that
     view as ``a [R, H]``, ``u [R, H, I]``, ``w, c [R, H, J]`` (same dtype and device): ``S' = a S + u wᵀ``,
     or with ``beta [R, H]`` the delta rule's ``S' = a S + d wᵀ``, ``d = beta (u - a pairwise_sum(S ∘ w))``
     (``naive.gdn_step``'s expressions; ``S ∘ w`` summed in a pass of its own).  ``live``: a bool ``[R]`` mask;
     only its rows are computed, the others' results are undefined (drift's shadow: only the rows armed to
-    measure a flush are ever read)."""
+    measure a flush are ever read).  ``keep``: ``(dst, mask)``, a contiguous fp64 tensor of the state's shape and
+    a bool ``[R]`` mask: ``S'``'s rows that the mask marks (and ``live``, if given) are also written into ``dst``
+    in place (drift's kept rows: the copy ``row_copy.copy_rows`` made after the step, without its pass; ``dst``
+    may be ``s`` itself)."""
     if s.dim() != 4:
         raise ValueError(f"s: expected a [R, H, I, J] state, got shape {tuple(s.shape)}")
     R, H, I, J = s.shape
@@ -113,6 +126,18 @@ def reference_rows(s: torch.Tensor, a: torch.Tensor, u: torch.Tensor, w: torch.T
     if live is not None and (live.dtype != torch.bool or tuple(live.shape) != (R,) or live.device != s.device):
         raise ValueError(f"live: expected a bool [{R}] tensor on {s.device}, got {live.dtype} {tuple(live.shape)} "
                          f"on {live.device}")
+    if keep is not None:
+        dst, km = keep
+        if dst.dtype != s.dtype or dst.device != s.device or dst.numel() != s.numel() or not dst.is_contiguous():
+            raise ValueError(f"keep: expected a contiguous {s.dtype} destination of {s.numel()} elements on "
+                             f"{s.device}, got {dst.dtype} {tuple(dst.shape)} on {dst.device} "
+                             f"(contiguous: {dst.is_contiguous()})")
+        if km.dtype != torch.bool or tuple(km.shape) != (R,) or km.device != s.device:
+            raise ValueError(f"keep: expected a bool [{R}] mask on {s.device}, got {km.dtype} {tuple(km.shape)} "
+                             f"on {km.device}")
+        keep = (dst, km.contiguous())
+    if keep is not None and not s.is_contiguous():
+        raise ValueError("s: a state with keep must be contiguous (its rows may be the destination's)")
     s, a, u, w, c = (t.contiguous() for t in (s, a, u, w, c))
     live = None if live is None else live.contiguous()
     new = torch.empty_like(s)
@@ -120,7 +145,7 @@ def reference_rows(s: torch.Tensor, a: torch.Tensor, u: torch.Tensor, w: torch.T
     if beta is not None:  # d = beta (v - alpha (S k)), as naive.gdn_step writes it
         _launch(s, a, u, w, c, new, y, mag, update=False, live=live)
         u = beta.reshape(R, H, 1) * (u.reshape(R, H, I) - a.reshape(R, H, 1) * y)
-    _launch(s, a, u, w, c, new, y, mag, update=True, live=live)
+    _launch(s, a, u, w, c, new, y, mag, update=True, live=live, keep=keep)
     return new, y, mag
 
 
