@@ -551,3 +551,20 @@ def test_fast_path_judges_the_fp64_bound_like_the_slow_path(cell):
         assert _result(cell, "static", resume_from="static", tokens=48, split=7) == slow
     else:
         assert _result(cell, "static", tokens=48) == slow
+
+
+def test_piece_walks_again_when_the_armed_rows_are_not_the_walks():
+    """The masks of a chunk's walk are computed from the rows armed when it was walked; a cell whose armed
+    rows were replaced since (as a restored state would) is walked again before its next piece, so the
+    pieces' masks follow the host's arming, never a stale one."""
+    cell = "gdn.triton-replay.s32a16.long-memory.spec-random"
+    cfg, spec = _cfg(cell, 16, rows=2)
+    run = _cell(spec, cfg, "static-fused")
+    run.run_steps(3)
+    fast = run.fast
+    assert np.array_equal(fast.traj_armed[run.step - fast.traj_at], run.armed)
+    given = ~run.armed
+    run.armed = given.copy()
+    run.run_steps(1)
+    assert fast.traj_at == run.step - 1  # walked again from the step it was given
+    assert np.array_equal(fast.traj_armed[0], given)

@@ -831,8 +831,9 @@ class FastCell:
         device masks it reads (flushes, live rows) were filled for the whole walk (:meth:`_walk`)."""
         cell = self.cell
         stop = min(end, self.chunk_at + self.K, cell.n_steps)
-        if self.traj_at is None or not self.traj_at <= cell.step < self.traj_at + len(self.traj_flush):
-            self._walk(self.chunk_at)
+        if self.traj_at is None or not self.traj_at <= cell.step < self.traj_at + len(self.traj_flush) \
+                or not np.array_equal(self.traj_armed[cell.step - self.traj_at], cell.armed):
+            self._walk(self.chunk_at)  # (also where the rows armed are not the walk's: a cell given new ones)
         i0, m = cell.step - self.traj_at, stop - cell.step
         j0 = cell.step - self.chunk_at
         fls = self.traj_flush[i0:i0 + m]
