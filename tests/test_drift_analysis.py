@@ -226,6 +226,30 @@ def test_the_speculation_decision_agrees_with_the_interval_it_prints():
         assert f"{r['ci_test_level']:g}% CI" in r["statement"]
 
 
+def test_add_groups_is_add_per_item_bitwise():
+    """BinnedCurve.add_groups (the drift drain: one pass per curve over a chunk's pending errors) equals add()
+    item by item, bit for bit: items of one and several samples, empty ones, out-of-range positions and
+    non-finite errors; an item whose errors do not match its positions is refused, nothing added."""
+    rng = np.random.default_rng(11)
+    items = []
+    for i in range(60):
+        k = int(rng.integers(0, 4))
+        t, e = rng.integers(0, 1100, k).astype(np.float64), rng.lognormal(-8, 3, k)
+        if k and i % 13 == 0:
+            e[0] = np.inf if i % 2 else np.nan
+        items.append((t, e))
+    one, groups = BinnedCurve.new(1000, 48), BinnedCurve.new(1000, 48)
+    for t, e in items:
+        one.add(t, e)
+    groups.add_groups(items)
+    assert one.to_dict() == groups.to_dict()
+    assert groups.nonfinite > 0
+    before = groups.to_dict()
+    with pytest.raises(ValueError, match="in item 1"):
+        groups.add_groups([(np.ones(2), np.ones(2)), (np.ones(3), np.ones(2))])
+    assert groups.to_dict() == before
+
+
 def test_add_each_is_add_per_group_bitwise():
     """BinnedCurve.add_each (the drift drain's one pass over a chunk) equals add() group by group,
     bit for bit, out-of-range positions, non-finite errors and empty groups included."""

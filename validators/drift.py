@@ -525,18 +525,23 @@ class CellRun:
         flat = torch.cat([e.detach().reshape(-1).to(torch.float64) for e in vals]).cpu().numpy() if errs else None
         parts = np.split(flat, np.cumsum([e.numel() for e in vals])[:-1]) if errs else []
         host = iter([p[e[1]] if isinstance(e, tuple) else p for p, e in zip(parts, errs)])
+        # each item one group of its curve's add_groups (add() item by item, bit for bit, in one pass per curve:
+        # an add per item was ~140 us of host time per speculative step on a GPU, 2026-12-06)
+        adds: dict[str, list[tuple]] = {"flush": [], "flush_local": [], "state": []}
         for item in self.pending:
             kind = item[0]
             if kind == "flush":
                 err = next(host)
-                self.curves["flush"].add(item[2], err)
-                self.curves["state"].add(np.maximum(item[3], 1), err)
+                adds["flush"].append((item[2], err))
+                adds["state"].append((np.maximum(item[3], 1), err))
             elif kind == "local":
-                self.curves["flush_local"].add(item[2], next(host))
+                adds["flush_local"].append((item[2], next(host)))
             elif kind == "state":
-                self.curves["state"].add(item[2], next(host))
+                adds["state"].append((item[2], next(host)))
             elif kind == "exception":
                 self.exception = (self.exception or "") + "\n" + item[1]
+        for name, items in adds.items():
+            self.curves[name].add_groups(items)
         self.pending = []
 
     # ---- result ----------------------------------------------------------------------------------------------

@@ -134,6 +134,16 @@ class BinnedCurve:
         self.peak = max(self.peak, float(e.max()))
         self.t_seen = max(self.t_seen, float(t.max()))
 
+    def add_groups(self, items) -> None:
+        """``add(t, err)`` for each ``(t, err)`` of ``items`` in turn, bit for bit, in one :meth:`add_each` pass."""
+        t = [np.asarray(ti, dtype=np.float64).ravel() for ti, _ in items]
+        e = [np.asarray(ei, dtype=np.float64).ravel() for _, ei in items]
+        for i, (a, b) in enumerate(zip(t, e)):
+            if a.shape != b.shape:
+                raise ValueError(f"err: expected as many errors as positions ({a.size}) in item {i}, got {b.size}")
+        if t:
+            self.add_each(np.concatenate(t), np.concatenate(e), np.repeat(np.arange(len(t)), [a.size for a in t]))
+
     @property
     def samples(self) -> int:
         return int(self.count.sum()) + self.nonfinite
