@@ -589,10 +589,8 @@ class FastCell:
         for i in range(len(fl)):
             before[i] = armed
             if fl[i].any():
-                rows = fl[i]
-                armed = armed.copy()
-                armed[rows] = (flushes[rows] + 1) % cell.cfg.local_every == 0
-                flushes[rows] += 1
+                armed = self._armed_after(fl[i], armed, flushes)
+                flushes[fl[i]] += 1
             after[i] = armed
         return before, after
 
@@ -712,12 +710,14 @@ class FastCell:
                 self._set_shadow(self._advance(cell.shadow, j, k))
         self._samples(k)
 
-    def _armed_after(self, flush_rows: list[int]) -> np.ndarray:
-        """Which rows are armed (their shadow measures a flush's local error) once ``flush_rows`` flush."""
+    def _armed_after(self, flush_rows, armed: np.ndarray | None = None, flushes: np.ndarray | None = None
+                     ) -> np.ndarray:
+        """Which rows are armed (their shadow measures a flush's local error) once ``flush_rows`` (a list or
+        a mask) flush, from ``armed`` and ``flushes`` (default: the cell's)."""
         cell = self.cell
-        armed = cell.armed.copy()
-        for r in flush_rows:
-            armed[r] = (cell.flushes[r] + 1) % cell.cfg.local_every == 0
+        armed = (cell.armed if armed is None else armed).copy()
+        flushes = cell.flushes if flushes is None else flushes
+        armed[flush_rows] = (flushes[flush_rows] + 1) % cell.cfg.local_every == 0
         return armed
 
     def _samples(self, k: np.ndarray) -> None:
