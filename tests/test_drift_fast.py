@@ -568,3 +568,14 @@ def test_piece_walks_again_when_the_armed_rows_are_not_the_walks():
     run.run_steps(1)
     assert fast.traj_at == run.step - 1  # walked again from the step it was given
     assert np.array_equal(fast.traj_armed[0], given)
+
+
+def test_unfused_reference_refuses_kept_rows():
+    """Only the fused reference writes kept rows (``FastCell._fuse_keep`` asks for them only there): the
+    unfused one refuses ``keep`` by name rather than dropping it."""
+    cfg, spec = _cfg("gdn.triton-replay.s32a16.long-memory.spec-random", 16, rows=2)
+    ref = _cell(spec, cfg, "static").fast.ref
+    st = torch.zeros(3)
+    with pytest.raises(ValueError, match="keep: only the fused reference"):
+        ref.step(st, 0, None, keep=(st, torch.ones(2, dtype=torch.bool)))
+    assert torch.equal(st, torch.zeros(3))

@@ -9,8 +9,8 @@
 #
 # Parameters: AB_SECONDS (35) timed seconds per cell and run, AB_BASE (.bench/base) the base tree,
 # AB_ROWS (8).  Default cells: the two spec-random s32a16 cells at nano4b / qwen35-4b.  Each run installs
-# its tree as the `replayssm` package first (tools/device_env.sh's install), and the tree is installed again
-# at the end.  Writes $OUT/rates_{B1,A1,A2,B2}.json and prints one line per cell and run.
+# its tree as the `replayssm` package first (its tools/device_env.sh: the install and the import check), and
+# this tree is installed again at the end.  Writes $OUT/rates_{B1,A1,A2,B2}.json and prints one line per cell and run.
 set -uo pipefail
 ROOT=$PWD
 OUT=${OUT:-out/drift_rates_ab}
@@ -22,10 +22,8 @@ mkdir -p "$OUT"
 CELLS=("$@")
 [ ${#CELLS[@]} -gt 0 ] || CELLS=(mamba2.triton-replay.s32a16.long-memory.spec-random
                                    gdn.triton-replay.s32a16.long-memory.spec-random)
-install() {
-  python -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 \
-    || python -m pip install -q --no-deps -e . >/dev/null 2>&1
-}
+# each tree installed by its own tools/device_env.sh, which also checks that `replayssm` then imports from it
+install() { source tools/device_env.sh >/dev/null; }
 status=0
 for run in B1 A1 A2 B2; do
   tree=$ROOT

@@ -164,6 +164,8 @@ class _ChunkReference:
         """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given.  ``rows``
         (fused only; a bool ``[R]`` mask): the rows whose new state is needed, the others' undefined.
         ``keep`` (fused only; ``(dst, mask)``): the marked rows of the new state also written into ``dst``."""
+        if keep is not None and not self.fused:
+            raise ValueError("keep: only the fused reference writes kept rows (FastCell._fuse_keep)")
         prep = {k: v[i] for k, v in self.v.items()}
         if (rows is not None or keep is not None) and self.fused:
             y, new = self.advance(st, prep, self.params, rows=rows, keep=keep)
