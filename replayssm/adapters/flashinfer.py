@@ -59,7 +59,7 @@ from replayssm.rounding import dequantize_state, quantize_state
 NAME = "flashinfer"
 VERSION = "0.7.2.post1"
 HOW = (f"pip install flashinfer-python=={VERSION} on a CUDA machine (JIT: nvcc, ninja, apache-tvm-ffi); "
-       f"offline: tools/flashinfer_h200.sh")
+       f"offline: tools/README.md, \"Adapter sources\"")
 _MAMBA: dict = {}
 
 
