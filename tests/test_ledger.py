@@ -62,3 +62,17 @@ def test_every_record_id_the_docs_cite_is_in_the_ledger():
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     cited = {m for path in docs for m in re.findall(r"rec:([0-9a-f]{16})", path.read_text())}
     assert cited <= ids, sorted(cited - ids)
+
+
+def test_generated_tables_match_the_ledger():
+    """The tables between ``<!-- ledger: ... -->`` markers are what tools/ledger_tables.py prints."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ledger_tables", ROOT / "tools" / "ledger_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    recs = tables.load(LEDGER)
+    docs = [p for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))] if "<!-- ledger:" in p.read_text()]
+    assert ROOT / "docs" / "benchmarks.md" in docs
+    for path in docs:
+        text = path.read_text()
+        assert tables.regenerate(text, recs) == text, f"{path.name}: run python tools/ledger_tables.py --update {path}"
