@@ -1,7 +1,7 @@
 """The FlashInfer source: ``flashinfer.mamba`` (flashinfer-python 0.7.2.post1; CUDA JIT, GPU only).
 
 ``pip install flashinfer-python==0.7.2.post1`` (its JIT needs nvcc, ninja and apache-tvm-ffi on the
-GPU machine; ``tools/flashinfer_h200.sh`` installs carried wheels offline).  Registers, family
+GPU machine; tools/README.md says how to install carried wheels offline).  Registers, family
 mamba2, when it is installed and a CUDA device is present:
 
 * ``flashinfer-baseline``: ``selective_state_update``.  Standard decode in place; speculative as
