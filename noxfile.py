@@ -63,8 +63,8 @@ def gpu_slow(session):
 
 # The regression gate of `nox -s bench -- --baseline DIR`: a benchmark fails when its median is more
 # than this many percent slower than the baseline's (pytest-benchmark --benchmark-compare-fail takes
-# whole percents).  Chosen from the run-to-run noise measured by tools/bench_gate_h200.sh on one H200
-# (2026-12-01, commit 6815f1c; docs/reports/bench_gate_h200_2026-12-01.md): 3 x the worst change
+# whole percents).  Chosen from the run-to-run noise measured by the bench-gate profile on one H200
+# (records rec:03c87d1ae72464e2 and rec:aa199ad1422fd1c1 of docs/reports/ledger.jsonl): 3 x the worst change
 # between two runs of one commit, and never below 5.
 KERNEL_THRESHOLD_PCT = 5  # kernel cases (CUDA-graph replays): worst same-commit change 0.15 % over 18 cases
 SUITE_THRESHOLD_PCT = 63  # the suite's speed (host-bound drift chunks): worst same-commit change 20.9 %, IQR to 58 %

@@ -10,7 +10,7 @@
   smallest and the largest batch (1 and 512), the exhaustive speculative schedule once per family,
   the shortest and the default buffer, and every bit-identity and golden test.  Why it was cut to
   this: the earlier merge tier (every kernel and decode in all four modes) ran past 560 s with 124
-  of its 133 tests done on one H200 (2026-12-01, ``tools/gpu_tests_h200.sh merge`` at 8d50000).
+  of its 133 tests done on one H200 (the gpu-merge-tier profile).
 * **Slow GPU tier** (``nox -s gpu_slow``: ``-m "gpu and slow and not bench"``): the same tests in
   the other modes, batch sizes, buffer lengths and geometries.  It shards with pytest-split
   (``nox -s gpu_slow -- --splits 4 --group 2``), by the durations in ``.test_durations`` when that

@@ -1,7 +1,7 @@
 """The progress log of a test run: with ``REPLAYSSM_TEST_LOG=PATH``, one JSON line per test phase
 appended to PATH as it ends (the node id, phase, outcome, seconds, and the last lines of a failure),
 flushed at once, so a GPU run cut by its time limit still tells how long each finished test took and
-why one failed (tools/gpu_tests_h200.sh, tools/flashinfer_h200.sh).  Under pytest-xdist the
+why one failed (the gpu-merge-tier and flashinfer profiles).  Under pytest-xdist the
 controller writes it (tests/conftest.py calls :func:`write` from ``pytest_runtest_logreport``).
 """
 

@@ -9,7 +9,7 @@ and nothing is off by more than rounding (no "bookkeeping" failure).  Whether ea
 tolerance rule and the precision checks (flush-increment, stored-precision) at its declared mode is a
 finding (docs/findings.md), printed with ``-s``, not asserted.  Skipped without CUDA; each case
 skips when its source is unavailable (the vllm ones without ../shared/peers/vllm-replayssm; sglang,
-fla, mamba_ssm and flashinfer without their install: ``tools/flashinfer_h200.sh`` installs carried
+fla, mamba_ssm and flashinfer without their install: tools/README.md says how to install carried
 wheels on the GPU machine).
 """
 

@@ -1,7 +1,7 @@
 """The side-by-side bench job (``replayssm bench --against``) under the interpreter at tiny shapes:
 every kernel of every case is validated by the engine and timed through the same path as on the
 GPU (no timing asserted: CPU wall clock); the adapters' timed steps move the kernels' state exactly
-as their verify + commit do.  GPU numbers: docs/benchmarks.md (``tools/speed_h200.sh``).
+as their verify + commit do.  GPU numbers: docs/benchmarks.md (the ``side-by-side`` profile).
 
 Oracle: the engine's verdict per configuration (``check_configuration``) and, for the timed steps,
 bit identity of checkpoint and records with the interface path after the same steps."""

@@ -9,7 +9,7 @@ literal model (per-row Python) and the snapshot invariants are off: the run chec
 for poison/non-finite values and bounds the worst error in units of the mode's u.
 
 Expected error: the tolerance rule (<= 2 x literal + 4 u x scale) on every output and state.
-Run: ``pytest -m gpu tests/test_kda_gpu.py`` (skips without CUDA); tools/kda_h200.sh runs it.
+Run: ``pytest -m gpu tests/test_kda_gpu.py`` (skips without CUDA); the gpu-merge-tier profile runs it.
 """
 
 from __future__ import annotations

@@ -222,7 +222,7 @@ def slow_fraction(name: str, text: str | None = None) -> float:
     e.g. ``triton-replay=0.3``): each timed step of that kernel is followed by an extra memory pass of
     ``FRACTION`` x the step's modelled bytes (read + write of a scratch buffer), real work inside the
     timed graph.  It exists so the benchmark gate can be shown to fail on a slower kernel
-    (tools/bench_gate_h200.sh); never set it for a measurement."""
+    (the bench-gate profile); never set it for a measurement."""
     text = os.environ.get(SLOW_ENV, "") if text is None else text
     out = {}
     for item in filter(None, (x.strip() for x in text.split(","))):

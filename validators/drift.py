@@ -765,7 +765,7 @@ def dispatch_order(cells: list[CellSpec]) -> list[CellSpec]:
     """The order worker processes take ``cells`` in: the speculative schedules' first, each group in the
     configuration's order.  On a GPU a speculative cell takes about 2.5x a standard one's time (alone on
     an H100 at 041a19a, 8 rows: 18,090-18,966 against 45,246-48,696 validated tokens/s,
-    docs/reports/drift_rates_h100_041a19a0.json); taken last, they left the full report's final minutes
+    rec:ef02ae3dceb5fa92 of docs/reports/ledger.jsonl); taken last, they left the full report's final minutes
     to a few processes (its third call at 041a19a: 11 cells, 20,211 tokens/s against 34,130 in the
     first).  No cell's numbers depend on the order."""
     return sorted(cells, key=lambda c: not c.speculative)

@@ -1,7 +1,7 @@
 """The FlashInfer source: ``flashinfer.mamba`` (flashinfer-python 0.7.2.post1; CUDA JIT, GPU only).
 
 ``pip install flashinfer-python==0.7.2.post1`` (its JIT needs nvcc, ninja and apache-tvm-ffi on the
-GPU machine; ``tools/flashinfer_h200.sh`` installs carried wheels offline).  Registers, family
+GPU machine; tools/README.md says how to install carried wheels offline).  Registers, family
 mamba2, when it is installed and a CUDA device is present:
 
 * ``flashinfer-baseline``: ``selective_state_update``.  Standard decode in place; speculative as
@@ -59,7 +59,7 @@ from replayssm.rounding import dequantize_state, quantize_state
 NAME = "flashinfer"
 VERSION = "0.7.2.post1"
 HOW = (f"pip install flashinfer-python=={VERSION} on a CUDA machine (JIT: nvcc, ninja, apache-tvm-ffi); "
-       f"offline: tools/flashinfer_h200.sh")
+       f"offline: tools/README.md, \"Adapter sources\"")
 _MAMBA: dict = {}
 
 

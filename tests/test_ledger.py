@@ -1,0 +1,78 @@
+"""The committed results ledger, docs/reports/ledger.jsonl: every line is a replayssm.record/1 record.
+
+Oracle: replayssm/records/record.schema.json (validated with jsonschema where installed; the
+required keys, the id and the configuration digest always): ``id`` and ``config_digest`` are the
+first 16 hex digits of the SHA-256 of the canonical JSON (sorted keys, separators ``,`` ``:``) of
+the record without ``id`` and of ``config``.  The ledger stays within its size budget, and every
+record id the docs cite is in it.
+"""
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LEDGER = ROOT / "docs" / "reports" / "ledger.jsonl"
+SCHEMA = ROOT / "replayssm" / "records" / "record.schema.json"
+BUDGET_LINES = 2000
+
+
+def _canonical_digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def _records():
+    return [json.loads(line) for line in LEDGER.read_text().splitlines()]
+
+
+def test_ledger_within_budget_and_only_file_in_reports():
+    assert len(LEDGER.read_text().splitlines()) <= BUDGET_LINES
+    assert sorted(p.name for p in LEDGER.parent.iterdir()) == ["ledger.jsonl"]
+
+
+def test_ledger_records_have_their_ids_and_digests():
+    schema = json.loads(SCHEMA.read_text())
+    ids = set()
+    for rec in _records():
+        assert set(schema["required"]) <= set(rec), rec.get("id")
+        assert set(rec) <= set(schema["properties"]), rec["id"]
+        assert rec["schema"] == "replayssm.record/1"
+        body = {k: v for k, v in rec.items() if k != "id"}
+        assert _canonical_digest(body) == rec["id"]
+        assert _canonical_digest(rec["config"]) == rec["config_digest"], rec["id"]
+        assert rec["source"].startswith("docs/reports/"), rec["id"]
+        assert rec["id"] not in ids
+        ids.add(rec["id"])
+
+
+def test_ledger_is_valid_against_the_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()),
+                                                format_checker=jsonschema.FormatChecker())
+    for rec in _records():
+        errors = [e.message for e in validator.iter_errors(rec)]
+        assert not errors, (rec["id"], errors)
+
+
+def test_every_record_id_the_docs_cite_is_in_the_ledger():
+    ids = {rec["id"] for rec in _records()}
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    cited = {m for path in docs for m in re.findall(r"rec:([0-9a-f]{16})", path.read_text())}
+    assert cited <= ids, sorted(cited - ids)
+
+
+def test_generated_tables_match_the_ledger():
+    """The tables between ``<!-- ledger: ... -->`` markers are what tools/ledger_tables.py prints."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ledger_tables", ROOT / "tools" / "ledger_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    recs = tables.load(LEDGER)
+    docs = [p for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))] if "<!-- ledger:" in p.read_text()]
+    assert ROOT / "docs" / "benchmarks.md" in docs
+    for path in docs:
+        text = path.read_text()
+        assert tables.regenerate(text, recs) == text, f"{path.name}: run python tools/ledger_tables.py --update {path}"
