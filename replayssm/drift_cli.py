@@ -22,7 +22,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from replayssm.cli_guard import (
 )
 from replayssm.cli_list import use_vllm_src
 from replayssm.families import preset
+from replayssm.records import describe_commit, git_state
 from replayssm.validators import drift as D
 from replayssm.validators.drift import SweepConfig, default_devices
 from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
@@ -192,18 +192,8 @@ def environment(devices: list[str]) -> dict:
 
 def git_commit() -> str:
     """HEAD, with ``+uncommitted`` when a source file this process imported from the checkout
-    differs from HEAD (other files of the working tree do not matter to the numbers)."""
-    try:
-        root = Path(__file__).resolve().parent.parent
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        used = sorted({str(Path(m.__file__).resolve()) for m in list(sys.modules.values())
-                       if getattr(m, "__file__", None) and str(Path(m.__file__).resolve()).startswith(str(root))})
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", *used], cwd=root, capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return head + ("+uncommitted" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
+    differs from HEAD (:func:`replayssm.records.git_state`)."""
+    return describe_commit(*git_state())
 
 
 def derive_budgets(report: dict, factor: float, kernel: str = "literal-replay", env: dict | None = None):

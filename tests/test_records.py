@@ -56,8 +56,8 @@ def test_a_changed_record_no_longer_matches_its_id():
 
 
 def test_non_finite_metrics_are_kept_as_words():
-    rec = R.Recorder("drift", **PROV).record("c", metrics={"a": float("inf"), "b": float("nan"), "c": [1.0, -float("inf")]},
-                                             verdict="none")
+    metrics = {"a": float("inf"), "b": float("nan"), "c": [1.0, -float("inf")]}
+    rec = R.Recorder("drift", **PROV).record("c", metrics=metrics, verdict="none")
     assert rec["metrics"] == {"a": "inf", "b": "nan", "c": [1.0, "-inf"]}
 
 
