@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             import_kernels(target)
         parser = build_parser()
         args = parser.parse_args(argv)
+        args._argv = argv  # the command line, for the provenance of --record
         if not getattr(args, "_run", None):
             parser.print_help()
             return EXIT_USAGE

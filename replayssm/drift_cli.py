@@ -39,7 +39,8 @@ from replayssm.cli_guard import (
 )
 from replayssm.cli_list import use_vllm_src
 from replayssm.families import preset
-from replayssm.records import describe_commit, git_state
+from replayssm.records import Recorder, add_record_argument, append, check_record_path, describe_commit, git_state
+from replayssm.records.jobs import drift_records, source
 from replayssm.validators import drift as D
 from replayssm.validators.drift import SweepConfig, default_devices
 from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
@@ -117,6 +118,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="time-box the run: cells stop at this wall-clock budget and the report says how many "
                         "tokens each reached (not bit-comparable with other runs)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_record_argument(r)
     r.add_argument("--allow-incomplete", action="store_true",
                    help="exit 0 although a cell raised, stopped early (--deadline) or never started")
     return p
@@ -262,6 +264,7 @@ def run(args) -> int:
     check_writable(out, "--out")
     if args.write_budgets:
         check_writable(args.write_budgets, "--write-budgets", is_dir=False)
+    check_record_path(args.record)
     if not args.merge:
         n_workers = args.workers or (len(devices) if devices[0] != "cpu" else 4)
         state = max(state_elems(preset(dict(cfg.geometry)[f], f)) for f in cfg.families)
@@ -294,6 +297,7 @@ def run(args) -> int:
                          criterion=args.criterion, alpha=args.alpha, environment=env)
         stem = "drift_report" if shard == (0, 1) else f"drift_report.shard-{shard[0]}-of-{shard[1]}"
         paths = write_reports(report, out, stem)
+        timing = None
         if outcome is not None:
             timing = {"cells": len(outcome.cells), "cells_run": len(outcome.ran), "wall_s": round(outcome.wall_s, 3),
                       "tokens": outcome.tokens, "tokens_per_s": round(outcome.tokens_per_s, 1), "devices": devices,
@@ -302,6 +306,10 @@ def run(args) -> int:
             print(f"drift: {len(outcome.ran)} of {len(outcome.cells)} cell(s) run, {outcome.tokens:,} tokens in "
                   f"{outcome.wall_s:.1f} s ({outcome.tokens_per_s:,.0f} validated tokens/s)", file=sys.stderr)
         print(f"drift: reports {paths['html']} {paths['json']} {paths['md']}", file=sys.stderr)
+        if args.record:
+            rec = Recorder("drift", device=devices[0], device_count=len(devices), source=source(args))
+            n = append(args.record, drift_records(rec, report, timing))
+            print(f"drift: {n} record(s) appended to {args.record}", file=sys.stderr)
         if outcome is not None and outcome.out_of_memory:
             ids = sorted(outcome.out_of_memory)
             raise EnvironmentProblem(

@@ -11,7 +11,7 @@ reports what it measured and judged, and what ``replayssm results`` reads.
   the one provenance implementation.
 """
 
-from replayssm.records.ledger import append, check_record_path, load
+from replayssm.records.ledger import add_record_argument, append, check_record_path, load
 from replayssm.records.provenance import UNKNOWN, describe_commit, device_info, git_state, versions
 from replayssm.records.record import (
     JOBS,
@@ -29,6 +29,6 @@ from replayssm.records.record import (
     validate,
 )
 
-__all__ = ["JOBS", "SCHEMA_ID", "UNKNOWN", "VERDICTS", "RecordError", "Recorder", "append", "canonical",
-           "check_record_path", "clean", "describe_commit", "device_info", "digest", "errors", "git_state", "load",
-           "now_utc", "record_id", "schema", "validate", "versions"]
+__all__ = ["JOBS", "SCHEMA_ID", "UNKNOWN", "VERDICTS", "RecordError", "Recorder", "add_record_argument", "append",
+           "canonical", "check_record_path", "clean", "describe_commit", "device_info", "digest", "errors", "git_state",
+           "load", "now_utc", "record_id", "schema", "validate", "versions"]

@@ -16,6 +16,15 @@ from pathlib import Path
 from replayssm.cli_guard import check_writable
 from replayssm.records.record import RecordError, canonical, errors, validate
 
+RECORD_HELP = ("append this job's results to FILE as JSON lines, one record per case (schema "
+               "replayssm.record/1, replayssm/records/record.schema.json; `replayssm results` reads them); "
+               "checked writable before any work")
+
+
+def add_record_argument(parser) -> None:
+    """The ``--record FILE`` option every job takes."""
+    parser.add_argument("--record", metavar="FILE", default=None, help=RECORD_HELP)
+
 
 def check_record_path(path: str | os.PathLike | None, flag: str = "--record") -> None:
     """Refuse (exit 3, naming ``flag``) a records file that cannot be created or appended to;
@@ -67,4 +76,4 @@ def load(path: str | os.PathLike, *, strict: bool = True) -> list[dict]:
     return out
 
 
-__all__ = ["append", "check_record_path", "load"]
+__all__ = ["RECORD_HELP", "add_record_argument", "append", "check_record_path", "load"]
