@@ -13,10 +13,10 @@ import json
 import torch
 
 from replayssm import adapters
-from replayssm.cli_guard import EnvironmentProblem, check_writable
+from replayssm.cli_guard import EnvironmentProblem, check_record_path, check_writable
 from replayssm.cli_list import use_vllm_src
 from replayssm.families import family, family_names
-from replayssm.records import Recorder, add_record_argument, append, check_record_path
+from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import bench_records, source
 from replayssm.registry import kernels
 from replayssm.validators.bench import bench_family, table

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from replayssm.cli import check_device
-from replayssm.cli_guard import check_writable
+from replayssm.cli_guard import check_record_path, check_writable
 from replayssm.cli_list import load_kernels
 from replayssm.families import family, family_names
 from replayssm.precision import parse_mode
-from replayssm.records import Recorder, add_record_argument, append, check_record_path
+from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import fuzz_records, source
 from replayssm.registry import get
 from replayssm.scenarios.strategies import FUZZ_MODES, supported_decodes

@@ -27,9 +27,9 @@ import torch
 
 from replayssm import __version__, golden
 from replayssm.cli import check_device
-from replayssm.cli_guard import check_writable
+from replayssm.cli_guard import check_record_path, check_writable
 from replayssm.families import family, family_names
-from replayssm.records import Recorder, add_record_argument, append, check_record_path
+from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import golden_records, source
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.golden_truth import KEEP, sample

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from replayssm.adapters import availability
 from replayssm.cli import check_device, import_kernels
-from replayssm.cli_guard import check_memory, check_writable, output_lock, run_bytes, state_elems
+from replayssm.cli_guard import check_memory, check_record_path, check_writable, output_lock, run_bytes, state_elems
 from replayssm.cli_list import load_kernels, use_vllm_src
 from replayssm.families import family_names
-from replayssm.records import Recorder, add_record_argument, append, check_record_path
+from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import source, validate_record
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario

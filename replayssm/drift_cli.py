@@ -30,6 +30,7 @@ from replayssm.cli import EXIT_CONTRACT
 from replayssm.cli_guard import (
     EnvironmentProblem,
     check_memory,
+    check_record_path,
     check_writable,
     float_in,
     int_at_least,
@@ -39,7 +40,7 @@ from replayssm.cli_guard import (
 )
 from replayssm.cli_list import use_vllm_src
 from replayssm.families import preset
-from replayssm.records import Recorder, add_record_argument, append, check_record_path, describe_commit, git_state
+from replayssm.records import Recorder, add_record_argument, append, describe_commit, git_state
 from replayssm.records.jobs import drift_records, source
 from replayssm.validators import drift as D
 from replayssm.validators.drift import SweepConfig, default_devices

@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from replayssm import records as R
-from replayssm.cli_guard import EnvironmentProblem
+from replayssm.cli_guard import EnvironmentProblem, check_record_path
 
 PROV = dict(commit="0123456789ab", dirty=False, device_info_={"kind": "cpu", "name": "test cpu", "driver": None},
             versions_={"python": "3", "torch": "2", "triton": "3", "replayssm": "0.1.0"})
@@ -102,10 +102,10 @@ def test_load_names_the_file_and_line_of_a_bad_record(tmp_path):
 def test_a_record_path_under_a_file_is_refused_naming_the_flag(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(EnvironmentProblem, match="--record"):
-        R.check_record_path(tmp_path / "f" / "r.jsonl")
+        check_record_path(tmp_path / "f" / "r.jsonl")
     with pytest.raises(EnvironmentProblem, match="--record"):
-        R.check_record_path(tmp_path)
-    R.check_record_path(tmp_path / "new" / "r.jsonl")
+        check_record_path(tmp_path)
+    check_record_path(tmp_path / "new" / "r.jsonl")
     assert not (tmp_path / "new").exists()
 
 

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from replayssm import cli
-from replayssm.records import Recorder, errors, load
+from replayssm.records import Recorder, errors
 from replayssm.records.jobs import bench_records
 
 pytestmark = pytest.mark.usefixtures("one_thread")

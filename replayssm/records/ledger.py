@@ -3,7 +3,8 @@ work that its ``--record`` path can be written.
 
 Appending is safe for concurrent writers on a local file system: the file is opened with
 ``O_APPEND``, each record is one ``write`` of one line, and the file is fsynced before return, so
-a reader sees whole lines (never half of one).  Every record is validated before the first write:
+a reader sees whole lines (never half of one).  A job checks its ``--record`` path before any work
+with :func:`replayssm.cli_guard.check_record_path`.  Every record is validated before the first write:
 a bad record refuses the whole call and the file is left unchanged.
 """
 
@@ -13,7 +14,6 @@ import json
 import os
 from pathlib import Path
 
-from replayssm.cli_guard import check_writable
 from replayssm.records.record import RecordError, canonical, errors, validate
 
 RECORD_HELP = ("append this job's results to FILE as JSON lines, one record per case (schema "
@@ -24,13 +24,6 @@ RECORD_HELP = ("append this job's results to FILE as JSON lines, one record per 
 def add_record_argument(parser) -> None:
     """The ``--record FILE`` option every job takes."""
     parser.add_argument("--record", metavar="FILE", default=None, help=RECORD_HELP)
-
-
-def check_record_path(path: str | os.PathLike | None, flag: str = "--record") -> None:
-    """Refuse (exit 3, naming ``flag``) a records file that cannot be created or appended to;
-    nothing is created.  ``None``: no records asked for."""
-    if path is not None:
-        check_writable(path, flag, is_dir=False)
 
 
 def append(path: str | os.PathLike, records) -> int:
@@ -76,4 +69,4 @@ def load(path: str | os.PathLike, *, strict: bool = True) -> list[dict]:
     return out
 
 
-__all__ = ["RECORD_HELP", "add_record_argument", "append", "check_record_path", "load"]
+__all__ = ["RECORD_HELP", "add_record_argument", "append", "load"]

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from replayssm import __version__
+
 ROOT = Path(__file__).resolve().parents[2]  # the checkout (an editable install) or site-packages
 UNKNOWN = "unknown"
 _HEX = re.compile(r"^[0-9a-f]{7,40}$")
@@ -97,8 +99,6 @@ def versions() -> dict:
     """The record's ``versions``: python, torch, triton (None when absent), replayssm, and CUDA
     (torch's runtime, None on a CPU build)."""
     import torch
-
-    from replayssm import __version__
     try:
         import triton
         tv = triton.__version__
