@@ -32,6 +32,7 @@ COMMANDS = [
     "replayssm.drift_cli",
     "replayssm.cli_bench",
     "replayssm.cli_golden",
+    "replayssm.cli_results",
 ]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3

@@ -76,21 +76,27 @@ def median_s(record: dict) -> float | None:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else None
 
 
+def _device(r: dict) -> str:
+    return (r.get("device") or {}).get("name") or r.get("device_name") or "?"
+
+
 def compare(base: list[dict], new: list[dict], threshold_pct: float | None = None) -> tuple[str, dict]:
-    """Per case timed in both (new's order): both medians, the change in percent (slower
+    """Per case and device timed in both (new's order; a device compares with itself only; the
+    device is named after the case when the new side has several): both medians, the change in percent (slower
     positive), the base's IQR over its median; and a summary: ``worst_slowdown``, ``worst_abs``
     (largest change either way: the noise of a same-commit pair), ``over`` (benchmarks beyond
     ``threshold_pct``), ``compared``."""
-    old = {r["case"]: r for r in base}
+    old = {(r["case"], _device(r)): r for r in base}
+    several = len({_device(r) for r in new}) > 1
     lines = ["| benchmark | base median | new median | change | base IQR / median |", "|---|---|---|---|---|"]
     summary = {"worst_slowdown": 0.0, "worst_abs": 0.0, "over": [], "compared": 0}
     for r in new:
-        a = old.get(r["case"])
+        a = old.get((r["case"], _device(r)))
         m0, m1 = (None, None) if a is None else (median_s(a), median_s(r))
         if m0 is None or m1 is None:
             continue
         ch = 100 * (m1 - m0) / m0
-        name = r["metrics"].get("benchmark") or r["case"]
+        name = (r["metrics"].get("benchmark") or r["case"]) + (f" on {_device(r)}" if several else "")
         summary["compared"] += 1
         summary["worst_slowdown"] = max(summary["worst_slowdown"], ch)
         summary["worst_abs"] = max(summary["worst_abs"], abs(ch))
