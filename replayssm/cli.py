@@ -33,6 +33,7 @@ COMMANDS = [
     "replayssm.cli_bench",
     "replayssm.cli_golden",
     "replayssm.cli_profile",
+    "replayssm.cli_results",
 ]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             import_kernels(target)
         parser = build_parser()
         args = parser.parse_args(argv)
+        args._argv = argv  # the command line, for the provenance of --record
         if not getattr(args, "_run", None):
             parser.print_help()
             return EXIT_USAGE

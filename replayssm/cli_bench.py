@@ -13,9 +13,11 @@ import json
 import torch
 
 from replayssm import adapters
-from replayssm.cli_guard import EnvironmentProblem, check_writable
+from replayssm.cli_guard import EnvironmentProblem, check_record_path, check_writable
 from replayssm.cli_list import use_vllm_src
 from replayssm.families import family, family_names
+from replayssm.records import Recorder, add_record_argument, append
+from replayssm.records.jobs import bench_records, source
 from replayssm.registry import kernels
 from replayssm.validators.bench import bench_family, table
 from replayssm.validators.bench_against import bench_against, markdown, write
@@ -44,6 +46,7 @@ def add_parser(subparsers):
                    "of the family's launch candidates (each validated); default: our defaults")
     p.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
                    "(sets REPLAYSSM_VLLM_SRC)")
+    add_record_argument(p)
     return p
 
 
@@ -105,9 +108,13 @@ def run(args) -> int:
     if not args.rep_ms > 0:
         raise ValueError(f"--rep-ms: expected a positive number of milliseconds, got {args.rep_ms}")
     if args.against is not None:
+        if args.record is not None:
+            raise ValueError("--record: records the family bench (without --against); --against writes its "
+                             "JSON and table under --out")
         return run_against(args, batches, spec_batches)
     if args.json:
         check_writable(args.json, "--json", is_dir=False)
+    check_record_path(args.record)
     if not torch.cuda.is_available():
         raise EnvironmentProblem("bench: no CUDA device visible; the benchmark needs an NVIDIA GPU")
     res = bench_family(fam.name, args.geometry, args.precision, args.buffer, batches, spec_batches, args.window,
@@ -120,4 +127,6 @@ def run(args) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
+    if args.record:
+        append(args.record, bench_records(Recorder("bench", device="cuda", source=source(args)), res))
     return 0

@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 from replayssm.cli import check_device
-from replayssm.cli_guard import check_writable
+from replayssm.cli_guard import check_record_path, check_writable
 from replayssm.cli_list import load_kernels
 from replayssm.families import family, family_names
 from replayssm.precision import parse_mode
+from replayssm.records import Recorder, add_record_argument, append
+from replayssm.records.jobs import fuzz_records, source
 from replayssm.registry import get
 from replayssm.scenarios.strategies import FUZZ_MODES, supported_decodes
 from replayssm.validators import compile_check
@@ -52,6 +54,7 @@ def add_parser(subparsers):
                                    "supports); a kernel supporting none of them is left out, with a line saying so")
     p.add_argument("--failures", default="failures", help="folder for shrunk failure artifacts (default failures/)")
     p.add_argument("--json", metavar="FILE", help="write the per-kernel reports as JSON")
+    add_record_argument(p)
     return p
 
 
@@ -83,6 +86,7 @@ def run(args) -> int:
     check_writable(args.failures, "--failures")
     if args.json:
         check_writable(args.json, "--json", is_dir=False)
+    check_record_path(args.record)
     if args.kernel:
         fams = [family(args.family).name] if args.family else list(family_names())
         targets = []
@@ -119,6 +123,10 @@ def run(args) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps([_report_dict(r) for r in reports], indent=2) + "\n")
+    if args.record:
+        options = {"max_examples": args.max_examples, "budget_s": args.budget_s, "modes": args.mode_ids,
+                   "kernel_device": kdev, "include_mutants": args.include_mutants}
+        append(args.record, fuzz_records(Recorder("fuzz", device=kdev or dev, source=source(args)), reports, options))
     return 1 if n_fail or not compiled_ok else 0
 
 

@@ -27,8 +27,10 @@ import torch
 
 from replayssm import __version__, golden
 from replayssm.cli import check_device
-from replayssm.cli_guard import check_writable
+from replayssm.cli_guard import check_record_path, check_writable
 from replayssm.families import family, family_names
+from replayssm.records import Recorder, add_record_argument, append
+from replayssm.records.jobs import golden_records, source
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.golden_truth import KEEP, sample
 from replayssm.validators.runner import Lockstep
@@ -89,8 +91,11 @@ def regenerate(folder: Path, device: str = "cpu") -> dict:
     return manifest
 
 
-def verify(folder: Path, device: str = "cpu") -> list[str]:
-    """The mismatches (empty: every file intact and reproduced to TOLERANCE)."""
+def verify(folder: Path, device: str = "cpu", worst: dict | None = None) -> list[str]:
+    """The mismatches (empty: every file intact and reproduced to TOLERANCE).  ``worst`` (a dict)
+    receives, per trajectory stem, the largest difference relative to the stored scale over its
+    arrays (None where nothing was recomputed)."""
+    worst = {} if worst is None else worst
     mp = folder / "manifest.json"
     try:
         manifest = json.loads(mp.read_text())
@@ -100,7 +105,9 @@ def verify(folder: Path, device: str = "cpu") -> list[str]:
     want = canonical()
     for stem in sorted(set(want) - set(manifest["entries"])):
         bad.append(f"{stem}: no golden trajectory in {mp}")
+        worst[stem] = None
     for stem, e in sorted(manifest["entries"].items()):
+        worst[stem] = None
         data = (folder / e["file"]).read_bytes()
         if hashlib.sha256(data).hexdigest() != e["sha256"]:
             bad.append(f"{stem}: {e['file']} does not match its sha256 in the manifest")
@@ -118,6 +125,7 @@ def verify(folder: Path, device: str = "cpu") -> list[str]:
                 continue
             err = float(np.max(np.abs(a - b))) if a.size else 0.0
             scale = max(float(np.max(np.abs(a))) if a.size else 0.0, 1e-300)
+            worst[stem] = max(worst[stem] or 0.0, err / scale)
             if not err <= TOLERANCE * scale:
                 bad.append(f"{stem}.{name}: max abs difference {err:.3e} > {TOLERANCE:g} x {scale:.3e}")
     return bad
@@ -131,6 +139,7 @@ def add_parser(subparsers):
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N] (where the reference is recomputed)")
     p.add_argument("--dir", default=None, metavar="PATH",
                    help="trajectory folder (default: the installed golden/trajectories)")
+    add_record_argument(p)
     return p
 
 
@@ -139,12 +148,19 @@ def run(args) -> int:
     folder = Path(args.dir) if args.dir else golden.path(*FOLDER)
     if dev == "cpu":
         torch.set_num_threads(1)
+    if args.record is not None and args.action != "verify":
+        raise ValueError("--record: records what `golden verify` judged; `golden regenerate` judges nothing")
+    check_record_path(args.record)
     if args.action == "regenerate":
         check_writable(folder, "--dir")
         m = regenerate(folder, dev)
         print(f"golden: wrote {len(m['entries'])} trajectories and manifest.json to {folder}")
         return 0
-    bad = verify(folder, dev)
+    worst: dict = {}
+    bad = verify(folder, dev, worst)
+    if args.record:
+        append(args.record, golden_records(Recorder("golden", device=dev, source=source(args)), worst, bad,
+                                           TOLERANCE))
     for line in bad:
         print(f"golden: MISMATCH {line}")
     n = len(canonical())

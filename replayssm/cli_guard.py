@@ -96,6 +96,13 @@ def check_writable(path: str | os.PathLike, flag: str, *, is_dir: bool = True) -
         raise EnvironmentProblem(f"{flag} {path}: cannot be created, {base} is not writable (permission denied)")
 
 
+def check_record_path(path: str | os.PathLike | None, flag: str = "--record") -> None:
+    """Refuse (exit 3, naming ``flag``) a records file (JSON lines, appended) that cannot be created
+    or written; nothing is created.  ``None``: no records asked for."""
+    if path is not None:
+        check_writable(path, flag, is_dir=False)
+
+
 LOCK_NAME = ".replayssm.lock"
 
 
@@ -156,5 +163,5 @@ def state_elems(geometry) -> int:
     return math.prod(geometry.state_shape)
 
 
-__all__ = ["LOCK_NAME", "EnvironmentProblem", "available_memory", "check_memory", "check_writable", "float_in",
-           "int_at_least", "output_lock", "run_bytes", "state_elems"]
+__all__ = ["LOCK_NAME", "EnvironmentProblem", "available_memory", "check_memory", "check_record_path",
+           "check_writable", "float_in", "int_at_least", "output_lock", "run_bytes", "state_elems"]

@@ -13,9 +13,11 @@ from pathlib import Path
 
 from replayssm.adapters import availability
 from replayssm.cli import check_device, import_kernels
-from replayssm.cli_guard import check_memory, check_writable, output_lock, run_bytes, state_elems
+from replayssm.cli_guard import check_memory, check_record_path, check_writable, output_lock, run_bytes, state_elems
 from replayssm.cli_list import load_kernels, use_vllm_src
 from replayssm.families import family_names
+from replayssm.records import Recorder, add_record_argument, append
+from replayssm.records.jobs import source, validate_record
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import default_steps
@@ -87,6 +89,7 @@ def add_parser(subparsers):
     p.add_argument("--quiet", action="store_true", help="print only the verdict line")
     p.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
                    "(sets REPLAYSSM_VLLM_SRC)")
+    add_record_argument(p)
     return p
 
 
@@ -173,6 +176,7 @@ def run(args) -> int:
         except ValueError as e:
             raise ValueError(f"--{e}") from None
     check_writable(args.out, "--out")
+    check_record_path(args.record)
     if args.save_scenario:
         check_writable(args.save_scenario, "--save-scenario", is_dir=False)
     n = sc.steps if sc.steps is not None else default_steps(sc)
@@ -193,6 +197,11 @@ def run(args) -> int:
                                truth=args.truth)
         stem = f"{sc.family}-{args.kernel}-{sc.mode}-{sc.decode}-{sc.schedule}-seed{sc.seed}"
         pj, pm = res.save(Path(args.out), stem)
+        if args.record:
+            options = {"truth": args.truth, "literal_every": args.literal_every, "repeat_check": not args.no_repeat,
+                       "invariants_every": args.invariants_every, "state_every": args.state_every}
+            append(args.record, [validate_record(Recorder("validate", device=dev, source=source(args)), res,
+                                                 options)])
         print(res.headline())
         compiled_ok = True
         if args.compile_for is not None:

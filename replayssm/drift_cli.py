@@ -22,7 +22,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from replayssm.cli import EXIT_CONTRACT
 from replayssm.cli_guard import (
     EnvironmentProblem,
     check_memory,
+    check_record_path,
     check_writable,
     float_in,
     int_at_least,
@@ -40,6 +40,8 @@ from replayssm.cli_guard import (
 )
 from replayssm.cli_list import use_vllm_src
 from replayssm.families import preset
+from replayssm.records import Recorder, add_record_argument, append, describe_commit, git_state
+from replayssm.records.jobs import drift_records, source
 from replayssm.validators import drift as D
 from replayssm.validators.drift import SweepConfig, default_devices
 from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
@@ -117,6 +119,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="time-box the run: cells stop at this wall-clock budget and the report says how many "
                         "tokens each reached (not bit-comparable with other runs)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_record_argument(r)
     r.add_argument("--allow-incomplete", action="store_true",
                    help="exit 0 although a cell raised, stopped early (--deadline) or never started")
     return p
@@ -192,18 +195,8 @@ def environment(devices: list[str]) -> dict:
 
 def git_commit() -> str:
     """HEAD, with ``+uncommitted`` when a source file this process imported from the checkout
-    differs from HEAD (other files of the working tree do not matter to the numbers)."""
-    try:
-        root = Path(__file__).resolve().parent.parent
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        used = sorted({str(Path(m.__file__).resolve()) for m in list(sys.modules.values())
-                       if getattr(m, "__file__", None) and str(Path(m.__file__).resolve()).startswith(str(root))})
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", *used], cwd=root, capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return head + ("+uncommitted" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
+    differs from HEAD (:func:`replayssm.records.git_state`)."""
+    return describe_commit(*git_state())
 
 
 def derive_budgets(report: dict, factor: float, kernel: str = "literal-replay", env: dict | None = None):
@@ -272,6 +265,7 @@ def run(args) -> int:
     check_writable(out, "--out")
     if args.write_budgets:
         check_writable(args.write_budgets, "--write-budgets", is_dir=False)
+    check_record_path(args.record)
     if not args.merge:
         n_workers = args.workers or (len(devices) if devices[0] != "cpu" else 4)
         state = max(state_elems(preset(dict(cfg.geometry)[f], f)) for f in cfg.families)
@@ -304,6 +298,7 @@ def run(args) -> int:
                          criterion=args.criterion, alpha=args.alpha, environment=env)
         stem = "drift_report" if shard == (0, 1) else f"drift_report.shard-{shard[0]}-of-{shard[1]}"
         paths = write_reports(report, out, stem)
+        timing = None
         if outcome is not None:
             timing = {"cells": len(outcome.cells), "cells_run": len(outcome.ran), "wall_s": round(outcome.wall_s, 3),
                       "tokens": outcome.tokens, "tokens_per_s": round(outcome.tokens_per_s, 1), "devices": devices,
@@ -312,6 +307,10 @@ def run(args) -> int:
             print(f"drift: {len(outcome.ran)} of {len(outcome.cells)} cell(s) run, {outcome.tokens:,} tokens in "
                   f"{outcome.wall_s:.1f} s ({outcome.tokens_per_s:,.0f} validated tokens/s)", file=sys.stderr)
         print(f"drift: reports {paths['html']} {paths['json']} {paths['md']}", file=sys.stderr)
+        if args.record:
+            rec = Recorder("drift", device=devices[0], device_count=len(devices), source=source(args))
+            n = append(args.record, drift_records(rec, report, timing))
+            print(f"drift: {n} record(s) appended to {args.record}", file=sys.stderr)
         if outcome is not None and outcome.out_of_memory:
             ids = sorted(outcome.out_of_memory)
             raise EnvironmentProblem(

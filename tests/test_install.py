@@ -39,7 +39,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 # The dependencies the installed package imports, seen through their site directories.
-DEPENDENCIES = ("torch", "triton", "numpy", "scipy", "tqdm", "hypothesis")
+DEPENDENCIES = ("torch", "triton", "numpy", "scipy", "tqdm", "hypothesis", "jsonschema", "jinja2")
 DRIFT = ["drift", "--check", "--families", "mamba2", "--kernels", "literal-replay", "--modes", "s32a32",
          "--schedules", "standard", "--scenarios", "long-memory", "--tokens", "256", "--rows", "1",
          "--workers", "1", "--device", "cpu", "--no-progress"]
@@ -111,6 +111,16 @@ def test_the_wheel_copy_runs_with_its_golden_data(installed):
         assert p.resolve().is_relative_to(target.resolve()), f"{p} is not from the wheel install"
         assert not p.resolve().is_relative_to(ROOT), f"{p} comes from the checkout"
     assert paths[2].read_text() == (ROOT / "golden" / "tolerances.toml").read_text()
+
+
+def test_the_wheel_carries_the_record_schema(installed):
+    python, _, run_dir, env, _ = installed
+    code = ("import json, replayssm.records as R; "
+            "r = R.Recorder('validate').record('c', metrics={}, verdict='none'); "
+            "print(R.schema()['title']); print(r['commit'])")
+    title, commit = _run([python, "-I", "-c", code], run_dir, env).stdout.splitlines()
+    assert title == json.loads((ROOT / "replayssm" / "records" / "record.schema.json").read_text())["title"]
+    assert commit == "unknown"  # an installed copy is no checkout: nothing shows it is a commit's
 
 
 def test_installed_drift_check_checks_the_packaged_budget(installed):

@@ -5,7 +5,10 @@ verdict, first failures (check, step, row, position, message), worst error in un
 of u, tokens, wall time.  Our kernels run beside the adapters on the same scenarios: a verdict on an
 external kernel counts only where ours (a correct implementation) passes the same run.
 
-Usage: python tools/findings.py [--steps 150] [--cases FILE] > findings_validate.jsonl
+Usage: python tools/findings.py [--steps 150] [--record FILE] > findings_validate.jsonl
+
+``--record FILE`` also appends one ``findings`` record per run (schema replayssm.record/1); ``replayssm
+results page`` shows them with the rule above (the ``control`` column: whether ours passed the same case).
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ import sys
 import time
 
 from replayssm import adapters
+from replayssm.cli_guard import check_record_path
 from replayssm.families import family
+from replayssm.records import Recorder, append
+from replayssm.records.jobs import validate_record
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.runner import run_scenario
 
@@ -40,7 +46,8 @@ gdn triton-baseline speculative s32a16
 """
 
 
-def one(fam: str, kernel: str, decode: str, mode: str, schedule: str, steps: int, device: str, batch: int = 8) -> dict:
+def one(fam: str, kernel: str, decode: str, mode: str, schedule: str, steps: int, device: str, batch: int = 8,
+        recorder: Recorder | None = None) -> dict:
     geometry = {"mamba2": "nano4b", "gdn": "qwen35-4b"}.get(fam, family(fam).bench_geometry)
     kw = dict(window=4, buffer=12) if decode == "speculative" else dict(buffer=16)
     if schedule != "exhaustive":
@@ -56,6 +63,8 @@ def one(fam: str, kernel: str, decode: str, mode: str, schedule: str, steps: int
                                "message": f.message[:400]} for f in res.failures[:3]]}
     if res.exception:
         rec["exception"] = res.exception.get("message", "")[:400]
+    if recorder is not None:
+        rec["record"] = validate_record(recorder, res, {"batch": batch})
     return rec
 
 
@@ -66,7 +75,10 @@ def main() -> int:
     ap.add_argument("--schedules", default="exhaustive,random")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--skip", default="", help="comma list of kernel names to leave out")
+    ap.add_argument("--record", default=None, metavar="FILE", help="append one findings record per run")
     a = ap.parse_args()
+    check_record_path(a.record)
+    recorder = Recorder("findings", device=a.device, source="tools/findings.py") if a.record else None
     print(json.dumps({"adapters": {k: v[1] for k, v in adapters.load().items()}}), flush=True)
     for line in CASES.strip().splitlines():
         fam, kernel, decode, mode = line.split()
@@ -74,10 +86,12 @@ def main() -> int:
             continue
         for schedule in a.schedules.split(","):
             try:
-                rec = one(fam, kernel, decode, mode, schedule, a.steps, a.device, a.batch)
+                rec = one(fam, kernel, decode, mode, schedule, a.steps, a.device, a.batch, recorder)
             except Exception as e:  # noqa: BLE001 - a case that cannot run is reported, the rest go on
                 rec = {"family": fam, "kernel": kernel, "decode": decode, "mode": mode, "schedule": schedule,
                        "error": f"{type(e).__name__}: {str(e)[:400]}"}
+            if "record" in rec:
+                append(a.record, [rec.pop("record")])
             print(json.dumps(rec), flush=True)
     return 0
 

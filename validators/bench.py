@@ -35,7 +35,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -46,6 +45,7 @@ import triton.testing
 from replayssm.families import family, family_names, preset
 from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.precision import parse_mode
+from replayssm.records import git_state
 from replayssm.registry import get, kernels
 from replayssm.scenarios.inputs import make_params
 from replayssm.scenarios.scenario import Scenario
@@ -135,16 +135,7 @@ def environment() -> dict:
         p = torch.cuda.get_device_properties(0)
         env.update(gpu=p.name, sms=p.multi_processor_count, l2_mb=p.L2_cache_size / 2**20,
                    memory_gb=round(p.total_memory / 1e9, 1))
-    if os.environ.get("REPLAYSSM_COMMIT"):  # a copy without (or with a stale) .git: the caller names the commit
-        env["commit"] = os.environ["REPLAYSSM_COMMIT"]
-        return env
-    try:
-        env["commit"] = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                                       check=True).stdout.strip()
-        env["dirty"] = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                           capture_output=True, text=True).stdout.strip())
-    except (OSError, subprocess.CalledProcessError):
-        env["commit"] = "unknown"
+    env["commit"], env["dirty"] = git_state()  # $REPLAYSSM_COMMIT names the commit of a copy without .git
     return env
 
 

@@ -23,6 +23,7 @@ import json
 import sys
 from pathlib import Path
 
+from replayssm.records import gate
 from replayssm.validators.bench import table
 
 OURS = ("triton-baseline", "triton-replay")  # the ratio column: baseline µs over replay µs
@@ -169,26 +170,9 @@ def compare(base: dict, new: dict, threshold_pct: float | None = None) -> tuple[
     """Per benchmark present in both runs: both medians, the change in percent (slower positive) and
     the base run's IQR over its median; and a summary: ``worst_slowdown``, ``worst_abs`` (largest
     change either way: the run-to-run noise of a same-commit pair), ``over`` (names beyond
-    ``threshold_pct``), ``compared`` (how many benchmarks both runs hold)."""
-    old = {b["fullname"]: b for b in base["benchmarks"]}
-    lines = ["| benchmark | base median | new median | change | base IQR / median |", "|---|---|---|---|---|"]
-    summary = {"worst_slowdown": 0.0, "worst_abs": 0.0, "over": [], "compared": 0}
-    for b in new["benchmarks"]:
-        a = old.get(b["fullname"])
-        if a is None:
-            continue
-        m0, m1 = a["stats"]["median"], b["stats"]["median"]
-        ch = 100 * (m1 - m0) / m0
-        name = b["fullname"].split("::")[-1]
-        summary["compared"] += 1
-        summary["worst_slowdown"] = max(summary["worst_slowdown"], ch)
-        summary["worst_abs"] = max(summary["worst_abs"], abs(ch))
-        over = threshold_pct is not None and ch > threshold_pct
-        if over:
-            summary["over"].append(name)
-        lines.append(f"| {name} | {m0 * 1e6:.4g} µs | {m1 * 1e6:.4g} µs | {ch:+.2f} %{' **over**' if over else ''} | "
-                     f"{100 * a['stats']['iqr'] / m0:.2f} % |")
-    return "\n".join(lines) + "\n", summary
+    ``threshold_pct``), ``compared`` (how many benchmarks both runs hold).  The runs become records
+    and the gate of ``replayssm results gate`` compares them (:func:`replayssm.records.gate.compare`)."""
+    return gate.compare(gate.from_pytest_benchmark(base), gate.from_pytest_benchmark(new), threshold_pct)
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,8 @@ from html import escape
 from pathlib import Path
 
 import numpy as np
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 
 from replayssm.precision import parse_mode
 from replayssm.validators.drift import atomic_write, stop_reason
@@ -411,21 +413,7 @@ def to_markdown(report: dict, html_name: str | None = "drift_report.html") -> st
     return "\n".join(lines) + "\n"
 
 
-# ---- HTML ----------------------------------------------------------------------------------------------
-
-_CSS = """
-body{font-family:Helvetica,Arial,sans-serif;margin:24px auto;max-width:1480px;color:#222;padding:0 16px}
-h1{font-size:22px;margin-bottom:4px} h2{font-size:18px;margin-top:34px;border-bottom:1px solid #ddd;padding-bottom:4px}
-h3{font-size:15px;margin:20px 0 6px} .meta{color:#555;font-size:13px;line-height:1.5}
-table{border-collapse:collapse;font-size:12px;margin:8px 0} th,td{border:1px solid #ddd;padding:3px 7px;text-align:left}
-th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums}
-.pass{color:#1a7f37;font-weight:bold} .fail{color:#c62828;font-weight:bold} .warn{color:#b26a00}
-.grid{display:flex;flex-wrap:wrap;gap:10px}
-.card{border:1px solid #e2e2e2;border-radius:6px;padding:6px;background:#fff}
-.card h4{margin:2px 4px 4px;font-size:13px} .note{color:#666;font-size:12px;max-width:1100px}
-.verdict{display:inline-block;padding:3px 10px;border-radius:4px;color:#fff;font-weight:bold}
-.vpass{background:#1a7f37} .vfail{background:#c62828}
-"""
+# ---- HTML (the template replayssm/templates/drift_report.html.j2) ----------------------------------------
 
 
 class _Ids:
@@ -481,7 +469,7 @@ def _mode_plot(report, fam, dist, mode, cells, what: str, uid) -> str:
                        width=350, height=310), uid())
 
 
-def _flush_plots(report, fam, dist, cells, uid) -> str:
+def _flush_plots(report, fam, dist, cells, uid) -> tuple[str, str]:
     modes = [m for m in report["sweep"]["modes"]]
     acc, loc = [], []
     for i, m in enumerate(modes):
@@ -499,169 +487,94 @@ def _flush_plots(report, fam, dist, cells, uid) -> str:
                     acc, width=560, height=340), uid())
     b = render(Plot(f"{fam} · {dist} · error injected by one flush", "flush number",
                     "RMS ||ckpt - fold64(prev ckpt)|| / ||.||", loc, width=560, height=340), uid())
-    return f'<div class="grid"><div class="card">{a}</div><div class="card">{b}</div></div>'
+    return a, b
 
 
-def _td(x, num=True) -> str:
-    return f'<td class="num">{escape(str(x))}</td>' if num else f"<td>{escape(str(x))}</td>"
+def _h(value) -> Markup:
+    """The template's ``h`` filter: ``html.escape`` (quotes as ``&quot;``/``&#x27;``), so the page keeps its bytes."""
+    return Markup(escape(str(value)))
 
 
-def _row(cells: list[str]) -> str:
-    return "<tr>" + "".join(cells) + "</tr>"
+def _environment() -> Environment:
+    env = Environment(loader=PackageLoader("replayssm", "templates"), autoescape=True, trim_blocks=True,
+                      lstrip_blocks=True, keep_trailing_newline=True, undefined=StrictUndefined)
+    env.filters["h"] = _h
+    env.filters["fmt"] = format
+    return env
+
+
+def _bits(ep: dict) -> dict | None:
+    if not ep:
+        return None
+    return {"text": f"{_fmt(ep.get('bits_eff'), 3)} / {ep['bits_declared']:.3g}", "worse": bool(ep.get("worse"))}
 
 
 def to_html(report: dict) -> str:
-    """A self-contained HTML page (inline CSS and SVG; no scripts, no external files)."""
+    """A self-contained HTML page (inline CSS and SVG; no scripts, no external files), rendered by
+    the template ``replayssm/templates/drift_report.html.j2`` (autoescaped)."""
     uid = _Ids()
-    sw, st = report["sweep"], report["settings"]
-    chk = report["check"]
-    h = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-         "<title>replayssm drift report</title>", f"<style>{_CSS}</style></head><body>",
-         "<h1>replayssm drift report</h1>"]
-    geo = ", ".join(f"{k} = {v}" for k, v in sw["geometry"].items())
+    sw, st, chk = report["sweep"], report["settings"], report["check"]
     env = report.get("environment") or {}
-    env_txt = ("<br>" + escape(", ".join(f"{k}: {v}" for k, v in env.items()))) if env else ""
-    h.append('<div class="meta">'
-             f"Kernels {escape(', '.join(sw['kernels']))} · families {escape(', '.join(sw['families']))} · "
-             f"geometry {escape(geo)} · {sw['rows']} rows × {sw['tokens']:,} tokens per cell · "
-             f"standard L = {sw['buffer']}, speculative T' = {sw['window']}, B = {sw['history']} · "
-             f"seed {sw['seed']}<br>"
-             "Every error is relative to the fp64, token-by-token reference on the accepted stream "
-             "(‖out − ref‖₂ / ‖ref‖₂ per row and token; states likewise at every flush and at log-spaced steps), "
-             f"RMS over log-spaced token bins. Growth law chosen by {escape(st['criterion'].upper())} among bounded, "
-             f"√t, linear and exponential. Your budget: {st['budget']:g} at {st['horizon']:,.0f} tokens."
-             f"{env_txt}<br>Report schema {SCHEMA} v{report['schema_version']} (docs/drift_report_schema.md) · "
-             f"sweep {sw['digest']}</div>")
-    if chk["enabled"]:
-        cls = "vpass" if chk["pass"] else "vfail"
-        txt = (f"budget check PASS ({chk['cells']} cells)" if chk["pass"]
-               else f"budget check FAIL: {len(chk['failed'])} of {chk['cells']} cells")
-        h.append(f'<p><span class="verdict {cls}">{escape(txt)}</span> against '
-                 f'{escape(st["budgets_file"] or "")}</p>')
-
-    # The answer people come for first.
-    h.append(f"<h2>Which precision can I afford? (budget {st['budget']:g}, horizon {st['horizon']:,.0f} tokens)</h2>")
-    h.append('<p class="note">Cheapest mode first (state bytes, then activation bytes, nearest before stochastic '
-             "rounding) whose worst output error up to the horizon (observed, or the fitted law beyond the run) stays "
-             "inside the budget. State traffic: bytes of checkpoint moved per token, per sequence and layer.</p>")
-    h.append("<table><tr><th>family</th><th>kernel</th><th>scenario</th><th>schedule</th><th>cheapest mode inside</th>"
-             "<th>worst output error to horizon</th><th>state bytes / token</th><th>saved vs fp32 state</th>"
-             "<th>modes considered: worst error (✗ outside)</th></tr>")
+    recommendations = []
     for r in report["recommendations"]:
-        cons = ", ".join(f"{x['mode']} {_fmt(x['worst_output_error'], 2)}{'' if x['inside'] else ' ✗'}"
-                         for x in r["considered"])
-        head = [_td(r["family"], False), _td(r["kernel"], False), _td(r["distribution"], False),
-                _td(r["schedule"], False)]
-        if r["mode"] is None:
-            h.append(_row(head + ['<td class="fail">none stays inside</td>', "<td></td>", "<td></td>", "<td></td>",
-                                  _td(cons, False)]))
-            continue
-        t = r["traffic"]
-        err = _fmt(r["output_error"]) + (" (extrapolated)" if r["extrapolated"] else "")
-        saved = f"{t['saved_bytes_per_token']:,.0f} B ({100 * t['saved_fraction']:.0f} %)"
-        h.append(_row(head + [f"<td><b>{escape(r['mode'])}</b></td>", _td(err),
-                              _td(f"{t['state_bytes_per_token']:,.0f}"), _td(saved), _td(cons, False)]))
-    h.append("</table>")
-
-    # Summary table.
-    h.append("<h2>Cells</h2>")
-    h.append('<p class="note">Law: the growth law of the error curve with its rate ± standard error. Peak: the largest '
-             "binned RMS error (the budget metric). Injected/flush: RMS error one flush adds to the checkpoint, "
-             "measured against an fp64 fold of the kernel's own previous checkpoint. Effective bits: −log2 of the "
-             "unit roundoff the error corresponds to (output over the run; state per flush), ⚠ when worse than "
-             f"declared by more than ×{st['precision_factor']:g}.</p>")
-    h.append("<table><tr><th>cell</th><th>output law</th><th>output peak</th><th>state law</th><th>state peak</th>"
-             "<th>injected / flush</th><th>tokens / flush</th><th>tokens to budget</th><th>eff. bits out</th>"
-             "<th>eff. bits state</th><th>check</th></tr>")
+        row = {k: r[k] for k in ("family", "kernel", "distribution", "schedule", "mode")}
+        row["considered"] = ", ".join(f"{x['mode']} {_fmt(x['worst_output_error'], 2)}{'' if x['inside'] else ' ✗'}"
+                                      for x in r["considered"])
+        if r["mode"] is not None:
+            t = r["traffic"]
+            row.update(err=_fmt(r["output_error"]) + (" (extrapolated)" if r["extrapolated"] else ""),
+                       state_bytes=f"{t['state_bytes_per_token']:,.0f}",
+                       saved=f"{t['saved_bytes_per_token']:,.0f} B ({100 * t['saved_fraction']:.0f} %)")
+        recommendations.append(row)
+    cells = []
     for c in report["cells"]:
         inj = c["flush"]["injected"]
-        cross = (c["output"].get("budget_crossing") or {}).get("predicted")
-        ep_o = c["output"]["effective_precision"]
-        ep_s = inj.get("effective_precision") or {}
-
-        def bits(ep):
-            if not ep:
-                return _td("–")
-            txt = f"{_fmt(ep.get('bits_eff'), 3)} / {ep['bits_declared']:.3g}"
-            cls = ' class="num warn"' if ep.get("worse") else ' class="num"'
-            return f"<td{cls}>{escape(txt)}{' ⚠' if ep.get('worse') else ''}</td>"
-
-        if c["check"] is None:
-            ck = "<td>–</td>"
-        elif c["check"]["pass"]:
-            ck = '<td class="pass">pass</td>'
-        else:
-            ck = f'<td class="fail" title="{escape("; ".join(c["check"]["failures"]))}">FAIL</td>'
-        h.append(_row([_td(_cell_name(c), False), _td(_law_text(c["output"]), False), _td(_fmt(c["output"]["peak"])),
-                       _td(_law_text(c["state"]), False), _td(_fmt(c["state"]["peak"])), _td(_fmt(inj.get("estimate"))),
-                       _td(_fmt(c["flush"]["tokens_per_flush"])),
-                       _td(_tokens(cross)), bits(ep_o), bits(ep_s), ck]))
-    h.append("</table>")
-
-    # Plots per family x scenario x mode.
-    groups: dict[tuple, list[dict]] = {}
+        chk_c = c["check"]
+        cells.append({"name": _cell_name(c), "output_law": _law_text(c["output"]),
+                      "output_peak": _fmt(c["output"]["peak"]), "state_law": _law_text(c["state"]),
+                      "state_peak": _fmt(c["state"]["peak"]),
+                      "injected": _fmt(inj.get("estimate")), "tokens_per_flush": _fmt(c["flush"]["tokens_per_flush"]),
+                      "to_budget": _tokens((c["output"].get("budget_crossing") or {}).get("predicted")),
+                      "bits_output": _bits(c["output"]["effective_precision"]),
+                      "bits_state": _bits(inj.get("effective_precision") or {}),
+                      "check": None if chk_c is None else {"pass": chk_c["pass"],
+                                                           "failures": "; ".join(chk_c["failures"])}})
+    by_group: dict[tuple, list[dict]] = {}
     for c in report["cells"]:
-        groups.setdefault((c["family"], c["kernel"], c["distribution"]), []).append(c)
-    h.append("<h2>Error against tokens (log-log)</h2>")
-    h.append('<p class="note">Dots: binned RMS error per schedule; dashed: the fitted law (extended to the '
-             "horizon); grey dashed: your budget (outputs); red dashed: the output or state budget of "
-             "golden/tolerances.toml with --check (scaled beyond its horizon by the fastest allowed law).</p>")
-    for (fam, ker, dist), cs in groups.items():
-        h.append(f"<h3>{escape(fam)} · {escape(ker)} · scenario {escape(dist)}</h3>")
-        h.append('<div class="grid">')
+        by_group.setdefault((c["family"], c["kernel"], c["distribution"]), []).append(c)
+    groups = []
+    for (fam, ker, dist), cs in by_group.items():  # the plots' ids in page order: every mode plot, then the flushes
+        plots = []
         for m in sw["modes"]:
             mid = parse_mode(m).id
             mc = [c for c in cs if c["mode"] == mid]
             if mc:
-                h.append(f'<div class="card">{_mode_plot(report, fam, dist, mid, mc, "output", uid)}'
-                         f'{_mode_plot(report, fam, dist, mid, mc, "state", uid)}</div>')
-        h.append("</div>")
-    h.append("<h2>Error per flush</h2>")
-    for (fam, ker, dist), cs in groups.items():
-        h.append(f"<h3>{escape(fam)} · {escape(ker)} · scenario {escape(dist)}</h3>")
-        h.append(_flush_plots(report, fam, dist, cs, uid))
-
-    # Speculation.
-    h.append("<h2>Does speculation add error?</h2>")
-    h.append('<p class="note">Per row, geometric-mean output error over equal blocks of the accepted stream; '
-             "speculative blocks against standard-decode blocks of the same kernel, mode and scenario, one-sided "
-             f"Mann-Whitney U at alpha = {st['alpha']:g}. The flush cadence differs between the two decodes "
-             "(tokens/flush column), so an effect can come from the extra flushes rather than from the window.</p>")
-    h.append("<table><tr><th>family</th><th>kernel</th><th>mode</th><th>scenario</th><th>schedule</th>"
-             "<th>tokens/flush std / spec</th><th>error ratio spec/std (CI at the test's level, 1 − 2α)</th>"
-             "<th>p</th><th>verdict</th></tr>")
+                plots.append((Markup(_mode_plot(report, fam, dist, mid, mc, "output", uid)),
+                              Markup(_mode_plot(report, fam, dist, mid, mc, "state", uid))))
+        groups.append({"family": fam, "kernel": ker, "distribution": dist, "mode_plots": plots, "cells": cs})
+    for g in groups:
+        g["flush_plots"] = [Markup(x) for x in _flush_plots(report, g["family"], g["distribution"], g["cells"], uid)]
+    speculation = []
     for s in report["speculation"]:
         ci = s.get("ratio_ci_test") or s.get("ratio_ci95")
         tpf = s["tokens_per_flush"]
-        ratio = f"{_fmt(s.get('ratio'))} ({_fmt(ci[0]) if ci else '–'}–{_fmt(ci[1]) if ci else '–'})"
-        cls = "fail" if s.get("adds_error") else ""
-        h.append(_row([_td(s["family"], False), _td(s["kernel"], False), _td(s["mode"], False),
-                       _td(s["distribution"], False), _td(s["schedule"], False),
-                       _td(f"{tpf['standard']:.3g} / {tpf['speculative']:.3g}"), _td(ratio),
-                       _td(_fmt(s.get("p_value"), 2)),
-                       f'<td class="{cls}" title="{escape(s["statement"])}">{escape(_verdict(s))}</td>']))
-    h.append("</table>")
-
-    if chk["enabled"]:
-        h.append("<h2>Budget check</h2><ul>")
-        any_line = False
-        for c in report["cells"]:
-            for f in (c["check"] or {}).get("failures", []):
-                h.append(f'<li><span class="fail">FAIL</span> {escape(c["id"])}: {escape(f)}</li>')
-                any_line = True
-            for w in (c["check"] or {}).get("warnings", []):
-                h.append(f'<li><span class="warn">warning</span> {escape(c["id"])}: {escape(w)}</li>')
-                any_line = True
-        if not any_line:
-            h.append(f"<li>All {chk['cells']} cells inside their budgets.</li>")
-        h.append("</ul>")
-    if report["skipped"]:
-        h.append("<h2>Not run</h2><ul>" + "".join(
-            f"<li>{escape(str(s.get('id', s.get('kernel'))))}: {escape(s['reason'])}</li>" for s in report["skipped"])
-            + "</ul>")
-    h.append("</body></html>")
-    return "\n".join(h) + "\n"
-
+        speculation.append({**{k: s[k] for k in ("family", "kernel", "mode", "distribution", "schedule", "statement")},
+                            "tokens_per_flush": f"{tpf['standard']:.3g} / {tpf['speculative']:.3g}",
+                            "ratio": f"{_fmt(s.get('ratio'))} ({_fmt(ci[0]) if ci else '–'}–"
+                                     f"{_fmt(ci[1]) if ci else '–'})",
+                            "p": _fmt(s.get("p_value"), 2), "cls": "fail" if s.get("adds_error") else "",
+                            "verdict": _verdict(s)})
+    check_lines = [(kind, c["id"], line) for c in report["cells"]
+                   for kind, key in (("fail", "failures"), ("warning", "warnings"))
+                   for line in (c["check"] or {}).get(key, [])]
+    return _environment().get_template("drift_report.html.j2").render(
+        report=report, sw=sw, st=st, chk=chk, schema=SCHEMA,
+        geo=", ".join(f"{k} = {v}" for k, v in sw["geometry"].items()),
+        env_txt=", ".join(f"{k}: {v}" for k, v in env.items()) if env else "",
+        check_text=(f"budget check PASS ({chk['cells']} cells)" if chk["pass"]
+                    else f"budget check FAIL: {len(chk['failed'])} of {chk['cells']} cells") if chk["enabled"] else "",
+        recommendations=recommendations, cells=cells, groups=groups, speculation=speculation,
+        check_lines=check_lines, skipped=[(str(x.get("id", x.get("kernel"))), x["reason"]) for x in report["skipped"]])
 
 def write_reports(report: dict, out_dir, stem: str = "drift_report") -> dict:
     """Write ``<stem>.json``, ``.md`` and ``.html`` atomically; returns their paths."""

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import platform
-import subprocess
 import time
 from pathlib import Path
 
 import torch
 
+from replayssm.records import UNKNOWN, git_state
 from replayssm.validators.fuzz import PROFILES, FuzzReport, fuzz_kernel
 from replayssm.validators.mutants import all_mutants
 
@@ -69,14 +69,8 @@ def problems(report: FuzzReport) -> list[str]:
 
 
 def _commit() -> str:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "validators", "scenarios", "replayssm"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return sha + (" (with uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    commit, dirty = git_state()
+    return commit + (" (with uncommitted changes)" if dirty and commit != UNKNOWN else "")
 
 
 def table(reports: list[FuzzReport], total_s: float) -> str:
