@@ -109,7 +109,7 @@ def verify(folder: Path, device: str = "cpu") -> list[str]:
         if stem in want and sc != want[stem]:
             bad.append(f"{stem}: the manifest's scenario is not the canonical one")
             continue
-        stored = dict(np.load(io.BytesIO(data)))
+        stored = dict(np.load(io.BytesIO(data), allow_pickle=False))
         got = trajectory(sc, device)
         for name in sorted(stored):
             a, b = stored[name], got.get(name)
