@@ -15,8 +15,15 @@ nox.options.sessions = ["lint", "tests"]
 VENV = ["--system-site-packages"]
 
 
+CONSTRAINTS = Path("constraints/test.txt")  # the versions CI runs
+
+
 def _install(session):
-    session.install("-e", ".[dev]")
+    """``.[dev]`` with the pins of constraints/test.txt, less its torch section (the runner's torch is kept)."""
+    text = CONSTRAINTS.read_text()
+    pins = Path(session.create_tmp(), "constraints.txt")
+    pins.write_text(text[:text.index("# ---- torch")])
+    session.install("-c", str(pins), "-e", ".[dev]")
 
 
 def _has_cuda(session) -> bool:
@@ -136,7 +143,7 @@ def bench(session):
 @nox.session(venv_params=VENV)
 def lint(session):
     """ruff over the whole tree."""
-    session.install("ruff>=0.5")
+    session.install("-c", str(CONSTRAINTS), "ruff")
     session.run("ruff", "check", ".")
 
 

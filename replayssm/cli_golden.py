@@ -116,7 +116,7 @@ def verify(folder: Path, device: str = "cpu", worst: dict | None = None) -> list
         if stem in want and sc != want[stem]:
             bad.append(f"{stem}: the manifest's scenario is not the canonical one")
             continue
-        stored = dict(np.load(io.BytesIO(data)))
+        stored = dict(np.load(io.BytesIO(data), allow_pickle=False))
         got = trajectory(sc, device)
         for name in sorted(stored):
             a, b = stored[name], got.get(name)

@@ -8,11 +8,12 @@ fields), runs :func:`replayssm.validators.run_scenario`, writes ``<out>/<stem>.j
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
 from replayssm.adapters import availability
-from replayssm.cli import check_device, import_kernels
+from replayssm.cli import check_device
 from replayssm.cli_guard import check_memory, check_record_path, check_writable, output_lock, run_bytes, state_elems
 from replayssm.cli_list import load_kernels, use_vllm_src
 from replayssm.families import family_names
@@ -44,7 +45,8 @@ def add_parser(subparsers):
                               description="Validate one kernel on one scenario. Exit 0 pass, 1 mismatch, 2 usage.")
     p.add_argument("--kernel", help="registered kernel name (see `replayssm list kernels`; a kernel of your own: "
                                     "--import FILE.py|MODULE first); optional with a --scenario failure artifact "
-                                    "saved by the fuzzer, which names its kernel and the module to import")
+                                    "saved by the fuzzer, which names its kernel (a module it names is never "
+                                    "imported: give --import yourself)")
     p.add_argument("--scenario", metavar="FILE", help="scenario JSON naming every field (--save-scenario writes "
                                                          "one); flags given explicitly override its fields")
     p.add_argument("--family", help="op family (a registered family; default: the first, mamba2)")
@@ -132,14 +134,20 @@ def scenario_from_args(args):
                           padding=args.padding, **kw, **given)
 
 
+def import_command(module: str, scenario: str, kernel: str | None = None) -> str:
+    """The command that replays ``scenario`` with ``module`` imported explicitly (``--import``)."""
+    cmd = f"replayssm --import {shlex.quote(module)} validate --scenario {shlex.quote(str(scenario))}"
+    return cmd + (f" --kernel {shlex.quote(kernel)}" if kernel is not None else "")
+
+
 def run(args) -> int:
 
     sc = scenario_from_args(args)
     use_vllm_src(args)
     load_kernels()
+    # A data file never runs code: the module a failure artifact names is only shown in the command to run.
     module = module_of_file(args.scenario) if args.scenario else None
-    if module is not None:  # a failure artifact of a user kernel: import it as --import would
-        import_kernels(module)
+    given_kernel = args.kernel
     if args.kernel is None:
         args.kernel = kernel_of_file(args.scenario) if args.scenario else None
         if args.kernel is None:
@@ -147,6 +155,10 @@ def run(args) -> int:
     try:
         cls = get(args.kernel, sc.family)  # ValueError naming the choices -> exit 2
     except ValueError as e:
+        if module is not None:
+            raise ValueError(f"--kernel: {args.kernel!r} is not registered; {args.scenario} names the module "
+                             f"{module!r}, which is never imported from a data file: if you trust it, run "
+                             f"{import_command(module, args.scenario, given_kernel)}") from None
         missing = [f"{n}: {line}" for n, (ok, line) in availability().items() if not ok]
         raise ValueError("; ".join([str(e), *(f"adapter {m}" for m in missing)])) from None
     cls.check_options(sc.kernel_options)  # before any work

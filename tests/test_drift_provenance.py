@@ -150,3 +150,35 @@ def test_crashed_cell_fails_the_run_then_reruns_keeping_its_failure(tmp_path, ca
     assert D.cell_status(res) == "complete"
     assert [h["status"] for h in res["history"]] == ["raised", "raised"]
     assert "boom in verify" in res["history"][0]["exception"]
+
+
+def test_checkpoint_files_round_trip_bit_for_bit_and_refuse_what_they_cannot_prove():
+    import math
+    import pickle
+
+    import numpy as np
+    import torch
+
+    from replayssm.validators import checkpoint_file as C
+    g = torch.Generator().manual_seed(0)
+    tree = {"floats": [1.5, math.nan, -math.inf, 0.1], "ints": (3, -(1 << 62)), 7: None, "flag": True,
+            "np": np.arange(6, dtype=np.int64).reshape(2, 3), "npscalar": np.float64(0.3), "text": "é",
+            "t": {str(d): torch.randn(2, 3, generator=g).to(d) for d in
+                  (torch.float64, torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn,
+                   torch.float8_e5m2)},
+            "empty": torch.zeros(0, 4), "scalar": torch.tensor(5), "mask": torch.tensor([True, False])}
+    data = C.dumps(tree)
+    back = C.loads(data)
+    assert back["floats"][:1] + back["floats"][2:] == [1.5, -math.inf, 0.1] and math.isnan(back["floats"][1])
+    assert back["ints"] == (3, -(1 << 62)) and back[7] is None and back["flag"] is True and back["text"] == "é"
+    assert back["np"].dtype == np.int64 and (back["np"] == tree["np"]).all()
+    assert type(back["npscalar"]) is np.float64 and back["npscalar"] == tree["npscalar"]
+    for k in ("empty", "scalar", "mask"):
+        assert back[k].dtype == tree[k].dtype and torch.equal(back[k], tree[k])
+    for k, t in tree["t"].items():
+        assert back["t"][k].dtype == t.dtype and torch.equal(back["t"][k].view(torch.uint8), t.view(torch.uint8))
+    refusals = {b"": "empty", pickle.dumps(tree["ints"]): "pickle", data[:len(data) // 2]: "truncated",
+                data[:-1] + bytes([data[-1] ^ 1]): "SHA-256", b"\x00" * 64: "foreign"}
+    for bad, why in refusals.items():
+        with pytest.raises(C.CheckpointError, match=why):
+            C.loads(bad)

@@ -133,7 +133,7 @@ class UserBroken(Mamba2LiteralReplay):
 '''
 
 
-def test_artifact_of_a_user_kernel_records_its_module_and_replays_without_import(tmp_path, capsys):
+def test_artifact_of_a_user_kernel_records_its_module_and_replays_only_with_an_explicit_import(tmp_path, capsys):
     import sys
 
     from replayssm import registry
@@ -152,10 +152,17 @@ def test_artifact_of_a_user_kernel_records_its_module_and_replays_without_import
         assert rec.module == str(src.resolve())
         p = save_failure(tmp_path, SC, rec)
         assert module_of_file(p) == str(src.resolve())
-        # A fresh process: the user module is neither imported nor registered.
+        # A fresh process: the user module is neither imported nor registered.  The file names it, but
+        # a data file runs no code: validate prints the command with --import and does nothing.
         registry._REGISTRY.pop(key)
         sys.modules.pop("replayssm_user_user_kernels")
-        assert main(["validate", "--scenario", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 1
+        capsys.readouterr()
+        assert main(["validate", "--scenario", str(p), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert f"replayssm --import {src.resolve()} validate --scenario {p}" in err, err
+        assert "replayssm_user_user_kernels" not in sys.modules and not (tmp_path / "o").exists()
+        assert main(["--import", str(src), "validate", "--scenario", str(p), "--out", str(tmp_path / "o"),
+                     "--quiet"]) == 1
         assert capsys.readouterr().out.startswith("FAIL user-broken-replay")
     finally:
         registry._REGISTRY.pop(key, None)

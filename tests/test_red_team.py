@@ -165,3 +165,137 @@ def test_a_second_writer_of_one_output_is_refused(env, capsys, sub):
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "--out" in err and "another replayssm process" in err
         assert _tree(env) == before
+
+
+# ---- issue 46: a data file never runs code; an unusable drift checkpoint is set aside ----------------------
+# The planted payloads below would each create a marker file if anything imported or unpickled them.
+PLANTED = "from pathlib import Path\nPath({marker!r}).write_text('planted code ran')\n"
+TINY_DRIFT = ["drift", "--families", "mamba2", "--modes", "s32a32", "--schedules", "standard", "--tokens", "128",
+              "--rows", "1", "--workers", "1", "--no-progress", "--checkpoint-every", "0"]
+
+
+def _artifact(path: Path, module: str) -> Path:
+    d = json.loads(Scenario.tiny("mamba2", schedule="random", steps=2).to_json())
+    d["failure"] = {"kind": "replayssm-failure", "kernel": "planted-kernel", "family": "mamba2", "check": "state",
+                    "first_bad_step": 0, "module": module}
+    path.write_text(json.dumps(d))
+    return path
+
+
+@pytest.mark.parametrize("variant", ["absolute-path", "relative-path", "dotted-name", "with-kernel"])
+def test_a_scenario_file_naming_a_module_never_imports_it(tmp_path, capsys, monkeypatch, variant):
+    import sys
+    marker = tmp_path / "marker"
+    (tmp_path / "planted_evil_46.py").write_text(PLANTED.format(marker=str(marker)))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the dotted name would import if anything tried
+    module = {"absolute-path": str(tmp_path / "planted_evil_46.py"), "relative-path": "planted_evil_46.py",
+              "dotted-name": "planted_evil_46", "with-kernel": "planted_evil_46"}[variant]
+    art = _artifact(tmp_path / "bug report.json", module)
+    out = tmp_path / "out"
+    argv = ["validate", "--scenario", str(art), "--out", str(out), "--quiet"]
+    if variant == "with-kernel":  # a registered kernel given: the run goes ahead, the module is still ignored
+        assert main([*argv, "--kernel", "literal-replay"]) == 0, capsys.readouterr().err
+    else:
+        assert main(argv) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1, err
+        import shlex
+        assert f"replayssm --import {shlex.quote(module)} validate --scenario {shlex.quote(str(art))}" in err, err
+        assert not out.exists()
+    assert not marker.exists() and "planted_evil_46" not in sys.modules
+    assert not any(m.startswith("replayssm_user_planted") for m in sys.modules)
+
+
+@pytest.fixture(scope="module")
+def drift_done(tmp_path_factory):
+    """A finished tiny drift run: its folder and its report's bytes."""
+    out = tmp_path_factory.mktemp("drift46") / "out"
+    assert main([*TINY_DRIFT, "--out", str(out)]) == 0
+    return out, (out / "drift_report.json").read_bytes()
+
+
+def _cut_short(drift_done, tmp_path):
+    """A copy of the finished run whose one cell was cut short at its start: a stopped cell and its
+    (valid) checkpoint, which the next run resumes."""
+    import shutil
+    import time
+
+    from replayssm.validators import drift as D
+    out = tmp_path / "out"
+    shutil.copytree(drift_done[0], out)
+    cfg = D.SweepConfig.from_dict(json.loads((out / "config.json").read_text()))
+    (spec,) = cfg.cells()[0]
+    D.run_cell(spec, cfg, out, checkpoint_every_s=0.0, deadline=time.time())
+    cp = D.ckpt_path(out, spec.id)
+    assert cp.is_file()
+    return out, spec, cp
+
+
+def _resumes_clean(capsys, out, drift_done, planted: Path, extra=()):
+    """The rerun completes, writes the same report as an undisturbed run, says one line naming the
+    planted file, and has moved it into quarantine/."""
+    (out / "drift_report.json").unlink()
+    assert main([*TINY_DRIFT, "--out", str(out), *extra]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    err = [ln for ln in lines if not ln.startswith("drift: ")]  # beside the run's own summary lines
+    assert len(err) == 1 and "set aside" in err[0] and str(planted) in err[0], lines
+    assert (out / "drift_report.json").read_bytes() == drift_done[1]
+    assert not planted.exists() and len(list((out / "quarantine").iterdir())) == 1
+    return err[0]
+
+
+@pytest.mark.parametrize("where", ["old-format-name", "new-format-name"])
+def test_a_planted_pickle_in_a_resume_folder_is_never_unpickled(drift_done, tmp_path, capsys, where):
+    import pickle
+
+    from replayssm.validators import drift as D
+    out, spec, cp = _cut_short(drift_done, tmp_path)
+    marker = tmp_path / "marker"
+
+    class Planted:
+        def __init__(self, path):
+            self.path = path
+
+        def __reduce__(self):
+            return (Path.write_text, (self.path, "planted pickle ran"))
+
+    probe = tmp_path / "probe"  # the payload is live: unpickled, it writes its file
+    pickle.loads(pickle.dumps(Planted(probe)))
+    assert probe.exists()
+    payload = pickle.dumps({"provenance": None, "x": Planted(marker)})
+    planted = out / "checkpoints" / f"{spec.id}.pt" if where == "old-format-name" else cp
+    if where == "old-format-name":
+        cp.unlink()
+    planted.write_bytes(payload)
+    line = _resumes_clean(capsys, out, drift_done, planted)
+    assert "pickle" in line and not marker.exists()
+    assert D.cell_status(json.loads(D.cell_path(out, spec.id).read_text())) == "complete"
+
+
+def _truncated(data: bytes) -> bytes:
+    return data[:len(data) // 2]
+
+
+def _random(data: bytes) -> bytes:
+    import random
+    return random.Random(46).randbytes(len(data))
+
+
+def _digest_mismatch(data: bytes) -> bytes:
+    return data[:-1] + bytes([data[-1] ^ 1])  # one payload bit flipped: a well-formed file, the wrong digest
+
+
+@pytest.mark.parametrize("corrupt,why,extra", [(_truncated, "truncated", ()), (_random, "foreign", ()),
+                                               (_digest_mismatch, "SHA-256", ()),
+                                               (_digest_mismatch, "SHA-256", ("--allow-incomplete",))],
+                         ids=["truncated", "random-bytes", "digest-mismatch", "digest-mismatch-allow-incomplete"])
+def test_an_unusable_checkpoint_is_set_aside_and_its_cell_recomputed(drift_done, tmp_path, capsys, corrupt, why,
+                                                                      extra):
+    out, spec, cp = _cut_short(drift_done, tmp_path)
+    good = cp.read_bytes()
+    cp.write_bytes(corrupt(good))
+    line = _resumes_clean(capsys, out, drift_done, cp, extra)
+    assert why in line and spec.id in line
+    (kept,) = (out / "quarantine").iterdir()
+    assert kept.read_bytes() == corrupt(good)  # set aside as it was, never deleted

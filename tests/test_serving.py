@@ -379,15 +379,49 @@ class _SpecOnly(_literal()):
         return None if decode.speculative else "speculative decode only"
 
 
-@pytest.mark.parametrize("kernel,family,fails", [("literal-replay-host-cursors", "gdn", False),
-                                                  ("mutant-host-cursors-stale", "gdn", True)],
-                         ids=["host-cursors-literal", "host-cursors-stale-mutant"])
-def test_the_nightly_sweep_counts_every_failing_scenario_without_stopping(kernel, family, fails):
-    out = sweep_kernel(kernel, family, examples=3, seed=5, strategy={"max_steps": 3, "max_rows": 2, "max_dim": 2})
-    assert out["scenarios"] == 3 and (out["failures"] == 3) == fails and (out["failures"] == 0) == (not fails)
-    assert len(out["examples_failed"]) == out["failures"]
-    if fails:
-        assert set(out["checks"]) == {"state"} and Scenario.from_dict(out["examples_failed"][0]["scenario"])
+class _AlwaysWrong(get("literal-replay-host-cursors", "gdn")):
+    """Outputs 1.5x too large: every scenario fails (whatever Hypothesis draws)."""
+
+    name = "always-wrong-host-cursors"
+
+    def verify(self, *a, **k):
+        return super().verify(*a, **k).mul_(1.5)
+
+
+@pytest.mark.parametrize("kernel", ["literal-replay-host-cursors", "mutant-host-cursors-stale", _AlwaysWrong],
+                         ids=["host-cursors-literal", "host-cursors-stale-mutant", "always-wrong"])
+def test_the_nightly_sweep_counts_every_failing_scenario_without_stopping(kernel, monkeypatch):
+    """Properties, not the counts a Hypothesis version happens to draw: every drawn scenario runs (a
+    failure stops neither the sweep nor the scenarios after it), and the sweep's counts are exactly the
+    scenarios whose own run fails, with the checks they fail."""
+    import replayssm.validators.fuzz as F
+
+    ran = []
+
+    def spy(sc, kernel_arg, **kw):
+        res = F_run(sc, kernel_arg, **kw)
+        ran.append((sc, kernel_arg, kw, res.passed,
+                    None if res.passed else (res.first_failure.check if res.first_failure else "exception")))
+        return res
+
+    F_run = F.run_scenario
+    monkeypatch.setattr(F, "run_scenario", spy)
+    out = sweep_kernel(kernel, "gdn", examples=4, seed=5, strategy={"max_steps": 3, "max_rows": 2, "max_dim": 2},
+                       keep=2)
+    monkeypatch.undo()
+    failing = [(sc, check) for sc, _, _, passed, check in ran if not passed]
+    assert out["scenarios"] == len(ran) == out["planned"] == 4
+    assert out["failures"] == len(failing) and sum(out["checks"].values()) == len(failing)
+    assert out["checks"] == {c: sum(1 for _, ch in failing if ch == c) for c in {ch for _, ch in failing}}
+    assert [e["scenario"] for e in out["examples_failed"]] == [sc.to_dict() for sc, _ in failing[:2]]
+    for sc, kernel_arg, kw, passed, _ in ran:  # each verdict is the scenario's own, run alone
+        assert run_scenario(sc, kernel_arg, **kw).passed == passed
+    if kernel == "literal-replay-host-cursors":
+        assert not failing
+    elif kernel == "mutant-host-cursors-stale":
+        assert set(out["checks"]) <= {"state"}
+    else:  # every scenario fails, so the sweep ran past its first failure to the last
+        assert len(failing) == len(ran) and all(Scenario.from_dict(e["scenario"]) for e in out["examples_failed"])
 
 
 def test_fuzz_runs_a_kernel_that_supports_one_decode_kind():

@@ -19,7 +19,10 @@ tokens keeps kilobytes.  A cell is a pure function of its definition: the same c
 same bits in any process, shard or order (one intra-op thread per process on CPU).
 
 Interruption: each cell checkpoints (kernel snapshot, reference state, shadow, accumulators) at
-chunk boundaries, atomically; a killed run resumes to bit-identical cell results.  Sharding:
+chunk boundaries, atomically, in a format that cannot execute code with a SHA-256 digest
+(:mod:`replayssm.validators.checkpoint_file`); a killed run resumes to bit-identical cell results, and
+a checkpoint that is foreign (an older pickle included), truncated or fails its digest is moved to
+``<out>/quarantine/`` with one line on stderr and its cell recomputed.  Sharding:
 ``shard = (i, n)`` takes every n-th cell of the sorted cell list; ``workers`` processes (one per
 visible GPU by default on CUDA) share the shard's cells.  Reports are built from the union of
 cell files (:mod:`replayssm.validators.drift_report`), so a merged sharded run equals an
@@ -51,6 +54,7 @@ from replayssm.registry import get, kernels
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import plan
+from replayssm.validators import checkpoint_file
 from replayssm.validators.drift_analysis import BinnedCurve
 from replayssm.validators.drift_fast import FastCell, qualifies
 from replayssm.validators.metrics import row_rel_l2
@@ -313,17 +317,6 @@ def atomic_write(path: str | Path, data: str | bytes) -> None:
     mode = "wb" if isinstance(data, bytes) else "w"
     with open(tmp, mode) as fh:
         fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, p)
-
-
-def atomic_torch_save(obj, path: str | Path) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        torch.save(obj, fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, p)
@@ -670,7 +663,47 @@ def cell_path(out: Path, cell_id: str) -> Path:
 
 
 def ckpt_path(out: Path, cell_id: str) -> Path:
-    return out / "checkpoints" / f"{cell_id}.pt"
+    return out / "checkpoints" / f"{cell_id}{checkpoint_file.SUFFIX}"
+
+
+def quarantine_path(out: Path) -> Path:
+    """Where checkpoints that cannot be used are set aside (never loaded, never deleted)."""
+    return out / "quarantine"
+
+
+def _set_aside(out: Path, path: Path, spec: CellSpec, why: str) -> None:
+    """Move an unusable checkpoint of ``spec`` into ``quarantine/`` with one line on stderr."""
+    dest = checkpoint_file.set_aside(path, quarantine_path(out))
+    print(f"replayssm: drift: checkpoint {path} set aside as {dest}: {' '.join(why.split())}; "
+          f"cell {spec.id} recomputed from its start", file=sys.stderr, flush=True)
+
+
+def _resume(run: CellRun, spec: CellSpec, cfg: SweepConfig, out: Path, prov: dict, device, chunk: int,
+            fast: bool) -> CellRun:
+    """``run`` resumed from the cell's checkpoint when one of this provenance is there and usable;
+    a checkpoint that is foreign (an older pickled ``.pt`` included), truncated, corrupted, fails its
+    digest or does not fit the cell is set aside (:func:`_set_aside`) and a fresh run returned."""
+    legacy = out / "checkpoints" / f"{spec.id}.pt"
+    if legacy.exists():
+        _set_aside(out, legacy, spec, "an older checkpoint format (a pickle, never loaded)")
+    cp = ckpt_path(out, spec.id)
+    if not (cp.exists() and run.can_checkpoint):
+        return run
+    try:
+        ck = checkpoint_file.read(cp)
+        if not isinstance(ck, dict):
+            raise checkpoint_file.CheckpointError("corrupted: not a cell checkpoint")
+    except checkpoint_file.CheckpointError as e:
+        _set_aside(out, cp, spec, str(e))
+        return run
+    if ck.pop("provenance", None) != prov:  # a checkpoint of other code or versions is not resumed
+        return run
+    try:
+        run.load_state_dict(ck)
+    except Exception as e:  # noqa: BLE001 - any misfit (its digest held: written by other code) sets it aside
+        _set_aside(out, cp, spec, f"does not fit the cell ({type(e).__name__}: {e})")
+        return CellRun(spec, cfg, device, chunk, fast=fast)
+    return run
 
 
 def default_chunk(device, rows: int, speculative: bool = False) -> int:
@@ -701,13 +734,9 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
     cp = ckpt_path(out, spec.id)
     prov = cell_provenance(spec, cfg, device)
     history = _history(_read_json(cell_path(out, spec.id)), prov)
-    run = CellRun(spec, cfg, device, chunk, fast=fast)
-    if cp.exists() and run.can_checkpoint:
-        ck = torch.load(cp, map_location="cpu", weights_only=False)
-        if ck.pop("provenance", None) == prov:  # a checkpoint of other code or versions is not resumed
-            run.load_state_dict(ck)
-            if on_progress:  # the tokens an earlier run validated: the progress bar's, not this run's rate
-                on_progress(int(np.minimum(run.pos, cfg.tokens).sum()), True)
+    run = _resume(CellRun(spec, cfg, device, chunk, fast=fast), spec, cfg, out, prov, device, chunk, fast)
+    if run.step and on_progress:  # the tokens an earlier run validated: the progress bar's, not this run's rate
+        on_progress(int(np.minimum(run.pos, cfg.tokens).sum()), True)
     last = time.monotonic()
     while not run.done and run.exception is None:
         if deadline is not None and time.time() >= deadline:
@@ -717,10 +746,10 @@ def run_cell(spec: CellSpec, cfg: SweepConfig, out: Path, device="cpu", checkpoi
         if on_progress:
             on_progress(got)
         if run.can_checkpoint and not run.done and time.monotonic() - last >= checkpoint_every_s:
-            atomic_torch_save({**run.state_dict(), "provenance": prov}, cp)
+            checkpoint_file.write({**run.state_dict(), "provenance": prov}, cp)
             last = time.monotonic()
     if run.truncated and run.can_checkpoint and run.exception is None:
-        atomic_torch_save({**run.state_dict(), "provenance": prov}, cp)  # a cut-short cell resumes from here
+        checkpoint_file.write({**run.state_dict(), "provenance": prov}, cp)  # a cut-short cell resumes from here
     res = {**run.result(), "provenance": prov, "history": history}
     atomic_write(cell_path(out, spec.id), json.dumps(res, sort_keys=True, allow_nan=False) + "\n")
     if cp.exists() and not (run.truncated and run.exception is None):
@@ -959,4 +988,5 @@ __all__ = ["CellRun", "CellSpec", "DEFAULT_MODES", "SCHEDULES", "SweepConfig", "
            "cell_config", "cell_provenance", "cell_status", "default_chunk", "default_devices", "device_name",
            "dispatch_order",
            "import_kernel_modules", "kernel_code_digest", "kernel_modules", "load_cells", "parse_shard", "prepare_out",
+           "quarantine_path",
            "registered", "reusable", "run_cell", "run_sweep", "shard_cells", "stop_reason"]

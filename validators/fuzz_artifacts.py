@@ -5,8 +5,11 @@ recording what failed: the kernel and family, the first failing check, step, row
 position, and the engine's message.  ``replayssm validate --scenario FILE`` (without
 ``--kernel``) reads the kernel from that record and replays the run exactly: the scenario fixes
 every input bit and the whole acceptance plan (``explicit`` schedule).  A kernel defined outside
-the replayssm package is recorded with the module to import (``module``: the file of a module
-loaded by ``--import FILE.py``, else the dotted module name), which the replay imports first.
+the replayssm package is recorded with the module that registered it (``module``: the file of a
+module loaded by ``--import FILE.py``, else the dotted module name).  That field is a hint for the
+user, never acted on: a data file runs no code, so replaying such an artifact takes an explicit
+``replayssm --import MODULE validate --scenario FILE``, the command ``validate`` prints when the
+kernel is not registered.
 
 A corrupt or hand-edited file raises ``ValueError`` naming the field (``failure.kernel``,
 ``failure.first_bad_step``, ``scenario.schedule_params: accepted[2][0]`` ...).
@@ -47,7 +50,7 @@ class FailureRecord:
     found_by: str = "replayssm fuzzer (Hypothesis, shrunk)"
     status: str = "open"
     note: str = ""
-    module: str | None = None  # what to --import before replaying (None: a replayssm kernel)
+    module: str | None = None  # what the user must --import to replay (None: a replayssm kernel); never imported
     kind: str = ARTIFACT_KIND
 
     def to_dict(self) -> dict:
@@ -151,7 +154,7 @@ def load_failure(path) -> tuple[Scenario, FailureRecord]:
 
 
 def module_of_file(path) -> str | None:
-    """The module a failure artifact says to import (``failure.module``), or None."""
+    """The module a failure artifact names (``failure.module``: shown to the user, never imported), or None."""
     p = Path(path)
     try:
         d = json.loads(p.read_text())

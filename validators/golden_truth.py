@@ -80,7 +80,7 @@ class GoldenTruth:
         if hashlib.sha256(data).hexdigest() != e["sha256"]:
             raise ValueError(f"truth: golden: {folder / e['file']} does not match its sha256 in {mp}; "
                              f"run `replayssm golden verify`")
-        arrays = dict(np.load(io.BytesIO(data)))
+        arrays = dict(np.load(io.BytesIO(data), allow_pickle=False))
         missing = [f"{k}{s}" for s in e["sample_steps"] for k in ("out", "state", "mag") if f"{k}{s}" not in arrays]
         if missing:
             raise ValueError(f"truth: golden: {e['file']} lacks {', '.join(missing)}; "
