@@ -91,7 +91,7 @@ CASES = [
     ("validate-state-every-zero", [*VALIDATE, "--state-every", "0"], EXIT_USAGE, "--state-every"),
     ("validate-invariants-every-zero", [*VALIDATE, "--invariants-every", "0"], EXIT_USAGE, "--invariants-every"),
     ("validate-threads-zero", [*VALIDATE, "--threads", "0"], EXIT_USAGE, "--threads"),
-    ("validate-steps-zero", [*VALIDATE, "--steps", "0"], EXIT_USAGE, "scenario.steps"),
+    ("validate-steps-zero", [*VALIDATE, "--steps", "0"], EXIT_USAGE, "--steps"),
     ("validate-window-text", [*VALIDATE, "--window", "four"], EXIT_USAGE, "--window"),
     ("scenario-only-family", [*VALIDATE, "--scenario", "{T}/only_family.json"], EXIT_USAGE, "missing"),
     ("scenario-binary", [*VALIDATE, "--scenario", "{T}/binary.bin"], EXIT_USAGE, "binary.bin"),

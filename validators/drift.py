@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from replayssm import __version__, adapters
+from replayssm.cli_guard import out_path
 from replayssm.families import family_names, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
@@ -666,11 +667,11 @@ def _history(old: dict | None, prov: dict) -> list:
 # ---- running cells ------------------------------------------------------------------------------------------
 
 def cell_path(out: Path, cell_id: str) -> Path:
-    return out / "cells" / f"{cell_id}.json"
+    return out_path(Path(out) / "cells", f"{cell_id}.json", "cell id")
 
 
 def ckpt_path(out: Path, cell_id: str) -> Path:
-    return out / "checkpoints" / f"{cell_id}.pt"
+    return out_path(Path(out) / "checkpoints", f"{cell_id}.pt", "cell id")
 
 
 def default_chunk(device, rows: int, speculative: bool = False) -> int:
