@@ -32,15 +32,16 @@ def add_parser(subparsers):
     p = subparsers.add_parser("fuzz", help="property-based search for failing scenarios (Hypothesis)",
                               description="Fuzz registered kernels: Hypothesis draws scenarios, the validation "
                                           "engine judges them; failures are shrunk and saved as replayable JSON.")
-    p.add_argument("--kernel", action="append", default=[], type=name_arg, help="kernel name (repeatable; a kernel of your own: "
-                                                                 "--import FILE.py|MODULE first; default: every "
-                                                                 "registered kernel that is not a mutant)")
+    p.add_argument("--kernel", action="append", default=[], type=name_arg,
+                   help="kernel name (repeatable; a kernel of your own: --import FILE.py|MODULE first; default: every "
+                        "registered kernel that is not a mutant)")
     p.add_argument("--family", type=name_arg, help="only this family (a registered family)")
     p.add_argument("--include-mutants", action="store_true", help="also fuzz the mutants (they must fail)")
     p.add_argument("--profile", choices=["ci", "dev", "nightly"],
                    help="Hypothesis profile (default: $REPLAYSSM_FUZZ_PROFILE or ci)")
     p.add_argument("--max-examples", type=int_at_least(1), help="examples per kernel (per chunk with --budget-s)")
-    p.add_argument("--budget-s", type=float_in(0, what="a number of seconds"), help="total time budget in seconds, shared by the kernels")
+    p.add_argument("--budget-s", type=float_in(0, what="a number of seconds"),
+                   help="total time budget in seconds, shared by the kernels")
     p.add_argument("--seed", type=int_at_least(0), help="Hypothesis seed (default: random; ci is derandomized)")
     p.add_argument("--device", default="cpu", help="cpu (Triton kernels through the interpreter) or cuda[:N]")
     p.add_argument("--kernel-device", dest="kernel_device",

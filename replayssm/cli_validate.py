@@ -8,6 +8,7 @@ fields), runs :func:`replayssm.validators.run_scenario`, writes ``<out>/<stem>.j
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -66,9 +67,10 @@ MAX_SCENARIO_BYTES = 16 << 20
 def add_parser(subparsers):
     p = subparsers.add_parser("validate", help="validate a kernel against the fp64 reference on a scenario",
                               description="Validate one kernel on one scenario. Exit 0 pass, 1 mismatch, 2 usage.")
-    p.add_argument("--kernel", type=name_arg, help="registered kernel name (see `replayssm list kernels`; a kernel of your own: "
-                                    "--import FILE.py|MODULE first); optional with a --scenario failure artifact "
-                                    "saved by the fuzzer, which names its kernel and the module to import")
+    p.add_argument("--kernel", type=name_arg,
+                   help="registered kernel name (see `replayssm list kernels`; a kernel of your own: "
+                        "--import FILE.py|MODULE first); optional with a --scenario failure artifact "
+                        "saved by the fuzzer, which names its kernel and the module to import")
     p.add_argument("--scenario", metavar="FILE", help="scenario JSON naming every field (--save-scenario writes "
                                                          "one); flags given explicitly override its fields")
     p.add_argument("--family", type=name_arg, help="op family (a registered family; default: the first, mamba2)")
@@ -96,7 +98,8 @@ def add_parser(subparsers):
     p.add_argument("--out", default="replayssm-results", help="folder for the result JSON and Markdown")
     p.add_argument("--save-scenario", metavar="FILE", help="also write the scenario JSON used")
     p.add_argument("--literal-every", type=int_at_least(0, why="0: never; the fp64 running-error bound judges the "
-                                                                 "other steps"), default=1, help="run the literal model every N steps (0: never)")
+                                                                 "other steps"),
+                   default=1, help="run the literal model every N steps (0: never)")
     p.add_argument("--invariants-every", type=int_at_least(1, why=_NO_OFF), default=1,
                    help="snapshot invariants every N >= 1 steps and the last step")
     p.add_argument("--state-every", type=int_at_least(1, why=_NO_OFF), default=1,
@@ -110,8 +113,9 @@ def add_parser(subparsers):
                         "the data fails its sha256 manifest)")
     p.add_argument("--stop-on-failure", action="store_true", help="stop after the first failing step")
     p.add_argument("--progress", action="store_true", default=None, help="progress bar (default: long runs on a tty)")
-    p.add_argument("--threads", type=int_at_least(1, os.cpu_count() or 1, why="at most one per CPU"), help="CPU threads for torch (default: 1 for small geometries, whose "
-                                                "ops are too small to split and slow down under CPU contention)")
+    p.add_argument("--threads", type=int_at_least(1, os.cpu_count() or 1, why="at most one per CPU"),
+                   help="CPU threads for torch (default: 1 for small geometries, whose ops are too small to split "
+                        "and slow down under CPU contention)")
     p.add_argument("--quiet", action="store_true", help="print only the verdict line")
     p.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
                    "(sets REPLAYSSM_VLLM_SRC)")
@@ -121,9 +125,12 @@ def add_parser(subparsers):
 def _option_value(text: str):
     for conv in (int, float):
         try:
-            return conv(text)
+            v = conv(text)
         except ValueError:
-            pass
+            continue
+        if not math.isfinite(v):
+            raise ValueError(f"--kernel-option: expected a finite number, true, false or a word, got {text!r}")
+        return v
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
@@ -253,7 +260,6 @@ def run(args) -> int:
         compile_check.check_arch(args.compile_for)
     dev = check_device(args.device)
     import contextlib
-    import math
 
     import torch
     if args.truth == "golden":

@@ -254,6 +254,17 @@ def derive_budgets(report: dict, factor: float, kernel: str = "literal-replay", 
     return out, skipped
 
 
+def _flagged(call):
+    """``call()``, a ``shard:`` / ``merge:`` refusal of the drift module naming its flag."""
+    try:
+        return call()
+    except ValueError as e:
+        field, sep, rest = str(e).partition(": ")
+        if sep and field in ("shard", "merge"):
+            raise ValueError(f"--{field}: {rest}") from None
+        raise
+
+
 def sweep_footprint(cfg: SweepConfig, workers: int) -> list[tuple[str, int, int, str]]:
     """The memory estimate of ``workers`` cells running side by side (``cli_guard.footprint``; the
     largest geometry and ring of the sweep; a cell's plan is at most about 2 x --tokens steps, the
@@ -274,18 +285,19 @@ def sweep_footprint(cfg: SweepConfig, workers: int) -> list[tuple[str, int, int,
                              "steps": "--tokens" if cfg.tokens / 2048 >= cfg.rows / 2 else "--rows"},
                       copies=workers)
     samples = workers * 32 * cfg.state_samples
-    return [*terms, ("--state-samples", samples, 0, f"{workers} worker(s) x {cfg.state_samples:,} state samples x 32 B")]
+    what = f"{workers} worker(s) x {cfg.state_samples:,} state samples x 32 B"
+    return [*terms, ("--state-samples", samples, 0, what)]
 
 
 def run(args) -> int:
     use_vllm_src(args)
     adapters.load()  # the adapters whose source is available register their kernels
-    shard = D.parse_shard(args.shard)
+    shard = _flagged(lambda: D.parse_shard(args.shard))
     if args.merge and shard != (0, 1):
         raise ValueError("--merge: merging takes no --shard")
     results = None
     if args.merge:
-        cfg, results = D.load_cells(args.merge)
+        cfg, results = _flagged(lambda: D.load_cells(args.merge))
     else:
         cfg = config_from_args(args)
     cells, skipped = cfg.cells()

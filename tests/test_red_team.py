@@ -109,7 +109,7 @@ CASES = [
     ("drift-history-below-window", [*DRIFT, "--history", "3"], EXIT_USAGE, "--history"),
     ("drift-budgets-binary", [*DRIFT, "--check", "--budgets", "{T}/binary.bin"], EXIT_USAGE, "binary.bin"),
     ("drift-bad-mode", [*DRIFT, "--modes", "s32a99"], EXIT_USAGE, "--modes"),
-    ("drift-bad-shard", [*DRIFT, "--shard", "2/2"], EXIT_USAGE, "shard"),
+    ("drift-bad-shard", [*DRIFT, "--shard", "2/2"], EXIT_USAGE, "--shard"),
     ("fuzz-max-examples-zero", [*FUZZ, "--max-examples", "0"], EXIT_USAGE, "--max-examples"),
     ("fuzz-budget-negative", [*FUZZ, "--budget-s", "-1"], EXIT_USAGE, "--budget-s"),
     ("fuzz-unknown-kernel", ["fuzz", "--kernel", "nope", "--failures", "{T}/out"], EXIT_USAGE, "nope"),
@@ -211,7 +211,7 @@ def env46(env, monkeypatch):
     """``env`` plus scenario files with huge sizes, a failure artifact naming a kernel with a path
     in it, a module registering such a kernel; the working directory is the tmp folder."""
     base = json.loads(Scenario.tiny("mamba2", schedule="random").to_json())
-    for name, change in (("huge_slots", {"num_slots": 10**10}), ("huge_buffer", {"buffer": 10**9}),
+    for name, change in (("plain", {}), ("huge_slots", {"num_slots": 10**10}), ("huge_buffer", {"buffer": 10**9}),
                          ("huge_steps", {"steps": 10**10})):
         (env / f"{name}.json").write_text(json.dumps({**base, **change}))
     sc = Scenario.tiny("mamba2", schedule="random")
@@ -239,12 +239,13 @@ CASES_46 = [
     ("scenario-num-slots-huge", [*VALIDATE, "--scenario", "{T}/huge_slots.json"], EXIT_ENV, "scenario.num_slots"),
     ("scenario-buffer-huge", [*VALIDATE, "--scenario", "{T}/huge_buffer.json"], EXIT_ENV, "scenario.buffer"),
     ("scenario-steps-huge", [*VALIDATE, "--scenario", "{T}/huge_steps.json"], EXIT_ENV, "scenario.steps"),
-    ("scenario-slots-flag-over-file", [*VALIDATE, "--scenario", "{T}/only_family.json", "--slots", HUGE], EXIT_USAGE,
-     "missing"),
+    ("scenario-slots-flag-over-file", [*VALIDATE, "--scenario", "{T}/plain.json", "--slots", HUGE], EXIT_ENV,
+     "--slots"),
     ("scenario-file-too-big", [*VALIDATE, "--scenario", "{T}/big.json"], EXIT_USAGE, "--scenario"),
     ("drift-rows-huge", [*DRIFT, "--rows", "100000000"], EXIT_ENV, "--rows"),
     ("drift-history-huge", [*DRIFT, "--schedules", "spec-random", "--history", HUGE], EXIT_ENV, "--history"),
     ("drift-state-samples-huge", [*DRIFT, "--state-samples", HUGE], EXIT_ENV, "--state-samples"),
+    ("drift-merge-not-a-sweep", [*DRIFT, "--merge", "{T}/afile"], EXIT_USAGE, "--merge"),
     # output paths checked before the run (a parent that is a regular file)
     ("validate-out-file-parent", [*VALIDATE[:-1], "{T}/afile/out"], EXIT_ENV, "--out"),
     ("drift-write-budgets-file-parent", [*DRIFT, "--write-budgets", "{T}/afile/b.toml"], EXIT_ENV, "--write-budgets"),
@@ -260,6 +261,7 @@ CASES_46 = [
     ("bench-rep-ms-nan", ["bench", "--rep-ms", "nan"], EXIT_USAGE, "--rep-ms"),
     ("drift-budget-inf", [*DRIFT, "--budget", "inf"], EXIT_USAGE, "--budget"),
     ("validate-seed-2-63", [*VALIDATE, "--seed", str(2**63)], EXIT_USAGE, "--seed"),
+    ("validate-kernel-option-nan", [*VALIDATE, "--kernel-option", "eps=nan"], EXIT_USAGE, "--kernel-option"),
     # the three messages that named the wrong flag, and their kin
     ("validate-threads-huge", [*VALIDATE, "--threads", "100000000"], EXIT_USAGE, "--threads"),
     ("fuzz-family-unknown", ["fuzz", "--family", "nope", "--failures", "{T}/out"], EXIT_USAGE, "--family"),
