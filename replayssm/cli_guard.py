@@ -16,7 +16,9 @@ one row's state, plus ``WINDOW_COPIES`` fp64 copies of a window of inputs and ou
 ``ROW_HOST_BYTES`` of Python objects), the slots the kernel owns (``SLOT_COPIES`` fp64 copies of
 a slot's state and its ``ring_rows`` x per-token records: kernel, literal model, snapshot, repeat
 run; plus ``SLOT_HOST_BYTES`` of Python objects).  Element sizes are charged at 8 bytes (fp64, the
-widest storage a mode has), so the estimate is an upper bound for every precision mode.  The time
+widest storage a mode has), so the estimate is an upper bound for every precision mode (measured:
+``validate`` on the tiny geometry with 4,000 rows, random schedule, 4 steps: 0.9 GiB estimated,
+0.64 GiB of resident memory above the idle process).  The time
 estimate covers the one plan whose construction grows faster than its length: the exhaustive
 schedule's cover walk (one per distinct row order, at most T' of them), about
 ``EXHAUSTIVE_S_PER_PAIR`` x pairs + ``EXHAUSTIVE_S_PER_PAIR2`` x pairs^2 seconds each (measured on a
