@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ENV
     except MemoryError:
         _debug(debug)
-        print("replayssm: environment: out of memory (lower --steps, --tokens or --rows)", file=sys.stderr)
+        lower = _SIZE_FLAGS.get(argv[0] if argv else "", "the run's size")
+        print(f"replayssm: environment: out of memory (lower {lower})", file=sys.stderr)
         return EXIT_ENV
     except OSError as e:
         _debug(debug)
@@ -210,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         _debug(debug)
         print(f"replayssm: internal error: {_one_line(e)} (rerun with --debug for the traceback)", file=sys.stderr)
         return EXIT_ENV
+
+
+# What to lower after a MemoryError, by subcommand (flags of that subcommand only).
+_SIZE_FLAGS = {"validate": "--steps, --batch or --slots", "drift": "--tokens, --rows or --workers",
+               "fuzz": "--max-examples", "bench": "--batches or --spec-batches"}
 
 
 def _debug(on: bool) -> None:

@@ -9,13 +9,24 @@ Exit codes: :data:`replayssm.cli.EXIT_CONTRACT` (3 without a CUDA device or with
 from __future__ import annotations
 
 import json
+import math
 
 import torch
 
 from replayssm import adapters
-from replayssm.cli_guard import EnvironmentProblem, check_record_path, check_writable
+from replayssm.cli_guard import (
+    EnvironmentProblem,
+    check_fits,
+    check_record_path,
+    check_writable,
+    float_in,
+    int_at_least,
+    name_arg,
+    ring_rows_of,
+    token_elems,
+)
 from replayssm.cli_list import use_vllm_src
-from replayssm.families import family, family_names
+from replayssm.families import family, family_names, preset
 from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import bench_records, source
 from replayssm.registry import kernels
@@ -26,15 +37,15 @@ from replayssm.validators.bench_against import bench_against, markdown, write
 def add_parser(subparsers):
     p = subparsers.add_parser("bench", help="time kernels on a CUDA GPU against the copy bandwidth and the "
                                             "traffic model (standard and speculative decode)")
-    p.add_argument("--family", default=None, help="a registered family (default: the first, mamba2)")
-    p.add_argument("--geometry", default=None, help="preset (default: the family's bench geometry)")
-    p.add_argument("--precision", default="s32a16")
-    p.add_argument("--buffer", type=int, default=16, help="L (standard decode)")
+    p.add_argument("--family", type=name_arg, default=None, help="a registered family (default: the first, mamba2)")
+    p.add_argument("--geometry", type=name_arg, default=None, help="preset (default: the family's bench geometry)")
+    p.add_argument("--precision", type=name_arg, default="s32a16")
+    p.add_argument("--buffer", type=int_at_least(1), default=16, help="L (standard decode)")
     p.add_argument("--batches", default="1,8,32,128,256,512")
     p.add_argument("--spec-batches", default="128,512")
-    p.add_argument("--window", type=int, default=4)
+    p.add_argument("--window", type=int_at_least(1), default=4)
     p.add_argument("--no-sweep", action="store_true", help="time only the default launch configuration")
-    p.add_argument("--rep-ms", type=float, default=200)
+    p.add_argument("--rep-ms", type=float_in(0, what="a number of milliseconds"), default=200)
     p.add_argument("--json", default=None, help="write the full result here")
     p.add_argument("--against", default=None, metavar="NAME[,NAME]",
                    help="external kernels to time beside ours (adapters, e.g. vllm-replay: its source's baseline "
@@ -86,6 +97,8 @@ def run_against(args, batches, spec_batches) -> int:
         check_writable(args.out, "--out", is_dir=True)
     if not torch.cuda.is_available():
         raise EnvironmentProblem("bench: no CUDA device visible; the benchmark needs an NVIDIA GPU")
+    for f in fams:
+        check_bench_fits(f, args.geometry, batches, spec_batches, args.buffer, args.window)
     copy = None
     for f in fams:
         res = bench_against(f, names, args.geometry, args.precision, args.buffer, batches, spec_batches, args.window,
@@ -98,25 +111,45 @@ def run_against(args, batches, spec_batches) -> int:
     return 0
 
 
+def check_bench_fits(family_name: str, geometry: str | None, batches: list[int], spec_batches: list[int], buffer: int,
+                     window: int, device: str = "cuda") -> None:
+    """Refuse (exit 3) batches whose states and records (fp32, twice: the timed buffers and the
+    inputs) would not fit the GPU, naming --batches or --spec-batches."""
+    try:
+        geo = preset(geometry or family(family_name).bench_geometry, family_name)
+    except ValueError:
+        return  # the job names the bad geometry
+    st, tok = math.prod(geo.state_shape), token_elems(geo)
+    terms = []
+    for flag, bs, ring in (("--batches", batches, ring_rows_of("standard", 1, buffer)),
+                           ("--spec-batches", spec_batches, ring_rows_of("speculative", window, 16))):
+        if bs:
+            b = max(bs)
+            terms.append((flag, 0, 2 * 4 * b * (st + ring * tok), f"a batch of {b:,} x {ring} record rows"))
+    for term in terms:
+        check_fits([term], device)
+
+
 def run(args) -> int:
-    fam = family(args.family or family_names()[0])
+    try:
+        fam = family(args.family or family_names()[0])
+    except ValueError as e:
+        raise ValueError(f"--family {args.family}: {str(e).split(': ', 1)[-1]}") from None
     batches = _ints("--batches", args.batches)
     spec_batches = _ints("--spec-batches", args.spec_batches)
-    for flag, v, lo in (("--buffer", args.buffer, 1), ("--window", args.window, 1)):
-        if v < lo:
-            raise ValueError(f"{flag}: expected an integer >= {lo}, got {v}")
-    if not args.rep_ms > 0:
-        raise ValueError(f"--rep-ms: expected a positive number of milliseconds, got {args.rep_ms}")
     if args.against is not None:
         if args.record is not None:
             raise ValueError("--record: records the family bench (without --against); --against writes its "
                              "JSON and table under --out")
+        if args.json:
+            raise ValueError("--json: not used with --against (its results go to --out)")
         return run_against(args, batches, spec_batches)
     if args.json:
         check_writable(args.json, "--json", is_dir=False)
     check_record_path(args.record)
     if not torch.cuda.is_available():
         raise EnvironmentProblem("bench: no CUDA device visible; the benchmark needs an NVIDIA GPU")
+    check_bench_fits(fam.name, args.geometry, batches, spec_batches, args.buffer, args.window)
     res = bench_family(fam.name, args.geometry, args.precision, args.buffer, batches, spec_batches, args.window,
                        rep_ms=args.rep_ms, sweep=not args.no_sweep)
     print()

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from replayssm.cli import check_device
-from replayssm.cli_guard import check_record_path, check_writable
+from replayssm.cli_guard import check_record_path, check_writable, float_in, int_at_least, name_arg
 from replayssm.cli_list import load_kernels
 from replayssm.families import family, family_names
 from replayssm.precision import parse_mode
@@ -27,27 +27,30 @@ from replayssm.registry import get
 from replayssm.scenarios.strategies import FUZZ_MODES, supported_decodes
 from replayssm.validators import compile_check
 from replayssm.validators.fuzz import drawable_modes, fuzz_kernel, fuzzable_kernels, profile_name
+from replayssm.validators.fuzz_artifacts import artifact_json
 
 
 def add_parser(subparsers):
     p = subparsers.add_parser("fuzz", help="property-based search for failing scenarios (Hypothesis)",
                               description="Fuzz registered kernels: Hypothesis draws scenarios, the validation "
                                           "engine judges them; failures are shrunk and saved as replayable JSON.")
-    p.add_argument("--kernel", action="append", default=[], help="kernel name (repeatable; a kernel of your own: "
-                                                                 "--import FILE.py|MODULE first; default: every "
-                                                                 "registered kernel that is not a mutant)")
-    p.add_argument("--family", help="only this family (a registered family)")
+    p.add_argument("--kernel", action="append", default=[], type=name_arg,
+                   help="kernel name (repeatable; a kernel of your own: --import FILE.py|MODULE first; default: every "
+                        "registered kernel that is not a mutant)")
+    p.add_argument("--family", type=name_arg, help="only this family (a registered family)")
     p.add_argument("--include-mutants", action="store_true", help="also fuzz the mutants (they must fail)")
     p.add_argument("--profile", choices=["ci", "dev", "nightly"],
                    help="Hypothesis profile (default: $REPLAYSSM_FUZZ_PROFILE or ci)")
-    p.add_argument("--max-examples", type=int, help="examples per kernel (per chunk with --budget-s)")
-    p.add_argument("--budget-s", type=float, help="total time budget in seconds, shared by the kernels")
-    p.add_argument("--seed", type=int, help="Hypothesis seed (default: random; ci is derandomized)")
+    p.add_argument("--max-examples", type=int_at_least(1), help="examples per kernel (per chunk with --budget-s)")
+    p.add_argument("--budget-s", type=float_in(0, what="a number of seconds"),
+                   help="total time budget in seconds, shared by the kernels")
+    p.add_argument("--seed", type=int_at_least(0), help="Hypothesis seed (default: random; ci is derandomized)")
     p.add_argument("--device", default="cpu", help="cpu (Triton kernels through the interpreter) or cuda[:N]")
     p.add_argument("--kernel-device", dest="kernel_device",
                    help="run the kernel there (cuda[:N]) while the engine, literal model and fp64 reference run on "
                         "--device (default: --device); tiny fuzz scenarios are faster with the engine on cpu")
-    p.add_argument("--compile-for", dest="compile_for", type=int, metavar="SM",
+    p.add_argument("--compile-for", dest="compile_for", type=int_at_least(70, why="a CUDA compute capability"),
+                   metavar="SM",
                    help="with --device cpu: also compile every Triton kernel launch of the fuzzed scenarios for "
                         "CUDA compute capability SM (90 = H200) without a GPU (replayssm validate --compile-for)")
     p.add_argument("--modes", help="comma-separated precision modes to draw from (default: every mode a kernel "
@@ -70,12 +73,11 @@ def run(args) -> int:
 
     load_kernels()
     profile = profile_name(args.profile)
-    if args.max_examples is not None and args.max_examples < 1:
-        raise ValueError(f"--max-examples: expected a positive integer, got {args.max_examples}")
-    if args.budget_s is not None and args.budget_s <= 0:
-        raise ValueError(f"--budget-s: expected a positive number of seconds, got {args.budget_s}")
-    if args.seed is not None and args.seed < 0:
-        raise ValueError(f"--seed: expected an integer >= 0, got {args.seed}")
+    if args.family is not None:
+        try:
+            family(args.family)
+        except ValueError as e:
+            raise ValueError(f"--family {args.family}: {str(e).split(': ', 1)[-1]}") from None
     if args.compile_for is not None:
         if args.device != "cpu" or args.kernel_device not in (None, "cpu"):
             raise ValueError("--compile-for: needs the kernel on the cpu (--device cpu, no --kernel-device): the "
@@ -88,7 +90,7 @@ def run(args) -> int:
         check_writable(args.json, "--json", is_dir=False)
     check_record_path(args.record)
     if args.kernel:
-        fams = [family(args.family).name] if args.family else list(family_names())
+        fams = [args.family] if args.family else list(family_names())
         targets = []
         for name in args.kernel:
             found = []
@@ -169,8 +171,8 @@ def _supporting(targets: list, modes: tuple[str, ...] | None, named: bool, kerne
             continue
         keep.append(cls)
     if not keep:
-        raise ValueError(f"{'--modes' if modes else '--kernel'}: no kernel to fuzz supports any of "
-                         f"{list(modes or FUZZ_MODES)} where it runs")
+        flag = "--modes" if modes else "--kernel" if named else "--family"
+        raise ValueError(f"{flag}: no kernel to fuzz supports any of {list(modes or FUZZ_MODES)} where it runs")
     return keep
 
 
@@ -210,3 +212,8 @@ def _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports) -> None:
         merged.seeds = seeds
         reports.append(merged)
         print(merged.summary(), flush=True)
+        if merged.record is not None and merged.artifact is None:
+            # Writing the artifact failed after the check before the run: print it rather than lose it.
+            print(f"fuzz: {'; '.join(merged.notes) or 'the reproducer was not written'}; the reproducer "
+                  f"(save it as FILE.json, then replayssm validate --scenario FILE.json):\n"
+                  f"{artifact_json(merged.scenario, merged.record)}", end="", flush=True)

@@ -36,7 +36,10 @@ def load_kernels() -> None:
 def collect(family: str | None = None) -> dict:
     load_kernels()
     if family is not None:
-        family_of(family)  # ValueError naming the registered families -> exit 2
+        try:
+            family_of(family)
+        except ValueError as e:  # exit 2 naming the flag and the registered families
+            raise ValueError(f"--family {family}: {str(e).split(': ', 1)[-1]}") from None
     geometries: dict[str, dict] = {}
     for fname, fam in families().items():
         for name, g in fam.presets.items():

@@ -58,7 +58,8 @@ def load_profiles(path: Path = PROFILES) -> dict[str, Profile]:
             raise ValueError(f"profile {name}: unknown keys {sorted(unknown)}")
         devices = tuple(p.get("devices", ()))
         if not devices or not set(devices) <= set(DEVICES):
-            raise ValueError(f"profile {name}: devices must be a non-empty subset of {list(DEVICES)}, got {list(devices)}")
+            raise ValueError(f"profile {name}: devices must be a non-empty subset of {list(DEVICES)}, "
+                             f"got {list(devices)}")
         steps = []
         for i, s in enumerate(p.get("steps", ())):
             kinds = [k for k in STEP_KINDS if k in s]
@@ -73,7 +74,8 @@ def load_profiles(path: Path = PROFILES) -> dict[str, Profile]:
                               {str(k): str(v) for k, v in s.get("env", {}).items()}))
         if not steps or not p.get("description"):
             raise ValueError(f"profile {name}: needs a description and at least one step")
-        out[name] = Profile(name, p["description"], devices, tuple(steps), bool(p.get("parallel", False)), p.get("needs"))
+        out[name] = Profile(name, p["description"], devices, tuple(steps), bool(p.get("parallel", False)),
+                            p.get("needs"))
     return out
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -29,14 +30,15 @@ from replayssm import __version__, adapters
 from replayssm.cli import EXIT_CONTRACT
 from replayssm.cli_guard import (
     EnvironmentProblem,
-    check_memory,
+    check_fits,
+    check_name,
     check_record_path,
     check_writable,
     float_in,
+    footprint,
     int_at_least,
     output_lock,
-    run_bytes,
-    state_elems,
+    ring_rows_of,
 )
 from replayssm.cli_list import use_vllm_src
 from replayssm.families import preset
@@ -126,20 +128,24 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _list(text: str, name: str) -> tuple[str, ...]:
+    """A comma list of names; each becomes part of cell ids and so of file names (``check_name``)."""
     items = tuple(x.strip() for x in str(text).split(",") if x.strip())
     if not items:
         raise ValueError(f"--{name}: expected a comma-separated list, got {text!r}")
+    if name != "geometry":
+        for x in items:
+            check_name(x, f"--{name}")
     return items
 
 
 def _geometry(text: str, families) -> dict:
     if "=" not in text:
-        return {f: text.strip() for f in families}
+        return {f: check_name(text.strip(), "--geometry") for f in families}
     out = {}
     for part in _list(text, "geometry"):
         if "=" not in part:
             raise ValueError(f"--geometry: expected family=preset pairs, got {part!r}")
-        f, g = (x.strip() for x in part.split("=", 1))
+        f, g = (check_name(x.strip(), "--geometry") for x in part.split("=", 1))
         out[f] = g
     return out
 
@@ -241,15 +247,50 @@ def derive_budgets(report: dict, factor: float, kernel: str = "literal-replay", 
     return out, skipped
 
 
+def _flagged(call):
+    """``call()``, a ``shard:`` / ``merge:`` refusal of the drift module naming its flag."""
+    try:
+        return call()
+    except ValueError as e:
+        field, sep, rest = str(e).partition(": ")
+        if sep and field in ("shard", "merge"):
+            raise ValueError(f"--{field}: {rest}") from None
+        raise
+
+
+def sweep_footprint(cfg: SweepConfig, workers: int) -> list[tuple[str, int, int, str]]:
+    """The memory estimate of ``workers`` cells running side by side (``cli_guard.footprint``; the
+    largest geometry and ring of the sweep; a cell's plan is at most about 2 x --tokens steps, the
+    doubling search of the random schedules), each cause charged to its flag, plus the log-spaced
+    state-sample targets (four int64/float64 arrays of --state-samples entries per cell)."""
+    geo = max((preset(dict(cfg.geometry)[f], f) for f in cfg.families), key=lambda g: math.prod(g.state_shape))
+    rings = [(1, "--rows")]
+    if any(D.SCHEDULES[s][0] == "speculative" for s in cfg.schedules):
+        rings.append((ring_rows_of("speculative", cfg.window, cfg.history),
+                      "--window" if cfg.window / 4 > cfg.history / 12 else "--history"))
+    if any(D.SCHEDULES[s][0] == "standard" for s in cfg.schedules):
+        rings.append((ring_rows_of("standard", 1, cfg.buffer), "--buffer"))
+    ring, ring_flag = max(rings)
+    terms = footprint(geo, rows=cfg.rows, slots=cfg.rows, window=cfg.window, ring_rows=ring, steps=2 * cfg.tokens,
+                      flags={"rows": "--rows", "slots": "--rows",
+                             "ring": ring_flag if ring / 16 > cfg.rows / 2 else "--rows",
+                             "window": "--window" if cfg.window / 4 > cfg.rows / 2 else "--rows",
+                             "steps": "--tokens" if cfg.tokens / 2048 >= cfg.rows / 2 else "--rows"},
+                      copies=workers)
+    samples = workers * 32 * cfg.state_samples
+    what = f"{workers} worker(s) x {cfg.state_samples:,} state samples x 32 B"
+    return [*terms, ("--state-samples", samples, 0, what)]
+
+
 def run(args) -> int:
     use_vllm_src(args)
     adapters.load()  # the adapters whose source is available register their kernels
-    shard = D.parse_shard(args.shard)
+    shard = _flagged(lambda: D.parse_shard(args.shard))
     if args.merge and shard != (0, 1):
         raise ValueError("--merge: merging takes no --shard")
     results = None
     if args.merge:
-        cfg, results = D.load_cells(args.merge)
+        cfg, results = _flagged(lambda: D.load_cells(args.merge))
     else:
         cfg = config_from_args(args)
     cells, skipped = cfg.cells()
@@ -268,10 +309,7 @@ def run(args) -> int:
     check_record_path(args.record)
     if not args.merge:
         n_workers = args.workers or (len(devices) if devices[0] != "cpu" else 4)
-        state = max(state_elems(preset(dict(cfg.geometry)[f], f)) for f in cfg.families)
-        # A cell's plan is at most about 2 x --tokens steps (the doubling search for the random schedules).
-        check_memory(min(n_workers, len(cells)) * run_bytes(2 * cfg.tokens, cfg.rows, state), "--tokens",
-                     f"{min(n_workers, len(cells))} worker(s) x {cfg.rows} rows x {cfg.tokens:,} tokens")
+        check_fits(sweep_footprint(cfg, min(n_workers, len(cells))), devices[0])
     env = environment(devices)
     with output_lock(out, "--out"):  # one writer per output folder
         outcome = None

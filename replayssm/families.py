@@ -233,6 +233,9 @@ def register_family(fam: Family, *, replace: bool = False) -> Family:
         raise ValueError(f"fam: expected a Family instance, got {fam!r}")
     if not fam.name:
         raise ValueError(f"fam: {type(fam).__name__} must set the class attribute name")
+    from replayssm.cli_guard import check_name
+
+    check_name(fam.name, "name")  # family names become parts of file names
     have = _FAMILIES.get(fam.name)
     if have is not None and type(have) is not type(fam) and not replace:
         raise ValueError(f"name: family {fam.name!r} is already registered ({type(have).__name__})")

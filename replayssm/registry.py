@@ -6,11 +6,14 @@ Triton kernels when it is imported, which the first lookup here does.  Outside k
     from replayssm.registry import register
     register(MyKernel)            # a KernelUnderTest subclass with name and family set
 
+Names are letters, digits, ``_ . -`` (``cli_guard.check_name``): they become parts of file names.
+
 and are then usable everywhere by name (CLI ``--kernel``, the runner, the fuzzer, drift).
 """
 
 from __future__ import annotations
 
+from replayssm.cli_guard import check_name
 from replayssm.families import families
 from replayssm.interface import KernelConfig, KernelUnderTest
 
@@ -24,6 +27,7 @@ def register(cls: type[KernelUnderTest], *, replace: bool = False) -> type[Kerne
         raise ValueError(f"cls: expected a KernelUnderTest subclass, got {cls!r}")
     if not cls.name or not cls.family:
         raise ValueError(f"cls: {cls.__name__} must set the class attributes name and family")
+    check_name(cls.name, "name")  # names become file names (results, cells, failure artifacts)
     key = (cls.family, cls.name)
     if key in _REGISTRY and _REGISTRY[key] is not cls and not replace:
         raise ValueError(f"name: kernel {cls.name!r} is already registered for family {cls.family!r}")

@@ -310,7 +310,8 @@ class Scenario:
         ring = next_pow2(buffer + window) if decode == "speculative" else buffer
         slot_ids = tuple(slots.get(r, PAD_SLOT) for r in range(batch))
         if decode == "speculative":
-            origins = tuple(0 if r in pad_rows else (5 + 7 * active.index(r)) % ring for r in range(batch))
+            rank = {r: i for i, r in enumerate(active)}
+            origins = tuple(0 if r in pad_rows else (5 + 7 * rank[r]) % ring for r in range(batch))
         else:
             origins = (0,) * batch
         base = dict(family=family, decode=decode, window=window, buffer=buffer, rows=batch, num_slots=num_slots,

@@ -335,13 +335,14 @@ def _exhaustive(sc) -> list[StepPlan]:
             plans.append(StepPlan(s, acc, rr, [0] * len(rr)))
         return plans
     T = sc.window
-    walks = {}
+    walks, covers = {}, {}
     for r, i in enumerate(ids):
         if i == PAD_SLOT:
             continue
         shift = r % T
-        order = [((j + shift) % T) + 1 for j in range(T)]
-        ks, resets = _cover_walk(sc, order)
+        if shift not in covers:  # a walk depends on the order only: at most T' distinct ones
+            covers[shift] = _cover_walk(sc, [((j + shift) % T) + 1 for j in range(T)])
+        ks, resets = covers[shift]
         walks[r] = (_until_wrap(sc, ks, resets, sc.resolved_origins[r], (ring - 1 - r) % ring), resets)
     n = max(len(ks) for ks, _ in walks.values())
     rng = _rng(sc, 1)

@@ -91,7 +91,7 @@ CASES = [
     ("validate-state-every-zero", [*VALIDATE, "--state-every", "0"], EXIT_USAGE, "--state-every"),
     ("validate-invariants-every-zero", [*VALIDATE, "--invariants-every", "0"], EXIT_USAGE, "--invariants-every"),
     ("validate-threads-zero", [*VALIDATE, "--threads", "0"], EXIT_USAGE, "--threads"),
-    ("validate-steps-zero", [*VALIDATE, "--steps", "0"], EXIT_USAGE, "scenario.steps"),
+    ("validate-steps-zero", [*VALIDATE, "--steps", "0"], EXIT_USAGE, "--steps"),
     ("validate-window-text", [*VALIDATE, "--window", "four"], EXIT_USAGE, "--window"),
     ("scenario-only-family", [*VALIDATE, "--scenario", "{T}/only_family.json"], EXIT_USAGE, "missing"),
     ("scenario-binary", [*VALIDATE, "--scenario", "{T}/binary.bin"], EXIT_USAGE, "binary.bin"),
@@ -109,7 +109,7 @@ CASES = [
     ("drift-history-below-window", [*DRIFT, "--history", "3"], EXIT_USAGE, "--history"),
     ("drift-budgets-binary", [*DRIFT, "--check", "--budgets", "{T}/binary.bin"], EXIT_USAGE, "binary.bin"),
     ("drift-bad-mode", [*DRIFT, "--modes", "s32a99"], EXIT_USAGE, "--modes"),
-    ("drift-bad-shard", [*DRIFT, "--shard", "2/2"], EXIT_USAGE, "shard"),
+    ("drift-bad-shard", [*DRIFT, "--shard", "2/2"], EXIT_USAGE, "--shard"),
     ("fuzz-max-examples-zero", [*FUZZ, "--max-examples", "0"], EXIT_USAGE, "--max-examples"),
     ("fuzz-budget-negative", [*FUZZ, "--budget-s", "-1"], EXIT_USAGE, "--budget-s"),
     ("fuzz-unknown-kernel", ["fuzz", "--kernel", "nope", "--failures", "{T}/out"], EXIT_USAGE, "nope"),
@@ -299,3 +299,250 @@ def test_an_unusable_checkpoint_is_set_aside_and_its_cell_recomputed(drift_done,
     assert why in line and spec.id in line
     (kept,) = (out / "quarantine").iterdir()
     assert kept.read_bytes() == corrupt(good)  # set aside as it was, never deleted
+
+
+# ================================================================================================
+# Issue 46, item 5: every refusal before work.  Huge sizes are refused from an estimate (memory
+# by cause, the exhaustive plan's build time) before any plan, tensor or Python object per row
+# exists, so they cost nothing; output paths are probed before the run (a path whose parent is a
+# regular file: tests may run as root, where permissions do not stop writes); every numeric flag
+# refuses nan/inf; each message names a flag of its own subcommand; names that become file names
+# are refused; the --out lock is released on every exit path.  Each case runs with the working
+# directory in the tmp folder, whose files and folders must be unchanged afterwards.
+# ================================================================================================
+
+from replayssm import cli_guard  # noqa: E402
+from replayssm.validators.fuzz_artifacts import FailureRecord, artifact_json  # noqa: E402
+
+HUGE = str(10**10)
+FAKE_MEMORY = 64 << 30  # the estimate's limit, the same on every machine
+
+
+def _state(root: Path) -> dict[str, str]:
+    """Every file (sha256) and folder under ``root``: a created empty folder counts as a change."""
+    return {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder")
+            for p in sorted(root.rglob("*"))}
+
+
+def _flags_of(sub: str) -> set[str]:
+    """The option strings of subcommand ``sub`` (and the global ones every subcommand takes)."""
+    from replayssm.cli import build_parser
+    parser = build_parser()
+    subs = next(a for a in parser._actions if a.choices and sub in a.choices).choices
+    return {o for a in subs[sub]._actions for o in a.option_strings} | {"--import", "--debug", "--help"}
+
+
+def _assert_names_own_flags(argv: list[str], line: str) -> None:
+    import re
+    sub = argv[0]
+    line = re.sub(r"pip (install|download)[^;)]*", "", line)  # install hints quote pip's flags, not ours
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line))
+    assert named <= _flags_of(sub), f"{sub}: the message names {sorted(named - _flags_of(sub))}: {line}"
+
+
+@pytest.fixture
+def env46(env, monkeypatch):
+    """``env`` plus scenario files with huge sizes, a failure artifact naming a kernel with a path
+    in it, a module registering such a kernel; the working directory is the tmp folder."""
+    base = json.loads(Scenario.tiny("mamba2", schedule="random").to_json())
+    for name, change in (("plain", {}), ("huge_slots", {"num_slots": 10**10}), ("huge_buffer", {"buffer": 10**9}),
+                         ("huge_steps", {"steps": 10**10})):
+        (env / f"{name}.json").write_text(json.dumps({**base, **change}))
+    sc = Scenario.tiny("mamba2", schedule="random")
+    rec = FailureRecord(kernel="../escaped", family="mamba2", check="output", first_bad_step=0)
+    (env / "artifact_dotdot.json").write_text(artifact_json(sc, rec))
+    (env / "big.json").write_bytes(b" " * ((16 << 20) + 1))
+    (env / "evil_kernel.py").write_text(
+        "from replayssm.registry import get, register\n"
+        "class Evil(get('literal-replay', 'mamba2')):\n"
+        "    name = '../evil'\n"
+        "register(Evil)\n")
+    monkeypatch.setattr(cli_guard, "available_memory", lambda: FAKE_MEMORY)
+    monkeypatch.chdir(env)
+    return env
+
+
+CASES_46 = [
+    # sizes: refused from the estimate before Scenario.build (exit 3, the flag named)
+    ("validate-batch-1e7", [*VALIDATE, "--batch", "10000000"], EXIT_ENV, "--batch"),
+    ("validate-slots-huge", [*VALIDATE, "--slots", HUGE], EXIT_ENV, "--slots"),
+    ("validate-buffer-huge-standard", [*VALIDATE, "--decode", "standard", "--buffer", HUGE], EXIT_ENV, "--buffer"),
+    ("validate-window-huge", [*VALIDATE, "--schedule", "random", "--window", HUGE, "--buffer", HUGE], EXIT_ENV,
+     "--window"),
+    ("validate-exhaustive-plan-time", [*VALIDATE, "--buffer", "3000"], EXIT_ENV, "--buffer"),
+    ("scenario-num-slots-huge", [*VALIDATE, "--scenario", "{T}/huge_slots.json"], EXIT_ENV, "scenario.num_slots"),
+    ("scenario-buffer-huge", [*VALIDATE, "--scenario", "{T}/huge_buffer.json"], EXIT_ENV, "scenario.buffer"),
+    ("scenario-steps-huge", [*VALIDATE, "--scenario", "{T}/huge_steps.json"], EXIT_ENV, "scenario.steps"),
+    ("scenario-slots-flag-over-file", [*VALIDATE, "--scenario", "{T}/plain.json", "--slots", HUGE], EXIT_ENV,
+     "--slots"),
+    ("scenario-file-too-big", [*VALIDATE, "--scenario", "{T}/big.json"], EXIT_USAGE, "--scenario"),
+    ("drift-rows-huge", [*DRIFT, "--rows", "100000000"], EXIT_ENV, "--rows"),
+    ("drift-history-huge", [*DRIFT, "--schedules", "spec-random", "--history", HUGE], EXIT_ENV, "--history"),
+    ("drift-state-samples-huge", [*DRIFT, "--state-samples", HUGE], EXIT_ENV, "--state-samples"),
+    ("drift-merge-not-a-sweep", [*DRIFT, "--merge", "{T}/afile"], EXIT_USAGE, "--merge"),
+    # output paths checked before the run (a parent that is a regular file)
+    ("validate-out-file-parent", [*VALIDATE[:-1], "{T}/afile/out"], EXIT_ENV, "--out"),
+    ("drift-write-budgets-file-parent", [*DRIFT, "--write-budgets", "{T}/afile/b.toml"], EXIT_ENV, "--write-budgets"),
+    ("fuzz-failures-file-parent", [*FUZZ[:-1], "{T}/afile/f"], EXIT_ENV, "--failures"),
+    ("fuzz-json-file-parent", [*FUZZ, "--json", "{T}/afile/r.json"], EXIT_ENV, "--json"),
+    ("bench-against-out-file-parent", ["bench", "--against", "literal-replay", "--out", "{T}/afile/o"], EXIT_ENV,
+     "--out"),
+    ("golden-regenerate-dir-file-parent", ["golden", "regenerate", "--dir", "{T}/afile/g"], EXIT_ENV, "--dir"),
+    # non-finite and out-of-range numbers, refused by the flag's type
+    ("fuzz-budget-nan", [*FUZZ, "--budget-s", "nan"], EXIT_USAGE, "--budget-s"),
+    ("fuzz-budget-inf", [*FUZZ, "--budget-s", "inf"], EXIT_USAGE, "--budget-s"),
+    ("fuzz-max-examples-inf", [*FUZZ, "--max-examples", "inf"], EXIT_USAGE, "--max-examples"),
+    ("bench-rep-ms-nan", ["bench", "--rep-ms", "nan"], EXIT_USAGE, "--rep-ms"),
+    ("drift-budget-inf", [*DRIFT, "--budget", "inf"], EXIT_USAGE, "--budget"),
+    ("validate-seed-2-63", [*VALIDATE, "--seed", str(2**63)], EXIT_USAGE, "--seed"),
+    ("validate-kernel-option-nan", [*VALIDATE, "--kernel-option", "eps=nan"], EXIT_USAGE, "--kernel-option"),
+    # the three messages that named the wrong flag, and their kin
+    ("validate-threads-huge", [*VALIDATE, "--threads", "100000000"], EXIT_USAGE, "--threads"),
+    ("fuzz-family-unknown", ["fuzz", "--family", "nope", "--failures", "{T}/out"], EXIT_USAGE, "--family"),
+    ("fuzz-kernel-family-unknown", [*FUZZ[:4], "--family", "nope", "--failures", "{T}/out"], EXIT_USAGE, "--family"),
+    ("validate-family-unknown", [*VALIDATE, "--family", "nope"], EXIT_USAGE, "--family"),
+    ("bench-family-unknown", ["bench", "--family", "nope"], EXIT_USAGE, "--family"),
+    ("list-family-unknown", ["list", "--family", "nope"], EXIT_USAGE, "--family"),
+    # names that would become paths
+    ("validate-kernel-dotdot", ["validate", "--kernel", "../x", "--out", "{T}/out"], EXIT_USAGE, "--kernel"),
+    ("validate-kernel-slash", ["validate", "--kernel", "a/b", "--out", "{T}/out"], EXIT_USAGE, "--kernel"),
+    ("drift-kernels-dotdot", [*DRIFT, "--kernels", "../../x"], EXIT_USAGE, "--kernels"),
+    ("drift-geometry-slash", [*DRIFT, "--geometry", "mamba2=../tiny"], EXIT_USAGE, "--geometry"),
+    ("fuzz-kernel-slash", ["fuzz", "--kernel", "a/b", "--failures", "{T}/out"], EXIT_USAGE, "--kernel"),
+    ("artifact-kernel-dotdot", ["validate", "--scenario", "{T}/artifact_dotdot.json", "--out", "{T}/out"],
+     EXIT_USAGE, "failure.kernel"),
+    ("registered-kernel-dotdot", [*DRIFT, "--import", "{T}/evil_kernel.py", "--kernels", "../evil"], EXIT_ENV,
+     "--import"),
+]
+
+
+@pytest.mark.parametrize("argv,code,needle", [pytest.param(a, c, n, id=i) for i, a, c, n in CASES_46])
+def test_refused_before_work_naming_its_own_flag(env46, capsys, argv, code, needle):
+    argv = [_sub(env46, a) for a in argv]
+    before = _state(env46)
+    got = main(argv)
+    err = capsys.readouterr().err
+    assert got == code, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert needle in lines[0], lines[0]
+    _assert_names_own_flags(argv, lines[0])
+    assert _state(env46) == before
+
+
+@pytest.mark.parametrize("argv,code,needle", [p for p in _params() if p.values[0][0] != "frobnicate"])
+def test_every_refusal_names_a_flag_of_its_own_subcommand(env, capsys, argv, code, needle):
+    """The earlier red-team cases too: a ``--flag`` in a refusal exists on that subcommand."""
+    argv = [_sub(env, a) for a in argv]
+    main(argv)
+    _assert_names_own_flags(argv, capsys.readouterr().err.strip().splitlines()[0])
+
+
+def test_the_batch_layout_is_linear_in_the_batch():
+    """The speculative origins of Scenario.build looked each row up in a list (quadratic): 200,000
+    rows now build in about a second; the layout is unchanged (active row i starts at 5 + 7i)."""
+    sc = Scenario.build("mamba2", batch=200_001, padding=1, schedule="random", steps=1)
+    ring = sc.ring_rows
+    assert sc.resolved_origins[:4] == (5 % ring, 0, 12 % ring, 19 % ring)
+    assert sc.resolved_origins[-1] == (5 + 7 * 199_999) % ring
+
+
+def test_the_exhaustive_plan_is_the_same_with_one_walk_per_order():
+    """The cover walk is computed once per row order (at most T'), not once per row: the plan of
+    a 9-row batch equals the per-row walks of the schedule's own definition."""
+    from replayssm.scenarios import schedules as S
+
+    sc = Scenario.build("mamba2", batch=9, padding=0, window=4, buffer=12, schedule="exhaustive")
+    plans = S._exhaustive(sc)
+    ring = sc.ring_rows
+    for r in range(sc.rows):
+        order = [((j + r % 4) % 4) + 1 for j in range(4)]
+        ks, resets = S._cover_walk(sc, order)
+        ks = S._until_wrap(sc, ks, resets, sc.resolved_origins[r], (ring - 1 - r) % ring)
+        assert [p.accepted[r] for p in plans[:len(ks)]] == ks
+
+
+def test_check_writable_probes_instead_of_trusting_permissions(tmp_path):
+    """os.access says yes to root everywhere; the probe creates (and removes) a file, so a folder
+    that refuses files is refused and a writable one is left unchanged."""
+    cli_guard.check_writable(tmp_path / "new" / "deeper", "--out")
+    cli_guard.check_writable(tmp_path, "--out")
+    assert list(tmp_path.iterdir()) == []
+    if Path("/proc/self").is_dir():
+        with pytest.raises(cli_guard.EnvironmentProblem, match="--out"):
+            cli_guard.check_writable("/proc/replayssm-probe/out", "--out")
+
+
+def test_out_path_keeps_every_file_under_its_folder(tmp_path):
+    from replayssm.validators import drift as D
+
+    assert cli_guard.out_path(tmp_path, "mamba2-literal-replay-s32a16.json", "--kernel").parent == tmp_path
+    for bad in ("../x.json", "a/b.json", "..", "/etc/passwd", ""):
+        with pytest.raises(ValueError, match="--kernel"):
+            cli_guard.out_path(tmp_path, bad, "--kernel")
+    with pytest.raises(ValueError, match="cell id"):
+        D.cell_path(tmp_path, "mamba2.../../../x.s32a32.mild.standard")
+    for bad in ("../x", "a/b", "..", "a b", ""):
+        with pytest.raises(ValueError, match="--kernel"):
+            cli_guard.check_name(bad, "--kernel")
+
+
+def test_check_fits_names_the_largest_cause_on_host_and_gpu():
+    terms = [("--batch", 10, 2**30, "rows"), ("--slots", 10, 40 * 2**30, "slots"), ("--steps", 2**30, 0, "plan")]
+    cli_guard.check_fits(terms, "cpu", available=100 * 2**30)
+    with pytest.raises(cli_guard.EnvironmentProblem, match=r"^--slots: .* of host memory .* lower --slots$"):
+        cli_guard.check_fits(terms, "cpu", available=40 * 2**30)
+    # on a GPU the tensors count against the device, the plan against the host
+    cli_guard.check_fits(terms, "cuda:0", available=2 * 2**30, device_available=100 * 2**30)
+    with pytest.raises(cli_guard.EnvironmentProblem, match=r"^--slots: .* of GPU memory on cuda:0"):
+        cli_guard.check_fits(terms, "cuda:0", available=100 * 2**30, device_available=40 * 2**30)
+    with pytest.raises(cli_guard.EnvironmentProblem, match=r"^--steps: .* of host memory"):
+        cli_guard.check_fits(terms, "cuda:0", available=2**30, device_available=100 * 2**30)
+
+
+def test_a_reproducer_that_cannot_be_written_is_printed(env, capsys, monkeypatch):
+    """The --failures folder passed the check, then writing fails (disk full, folder removed): the
+    shrunk reproducer is printed, not lost."""
+    from replayssm.validators import fuzz_artifacts
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fuzz_artifacts.Path, "write_text", full)
+    code = main(["fuzz", "--kernel", "mutant-no-commit", "--family", "gdn", "--include-mutants", "--max-examples", "5",
+                 "--seed", "0", "--failures", str(env / "out")])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "No space left on device" in out and "replayssm validate --scenario" in out
+    artifact, _ = json.JSONDecoder().raw_decode(out[out.index("{"):])
+    assert artifact["failure"]["kernel"] == "mutant-no-commit"
+    assert Scenario.from_dict(artifact).family == "gdn"
+    assert sorted(p.name for p in (env / "out").iterdir()) == ["earlier.json"]
+
+
+@pytest.mark.parametrize("raised,code", [(RuntimeError("kernel crashed"), EXIT_ENV), (KeyboardInterrupt(), 130)])
+@pytest.mark.parametrize("sub", ["validate", "drift"])
+def test_the_lock_is_released_when_a_run_fails(env, capsys, monkeypatch, sub, raised, code):
+    """An exception or Ctrl-C inside the locked run releases the --out lock: the next run takes it."""
+    def boom(*a, **k):
+        raise raised
+
+    if sub == "validate":
+        from replayssm import cli_validate
+        monkeypatch.setattr(cli_validate, "run_scenario", boom)
+        argv = [*VALIDATE, "--schedule", "random", "--steps", "2"]
+    else:
+        from replayssm.validators import drift as D
+        monkeypatch.setattr(D, "run_sweep", boom)
+        argv = DRIFT
+    assert main([_sub(env, a) for a in argv]) == code
+    capsys.readouterr()
+    with output_lock(env / "out", "--out"):  # refused (EnvironmentProblem) if still held
+        pass
+
+
+def test_a_refused_run_leaves_no_lock_and_no_folder(env46, capsys):
+    out = env46 / "fresh"
+    assert main(["validate", "--kernel", "literal-replay", "--batch", "10000000", "--out", str(out)]) == EXIT_ENV
+    assert "--batch" in capsys.readouterr().err
+    assert not out.exists()

@@ -61,8 +61,10 @@ def side_by_side(recs, family: str) -> str:
     header = ["decode", "batch", *[f"{k} µs" for k in kernels], "ours / theirs (replay)", "records (replay)"]
     rows = []
     for (dec, negk, batch), ks in sorted(by.items(), key=lambda kv: (kv[0][0] != "standard", kv[0][1], kv[0][2])):
-        ours, theirs = ks.get("triton-replay"), next((ks[k] for k in kernels if k in ks and not k.startswith("triton")
-                                                      and "baseline" not in k), None)
+        ours, theirs = (
+            ks.get("triton-replay"),
+            next((ks[k] for k in kernels if k in ks and not k.startswith("triton") and "baseline" not in k), None),
+        )
         cells = []
         for k in kernels:
             r = ks.get(k)
@@ -71,31 +73,53 @@ def side_by_side(recs, family: str) -> str:
         label = "standard L=16" if dec == "standard" else f"spec T'=4 B=16 k={-negk}"
         rows.append([label, batch, *cells, ratio, _cite(ours, theirs)])
     r0 = rs[0]
-    return (f"{r0['family']} ({'speculative' if 'spec' in family else 'standard' if 'std' in family else 'both decodes'}), "
-            f"{r0['geometry']}, commit `{r0['commit'][:12]}`, {r0['device']['name']} "
-            f"(FAIL: the engine's verdict on that kernel failed; ratio > 1: ours faster)\n\n" + _table(header, rows))
+    return (
+        f"{r0['family']} ({'speculative' if 'spec' in family else 'standard' if 'std' in family else 'both decodes'}), "
+        f"{r0['geometry']}, commit `{r0['commit'][:12]}`, {r0['device']['name']} "
+        f"(FAIL: the engine's verdict on that kernel failed; ratio > 1: ours faster)\n\n" + _table(header, rows)
+    )
 
 
 def kda_side_by_side(recs, _arg=None) -> str:
-    return "\n".join(side_by_side([r for r in recs if "against_kda_" + part in r["source"]], "kda_" + part)
-                     for part in ("std", "spec"))
+    return "\n".join(
+        side_by_side([r for r in recs if "against_kda_" + part in r["source"]], "kda_" + part)
+        for part in ("std", "spec")
+    )
 
 
 def bench_gate(recs, _arg=None) -> str:
     rs = [r for r in recs if r["case"].startswith("bench-gate/")]
     thr = [r for r in rs if r["case"].endswith("/threshold")]
-    out = _table(["part", "worst same-commit change", "benchmarks", "threshold", "runs A / B / C exit", "record"],
-                 [[r["config"]["part"], f"{r['metrics']['worst_same_commit_change_pct']} %", r["metrics"]["benchmarks"],
-                   f"{r['metrics']['threshold_pct']} %", f"{r['metrics']['exit_a']} / {r['metrics']['exit_b']} / "
-                   f"{r['metrics']['exit_c']}", _cite(r)] for r in thr])
+    out = _table(
+        ["part", "worst same-commit change", "benchmarks", "threshold", "runs A / B / C exit", "record"],
+        [
+            [
+                r["config"]["part"],
+                f"{r['metrics']['worst_same_commit_change_pct']} %",
+                r["metrics"]["benchmarks"],
+                f"{r['metrics']['threshold_pct']} %",
+                f"{r['metrics']['exit_a']} / {r['metrics']['exit_b']} / {r['metrics']['exit_c']}",
+                _cite(r),
+            ]
+            for r in thr
+        ],
+    )
     noise = {r["config"]["benchmark"]: r for r in rs if "/noise/" in r["case"] and r["config"]["part"] == "kernels"}
     slow = {r["config"]["benchmark"]: r for r in rs if "/slowed/" in r["case"] and r["config"]["part"] == "kernels"}
     rows = []
     for b, r in noise.items():
         s = slow.get(b)
-        rows.append([b.removeprefix("test_kernel[").rstrip("]"), _g(r["metrics"].get("base_median_us")),
-                     f"{r['metrics']['change_pct']:+} %", f"{s['metrics']['change_pct']:+} %{' **over**' if s['metrics'].get('over_threshold') else ''}" if s else None,
-                     _cite(r, s)])
+        rows.append(
+            [
+                b.removeprefix("test_kernel[").rstrip("]"),
+                _g(r["metrics"].get("base_median_us")),
+                f"{r['metrics']['change_pct']:+} %",
+                f"{s['metrics']['change_pct']:+} %{' **over**' if s['metrics'].get('over_threshold') else ''}"
+                if s
+                else None,
+                _cite(r, s),
+            ]
+        )
     return out + "\n" + _table(["kernel case", "median µs", "A -> B (noise)", "A -> C (slowed)", "records"], rows)
 
 
@@ -117,18 +141,44 @@ def drift_table(recs, source: str) -> str:
     rows = []
     for (fam, kern, mode), s in sorted(_drift_cells(recs, source).items()):
         std, spec = s.get("standard"), s.get("spec-random")
-        stopped = [f"{k} stopped at {r['metrics']['stopped_at_token']:,}" for k, r in s.items()
-                   if r["metrics"].get("stopped_at_token")]
-        rows.append([fam, kern, mode, f"{_bits(std, 'eff_bits_output') or '–'} / {_bits(spec, 'eff_bits_output') or '–'}",
-                     f"{_bits(std, 'eff_bits_state') or '–'} / {_bits(spec, 'eff_bits_state') or '–'}",
-                     (std or spec)["metrics"]["tokens_to_budget"], (spec or {}).get("metrics", {}).get("spec_verdict"),
-                     "; ".join(stopped) or None, _cite(std, spec)])
+        stopped = [
+            f"{k} stopped at {r['metrics']['stopped_at_token']:,}"
+            for k, r in s.items()
+            if r["metrics"].get("stopped_at_token")
+        ]
+        rows.append(
+            [
+                fam,
+                kern,
+                mode,
+                f"{_bits(std, 'eff_bits_output') or '–'} / {_bits(spec, 'eff_bits_output') or '–'}",
+                f"{_bits(std, 'eff_bits_state') or '–'} / {_bits(spec, 'eff_bits_state') or '–'}",
+                (std or spec)["metrics"]["tokens_to_budget"],
+                (spec or {}).get("metrics", {}).get("spec_verdict"),
+                "; ".join(stopped) or None,
+                _cite(std, spec),
+            ]
+        )
     r0 = next(iter(next(iter(_drift_cells(recs, source).values())).values()))
     c = r0["config"]
-    return (f"{c['rows']} rows x {c['tokens_per_row']:,} tokens per cell, commit `{r0['commit']}`, "
-            f"{r0['device']['name']}\n\n" +
-            _table(["family", "kernel", "mode", "eff. bits out std / spec", "eff. bits state std / spec",
-                    "tokens to budget", "speculation", "stopped", "records"], rows))
+    return (
+        f"{c['rows']} rows x {c['tokens_per_row']:,} tokens per cell, commit `{r0['commit']}`, "
+        f"{r0['device']['name']}\n\n"
+        + _table(
+            [
+                "family",
+                "kernel",
+                "mode",
+                "eff. bits out std / spec",
+                "eff. bits state std / spec",
+                "tokens to budget",
+                "speculation",
+                "stopped",
+                "records",
+            ],
+            rows,
+        )
+    )
 
 
 def drift_full(recs, _arg=None) -> str:
@@ -143,25 +193,59 @@ def drift_speed(recs, _arg=None) -> str:
     rows = []
     for r in sorted((r for r in recs if r["case"].startswith("drift-full/")), key=lambda r: r["created"]):
         m = r["metrics"]
-        rows.append(["full report, 32 cells x 10^6 tokens", r["device"]["name"], r["commit"][:12],
-                     f"{m['sweep_wall_s'] / 60:.1f} min ({m['calls']} call(s), {m['workers']} workers)",
-                     _g(m["tokens_per_s"]), _cite(r)])
+        rows.append(
+            [
+                "full report, 32 cells x 10^6 tokens",
+                r["device"]["name"],
+                r["commit"][:12],
+                f"{m['sweep_wall_s'] / 60:.1f} min ({m['calls']} call(s), {m['workers']} workers)",
+                _g(m["tokens_per_s"]),
+                _cite(r),
+            ]
+        )
     rates = [r for r in recs if r["case"].startswith("drift-rate/") and "run" not in r["metrics"]]
     for r in sorted(rates, key=lambda r: (r["created"], r["case"])):
         if r["device"]["name"].startswith("NVIDIA H100"):
-            rows.append([f"one cell: {r['config']['cell']}, {r['config']['rows']} rows", r["device"]["name"], r["commit"],
-                         f"{r['metrics']['timed_s']:.0f} s timed", _g(r["metrics"]["tokens_per_s"]), _cite(r)])
+            rows.append(
+                [
+                    f"one cell: {r['config']['cell']}, {r['config']['rows']} rows",
+                    r["device"]["name"],
+                    r["commit"],
+                    f"{r['metrics']['timed_s']:.0f} s timed",
+                    _g(r["metrics"]["tokens_per_s"]),
+                    _cite(r),
+                ]
+            )
     cpu = sorted((r for r in recs if r["case"] == "drift-default/cpu/48-cells"), key=lambda r: r["metrics"]["run"])
     for r in cpu:
-        rows.append([f"`./dev main` default (48 cells), run {r['metrics']['run']}", "2-core CPU", r["commit"],
-                     f"{r['metrics']['wall_s']} s", _g(r["metrics"]["tokens_per_s"]), _cite(r)])
+        rows.append(
+            [
+                f"`./dev main` default (48 cells), run {r['metrics']['run']}",
+                "2-core CPU",
+                r["commit"],
+                f"{r['metrics']['wall_s']} s",
+                _g(r["metrics"]["tokens_per_s"]),
+                _cite(r),
+            ]
+        )
     return _table(["what", "device", "commit", "wall", "validated tokens/s", "record"], rows)
 
 
 def validate_speed(recs, _arg=None) -> str:
-    rows = [[r["family"], r["geometry"], r["config"]["decode"], r["config"]["batch"], r["verdict"],
-             _g(r["metrics"]["tokens_per_s"]), _g(r["metrics"]["tokens_per_s_with_repeat"]), _cite(r)]
-            for r in recs if r["case"].startswith("validate-speed/")]
+    rows = [
+        [
+            r["family"],
+            r["geometry"],
+            r["config"]["decode"],
+            r["config"]["batch"],
+            r["verdict"],
+            _g(r["metrics"]["tokens_per_s"]),
+            _g(r["metrics"]["tokens_per_s_with_repeat"]),
+            _cite(r),
+        ]
+        for r in recs
+        if r["case"].startswith("validate-speed/")
+    ]
     return _table(["family", "geometry", "decode", "batch", "verdict", "tokens/s", "with repeat check", "record"], rows)
 
 
@@ -170,42 +254,106 @@ def kda_bench(recs, _arg=None) -> str:
     for r in recs:
         if r["source"].endswith("kda_bench_h200_c2992b8.md"):
             by[r["config"]["batch"]][r["kernel"]] = r
-    rows = [[b, _g(k["triton-baseline"]["metrics"]["us"]), _g(k["triton-replay"]["metrics"]["us"]),
-             _g(k["triton-replay"]["metrics"]["replay_over_baseline"]),
-             f"{k['triton-replay']['metrics']['of_copy']:.0%}", _g(k["triton-replay"]["metrics"]["model_limit"]),
-             _cite(k["triton-baseline"], k["triton-replay"])] for b, k in sorted(by.items(), reverse=True)]
+    rows = [
+        [
+            b,
+            _g(k["triton-baseline"]["metrics"]["us"]),
+            _g(k["triton-replay"]["metrics"]["us"]),
+            _g(k["triton-replay"]["metrics"]["replay_over_baseline"]),
+            f"{k['triton-replay']['metrics']['of_copy']:.0%}",
+            _g(k["triton-replay"]["metrics"]["model_limit"]),
+            _cite(k["triton-baseline"], k["triton-replay"]),
+        ]
+        for b, k in sorted(by.items(), reverse=True)
+    ]
     return _table(["batch", "baseline µs", "replay µs", "speed-up", "replay % of copy", "model limit", "records"], rows)
 
 
 def findings_validate(recs, _arg=None) -> str:
-    rows = [[r["family"], r["kernel"], r["config"]["decode"], r["mode"], r["config"]["schedule"],
-             "**FAIL**" if r["verdict"] == "fail" else r["verdict"],
-             f"{r['metrics']['first_failure_check']} at step {r['metrics']['first_failure_step']}"
-             if r["metrics"].get("first_failure_check") else None,
-             _g(r["metrics"].get("worst_state_bound_ratio")), r["commit"], _cite(r)]
-            for r in recs if r["job"] == "validate" and "findings_h200_validate" in r["source"]]
-    return _table(["family", "kernel", "decode", "mode", "schedule", "verdict", "first failure",
-                   "worst state error / bound", "commit", "record"], rows)
+    rows = [
+        [
+            r["family"],
+            r["kernel"],
+            r["config"]["decode"],
+            r["mode"],
+            r["config"]["schedule"],
+            "**FAIL**" if r["verdict"] == "fail" else r["verdict"],
+            f"{r['metrics']['first_failure_check']} at step {r['metrics']['first_failure_step']}"
+            if r["metrics"].get("first_failure_check")
+            else None,
+            _g(r["metrics"].get("worst_state_bound_ratio")),
+            r["commit"],
+            _cite(r),
+        ]
+        for r in recs
+        if r["job"] == "validate" and "findings_h200_validate" in r["source"]
+    ]
+    return _table(
+        [
+            "family",
+            "kernel",
+            "decode",
+            "mode",
+            "schedule",
+            "verdict",
+            "first failure",
+            "worst state error / bound",
+            "commit",
+            "record",
+        ],
+        rows,
+    )
 
 
 def adapters_fuzz(recs, _arg=None) -> str:
-    rows = [[r["family"], r["kernel"], r["device"]["name"], r["mode"] or "fuzzed modes", r["metrics"]["examples"],
-             "**caught**" if r["verdict"] == "fail" else "pass", r["metrics"].get("failure_check"), _cite(r)]
-            for r in recs if r["job"] == "fuzz" and "adapters_fuzz_" in r["source"]]
+    rows = [
+        [
+            r["family"],
+            r["kernel"],
+            r["device"]["name"],
+            r["mode"] or "fuzzed modes",
+            r["metrics"]["examples"],
+            "**caught**" if r["verdict"] == "fail" else "pass",
+            r["metrics"].get("failure_check"),
+            _cite(r),
+        ]
+        for r in recs
+        if r["job"] == "fuzz" and "adapters_fuzz_" in r["source"]
+    ]
     return _table(["family", "kernel", "kernel device", "mode", "scenarios", "verdict", "check", "record"], rows)
 
 
 def nightly_fuzz(recs, _arg=None) -> str:
-    rows = [[r["config"]["run"], r["family"], r["kernel"], r["device"]["kind"], _g(r["metrics"]["scenarios"]),
-             r["metrics"]["false_alarms"], r["verdict"], _cite(r)]
-            for r in recs if r["case"].endswith("/nightly")]
+    rows = [
+        [
+            r["config"]["run"],
+            r["family"],
+            r["kernel"],
+            r["device"]["kind"],
+            _g(r["metrics"]["scenarios"]),
+            r["metrics"]["false_alarms"],
+            r["verdict"],
+            _cite(r),
+        ]
+        for r in recs
+        if r["case"].endswith("/nightly")
+    ]
     return _table(["run", "family", "kernel", "device", "scenarios", "false alarms", "verdict", "record"], rows)
 
 
-TABLES = {"side-by-side": side_by_side, "kda-side-by-side": kda_side_by_side, "bench-gate": bench_gate,
-          "drift-full": drift_full, "drift-adapters": drift_adapters, "drift-speed": drift_speed,
-          "validate-speed": validate_speed, "kda-bench": kda_bench, "findings-validate": findings_validate,
-          "adapters-fuzz": adapters_fuzz, "nightly-fuzz": nightly_fuzz}
+TABLES = {
+    "side-by-side": side_by_side,
+    "kda-side-by-side": kda_side_by_side,
+    "bench-gate": bench_gate,
+    "drift-full": drift_full,
+    "drift-adapters": drift_adapters,
+    "drift-speed": drift_speed,
+    "validate-speed": validate_speed,
+    "kda-bench": kda_bench,
+    "findings-validate": findings_validate,
+    "adapters-fuzz": adapters_fuzz,
+    "nightly-fuzz": nightly_fuzz,
+}
 
 
 def render(spec: str, recs: list[dict]) -> str:

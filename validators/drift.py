@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from replayssm import __version__, adapters
+from replayssm.cli_guard import out_path
 from replayssm.families import family_names, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
@@ -659,11 +660,11 @@ def _history(old: dict | None, prov: dict) -> list:
 # ---- running cells ------------------------------------------------------------------------------------------
 
 def cell_path(out: Path, cell_id: str) -> Path:
-    return out / "cells" / f"{cell_id}.json"
+    return out_path(Path(out) / "cells", f"{cell_id}.json", "cell id")
 
 
 def ckpt_path(out: Path, cell_id: str) -> Path:
-    return out / "checkpoints" / f"{cell_id}{checkpoint_file.SUFFIX}"
+    return out_path(Path(out) / "checkpoints", f"{cell_id}{checkpoint_file.SUFFIX}", "cell id")
 
 
 def quarantine_path(out: Path) -> Path:

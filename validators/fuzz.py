@@ -282,7 +282,11 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
         report.scenario = sc
         report.record = record_of(res, cls.name)
         if failures_dir is not None:
-            report.artifact = save_failure(failures_dir, sc, report.record)
+            try:
+                report.artifact = save_failure(failures_dir, sc, report.record)
+            except OSError as e:  # the shrunk reproducer is kept in the report (report.scenario)
+                report.notes.append(f"the reproducer could not be written to {failures_dir}: "
+                                    f"{e.strerror or type(e).__name__}")
     return report
 
 
