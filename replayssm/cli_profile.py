@@ -126,6 +126,7 @@ def _rank(rc: int) -> int:
 
 def run(args) -> int:
     from replayssm.cli import check_device
+    from replayssm.cli_guard import check_record_path, check_writable
     profiles = load_profiles()
     if args.list:
         for name, p in profiles.items():
@@ -150,6 +151,8 @@ def run(args) -> int:
             print(f"[{step.label}] {env + ' ' if env else ''}python -m {step.kind} {' '.join(argv)}")
         return 0
     check_device(args.device)
+    check_writable(out, "--out")
+    check_record_path(record)
     Path(out).mkdir(parents=True, exist_ok=True)
     if record:
         Path(record).parent.mkdir(parents=True, exist_ok=True)

@@ -92,3 +92,15 @@ def test_the_tiny_cpu_profile_runs_end_to_end(tmp_path, capsys):
     assert report["cells"] and all(c["kernel"] == "literal-replay" for c in report["cells"])
     assert any((out / "validate").iterdir())
     assert PROFILES.exists()
+
+
+@pytest.mark.parametrize("flag", ["--out", "--record"])
+def test_an_unwritable_output_is_refused_before_any_step(tmp_path, capsys, flag):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    target = str(blocker / "below")
+    argv = ["profile", "smoke", "--device", "cpu", "--out", str(tmp_path / "out")]
+    argv = [*argv[:-2], "--out", target] if flag == "--out" else [*argv, "--record", target]
+    assert cli.main(argv) == cli.EXIT_ENV
+    assert flag in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
