@@ -94,10 +94,26 @@ class FamilyMutant:
     gallery: bool = True  # fuzzed by the CI gallery
 
 
+# The mechanisms a family's recurrence and ReplaySSM bookkeeping can have (``Family.capabilities``):
+# a shared mutant declares the mechanism its bug lives in and applies to every family having it
+# (validators/mutants/registry.py); a check that needs a mechanism asks for it the same way.
+CAPABILITIES = {
+    "replay-fold": "the flush folds the checkpoint and the buffered records into a new checkpoint (every family)",
+    "decay-records": "the buffer keeps decay records (role 'decay', meant to be fp32): Mamba-2 Δ, GDN/KDA g",
+    "softplus-gate": "a gate or step size goes through softplus(x + dt_bias) (its threshold a declared convention)",
+    "weighted-input-fold": "the fold sums weighted inputs w_j x_j B_j^T with w_j = Δ_j exp(A (c_n - c_j)) (Mamba-2)",
+    "state-read-records": "records are built by reading the state through the readout dot (a delta rule's "
+                          "d = beta (v - S k)): the dot's precision reaches the state through them",
+    "dt-bias": "a per-head (or per-channel) bias is added to the gate pre-activation once (dt_bias)",
+}
+
+
 class Family(abc.ABC):
     """One op family.  Subclasses set the class attributes and implement the abstract methods."""
 
     name: ClassVar[str] = ""
+    # The mechanisms it has (keys of CAPABILITIES): shared mutants apply to every family having theirs.
+    capabilities: ClassVar[frozenset[str]] = frozenset()
     description: ClassVar[str] = ""
     geometry_cls: ClassVar[type]
     presets: ClassVar[Mapping[str, Any]] = {}
@@ -208,6 +224,12 @@ class Family(abc.ABC):
     def literal_baseline(self) -> type:
         """The literal baseline class (``literal-baseline``)."""
 
+    # Correct literal models with the default bookkeeping that read the state through the readout dot
+    # in another order than ``literal_replay`` (the recurrent in-window solve: S_t k at every token
+    # instead of S_0 k once): at a -tf32 / -tf32x3 mode the tolerance rule takes the larger of their
+    # errors and the literal twin's, since a correct kernel may read the state either way.
+    dot_order_literals: ClassVar[tuple[str, ...]] = ()
+
     # Broken kernels only this family has (its own arithmetic's slips): the mutant registry
     # (validators/mutants/) registers each on this family's literal model, beside the shared ones.
     mutants: ClassVar[tuple[FamilyMutant, ...]] = ()
@@ -236,6 +258,10 @@ def register_family(fam: Family, *, replace: bool = False) -> Family:
     from replayssm.cli_guard import check_name
 
     check_name(fam.name, "name")  # family names become parts of file names
+    unknown = set(fam.capabilities) - set(CAPABILITIES)
+    if unknown:
+        raise ValueError(f"fam.capabilities: unknown mechanism(s) {sorted(unknown)}; "
+                         f"expected some of {sorted(CAPABILITIES)}")
     have = _FAMILIES.get(fam.name)
     if have is not None and type(have) is not type(fam) and not replace:
         raise ValueError(f"name: family {fam.name!r} is already registered ({type(have).__name__})")
@@ -315,6 +341,7 @@ def check_positive_dims(geometry, names: tuple[str, ...]) -> None:
             raise ValueError(f"{f}: expected a positive integer, got {v!r}")
 
 
-__all__ = ["BUILTIN_FAMILIES", "INPUT_LAWS", "Family", "FamilyMutant", "Geometry", "RecordTraffic", "Traffic",
+__all__ = ["BUILTIN_FAMILIES", "CAPABILITIES", "INPUT_LAWS", "Family", "FamilyMutant", "Geometry", "RecordTraffic",
+           "Traffic",
            "check_positive_dims", "families", "family", "family_names", "geometry_from_dict", "preset", "preset_names",
            "register_family", "uniform_in", "unregister_family"]

@@ -216,8 +216,22 @@ class PrecisionMode:
         return FORMATS[self.act].unit_roundoff
 
     @property
+    def arith_unit_roundoff(self) -> float:
+        """The u of the arithmetic (fp64 for the reference, fp32 otherwise), the readout dot left out:
+        what a state's fold and update are judged in.  A readout precision loosens the output checks
+        only: a state computed with the dot (a delta rule's ``S k``) carries the dot's rounding through
+        the records it builds, which the literal model rounds the same way (:attr:`dot_unit_roundoff`)."""
+        return FORMATS["fp64" if self.is_reference else "fp32"].unit_roundoff
+
+    @property
+    def dot_unit_roundoff(self) -> float:
+        """The u of the readout dot's operands (tf32: 2^-11; ieee: 0, the arithmetic's)."""
+        return _DOT_U[self.dot]
+
+    @property
     def compute_unit_roundoff(self) -> float:
-        return max(FORMATS["fp64" if self.is_reference else "fp32"].unit_roundoff, _DOT_U[self.dot])
+        """The u of the readout arithmetic: the arithmetic's or the readout dot's, whichever is coarser."""
+        return max(self.arith_unit_roundoff, self.dot_unit_roundoff)
 
     @property
     def unit_roundoff(self) -> float:

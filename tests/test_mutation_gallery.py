@@ -96,3 +96,14 @@ def test_shrinking_stops_after_its_scenario_budget():
     assert full.caught and cut.caught and cut.shrink_stopped_by_budget and not full.shrink_stopped_by_budget
     assert cut.examples == cut.examples_to_first_failure == full.examples_to_first_failure < full.examples
     assert cut.scenario is not None and cut.record is not None
+
+
+def test_a_raise_is_a_catch_only_where_the_mutant_declares_it():
+    # ring-index-unwrapped declares raising as its bug (an out-of-range index); judged as if it did not,
+    # the scenarios where it only raises pass, and the gallery would report it not caught.
+    assert all_mutants()["mutant-ring-index-unwrapped"].raises
+    assert not any(s.raises for n, s in all_mutants().items() if n != "mutant-ring-index-unwrapped")
+    r = fuzz_kernel("mutant-ring-index-unwrapped", "mamba2", profile="ci", shrink_budget_s=None,
+                    shrink_budget_examples=0, exceptions_fail=False, max_examples=20)
+    assert r.raised > 0 and not r.caught and problems(r)
+    assert run_case("mutant-ring-index-unwrapped", "mamba2").caught

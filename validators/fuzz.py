@@ -185,6 +185,7 @@ class FuzzReport:
     record: FailureRecord | None = None
     artifact: Path | None = None
     notes: list[str] = field(default_factory=list)
+    raised: int = 0  # scenarios that only raised, not counted as failures (fuzz_kernel's exceptions_fail)
 
     @property
     def reproducer_rows(self) -> int | None:
@@ -211,8 +212,12 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
                 failures_dir=None, max_examples: int | None = None, seed: int | None = None,
                 shrink_budget_s: float | None = 20.0, shrink_budget_examples: int | None = None,
                 strategy: dict | None = None, overrides: dict | None = None,
-                kernel_device: str | None = None) -> FuzzReport:
+                kernel_device: str | None = None, exceptions_fail: bool = True) -> FuzzReport:
     """Fuzz one kernel with Hypothesis under ``profile``; never raises for a kernel failure.
+
+    ``exceptions_fail`` False: a scenario whose only failing check is ``exception`` (the kernel raised)
+    counts as passing (``report.raised`` counts them): a mutant whose declared bug is not raising
+    is caught only by a check that names its bug (validators/gallery_run.py).
 
     ``strategy`` overrides :data:`STRATEGY` (keyword arguments of :func:`scenarios`); ``seed``
     fixes Hypothesis's random seed (non-derandomized profiles); ``overrides`` are Hypothesis
@@ -258,9 +263,18 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
                 and sc.to_json(indent=None) not in failing):
             report.shrink_stopped_by_budget = True
             return
+        last = state["last"]
         try:
             prop(sc)
         except AssertionError:
+            if not exceptions_fail and set(state["last"][1].failure_counts) == {"exception"}:
+                # only raised: a pass here (prop's source is left alone: it seeds the derandomized draws)
+                report.raised += 1
+                failing.pop(sc.to_json(indent=None), None)
+                state["last"] = last
+                if report.examples_to_first_failure is None:
+                    report.time_to_first_failure_s = None
+                return
             if report.examples_to_first_failure is None:
                 report.examples_to_first_failure = report.examples
             raise

@@ -236,7 +236,8 @@ class Lockstep:
         self.replay_kind = getattr(self.kernel, "base_kind", self.kernel.kind) != "baseline"
         init0 = make_initial_state(sc, 0, self.device)
         heads = state_norm(init0).shape[1]
-        self.bound = (RunningBound(terms, sc.precision, self.replay_kind, sc.rows, heads, self.device)
+        self.bound = (RunningBound(terms, sc.precision, self.replay_kind, sc.rows, heads, self.device,
+                                   records_read_state="state-read-records" in family(sc.family).capabilities)
                       if terms is not None else None)
         if self.bound is None and not literal_every:
             literal_every = 1
@@ -249,6 +250,12 @@ class Lockstep:
             for i in range(1, SR_REPLICAS + 1):
                 rsc = sc.replace(mode=dataclasses.replace(sc.precision, seed=sc.precision.seed + 7919 * i).id)
                 self.replicas.append(build_kernel(self.literal_name, rsc, self.device, self.params, twin=True,
+                                                  conventions=self.conv))
+        if self.literal_name == "literal-replay" and sc.precision.dot != "ieee":
+            # a readout dot's rounding reaches the state through the records the family reads the state for:
+            # the literal models reading it in another order join the rule (Family.dot_order_literals)
+            for name in family(sc.family).dot_order_literals:
+                self.replicas.append(build_kernel(name, sc, self.device, self.params, twin=True,
                                                   conventions=self.conv))
         self.invariants_every = invariants_every
         self.state_every = state_every

@@ -77,9 +77,12 @@ def output_unit(mode: PrecisionMode | str) -> float:
 
 
 def state_unit(mode: PrecisionMode | str) -> float:
-    """The u state errors are measured in: state storage or arithmetic, whichever is coarser."""
+    """The u state errors are measured in: state storage or arithmetic, whichever is coarser.  The
+    readout dot is left out (a ``-tf32`` mode loosens the output checks, never the state's): where a
+    family builds its state through the dot, the literal model rounds it the same way and the
+    ``factor x err_literal`` term carries it."""
     m = parse_mode(mode)
-    return max(m.state_unit_roundoff, m.compute_unit_roundoff)
+    return max(m.state_unit_roundoff, m.arith_unit_roundoff)
 
 
 def bound(mode: PrecisionMode | str, err_literal, scale, *, state: bool = False):

@@ -12,8 +12,12 @@ in units of the declared state format's u, must stay below::
 
 (one rounding of the state format, plus the fold's fp32 arithmetic of ``checks/fp64_bound.py``:
 n records folded, decay exponent L, M the bound on the sizes of the fold's contributions, which
-exceeds the fold's row maximum ``scale`` where they cancel).  Measured reason for M (nightly
-run 5, 2026-12-01, kda tiny K=2 V=1, s32a32, prefill initial state, seed 602029): the literal
+exceeds the fold's row maximum ``scale`` where they cancel).  ``u_c`` is the arithmetic's u, the
+readout dot left out (a ``-tf32`` mode does not loosen it), except where the flush also folds window
+position 0 of a family whose records read the state through the dot (GDN, KDA standard decode: that
+record is computed in the window, S k at the dot's precision): there the limit adds
+``FACTOR x K_DOT x u_dot / u_s x |S_v|_2 / scale``, the dot's rounding of that one record.  Measured reason
+for M (nightly run 5, 2026-12-01, kda tiny K=2 V=1, s32a32, prefill initial state, seed 602029): the literal
 model's own flush added 15.6 u against 13 u relative to the result's maximum (the delta rule's
 update cancelling the state along k).  Measured 2026-12-01 on tiny (literal replay models, both
 families, s32a32 / s32a16 / s16a16 / sfp16a16 / sfp8a16 / si8a16 / s16a16-sr, five input
@@ -40,6 +44,8 @@ from replayssm.validators.checks.registry import REPLAY, register_check
 # One rounding to the state format is <= 1 u of the element (<= 2 u with stochastic rounding);
 # 4 u leaves room for a row whose maximum moved by a flush.
 MAX_STORE_U = 4.0
+# A product of two operands each rounded to the dot's format: 2 u_dot relative.
+K_DOT = 2.0
 _FP64 = parse_mode("s64a64")
 
 
@@ -49,8 +55,9 @@ def _history(snap, slot: int, n: int, ring: int) -> dict[str, torch.Tensor]:
     return {k: v[slot].index_select(0, idx).to(torch.float64) for k, v in snap.records.items()}
 
 
-def fold_of_own_storage(ctx, r: int) -> torch.Tensor | None:
-    """fp64: the state row ``r``'s flush must store, from the kernel's own storage before the verify."""
+def fold_of_own_storage(ctx, r: int, with_before: bool = False):
+    """fp64: the state row ``r``'s flush must store, from the kernel's own storage before the verify
+    (``with_before``: and the state before the window, ``(want, before)``)."""
     run = ctx.run
     snap = ctx.snapshots.get("before-verify")
     math = family(run.sc.family).literal_replay.math
@@ -67,7 +74,8 @@ def fold_of_own_storage(ctx, r: int) -> torch.Tensor | None:
     params = {k: v.to(dev) for k, v in run.ref_params.items()}
     res = math.window(s0, hist, win, params, _FP64, dict(run.sc.kernel_options), **conv_kwargs(run.conv))
     # what the declared bookkeeping policy's flush folds: the committed prefix, or it and window position 0
-    return res.state_after_first if run.dec.flush_folds_first else res.state_before
+    want = res.state_after_first if run.dec.flush_folds_first else res.state_before
+    return (want, res.state_before) if with_before else want
 
 
 @register_check("flush-increment", hooks="at-flush", schedule="invariants", kinds=REPLAY,
@@ -78,18 +86,24 @@ def fold_of_own_storage(ctx, r: int) -> torch.Tensor | None:
 def flush_increment(ctx) -> None:
     run = ctx.run
     mode = run.sc.precision
-    u_s, u_c = mode.state_unit_roundoff, mode.compute_unit_roundoff
+    # The fold's arithmetic is fp32 whatever the readout dot; but a flush that also folds window
+    # position 0 of a family whose records read the state through the dot builds that record with
+    # S k at the dot's precision: beta e^g |delta(S k)_v| <= K_DOT u_dot |S_v|_2 (|k| = 1), per element.
+    u_s, u_c = mode.state_unit_roundoff, mode.arith_unit_roundoff
+    u_dot = (mode.dot_unit_roundoff if run.dec.flush_folds_first
+             and "state-read-records" in family(run.sc.family).capabilities else 0.0)
     terms = None if ctx.fp64 is None else ctx.fp64.get("fold_terms")
     fold_abs = None if ctx.fp64 is None else ctx.fp64.get("fold_abs")
     for r in ctx.flush_rows:
         if run.ids_list[r] == PAD_SLOT:
             continue
-        want = fold_of_own_storage(ctx, r)
-        if want is None:
+        own = fold_of_own_storage(ctx, r, with_before=True)
+        if own is None:
             note = "flush-increment: the kernel's record buffers do not match the family's layout; not judged"
             if note not in run.notes:
                 run.notes.append(note)
             return
+        want, before = own
         got = ctx.checkpoint[r].to(want.device)
         scale = float(want.abs().max())
         if not torch.isfinite(got).all() or scale == 0.0:
@@ -97,6 +111,8 @@ def flush_increment(ctx) -> None:
         in_u = float((got - want).abs().max()) / (u_s * scale)
         extra = float(terms[r]) if terms is not None else K_SUM * int(run.wp[r]) + K_EXP
         limit = MAX_STORE_U + FACTOR * u_c / u_s * extra
+        if u_dot:
+            limit += FACTOR * K_DOT * u_dot / u_s * float(before.norm(dim=-1).max()) / scale
         if fold_abs is not None:  # contributions that cancel: the arithmetic's bound on their sizes
             limit = max(limit, MAX_STORE_U + FACTOR * float(fold_abs[r]) / (u_s * scale))
         ctx.record["flush_increment_ratio"] = max(ctx.record.get("flush_increment_ratio", 0.0), in_u / limit)
@@ -108,4 +124,4 @@ def flush_increment(ctx) -> None:
                      row=r, slot=run.ids_list[r], value=in_u, bound=limit)
 
 
-__all__ = ["MAX_STORE_U", "flush_increment", "fold_of_own_storage"]
+__all__ = ["K_DOT", "MAX_STORE_U", "flush_increment", "fold_of_own_storage"]

@@ -16,6 +16,8 @@ compute format's u, ``u_a`` the activation format's and ``u_s`` the state format
 
 * a checkpoint carries ``E`` (the error folded into it, scaled by ``rho`` every token, plus
   ``u_a x rec`` for every rounded record appended after it);
+  (records a family builds by reading the state through the readout dot, capability
+  ``state-read-records``, use the dot's u where coarser: the fold's own ``u_c`` leaves the dot out);
 * the fold of the ``n`` records since the checkpoint adds ``u_c (K_SUM n + K_EXP L) norm``,
   where ``L`` is the decay exponent summed since the checkpoint (cumulative sums of decays carry
   an absolute error ~u L into exp, the error of the cumulative-sum-then-exp route);
@@ -85,11 +87,15 @@ class RunningBound:
     another operation order may differ from the literal model, which rounds its storage the same
     way (the envelope of ``tolerance_rule.py``)."""
 
-    def __init__(self, terms, mode: PrecisionMode, replay: bool, rows: int, heads: int, device) -> None:
+    def __init__(self, terms, mode: PrecisionMode, replay: bool, rows: int, heads: int, device,
+                 records_read_state: bool = False) -> None:
         self.terms, self.heads = terms, heads
         self.replay = replay
-        self.u_c = mode.compute_unit_roundoff
-        self.u_a = mode.act_unit_roundoff
+        # The fold is fp32 arithmetic whatever the readout dot: a -tf32 mode loosens outputs only.
+        self.u_c = mode.arith_unit_roundoff
+        # Records built by reading the state through the dot (``records_read_state``, a delta rule's
+        # d = beta (v - S k)) carry the dot's rounding of S k: |k| = 1, so within u_dot p (q + rho M).
+        self.u_a = max(mode.act_unit_roundoff, mode.dot_unit_roundoff if records_read_state else 0.0)
         self.u_s = mode.state_unit_roundoff * (2.0 if mode.rounding == "stochastic" else 1.0)
         z = torch.zeros(rows, heads, dtype=torch.float64, device=device)
         self.cur = {"E": z, "A": z.clone(), "M": z.clone(), "n": z.clone(), "L": z.clone()}

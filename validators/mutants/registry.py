@@ -45,6 +45,9 @@ class MutantSpec:
     # direct run of a named scenario instead, tests/test_serving.py), or the families fuzzed (the
     # others caught by a named scenario, tests/test_mutation_gallery.py).
     gallery: bool | tuple[str, ...] = True
+    # Raising is its bug (an out-of-range index, ...): only then does a run that ends in an exception
+    # count as a catch (validators/gallery_run.py); otherwise the engine must fail one of its checks.
+    raises: bool = False
 
     def fuzzed(self, fam: str) -> bool:
         return self.gallery is True or (isinstance(self.gallery, tuple) and fam in self.gallery)
@@ -55,7 +58,8 @@ MUTANTS: dict[str, MutantSpec] = {}
 
 def register_mutant(mixin: type, name: str, description: str, *, klass: str, families=("mamba2", "gdn"),
                     base: str = "replay", decodes=("speculative", "standard"), first_bad: Callable | None = None,
-                    field_bug: bool = False, gallery: bool | tuple[str, ...] = True) -> MutantSpec:
+                    field_bug: bool = False, gallery: bool | tuple[str, ...] = True,
+                    raises: bool = False) -> MutantSpec:
     """Register ``mixin`` on the literal replay (or baseline) model of each family in ``families``
     as kernel ``name`` (``kind = "mutant"``) and record it in :data:`MUTANTS`.
 
@@ -76,7 +80,7 @@ def register_mutant(mixin: type, name: str, description: str, *, klass: str, fam
         classes[fam] = register(type(f"{mixin.__name__}_{fam}", (mixin, bases[fam]), attrs), replace=True)
         for key, value in _declarations(mixin).items():
             setattr(classes[fam], key, value)
-    spec = MutantSpec(name, description, tuple(decodes), first_bad, classes, klass, field_bug, gallery)
+    spec = MutantSpec(name, description, tuple(decodes), first_bad, classes, klass, field_bug, gallery, raises)
     MUTANTS[name] = spec
     return spec
 

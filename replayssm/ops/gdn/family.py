@@ -84,6 +84,8 @@ class GatedDeltaNet(Family):
         return {"a": "gate", "b": "normal", "v": "value"}.get(name, "act")
 
     conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form")
+    capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "state-read-records"))
+    dot_order_literals = ("literal-replay-recurrent",)
 
     def reference_prepare(self, tok, params, conv=DEFAULT):
         return tok

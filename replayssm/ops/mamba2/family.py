@@ -88,6 +88,7 @@ class Mamba2(Family):
         return {"dt": "gate", "x": "value"}.get(name, "act")
 
     conventions = ("softplus_threshold",)
+    capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "weighted-input-fold"))
 
     def reference_prepare(self, tok, params, conv=DEFAULT):
         return naive.prepare(tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"], params["D"],
