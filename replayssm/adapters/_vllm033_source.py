@@ -70,6 +70,14 @@ def find_tree(path: str | None = None) -> Path | None:
     return root.resolve()
 
 
+def _vllm_installed() -> bool:
+    """A real vLLM (not the stand-in package the fork's loader may have put in ``sys.modules``)."""
+    mod = sys.modules.get("vllm")
+    if mod is not None:
+        return not getattr(mod, "__replayssm_stand_in__", False)
+    return _vllm_source.vllm_installed()
+
+
 class _Enum(str, enum.Enum):
     pass
 
@@ -107,6 +115,8 @@ def _import_from_tree(root: Path) -> dict[str, types.ModuleType]:
              for leaf in ("model_executor", "layers", "mamba", "ops")]
     chain = ["vllm.model_executor", "vllm.model_executor.layers", "vllm.model_executor.layers.mamba", MAMBA_OPS]
     try:
+        for k in before:  # the fork's modules of the same names stay out of the release's imports
+            del sys.modules[k]
         for name in chain:
             mod = types.ModuleType(name)
             mod.__replayssm_stand_in__ = True
@@ -139,7 +149,7 @@ def load(path: str | None = None) -> dict[str, types.ModuleType]:
         return _LOADED
     where = str(root) if root is not None else "the installed vllm"
     if root is None:
-        if not _vllm_source.vllm_installed():
+        if not _vllm_installed():
             raise SourceUnavailable(f"vLLM {VERSION} kernels: vllm is not installed and no release tree given; {HOW}")
         version = getattr(importlib.import_module("vllm"), "__version__", "unknown")
         if not str(version).startswith("0.33."):
@@ -148,7 +158,7 @@ def load(path: str | None = None) -> dict[str, types.ModuleType]:
         if root is None:
             mods = {name: importlib.import_module(name) for name in REQUIRED}
         else:
-            if _vllm_source.vllm_installed():
+            if _vllm_installed():
                 importlib.import_module("vllm")
             else:
                 _install_release_stand_ins()
