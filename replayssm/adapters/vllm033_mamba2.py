@@ -152,6 +152,12 @@ class Vllm033Dispatch(SlotAdapter):
         return None
 
     @classmethod
+    def unsupported_geometry(cls, geometry, decode=None):
+        if getattr(geometry, "has_z", False):
+            return "ssu_dispatch's ReplaySSM wrapper takes no z (Nemotron-H gates in the mixer's norm): has_z=False only"
+        return None
+
+    @classmethod
     def unsupported_reason(cls, mode, decode, options):
         what = "FlashInfer's checkpointing_ssu (through vLLM 0.33.0's ssu_dispatch)"
         if mode.state not in ("fp32", "bf16", "fp16"):
@@ -268,10 +274,7 @@ class Vllm033Dispatch(SlotAdapter):
         return out
 
     def z_kw(self, tok):
-        # ssu_dispatch's wrapper takes no z (Nemotron-H gates after the SSU, in the mixer's norm)
-        if "z" in tok:
-            raise ValueError("inputs: vLLM 0.33.0's ssu_dispatch ReplaySSM wrapper takes no z (a gated "
-                             "geometry is not bridged)")
+        """No z: a gated geometry is refused before anything runs (:meth:`unsupported_geometry`)."""
         return {}
 
     def commit(self, slot_ids, accepted):
