@@ -4,8 +4,8 @@ Oracle: the validation engine (fp64 recurrence on the accepted stream, the liter
 same precision mode, exact invariants: checkpoint bit-identical over a non-flush verify, padding
 rows and unused slots untouched, every output written, committed ring rows kept, cursors by the
 declared ``flush-when-full`` policy, bit-identical repeat).  The release's files are loaded
-unchanged from ``../shared/peers/vllm-0.33.0`` (or ``$REPLAYSSM_VLLM033_SRC``; skipped without it).  fp32-activation modes only:
-bf16 ``tl.dot`` is wrong under the interpreter (spec 9); bf16 modes are GPU-only (profile
+unchanged from ``../shared/peers/vllm-0.33.0`` (or ``$REPLAYSSM_VLLM033_SRC``; skipped without it).
+fp32-activation modes only: bf16 ``tl.dot`` is wrong under the interpreter (spec 9); bf16 modes are GPU-only (profile
 ``release-adapters``).
 
 Expected: the released output-only kernel passes standard decode; ``ssu_dispatch``'s ring trackers

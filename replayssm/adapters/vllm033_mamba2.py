@@ -146,7 +146,8 @@ class Vllm033Dispatch(SlotAdapter):
             return (f"{what} is logical_window + 1 + num_spec = B + T' rows, indexed modulo B + T': B + T' must be "
                     f"a power of two (got {decode.buffer + decode.window})")
         if decode.speculative and not decode.window <= decode.buffer <= 16:
-            return f"vLLM 0.33.0 runs MTP with 1 + num_spec <= B <= 16 (validate_mamba_cached_kernel), got B = {decode.buffer}"
+            return (f"vLLM 0.33.0 runs MTP with 1 + num_spec <= B <= 16 (validate_mamba_cached_kernel), "
+                    f"got B = {decode.buffer}")
         if decode.buffer > 16:
             return f"FlashInfer's checkpointing_ssu replays at most 16 cached tokens: B <= 16 (got {decode.buffer})"
         return None
@@ -154,7 +155,8 @@ class Vllm033Dispatch(SlotAdapter):
     @classmethod
     def unsupported_geometry(cls, geometry, decode=None):
         if getattr(geometry, "has_z", False):
-            return "ssu_dispatch's ReplaySSM wrapper takes no z (Nemotron-H gates in the mixer's norm): has_z=False only"
+            return ("ssu_dispatch's ReplaySSM wrapper takes no z (Nemotron-H gates in the mixer's norm): "
+                    "has_z=False only")
         return None
 
     @classmethod
@@ -167,7 +169,8 @@ class Vllm033Dispatch(SlotAdapter):
         if mode.dot != "ieee":
             return f"{what}'s products are MMAs on 16-bit operands (exact products): ieee modes only, not {mode.dot}"
         if mode.rounding != "nearest":
-            return f"{what}: stochastic rounding draws its Philox seed inside ssu_dispatch (not reproducible; not bridged)"
+            return (f"{what}: stochastic rounding draws its Philox seed inside ssu_dispatch (not reproducible; "
+                    f"not bridged)")
         return cls.ring_reason(decode)
 
     def __init__(self, config):
