@@ -6,7 +6,9 @@ registers the kernels of those that are available; :func:`availability` says, pe
 what was registered or one line naming what was looked for and how to provide it.
 
 Sources: ``vllm`` (the official ReplaySSM kernels of the vLLM fork and vLLM's baselines; a source
-tree via ``REPLAYSSM_VLLM_SRC=PATH`` / ``--vllm-src PATH``, or an installed vLLM); ``fla``
+tree via ``REPLAYSSM_VLLM_SRC=PATH`` / ``--vllm-src PATH``, or an installed vLLM); ``vllm033`` (the
+vLLM 0.33.0 release's own ReplaySSM kernels: ``REPLAYSSM_VLLM033_SRC=PATH``, ``--vllm-src PATH`` naming
+a release tree, or an installed vLLM 0.33.x); ``fla``
 (flash-linear-attention, ``pip install fla-core==0.6.0 einops``); ``sglang`` (SGLang 0.5.23 kernels,
 ``pip install --no-deps sglang==0.5.23``); ``mamba_ssm`` (mamba-ssm 2.3.2.post1's Triton
 ``selective_state_update``: an unpacked sdist via ``REPLAYSSM_MAMBA_SSM_SRC=PATH``, or an install);
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 import importlib
 
-SOURCES = {"vllm": "replayssm.adapters.vllm", "fla": "replayssm.adapters.fla", "sglang": "replayssm.adapters.sglang",
+SOURCES = {"vllm": "replayssm.adapters.vllm", "vllm033": "replayssm.adapters.vllm033",
+           "fla": "replayssm.adapters.fla", "sglang": "replayssm.adapters.sglang",
            "mamba_ssm": "replayssm.adapters.mamba_ssm", "flashinfer": "replayssm.adapters.flashinfer"}
 
 _STATUS: dict[str, tuple[bool, str]] = {}

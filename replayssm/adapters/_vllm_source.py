@@ -66,6 +66,10 @@ def find_tree(path: str | None = None) -> Path | None:
         return None
     root = Path(given).expanduser()
     missing = [str(_rel(m)) for m in REQUIRED if not (root / _rel(m)).is_file()]
+    if missing and root.is_dir() and (root / _rel(f"{MAMBA_OPS}.ssu_dispatch")).is_file():
+        raise SourceUnavailable(f"vLLM ReplaySSM source {given!r} (--vllm-src / {ENV}) is a vLLM release tree "
+                                f"(ssu_dispatch.py, no fork spec kernel): its kernels are the vllm033-* adapters "
+                                f"(source vllm033); the fork's vllm-* adapters need a fork checkout")
     if missing:
         what = "no such folder" if not root.is_dir() else f"{len(missing)} kernel file(s) missing, first {missing[0]}"
         raise SourceUnavailable(f"vLLM ReplaySSM source {given!r} (--vllm-src / {ENV}): {what}; "
@@ -209,7 +213,7 @@ def _interpreting() -> bool:
 
 
 @contextlib.contextmanager
-def _interpreter_traps():
+def _interpreter_traps(modules=None):
     """Two Triton-interpreter traps (spec 9) the kernels hit on CPU, neutralised for one call:
 
     * a mask combined with a scalar comparison (``mask_v & (write_pos < L)``) comes out int32
@@ -217,7 +221,9 @@ def _interpreter_traps():
       are converted to bool (nonzero = true, what the compiled kernel does);
     * a module-level alias of a builtin (fla's ``exp = tl.exp``) is not patched by the interpreter
       and raises "Did you forget to add @triton.jit": each alias in the loaded kernel modules is
-      rebound to a forwarder that calls the (patched) ``tl`` builtin of the same name."""
+      rebound to a forwarder that calls the (patched) ``tl`` builtin of the same name.
+
+    ``modules``: the kernel modules to patch (default: the fork's, :func:`load`)."""
     import triton.language as tl
     import triton.runtime.interpreter as interp
     builder = interp.InterpreterBuilder
@@ -231,7 +237,7 @@ def _interpreter_traps():
     builder.create_masked_load = lambda self, ptrs, mask, *a: saved_load(self, ptrs, _bool(mask), *a)
     builder.create_masked_store = lambda self, ptrs, value, mask, *a: saved_store(self, ptrs, value, _bool(mask), *a)
     aliases = []
-    for mod in (_LOADED or {}).values():
+    for mod in (modules if modules is not None else (_LOADED or {}).values()):
         for name, value in list(vars(mod).items()):
             if tl.core.is_builtin(value) and hasattr(tl, value.__name__):
                 aliases.append((mod, name, value))
@@ -245,7 +251,7 @@ def _interpreter_traps():
 
 
 @contextlib.contextmanager
-def launch_guard(device: torch.device):
+def launch_guard(device: torch.device, modules=None):
     """Around an external launch on CPU tensors: ``torch.cuda.device(index)`` (which the kernels
     wrap their launches in) raises for a CPU tensor's ``index = None``: a no-op for the duration of
     the call (and ``torch.get_device_module(cpu).device(None)``, which torch.cpu lacks); under the
@@ -258,7 +264,7 @@ def launch_guard(device: torch.device):
     if not had_cpu:
         torch.cpu.device = lambda index=None: contextlib.nullcontext()
     try:
-        with _interpreter_traps() if _interpreting() else contextlib.nullcontext():
+        with _interpreter_traps(modules) if _interpreting() else contextlib.nullcontext():
             yield
     finally:
         torch.cuda.device = saved

@@ -53,6 +53,10 @@ class _VllmMamba2(SlotAdapter):
         tied = tie_hdim({**p, "dt_bias": self.bias}, g)
         self.A3, self.bias2, self.D2 = tied["A"], tied["dt_bias"], tied["D"]
 
+    def guard(self):
+        """Around a launch: :func:`launch_guard` over the kernel modules this adapter loaded."""
+        return launch_guard(self.device, list(self.modules.values()) or None)
+
     def _tok(self, inputs, rows, t=None):
         """Per-token tensors of ``rows``: window position ``t`` or all positions packed."""
         def take(k):
@@ -100,7 +104,7 @@ class _VllmMamba2ReplayStandard(_VllmMamba2):
             kw["bc_pre"] = torch.zeros((R, g.ngroups, L), dtype=torch.float32, device=self.device)
         dt = broadcast_last(tok["dt"], g.headdim)
         fn = getattr(self.modules[self.route_fn], self.route_fn)
-        with launch_guard(self.device):
+        with self.guard():
             fn(self.state, tok["x"], dt, self.A3, tok["B"], tok["C"], **kw)
         act = self.active_rows(slot_ids)
         out[act, 0] = o.index_select(0, act)
@@ -124,7 +128,7 @@ class _VllmMamba2ReplayStandard(_VllmMamba2):
         def step():
             wp, flush = pos[calls[0] % L]
             calls[0] += 1
-            with launch_guard(self.device):
+            with self.guard():
                 fn(self.state, tok["x"], dt, self.A3, tok["B"], tok["C"], write_pos=wp, is_flush=flush, **kw)
         return step
 
