@@ -41,6 +41,21 @@ def tolerance_failure(what: str, mode, got: torch.Tensor, lit: torch.Tensor, ref
     return None, ratio
 
 
+def read_committed(policy, storage: dict[str, torch.Tensor], slot: int, width: int, channels: int, window: int
+                   ) -> tuple[torch.Tensor | None, str | None]:
+    """The committed window by the declared design's rule, or why the storage is not that design's layout
+    (its fields and per-slot shapes)."""
+    want = policy.storage_shapes(channels, width, window)
+    have = {n: tuple(t.shape[1:]) for n, t in storage.items()}
+    if any(have.get(n) != shp for n, shp in want.items()):
+        return None, (f"conv-state: the storage holds {have}, the declared design {policy.name!r} keeps {want} "
+                      f"per slot")
+    try:
+        return policy.committed_window(storage, slot, width), None
+    except (IndexError, RuntimeError) as e:
+        return None, f"conv-state: the storage cannot be read as {policy.name!r}: {e}"
+
+
 def conv_state_failure(window: torch.Tensor, expected: torch.Tensor) -> str | None:
     if tuple(window.shape) != tuple(expected.shape) or window.dtype != expected.dtype:
         return (f"conv-state: committed window {window.dtype} {tuple(window.shape)}, expected {expected.dtype} "

@@ -222,7 +222,8 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
             new_state, xs = accepted[s]
             ref_state[s] = new_state
             ref_window[s] = torch.cat([ref_window[s], xs.transpose(0, 1).to(act)], dim=-1)[:, -W:]
-            msg = checks.conv_state_failure(policy.committed_window(storage, s, geometry.d_conv), ref_window[s])
+            window, msg = checks.read_committed(policy, storage, s, geometry.d_conv, C, plan.window)
+            msg = msg or checks.conv_state_failure(window, ref_window[s])
             if msg:
                 fail(i, r, s, "conv-state", msg)
             msg, rt = checks.tolerance_failure("ssm-state", mode, got_states[j], lit_states[j], new_state, state=True)
