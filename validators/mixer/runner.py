@@ -198,7 +198,7 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
             fail(i, -1, -1, "padding", msg)
         accepted = {}
         for r, s in rows:
-            st, win, refs, states, wins = ref_state[s], ref_window[s].double(), [], [], []
+            st, win, refs, states = ref_state[s], ref_window[s].double(), [], []
             for t in range(T):
                 tok = {n: v[r, t].double() for n, v in inputs.items()}
                 y, st, win = spec.reference_step(st, win, tok, p64, geometry.ssm)
