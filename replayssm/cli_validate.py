@@ -78,6 +78,9 @@ def add_parser(subparsers):
                         "imported: give --import yourself)")
     p.add_argument("--scenario", metavar="FILE", help="scenario JSON naming every field (--save-scenario writes "
                                                          "one); flags given explicitly override its fields")
+    p.add_argument("--level", choices=["ssm", "mixer"], default="ssm",
+                   help="ssm (default): an SSM kernel; mixer: a mixer kernel (conv1d -> SSM -> gated norm, the conv "
+                        "state checked bit for bit; docs/mixer.md)")
     p.add_argument("--family", type=name_arg, help="op family (a registered family; default: the first, mamba2)")
     p.add_argument("--precision", type=name_arg, metavar="MODE", help="precision mode id, e.g. s32a16 (default)")
     p.add_argument("--geometry", type=name_arg, metavar="NAME", help="preset geometry (default tiny)")
@@ -246,6 +249,9 @@ def import_command(module: str, scenario: str, kernel: str | None = None) -> str
 
 
 def run(args) -> int:
+    if getattr(args, "level", "ssm") == "mixer":
+        from replayssm.validators.mixer.cli import run_validate
+        return run_validate(args)
 
     sc = scenario_from_args(args)
     use_vllm_src(args)

@@ -1,0 +1,105 @@
+"""vLLM's ``causal_conv1d_update`` (its Triton decode conv, the ``lazy-offset`` design) as the conv of a
+mixer kernel under test: ``mixer-vllm-conv`` = vLLM's conv update (``num_accepted_tokens``, extended
+state of d_conv - 1 + T' - 1 inputs per slot, ``conv_state_indices`` = the slots) + the family's
+literal ReplaySSM + the literal gated norm.  At the mixer level it is validated like any mixer kernel.
+
+The kernel is loaded unchanged from a vLLM source tree (``REPLAYSSM_VLLM_SRC=PATH``, e.g.
+``../shared/peers/vllm-0.33.0`` or the ReplaySSM fork; only ``vllm/model_executor/layers/mamba/ops/
+causal_conv1d.py`` is needed) the way ``_vllm_source`` loads the ReplaySSM kernels: vLLM's package
+``__init__`` files are not run and its few internals get stand-ins.  On CPU it runs through the Triton
+interpreter (``TRITON_INTERPRET=1``); without a tree the kernel is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from replayssm.adapters import _vllm_source as src
+from replayssm.interface import PAD_SLOT
+from replayssm.mixer.kernel import ComposedMixer, register_mixer_kernel
+from replayssm.ops.conv.literal import LazyOffsetStore
+
+MODULE = f"{src.MAMBA_OPS}.causal_conv1d"
+_CONV = None
+
+
+def load_conv(path: str | None = None):
+    """vLLM's ``causal_conv1d`` module from the tree at ``path`` (default ``$REPLAYSSM_VLLM_SRC``)."""
+    global _CONV
+    if _CONV is not None:
+        return _CONV
+    given = path or os.environ.get(src.ENV)
+    if not given:
+        raise src.SourceUnavailable(f"vLLM causal_conv1d_update: no source tree; set {src.ENV}=PATH (a vLLM "
+                                    f"checkout, e.g. ../shared/peers/vllm-0.33.0)")
+    root = Path(given).expanduser().resolve()
+    if not (root / src._rel(MODULE)).is_file():
+        raise src.SourceUnavailable(f"vLLM causal_conv1d_update: {src._rel(MODULE)} not found under {given!r} "
+                                    f"({src.ENV})")
+    if src._ROOT is not None and src._ROOT != root:
+        raise src.SourceUnavailable(f"vLLM causal_conv1d_update: vLLM kernels already loaded from {src._ROOT}; one "
+                                    f"vLLM source per process")
+    if not src.vllm_installed():
+        src._install_stand_ins()
+        src._stand_in("vllm.v1.attention.backends.utils", PAD_SLOT_ID=PAD_SLOT)
+        plat = sys.modules["vllm.platforms"].current_platform
+        plat.is_arch_support_pdl = lambda: False
+        plat.is_cpu = lambda: False  # the Triton kernel, not vLLM's CPU substitute
+    if MODULE not in sys.modules:
+        src._install_tree(root)
+    try:
+        _CONV = importlib.import_module(MODULE)
+    except Exception as e:  # one line, never a traceback
+        raise src.SourceUnavailable(f"vLLM causal_conv1d_update from {root}: import failed "
+                                    f"({type(e).__name__}: {e})") from None
+    return _CONV
+
+
+class VLLMConvStore(LazyOffsetStore):
+    """The lazy-offset layout, its verify done by vLLM's kernel (conv + SiLU, fp32 accumulation)."""
+
+    def verify(self, rows, x, weight, bias):
+        mod = load_conv()
+        out = torch.zeros_like(x)
+        if not rows:
+            return out
+        rr = [r for r, _ in rows]
+        xs = x[rr].transpose(1, 2).contiguous()  # [n, C, T]
+        o = torch.empty_like(xs)
+        idx = torch.tensor([s for _, s in rows], dtype=torch.int32, device=x.device)
+        acc = self.tensors["accepted"][[s for _, s in rows]].to(torch.int32).to(x.device)
+        w = weight.to(self.act).contiguous()
+        b = None if bias is None else bias.to(self.act).contiguous()
+        with src.launch_guard(x.device):
+            mod.causal_conv1d_update(xs, self.tensors["state"], w, b, activation="silu", conv_state_indices=idx,
+                                     num_accepted_tokens=acc if self.T > 1 else None, null_block_id=PAD_SLOT,
+                                     out=o)
+        out[rr] = o.transpose(1, 2)
+        return out
+
+
+@register_mixer_kernel
+class VLLMConvMixer(ComposedMixer):
+    name = "mixer-vllm-conv"
+    description = "vLLM causal_conv1d_update (lazy offset, num_accepted_tokens) + the literal ReplaySSM"
+    conv_policy = "lazy-offset"
+    store = VLLMConvStore
+
+    @classmethod
+    def unsupported_reason(cls, geometry, mode):
+        try:
+            load_conv()
+        except src.SourceUnavailable as e:
+            return str(e)
+        if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+            return "no CUDA device: run with TRITON_INTERPRET=1 (the Triton interpreter)"
+        if os.environ.get("TRITON_INTERPRET") == "1" and mode.act_dtype == torch.bfloat16:
+            # measured 2026-12-07: NaN outputs at s32a16 under the interpreter (its bf16 arithmetic, spec 9),
+            # the stored conv window still exact; the GPU runs bf16
+            return "bf16 activations under the Triton interpreter (its bf16 arithmetic is wrong); use a GPU or s32a32"
+        return None
