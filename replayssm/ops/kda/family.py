@@ -16,7 +16,11 @@ Laws: the gate pre-activation ``a`` per key channel follows the scenario's gate 
 ``dt_scale``); ``A_log [HV]`` is ``log`` of U(``neg_A``), ``dt_bias [HV, K]`` is offset + spread
 U per channel (FLA's ``naive_kda_gate`` form, with its ``[H * K]`` bias viewed as ``[HV, K]``), so
 each channel decays at its own rate; ``b`` (beta's pre-activation) is N(0, 1); q, k are L2
-normalised inside the op; ``v`` follows the value law.
+normalised inside the op; ``v`` follows the value law.  The same laws feed the bounded gate law
+(the declared convention ``gate_lower_bound`` lb, ``naive.py``): ``exp(A_log) (a + dt_bias)`` then
+sets where in (lb, 0) each channel's log decay falls (a large positive argument: near lb, fast
+forgetting; a negative one: near 0, long memory), so the scenarios' gate laws span the same
+short-to-long-memory range under either law.
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ class KimiDeltaAttention(Family):
     def input_law(self, name):
         return {"a": "gate", "b": "normal", "v": "value"}.get(name, "act")
 
-    conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form")
+    conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form", "gate_lower_bound")
     capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "state-read-records"))
     dot_order_literals = ("literal-replay-recurrent",)
 
