@@ -11,6 +11,8 @@ Presets:
   ``short_conv_kernel_size`` 4; 20 of its 27 layers are KDA).  The short convolution runs on q, k, v
   before the recurrence and keeps its own 3-token state: it is not part of this op.
 * ``tiny``: 2 key heads, 4 value heads (so a wrong head map shows), K = 16, V = 8, for CPU tests.
+* ``tiny-mha``: ``tiny`` with one head count (2) for q, k and v, for kernels without GQA (vLLM
+  0.33.0's KDA RecoverSSM).
 
 Laws: the gate pre-activation ``a`` per key channel follows the scenario's gate law (normal times
 ``dt_scale``); ``A_log [HV]`` is ``log`` of U(``neg_A``), ``dt_bias [HV, K]`` is offset + spread
@@ -82,6 +84,7 @@ class KimiDeltaAttention(Family):
     geometry_cls = KDAGeometry
     presets = {
         "tiny": KDAGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=8),
+        "tiny-mha": KDAGeometry(num_k_heads=2, num_v_heads=2, head_k_dim=16, head_v_dim=8),
         "kimi-linear-48b": KDAGeometry(num_k_heads=32, num_v_heads=32, head_k_dim=128, head_v_dim=128),
     }
     bench_geometry = "kimi-linear-48b"
