@@ -14,7 +14,14 @@ name the convention (``ValidationResult.conventions``):
 * ``l2_eps`` (GDN, KDA): q, k <- u / sqrt(sum u^2 + eps) (everyone: 1e-6);
 * ``l2_form`` (GDN, KDA): ``"division"`` u / sqrt(.) or ``"reciprocal"`` u * (1 / sqrt(.)) (vLLM's
   ReplaySSM kernels, FLA's ``l2norm``, SGLang's KDA standard decode and recurrent verify; rsqrt is
-  the reciprocal form too).
+  the reciprocal form too);
+* ``gate_lower_bound`` (KDA): the gate law.  None (default): ``g = -exp(A_log) softplus(a + dt_bias)``
+  (FLA's ``naive_kda_gate``); a number lb in [-5, 0): the bounded law
+  ``g = lb * sigmoid(exp(A_log) (a + dt_bias))`` of Kimi-K3 (``gate_lower_bound`` of its
+  ``linear_attn_config``, vLLM 0.33.0's ``_kda_gate`` with ``USE_LOWER_BOUND``; vLLM asserts
+  ``-5 <= lb < 0``), so every channel's log decay lies in (lb, 0).  A gate law, not a rounding
+  choice: a kernel declaring it is measured against that recurrence, and our KDA kernels, which
+  compute the softplus law only, refuse it (``ops/kda/triton_base.py``).
 
 Expected effect: beta rounded to bf16 moves a GDN state by ~bf16 u relative per token (fails the
 default recurrence at s32a16); the others move values by an fp32 ulp or by exp(-threshold).
@@ -34,6 +41,8 @@ FIELDS = {
                            "a number in (0, 88]"),
     "l2_eps": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1, "a number in (0, 1)"),
     "l2_form": (lambda v: v in ("division", "reciprocal"), "'division' or 'reciprocal'"),
+    "gate_lower_bound": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and -5 <= v < 0,
+                         "a number in [-5, 0) (the bounded KDA gate law)"),
 }
 
 
@@ -46,6 +55,7 @@ class Conventions:
     softplus_threshold: float = 20.0
     l2_eps: float = 1e-6
     l2_form: str = "division"
+    gate_lower_bound: float | None = None
     beta_dtype: torch.dtype | None = None
 
     # ---- the arithmetic they name (plain torch, in the dtype of the input) -----------------------------
@@ -63,6 +73,15 @@ class Conventions:
         """sigmoid(b), rounded to ``beta_dtype`` first when the kernel declares it."""
         s = torch.sigmoid(b)
         return s if self.beta_dtype is None else s.to(self.beta_dtype).to(s.dtype)
+
+    def kda_log_gate(self, a: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
+        """KDA's per-channel log decay ``[..., HV, K]`` from ``a [..., HV, K]``, ``A_log [HV]``,
+        ``dt_bias [HV, K]``: ``-exp(A_log) softplus(a + dt_bias)``, or with ``gate_lower_bound`` lb
+        ``lb * sigmoid(exp(A_log) (a + dt_bias))``."""
+        A = torch.exp(A_log)[:, None]
+        if self.gate_lower_bound is None:
+            return -A * self.softplus(a + dt_bias)
+        return self.gate_lower_bound * torch.sigmoid(A * (a + dt_bias))
 
     # ---- naming ----------------------------------------------------------------------------------------
     def changes(self) -> dict:
@@ -83,6 +102,8 @@ class Conventions:
             parts.append(f"softplus threshold {self.softplus_threshold:g}")
         if "l2_eps" in fields:
             parts.append(f"l2 eps {self.l2_eps:g} ({self.l2_form})")
+        if "gate_lower_bound" in fields and self.gate_lower_bound is not None:
+            parts.append(f"gate {self.gate_lower_bound:g} * sigmoid(exp(A_log) (a + dt_bias))")
         return ", ".join(parts) + ("" if self.is_default else " (declared)")
 
 

@@ -232,7 +232,7 @@ class Lockstep:
         # The fp64 running-error bound judges every step the literal model does not run; a family
         # without an error model keeps the literal model on every step (no option turns the
         # numerical checks off).
-        terms = error_model(sc.family)
+        terms = error_model(sc.family, self.conv)
         self.replay_kind = getattr(self.kernel, "base_kind", self.kernel.kind) != "baseline"
         init0 = make_initial_state(sc, 0, self.device)
         heads = state_norm(init0).shape[1]

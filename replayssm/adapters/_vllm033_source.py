@@ -175,6 +175,82 @@ def load(path: str | None = None) -> dict[str, types.ModuleType]:
     return _LOADED
 
 
+KDA_OPS = "vllm.models.kimi_k3.nvidia.ops.recoverssm"
+KDA_CUTE = "vllm.models.kimi_k3.nvidia.recoverssm.kernels"
+REQUIRED_KDA = {KDA_OPS: ["kda_recoverssm_verify", "KDARecoverSSMRecords", "KDARecoverSSMCommitContext"],
+                KDA_CUTE: ["can_use_cute_recoverssm"]}
+_KDA_LOADED: dict[str, types.ModuleType] | None = None
+
+
+def _import_kda_from_tree(root: Path) -> dict[str, types.ModuleType]:
+    """Import REQUIRED_KDA from ``root`` (package objects over ``vllm/models/kimi_k3/nvidia/...``, their
+    ``__init__`` not run: ``ops/__init__`` imports model code) with one stand-in,
+    ``mamba_utils.is_conv_state_dim_first`` (read only by ``KDARecoverSSMCommitContext.create``: it
+    says True, the dim-first conv layout the adapter allocates); ``sys.modules`` is given back as it
+    was (see the module doc)."""
+    prefixes = ("vllm.models", "vllm.model_executor")
+    before = {k: v for k, v in sys.modules.items() if k.startswith(prefixes)}
+    vllm_mod = sys.modules["vllm"]
+    attrs = [(vllm_mod, leaf, getattr(vllm_mod, leaf, None)) for leaf in ("models", "model_executor")]
+    pkgs = ["vllm.models", "vllm.models.kimi_k3", "vllm.models.kimi_k3.nvidia", "vllm.models.kimi_k3.nvidia.ops",
+            "vllm.models.kimi_k3.nvidia.recoverssm", "vllm.model_executor", "vllm.model_executor.layers",
+            "vllm.model_executor.layers.mamba"]
+    try:
+        for k in before:
+            del sys.modules[k]
+        for name in pkgs:
+            mod = types.ModuleType(name)
+            mod.__replayssm_stand_in__ = True
+            mod.__path__ = [str(root / Path(*name.split(".")))]
+            sys.modules[name] = mod
+            parent, _, leaf = name.rpartition(".")
+            setattr(sys.modules[parent], leaf, mod)
+        utils = types.ModuleType("vllm.model_executor.layers.mamba.mamba_utils")
+        utils.__replayssm_stand_in__ = True
+        utils.is_conv_state_dim_first = lambda: True
+        sys.modules[utils.__name__] = utils
+        return {name: importlib.import_module(name) for name in (KDA_CUTE, KDA_OPS)}
+    finally:
+        for k in [k for k in sys.modules if k.startswith(prefixes)]:
+            if k not in before:
+                del sys.modules[k]
+        sys.modules.update(before)
+        for mod, leaf, value in attrs:
+            if value is None:
+                if hasattr(mod, leaf):
+                    delattr(mod, leaf)
+            else:
+                setattr(mod, leaf, value)
+
+
+def load_recoverssm(path: str | None = None) -> dict[str, types.ModuleType]:
+    """The release's KDA RecoverSSM modules (``recoverssm``: the Triton verify and commit;
+    ``kernels``: the CuTe-DSL host side, for its availability rule), from the same source as
+    :func:`load` (which runs first); :class:`SourceUnavailable` on any failure."""
+    global _KDA_LOADED
+    load(path)
+    if _KDA_LOADED is not None:
+        return _KDA_LOADED
+    where = str(_ROOT) if _ROOT is not None else "the installed vllm"
+    if _ROOT is not None:
+        missing = [str(_rel(m)) for m in REQUIRED_KDA if not (_ROOT / _rel(m)).is_file()]
+        if missing:
+            raise SourceUnavailable(f"vLLM {VERSION} KDA RecoverSSM from {where}: {missing[0]} missing; {HOW}")
+    try:
+        mods = ({name: importlib.import_module(name) for name in (KDA_CUTE, KDA_OPS)} if _ROOT is None
+                else _import_kda_from_tree(_ROOT))
+    except Exception as e:  # any import failure is one line, never a traceback
+        raise SourceUnavailable(f"vLLM {VERSION} KDA RecoverSSM from {where}: import failed "
+                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); {HOW}") from None
+    for name, funcs in REQUIRED_KDA.items():
+        absent = [f for f in funcs if not hasattr(mods[name], f)]
+        if absent:
+            raise SourceUnavailable(f"vLLM {VERSION} KDA RecoverSSM from {where}: incompatible version, {name} has "
+                                    f"no {', '.join(absent)}; {HOW}")
+    _KDA_LOADED = {n.rpartition(".")[2]: m for n, m in mods.items()}
+    return _KDA_LOADED
+
+
 def provenance() -> str:
     """Where the loaded release came from, for reports and ``replayssm list adapters``."""
     if _LOADED is None:

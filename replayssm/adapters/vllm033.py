@@ -6,12 +6,16 @@ see ``_vllm033_source.py``: the fork's ``vllm-*`` adapters can be loaded in the 
 registers, family mamba2 (``vllm033_mamba2.py``): ``vllm033-replay`` (the released Triton
 output-only kernel, standard decode), ``vllm033-dispatch`` (``ssu_dispatch``'s FlashInfer ReplaySSM
 path and ring trackers; GPU), ``vllm033-trackers`` (the same trackers and wrapper around a literal
-``checkpointing_ssu``; CPU capable) and the mutant ``vllm033-trackers-padded-ring``.
+``checkpointing_ssu``; CPU capable) and the mutant ``vllm033-trackers-padded-ring``; and, family kda
+(``vllm033_kda.py``, from ``vllm/models/kimi_k3/nvidia/ops/recoverssm.py``):
+``vllm033-kda-recoverssm`` (Kimi-K3's RecoverSSM, bounded gate) and
+``vllm033-kda-recoverssm-softplus`` (the same kernels, softplus gate).  A tree without the KDA files
+registers the Mamba-2 adapters and says so.
 """
 
 from __future__ import annotations
 
-from replayssm.adapters import _vllm033_source, vllm033_mamba2
+from replayssm.adapters import _vllm033_source, vllm033_kda, vllm033_mamba2
 from replayssm.registry import register
 
 NAME = "vllm033"
@@ -27,6 +31,15 @@ def load(path: str | None = None) -> list[str]:
     done = []
     for cls in CLASSES:
         cls.modules = mods
+        cls.source = where
+        register(cls, replace=True)
+        done.append(f"{cls.family}/{cls.name}")
+    try:
+        kda = _vllm033_source.load_recoverssm(path)
+    except _vllm033_source.SourceUnavailable as e:
+        return [f"{', '.join(done)} (from {where}; no KDA RecoverSSM: {e})"]
+    for cls in vllm033_kda.CLASSES:
+        cls.modules = kda
         cls.source = where
         register(cls, replace=True)
         done.append(f"{cls.family}/{cls.name}")

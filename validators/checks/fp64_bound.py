@@ -39,6 +39,9 @@ coarser state instead).
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 from replayssm.families import family
@@ -58,9 +61,14 @@ K_STORE = 1.0  # one rounding to the state format (relative to the element, <= t
 FACTOR = 2.0  # FlashAttention's factor 2, here on a bound that is already a worst case
 
 
-def error_model(family_name: str):
-    """The family's ``error_coefficients`` (from its literal math), or None when it gives none."""
-    return getattr(family(family_name).literal_replay.math, "error_coefficients", None)
+def error_model(family_name: str, conv=None):
+    """The family's ``error_coefficients`` (from its literal math), or None when it gives none;
+    ``conv``: the kernel's declared conventions, bound where the coefficients take them (KDA's gate
+    law changes the decays the bound is made of)."""
+    fn = getattr(family(family_name).literal_replay.math, "error_coefficients", None)
+    if fn is not None and conv is not None and not conv.is_default and "conv" in inspect.signature(fn).parameters:
+        return functools.partial(fn, conv=conv)
+    return fn
 
 
 def norm_terms(coef: dict, norm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -11,12 +11,18 @@ Presets:
   ``short_conv_kernel_size`` 4; 20 of its 27 layers are KDA).  The short convolution runs on q, k, v
   before the recurrence and keeps its own 3-token state: it is not part of this op.
 * ``tiny``: 2 key heads, 4 value heads (so a wrong head map shows), K = 16, V = 8, for CPU tests.
+* ``tiny-mha``: ``tiny`` with one head count (2) for q, k and v, for kernels without GQA (vLLM
+  0.33.0's KDA RecoverSSM).
 
 Laws: the gate pre-activation ``a`` per key channel follows the scenario's gate law (normal times
 ``dt_scale``); ``A_log [HV]`` is ``log`` of U(``neg_A``), ``dt_bias [HV, K]`` is offset + spread
 U per channel (FLA's ``naive_kda_gate`` form, with its ``[H * K]`` bias viewed as ``[HV, K]``), so
 each channel decays at its own rate; ``b`` (beta's pre-activation) is N(0, 1); q, k are L2
-normalised inside the op; ``v`` follows the value law.
+normalised inside the op; ``v`` follows the value law.  The same laws feed the bounded gate law
+(the declared convention ``gate_lower_bound`` lb, ``naive.py``): ``exp(A_log) (a + dt_bias)`` then
+sets where in (lb, 0) each channel's log decay falls (a large positive argument: near lb, fast
+forgetting; a negative one: near 0, long memory), so the scenarios' gate laws span the same
+short-to-long-memory range under either law.
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ class KimiDeltaAttention(Family):
     geometry_cls = KDAGeometry
     presets = {
         "tiny": KDAGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=8),
+        "tiny-mha": KDAGeometry(num_k_heads=2, num_v_heads=2, head_k_dim=16, head_v_dim=8),
         "kimi-linear-48b": KDAGeometry(num_k_heads=32, num_v_heads=32, head_k_dim=128, head_v_dim=128),
     }
     bench_geometry = "kimi-linear-48b"
@@ -96,7 +103,7 @@ class KimiDeltaAttention(Family):
     def input_law(self, name):
         return {"a": "gate", "b": "normal", "v": "value"}.get(name, "act")
 
-    conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form")
+    conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form", "gate_lower_bound")
     capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "state-read-records"))
     dot_order_literals = ("literal-replay-recurrent",)
 

@@ -172,7 +172,7 @@ class KDAMath(FamilyMath):
         return delta_window_rows(self.fold_rows(s0, hist, params, mode), win, mode, conv, l2norm,
                                  lambda tok: self.gates(tok, params, conv), kda_window_solve_rows)
 
-    def error_coefficients(self, tok, params, heads):
+    def error_coefficients(self, tok, params, heads, conv=DEFAULT):
         """The running-error model of one token (fp64, all rows), as ``fp64_bound.norm_terms`` reads
         it, norms being the largest row 2-norm of a head's state ``[V, K]``: per value head, the
         factor an existing error is scaled by, ``rho = max_c alpha_c`` (``Diag(alpha) (I - beta k
@@ -183,8 +183,8 @@ class KDAMath(FamilyMath):
         decay exponent for the fold's cumulative sums, ``dL = max_c -g_c``: the fp32 sum of a fast
         channel's log gates carries an absolute error ~u |G_c| into every weight of that channel,
         however slowly the head's slowest channel decays.  State-free: a chunk's tokens can be
-        given at once."""
-        g, beta = kda_gates(tok["a"], tok["b"], params["A_log"], params["dt_bias"])  # [R, HV, K], [R, HV]
+        given at once.  ``conv``: the declared conventions (the gate law among them)."""
+        g, beta = kda_gates(tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv)  # [R, HV, K], [R, HV]
         vmax = tok["v"].abs().amax(-1)
         vmax = vmax.repeat_interleave(heads // vmax.shape[-1], dim=-1) if vmax.shape[-1] != heads else vmax
         return {"rho": torch.exp(g.amax(-1)), "c": beta * vmax, "p": 2 * beta, "q": vmax, "dL": -g.amin(-1)}

@@ -20,7 +20,14 @@ uses key head ``h // (HV / H)``; parameters ``A_log [HV]``, ``dt_bias [HV, K]``.
     d = β (v − S' k)
     S ← S' + d kᵀ,   o = S q
 
-With ``A_log = 0`` the gate is ``log sigmoid(-(a + dt_bias))``: a log-sigmoid log decay per
+The bounded gate law (a declared convention, ``gate_lower_bound`` lb in [-5, 0): Kimi-K3, vLLM
+0.33.0's RecoverSSM kernels) replaces the first line by
+
+    g = lb * sigmoid(exp(A_log) (a + dt_bias))   per key channel, lb < g < 0
+
+so no channel forgets faster than exp(lb) per token; the input laws are the same (``family.py``).
+
+With ``A_log = 0`` the (default) gate is ``log sigmoid(-(a + dt_bias))``: a log-sigmoid log decay per
 channel, the direct form some models use.
 
 Conventions (``conv``, replayssm/conventions.py; the kernel's declared ones, the defaults above
@@ -49,8 +56,8 @@ def l2norm(u: torch.Tensor, conv: Conventions = DEFAULT) -> torch.Tensor:
 
 def kda_gates(a, b, A_log, dt_bias, conv: Conventions = DEFAULT):
     """Per-channel log decay ``g = -exp(A_log) softplus(a + dt_bias)`` ``[..., HV, K]`` and
-    ``beta = sigmoid(b)`` ``[..., HV]`` (threshold and beta's rounding: ``conv``)."""
-    return -torch.exp(A_log)[:, None] * conv.softplus(a + dt_bias), conv.beta(b)
+    ``beta = sigmoid(b)`` ``[..., HV]`` (threshold, beta's rounding and the gate law: ``conv``)."""
+    return conv.kda_log_gate(a, A_log, dt_bias), conv.beta(b)
 
 
 def kda_prepare(q, k, nv: int, conv: Conventions = DEFAULT):

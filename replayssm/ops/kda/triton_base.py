@@ -182,9 +182,19 @@ def fold_weighted(s, d_rec_ptr, wf_ptr, slot, origin, w, h, offs_v, mv, offs_k,
 class TritonKDABase(TritonGDNBase):
     """Common part of the KDA Triton kernels (not registered itself): the GDN kernels' storage and
     cursors with KDA's per-channel gate parameters ``A_log [HV]``, ``dt_bias [HV, K]``
-    (their shapes are checked by ``KernelConfig`` against the geometry's ``param_shapes``)."""
+    (their shapes are checked by ``KernelConfig`` against the geometry's ``param_shapes``).  They
+    compute the softplus gate law only (:func:`kda_gates`): a config whose conventions carry the
+    bounded law (``gate_lower_bound``, replayssm/conventions.py) is refused before any work."""
 
     family = "kda"
+
+    def __init__(self, config) -> None:
+        lb = config.conventions.gate_lower_bound
+        if lb is not None:
+            raise ValueError(f"conventions: kernel {self.name!r} computes the gate -exp(A_log) softplus(a + dt_bias) "
+                             f"only, not the bounded law gate_lower_bound={lb!r} (lb * sigmoid(exp(A_log) "
+                             f"(a + dt_bias)))")
+        super().__init__(config)
 
 
 def fold_fp64(s0: torch.Tensor, hist: dict[str, torch.Tensor]) -> torch.Tensor:
