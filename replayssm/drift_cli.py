@@ -323,7 +323,7 @@ def run(args) -> int:
                                   progress=not args.no_progress, checkpoint_every_s=args.checkpoint_every,
                                   deadline_s=args.deadline)
             results = []
-            for c in D.shard_cells(cells, shard):
+            for c in D.shard_cells(cells, shard, cfg):
                 p = D.cell_path(out, c.id)
                 if p.exists():
                     results.append(json.loads(p.read_text()))
