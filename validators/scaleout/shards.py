@@ -39,7 +39,7 @@ def _int(env: Mapping[str, str], name: str) -> int:
     try:
         return int(env[name])
     except ValueError:
-        raise ValueError(f"shard: --shard auto: {name}={env[name]!r} is not an integer") from None
+        raise ValueError(f"--shard auto: {name}={env[name]!r} is not an integer") from None
 
 
 def shard_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int]:
@@ -54,7 +54,7 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int]:
         try:
             i, n = (int(x) for x in text.split("/"))
         except ValueError:
-            raise ValueError(f"shard: --shard auto: {SHARD_ENV}={text!r} is not i/n (e.g. 0/4)") from None
+            raise ValueError(f"--shard auto: {SHARD_ENV}={text!r} is not i/n (e.g. 0/4)") from None
         found.append(((i, n), f"{SHARD_ENV}={text}"))
     for idx, cnt, lo, step, what in _SOURCES:
         have = [v for v in (idx, cnt) if env.get(v, "") != ""]
@@ -62,25 +62,25 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int]:
             continue
         if len(have) == 1:
             missing = cnt if have == [idx] else idx
-            raise ValueError(f"shard: --shard auto: {have[0]} is set but {missing} is not ({what})")
+            raise ValueError(f"--shard auto: {have[0]} is set but {missing} is not ({what})")
         i, n = _int(env, idx), _int(env, cnt)
         if lo and env.get(lo, "") != "":
             i -= _int(env, lo)
         if step and env.get(step, "") not in ("", "1"):
             s = _int(env, step)
             if s < 1 or i % s:
-                raise ValueError(f"shard: --shard auto: {idx}={env[idx]} is not on the array's step {step}={s}")
+                raise ValueError(f"--shard auto: {idx}={env[idx]} is not on the array's step {step}={s}")
             i //= s
         found.append(((i, n), f"{idx}={env[idx]} {cnt}={env[cnt]} ({what})"))
     if not found:
-        raise ValueError(f"shard: --shard auto: none of {SHARD_ENV}, SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, "
+        raise ValueError(f"--shard auto: none of {SHARD_ENV}, SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, "
                          f"BUILDKITE_PARALLEL_JOB/BUILDKITE_PARALLEL_JOB_COUNT is set; give --shard i/n")
     (i, n), why = found[0]
     if n < 1 or not 0 <= i < n:
-        raise ValueError(f"shard: --shard auto: {why} gives shard {i} of {n}; expected 0 <= i < n")
+        raise ValueError(f"--shard auto: {why} gives shard {i} of {n}; expected 0 <= i < n")
     for other, why2 in found[1:]:
         if other != (i, n):
-            raise ValueError(f"shard: --shard auto: the environment disagrees: {why} gives {i}/{n}, "
+            raise ValueError(f"--shard auto: the environment disagrees: {why} gives {i}/{n}, "
                              f"{why2} gives {other[0]}/{other[1]}")
     return i, n
 
