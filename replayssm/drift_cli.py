@@ -309,10 +309,12 @@ def _check_scaleout(args, shard) -> None:
     if args.claim_ttl is not None and not args.claim:
         raise ValueError("--claim-ttl: only with --claim")
     if args.claim:
-        for flag, bad in (("--merge", args.merge), ("--shard", shard != (0, 1)), ("--backend ray", args.backend == "ray"),
+        for flag, bad in (("--merge", args.merge), ("--shard", shard != (0, 1)),
+                          ("--backend ray", args.backend == "ray"),
                           ("--workers", args.workers is not None and args.workers > 1)):
             if bad:
-                raise ValueError(f"--claim: claim mode runs every cell of the sweep on a shared --out; it takes no {flag}")
+                raise ValueError(f"--claim: claim mode runs every cell of the sweep on a shared --out (one "
+                                 f"cell at a time per process); it takes no {flag}")
     if args.backend == "ray":
         if args.merge:
             raise ValueError("--backend: --merge runs no cells; give no --backend ray")

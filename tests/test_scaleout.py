@@ -147,6 +147,7 @@ def test_a_lost_claim_is_not_refreshed(tmp_path):
     assert C.claim_path(tmp_path, "cell").exists()  # the new holder's claim is left alone
 
 
+@pytest.mark.slow  # 71.8 s on the shared 2-core machine (three processes importing torch; 2026-12-07)
 def test_claim_processes_share_one_out_and_reproduce_the_serial_report(serial, tmp_path):
     out = tmp_path / "shared"
     procs = [subprocess.Popen(_cli(*TINY, "--out", str(out), "--claim"), env=ENV, stdout=subprocess.DEVNULL,

@@ -233,14 +233,14 @@ def run_claimed(cfg: D.SweepConfig, out: str | Path, *, device: str = "cpu", ttl
                           flush=True)
                 hb = _Heartbeat(claim)
 
-                def tick(n: int, resumed: bool = False, hb=hb) -> None:
+                def tick(n: int, resumed: bool = False, hb=hb, cid=c.id) -> None:
                     nonlocal counted
                     if hb.lost:
                         raise ClaimLost
                     if not resumed:
                         counted += n
                     elif n:
-                        print(f"replayssm: drift: cell {c.id} resumed from its checkpoint at {n:,} tokens",
+                        print(f"replayssm: drift: cell {cid} resumed from its checkpoint at {n:,} tokens",
                               file=sys.stderr, flush=True)
                     if bar is not None:
                         bar.update(n)
