@@ -48,6 +48,9 @@ from replayssm.validators import drift as D
 from replayssm.validators.drift import SweepConfig, default_devices
 from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
 from replayssm.validators.drift_report import analyse, write_reports
+from replayssm.validators.scaleout.claims import report_lock, run_claimed
+from replayssm.validators.scaleout.ray_backend import require_ray, run_ray
+from replayssm.validators.scaleout.shards import shard_from_env
 
 DEFAULTS = {"families": "mamba2,gdn", "kernels": "literal-replay",
             "modes": "s32a32,s32a16,s16a16,sfp16a16,sfp16a16-sr,sfp8a16", "scenarios": "long-memory",
@@ -107,7 +110,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="budgets = this x the run's peaks (>= 1; default: %(default)s)")
     r = p.add_argument_group("running")
     r.add_argument("--out", default="out/drift", help="output folder (default: %(default)s)")
-    r.add_argument("--shard", default="0/1", help="run shard i of n of the cells (a CI matrix; default 0/1)")
+    r.add_argument("--shard", default="0/1",
+                   help="run shard i of n of the cells, balanced by estimated cost (a CI matrix; default 0/1); auto: "
+                        "from REPLAYSSM_SHARD=i/n, SLURM_ARRAY_TASK_ID/_COUNT or BUILDKITE_PARALLEL_JOB/_COUNT")
     r.add_argument("--merge", nargs="+", default=None, metavar="DIR",
                    help="merge the shard folders DIR... into one report in --out (no runs)")
     r.add_argument("--device", default="auto", help="auto (every visible GPU, else cpu), cpu, cuda, cuda:N")
@@ -115,6 +120,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    "(sets REPLAYSSM_VLLM_SRC)")
     r.add_argument("--workers", type=int_at_least(1), default=None,
                    help="processes (default: one per GPU; on CPU one per core, at most 4)")
+    r.add_argument("--backend", choices=("local", "ray"), default="local",
+                   help="local: --workers processes on this host; ray: one Ray task per cell on a Ray cluster "
+                        "(pip install 'replayssm[ray]'; docs/scaleout.md)")
+    r.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                   help="the Ray cluster to join (--backend ray; default: RAY_ADDRESS, else a local cluster)")
+    r.add_argument("--gpus-per-cell", type=float_in(0, 1, hi_open=False, what="a fraction of a GPU"), default=None,
+                   help="GPUs one Ray task takes, 0 < x <= 1: 0.25 packs four cells per card (--backend ray; "
+                        "default 1)")
+    r.add_argument("--claim", action="store_true",
+                   help="claim mode: many processes (any hosts) share one --out, each running the cells it claims; "
+                        "every one writes the report once all cells have results (docs/scaleout.md)")
+    r.add_argument("--claim-ttl", type=float_in(0, what="a number of seconds"), default=None, metavar="SECONDS",
+                   help="a claim whose heartbeat is older than this is taken over (--claim; default 120)")
     r.add_argument("--checkpoint-every", type=float_in(0, lo_open=False, what="a number of seconds"), default=30.0,
                    help="seconds between cell checkpoints")
     r.add_argument("--deadline", type=float_in(0, what="a number of seconds"), default=None, metavar="SECONDS",
@@ -282,12 +300,39 @@ def sweep_footprint(cfg: SweepConfig, workers: int) -> list[tuple[str, int, int,
     return [*terms, ("--state-samples", samples, 0, what)]
 
 
+def _check_scaleout(args, shard) -> None:
+    """The scale-out flags (docs/scaleout.md), refused before any work."""
+    if args.backend != "ray":
+        for flag, v in (("--ray-address", args.ray_address), ("--gpus-per-cell", args.gpus_per_cell)):
+            if v is not None:
+                raise ValueError(f"{flag}: only with --backend ray")
+    if args.claim_ttl is not None and not args.claim:
+        raise ValueError("--claim-ttl: only with --claim")
+    if args.claim:
+        for flag, bad in (("--merge", args.merge), ("--shard", shard != (0, 1)),
+                          ("--backend ray", args.backend == "ray"),
+                          ("--workers", args.workers is not None and args.workers > 1)):
+            if bad:
+                raise ValueError(f"--claim: claim mode runs every cell of the sweep on a shared --out (one "
+                                 f"cell at a time per process); it takes no {flag}")
+    if args.backend == "ray":
+        if args.merge:
+            raise ValueError("--backend: --merge runs no cells; give no --backend ray")
+        if args.workers is not None:
+            raise ValueError("--workers: --backend ray runs one task per cell on the cluster; give --gpus-per-cell")
+        try:
+            require_ray()
+        except ImportError as e:
+            raise EnvironmentProblem(str(e)) from None
+
+
 def run(args) -> int:
     use_vllm_src(args)
     adapters.load()  # the adapters whose source is available register their kernels
-    shard = _flagged(lambda: D.parse_shard(args.shard))
+    shard = _flagged(lambda: shard_from_env() if args.shard == "auto" else D.parse_shard(args.shard))
     if args.merge and shard != (0, 1):
         raise ValueError("--merge: merging takes no --shard")
+    _check_scaleout(args, shard)
     results = None
     if args.merge:
         cfg, results = _flagged(lambda: D.load_cells(args.merge))
@@ -311,7 +356,11 @@ def run(args) -> int:
         n_workers = args.workers or (len(devices) if devices[0] != "cpu" else 4)
         check_fits(sweep_footprint(cfg, min(n_workers, len(cells))), devices[0])
     env = environment(devices)
-    with output_lock(out, "--out"):  # one writer per output folder
+    claimed = None
+    if args.claim:  # processes share --out: cells are claimed one by one; the lock below is for the report only
+        claimed = run_claimed(cfg, out, device=devices[0], ttl=args.claim_ttl or 120.0, progress=not args.no_progress,
+                              checkpoint_every_s=args.checkpoint_every, deadline_s=args.deadline)
+    with report_lock(out) if args.claim else output_lock(out, "--out"):  # one writer per output folder
         outcome = None
         if args.merge:
             D.prepare_out(cfg, out)
@@ -319,11 +368,18 @@ def run(args) -> int:
             workers = args.workers
             if workers is None:
                 workers = len(devices) if devices[0] != "cpu" else max(1, min(4, len(os.sched_getaffinity(0))))
-            outcome = D.run_sweep(cfg, out, shard=shard, workers=workers, devices=devices,
-                                  progress=not args.no_progress, checkpoint_every_s=args.checkpoint_every,
-                                  deadline_s=args.deadline)
+            if claimed is not None:
+                outcome, workers = claimed, 1
+            elif args.backend == "ray":
+                outcome = run_ray(cfg, out, shard=shard, device=devices[0], address=args.ray_address,
+                                  gpus_per_cell=args.gpus_per_cell or 1.0, progress=not args.no_progress,
+                                  checkpoint_every_s=args.checkpoint_every, deadline_s=args.deadline)
+            else:
+                outcome = D.run_sweep(cfg, out, shard=shard, workers=workers, devices=devices,
+                                      progress=not args.no_progress, checkpoint_every_s=args.checkpoint_every,
+                                      deadline_s=args.deadline)
             results = []
-            for c in D.shard_cells(cells, shard):
+            for c in D.shard_cells(cells, shard, cfg):
                 p = D.cell_path(out, c.id)
                 if p.exists():
                     results.append(json.loads(p.read_text()))

@@ -23,7 +23,8 @@ chunk boundaries, atomically, in a format that cannot execute code with a SHA-25
 (:mod:`replayssm.validators.checkpoint_file`); a killed run resumes to bit-identical cell results, and
 a checkpoint that is foreign (an older pickle included), truncated or fails its digest is moved to
 ``<out>/quarantine/`` with one line on stderr and its cell recomputed.  Sharding:
-``shard = (i, n)`` takes every n-th cell of the sorted cell list; ``workers`` processes (one per
+``shard = (i, n)`` takes shard i of n cells balanced by estimated cost (:mod:`replayssm.validators.scaleout`,
+which also holds claim mode and the Ray backend); ``workers`` processes (one per
 visible GPU by default on CUDA) share the shard's cells.  Reports are built from the union of
 cell files (:mod:`replayssm.validators.drift_report`), so a merged sharded run equals an
 unsharded one.
@@ -302,8 +303,13 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def shard_cells(cells: list[CellSpec], shard: tuple[int, int]) -> list[CellSpec]:
+def shard_cells(cells: list[CellSpec], shard: tuple[int, int], cfg: SweepConfig | None = None) -> list[CellSpec]:
+    """Shard ``i`` of ``n``: with ``cfg``, balanced by estimated cell cost (longest processing time
+    first, :func:`replayssm.validators.scaleout.shards.balanced_shards`); without, every n-th cell."""
     i, n = shard
+    if cfg is not None:
+        from replayssm.validators.scaleout.shards import shard_of
+        return shard_of(cells, shard, cfg)
     return [c for j, c in enumerate(cells) if j % n == i]
 
 
@@ -872,7 +878,7 @@ def run_sweep(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
         raise ValueError(f"workers: expected a positive integer, got {workers!r}")
     devices = devices or default_devices()
     prepare_out(cfg, out)
-    cells = shard_cells(cfg.cells()[0], shard)
+    cells = shard_cells(cfg.cells()[0], shard, cfg)
     todo = [c for c in cells
             if not reusable(_read_json(cell_path(out, c.id)), cell_provenance(c, cfg, devices[0]), cfg)]
     per_cell = cfg.rows * cfg.tokens
