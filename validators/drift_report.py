@@ -29,6 +29,7 @@ from replayssm.validators.drift_analysis import (
     tokens_to_budget,
 )
 from replayssm.validators.drift_budgets import Budgets, check_cell
+from replayssm.validators.drift_verdict import GROSS_BITS, judge
 from replayssm.validators.svg_plot import PALETTE, Plot, Series, render
 from replayssm.validators.tolerances import state_unit
 
@@ -191,6 +192,7 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
             "stopped": (None if stop_reason(c) is None
                         else {"token": int(c.get("tokens_run", 0)), "reason": stop_reason(c)}),
             "check": None,
+            "verdict": judge(c, mode),
         }
         if budgets is not None:
             b = budgets.get_budget(c["family"], c["mode"])
@@ -218,6 +220,8 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
         "speculation": _speculation(cells, out_cells, alpha),
         "recommendations": _recommendations(out_cells, budget, H),
     }
+    report["verdict"] = {"gross_bits": GROSS_BITS, "failed": [c["id"] for c in out_cells if not c["verdict"]["pass"]],
+                         "pass": all(c["verdict"]["pass"] for c in out_cells)}
     checked = [c for c in out_cells if c["check"] is not None]
     report["check"] = {
         "enabled": budgets is not None, "cells": len(checked),
@@ -331,20 +335,38 @@ def _cell_name(c: dict) -> str:
     return c["id"] + (f" (stopped at token {st['token']:,}: {st['reason']})" if st else "")
 
 
+# The basis of an effective-precision figure, as the tables mark it (the legends say so).
+BASIS_MARK = {"literal": "c", "direct": "d", "nonfinite": "d"}
+
+
+def _bits_text(ep: dict) -> str:
+    """Effective bits, ⚠ when worse than declared by more than the factor, and the basis mark."""
+    if not ep:
+        return "–"
+    return f"{_fmt(ep.get('bits_eff'), 3)}{' ⚠' if ep.get('worse') else ''} ({BASIS_MARK[ep['basis']]})"
+
+
+BITS_LEGEND = ("eff. bits: -log2 of the effective unit roundoff, ⚠ when below the declared format by more than "
+               "x{f:g} in unit roundoff ({b:g} bit(s)); basis (c): calibrated by the literal model at the same mode "
+               "and scenario (u_declared x error / literal error), (d): the error itself read against the "
+               "declared format (no literal model ran beside it: a correct kernel's accumulated error is "
+               "several u too)")
+
+
 def _cells_table_md(cells: list[dict]) -> list[str]:
     rows = ["| cell | output law | output peak | state law | state peak | injected / flush | tokens to budget |"
-            " eff. bits out / state | check |", "|" + "---|" * 9]
+            " eff. bits out / state | verdict | check |", "|" + "---|" * 10]
     for c in cells:
         inj = c["flush"]["injected"]
         cross = (c["output"].get("budget_crossing") or {}).get("predicted")
         ep_o = c["output"]["effective_precision"]
         ep_s = (inj.get("effective_precision") or {})
-        bits = f"{_fmt(ep_o.get('bits_eff'), 3)}{' ⚠' if ep_o.get('worse') else ''} / " \
-               f"{_fmt(ep_s.get('bits_eff'), 3)}{' ⚠' if ep_s.get('worse') else ''}"
+        bits = f"{_bits_text(ep_o)} / {_bits_text(ep_s)}"
         chk = "–" if c["check"] is None else ("pass" if c["check"]["pass"] else "**FAIL**")
+        vd = "pass" if c["verdict"]["pass"] else "**FAIL**"
         rows.append(f"| {_cell_name(c)} | {_law_text(c['output'])} | {_fmt(c['output']['peak'])} | "
                     f"{_law_text(c['state'])} | {_fmt(c['state']['peak'])} | {_fmt(inj.get('estimate'))} | "
-                    f"{_tokens(cross)} | {bits} | {chk} |")
+                    f"{_tokens(cross)} | {bits} | {vd} | {chk} |")
     return rows
 
 
@@ -365,14 +387,20 @@ def to_markdown(report: dict, html_name: str | None = "drift_report.html") -> st
     env = report.get("environment") or {}
     if env:
         lines.append("- environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
+    vd = report["verdict"]
+    lines.append(f"- verdict (no budgets): **{'PASS' if vd['pass'] else 'FAIL'}**"
+                 + ("" if vd["pass"] else f" ({len(vd['failed'])} cell(s): {', '.join(vd['failed'][:5])}"
+                                          f"{', ...' if len(vd['failed']) > 5 else ''})"))
     chk = report["check"]
     if chk["enabled"]:
         verdict = "PASS" if chk["pass"] else f"FAIL ({len(chk['failed'])} cell(s))"
         lines.append(f"- budget check against {st['budgets_file']}: **{verdict}**")
     lines += ["", "## Cells", "", *_cells_table_md(report["cells"]), ""]
+    f = st["precision_factor"]
     lines += ["Peak = the largest log-binned RMS of ||out - ref|| / ||ref||; injected / flush = RMS error one flush "
-              "adds to the checkpoint; eff. bits: -log2 of the effective unit roundoff (⚠ worse than declared by "
-              f"more than x{st['precision_factor']:g}).", ""]
+              f"adds to the checkpoint; {BITS_LEGEND.format(f=f, b=math.log2(f))}; verdict: the default judgement "
+              f"(non-finite values, an exact check, or an error above 2^{report['verdict']['gross_bits']} x the "
+              "mode's unit roundoff fail; docs/drift_report_schema.md); check: the budgets of --check.", ""]
     lines += ["## Does speculation add error?", "", "| family | kernel | mode | scenario | schedule | "
               "tokens/flush std / spec | ratio (CI at the test's level, 1 − 2α) | p | verdict |", "|" + "---|" * 9]
     for s in report["speculation"]:
@@ -569,10 +597,14 @@ def to_html(report: dict) -> str:
              "binned RMS error (the budget metric). Injected/flush: RMS error one flush adds to the checkpoint, "
              "measured against an fp64 fold of the kernel's own previous checkpoint. Effective bits: −log2 of the "
              "unit roundoff the error corresponds to (output over the run; state per flush), ⚠ when worse than "
-             f"declared by more than ×{st['precision_factor']:g}.</p>")
+             f"declared by more than ×{st['precision_factor']:g}; (c) calibrated by the literal model at the same "
+             "mode and scenario, (d) the error itself read against the declared format (no literal model beside "
+             "it). Verdict: the default judgement (non-finite values, an exact check, or an error above "
+             f"2<sup>{report['verdict']['gross_bits']}</sup> × the mode's unit roundoff fail). Check: the budgets "
+             "of --check.</p>")
     h.append("<table><tr><th>cell</th><th>output law</th><th>output peak</th><th>state law</th><th>state peak</th>"
              "<th>injected / flush</th><th>tokens / flush</th><th>tokens to budget</th><th>eff. bits out</th>"
-             "<th>eff. bits state</th><th>check</th></tr>")
+             "<th>eff. bits state</th><th>verdict</th><th>check</th></tr>")
     for c in report["cells"]:
         inj = c["flush"]["injected"]
         cross = (c["output"].get("budget_crossing") or {}).get("predicted")
@@ -582,7 +614,7 @@ def to_html(report: dict) -> str:
         def bits(ep):
             if not ep:
                 return _td("–")
-            txt = f"{_fmt(ep.get('bits_eff'), 3)} / {ep['bits_declared']:.3g}"
+            txt = f"{_fmt(ep.get('bits_eff'), 3)} / {ep['bits_declared']:.3g} ({BASIS_MARK[ep['basis']]})"
             cls = ' class="num warn"' if ep.get("worse") else ' class="num"'
             return f"<td{cls}>{escape(txt)}{' ⚠' if ep.get('worse') else ''}</td>"
 
@@ -592,10 +624,12 @@ def to_html(report: dict) -> str:
             ck = '<td class="pass">pass</td>'
         else:
             ck = f'<td class="fail" title="{escape("; ".join(c["check"]["failures"]))}">FAIL</td>'
+        vd = ('<td class="pass">pass</td>' if c["verdict"]["pass"] else
+              f'<td class="fail" title="{escape("; ".join(c["verdict"]["failures"]))}">FAIL</td>')
         h.append(_row([_td(_cell_name(c), False), _td(_law_text(c["output"]), False), _td(_fmt(c["output"]["peak"])),
                        _td(_law_text(c["state"]), False), _td(_fmt(c["state"]["peak"])), _td(_fmt(inj.get("estimate"))),
                        _td(_fmt(c["flush"]["tokens_per_flush"])),
-                       _td(_tokens(cross)), bits(ep_o), bits(ep_s), ck]))
+                       _td(_tokens(cross)), bits(ep_o), bits(ep_s), vd, ck]))
     h.append("</table>")
 
     # Plots per family x scenario x mode.

@@ -407,6 +407,29 @@ class Lockstep:
             self.canary = {s: {n: t.clone() for n, t in inv.slot_view(snap, s).items()} for s in unused}
         self.started = True
 
+    def cursors_before(self, step: int) -> list[tuple[int, int]]:
+        """Every row's ``(write_pos, origin)`` before the verify of plan step ``step`` (after that
+        step's resets), walked from the plan by the declared policy, as :meth:`step` moves them; the
+        same on drift's fast path, which keeps no per-step cursors.  Walks forward from the last
+        step asked (failure messages ask in step order)."""
+        walk = getattr(self, "_cursor_walk", None)
+        if walk is None or walk[0] >= len(self.plans) or self.plans[walk[0]].step > step:
+            walk = (0, [0] * self.sc.rows, self._origins(self.sc.resolved_origins))
+        i, wp, org = walk[0], list(walk[1]), list(walk[2])
+        while i < len(self.plans):
+            p = self.effective_plan(self.plans[i])[0]
+            if p.step == step:
+                self._cursor_walk = (i, list(wp), list(org))
+                for r, o in zip(p.reset_rows, p.reset_origins):
+                    wp[r], org[r] = 0, (o if self.dec.uses_ring else 0)
+                return list(zip(wp, org))
+            for r, o in zip(p.reset_rows, p.reset_origins):
+                wp[r], org[r] = 0, (o if self.dec.uses_ring else 0)
+            for r in self.active:
+                wp[r], org[r] = self.dec.commit_cursor(wp[r], org[r], self.dec.is_flush(wp[r]), p.accepted[r])
+            i += 1
+        raise ValueError(f"step: the plan has no step {step}")
+
     def _origins(self, origins) -> list[int]:
         """The scenario's ring origins, or zeros when the kernel's policy keeps a linear buffer."""
         return list(origins) if self.dec.uses_ring else [0] * len(origins)
