@@ -42,6 +42,7 @@ from replayssm.cli_guard import (
 )
 from replayssm.cli_list import use_vllm_src
 from replayssm.families import preset
+from replayssm.precision import parse_mode
 from replayssm.validators import drift as D
 from replayssm.validators.drift import SweepConfig, default_devices
 from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
@@ -274,6 +275,12 @@ def run(args) -> int:
         for f, m in sorted({(c.family, c.mode) for c in cells}):
             budgets.get_budget(f, m)  # a missing entry fails here, before any work
     devices = _devices(args.device)
+    if devices[0] == "cpu":  # kernels written elsewhere the Triton interpreter cannot run faithfully: refused now
+        from replayssm.registry import get
+        for c in cells:
+            refusal = getattr(get(c.kernel, c.family), "interpreter_refusal", lambda m: None)(parse_mode(c.mode))
+            if refusal:
+                raise ValueError(f"{refusal} (cell {c.id})")
     out = Path(args.out)
     check_writable(out, "--out")
     if args.write_budgets:

@@ -69,6 +69,9 @@ class StepPlan:
     layout: str = "padded"  # "padded" [R, T', ...] | "packed" (query_start_loc)
     perm: list[int] | None = None  # batch row i of this step's kernel calls is scenario row perm[i]
     poison: str = "none"  # what the recycled slots of this step's resets are filled with first
+    # The reset rows are re-admitted through the interface's defaults: ``reset(slot_ids, None, None)``
+    # (zeros; origin 0 where every reset origin is 0, else the origins), judged against zeros.
+    reset_default: bool = False
 
 
 _DEFAULT_STEPS = {"random": 64, "per-row": 64, "always-1": 32, "always-T": 32, "fixed": 32, "slot-reuse": 96,
@@ -413,7 +416,9 @@ def _plan(sc) -> list[StepPlan]:
                 extra = [r for r in active if r not in rr]
                 rr += extra
                 ro += [sc.resolved_origins[r] for r in extra]
-            out.append(StepPlan(s, list(b.accepted), rr, ro))
+            # Every re-admission of the cover walk goes through the documented defaults of reset
+            # (initial_state=None: zeros), the path a kernel keeping the old state there fails.
+            out.append(StepPlan(s, list(b.accepted), rr, ro, reset_default=bool(rr)))
         return out
     if name == "explicit":
         return _explicit(sc)

@@ -393,7 +393,7 @@ class Lockstep:
         for r, s in enumerate(self.ids_list):
             if s != PAD_SLOT:
                 self.cursor_table[s] = [0, int(origins[r])]
-        k.reset(self.ids, init, origins)
+        k.reset(self.ids, *self._reset_args(sc.initial_state == "zeros", init, origins))
         for lit in self.literals:
             lit.reset(self.ids, init, origins)
         if self.bound is not None and self.active:
@@ -406,6 +406,15 @@ class Lockstep:
             snap = self.snapshot()
             self.canary = {s: {n: t.clone() for n, t in inv.slot_view(snap, s).items()} for s in unused}
         self.started = True
+
+    @staticmethod
+    def _reset_args(default: bool, init: torch.Tensor, origins: torch.Tensor) -> tuple:
+        """The kernel's ``reset`` arguments after the slot ids: with ``default`` the documented
+        defaults of docs/kernel_interface.md (``initial_state=None``: zeros, which ``init`` must
+        hold; ``origin=None``: 0, where every origin is 0), else ``init`` and ``origins``."""
+        if not default:
+            return init, origins
+        return None, (None if not bool(origins.any()) else origins)
 
     def cursors_before(self, step: int) -> list[tuple[int, int]]:
         """Every row's ``(write_pos, origin)`` before the verify of plan step ``step`` (after that
@@ -441,14 +450,18 @@ class Lockstep:
             return
         ids = [self.ids_list[r] if r in p.reset_rows else PAD_SLOT for r in range(self.sc.rows)]
         tids = torch.tensor(ids, dtype=torch.int64, device=self.device)
-        init = make_initial_state(self.sc, generation=p.step + 1, device=self.device)
+        default = p.reset_default or self.sc.initial_state == "zeros"
+        init = (torch.zeros((self.sc.rows, *self.sc.geometry_obj.state_shape), dtype=torch.float64, device=self.device)
+                if default else make_initial_state(self.sc, generation=p.step + 1, device=self.device))
         orig = [0] * self.sc.rows
         for r, o in zip(p.reset_rows, p.reset_origins):
             orig[r] = o if self.dec.uses_ring else 0
         torig = torch.tensor(orig, dtype=torch.int64, device=self.device)
         if p.poison != "none" and self.kernel.supports_restore:
             self._poison_slots([self.ids_list[r] for r in p.reset_rows], p.poison)
-        self.kernel.reset(tids, init, torig)
+        self.kernel.reset(tids, *self._reset_args(default, init, torig))
+        if default:
+            self.coverage["resets through the defaults (initial_state=None)"] += len(p.reset_rows)
         for lit in self.literals:
             lit.reset(tids, init, torig)
         if self.bound is not None:
