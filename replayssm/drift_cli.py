@@ -9,7 +9,7 @@ land in ``out/drift/``.
 
 Exit codes (:data:`replayssm.cli.EXIT_CONTRACT`): 0 pass, 1 a cell failed the default judgement
 (:mod:`replayssm.validators.drift_verdict`: a non-finite output or state, an exact check, an error
-above 2^7 x the mode's unit roundoff; one ``drift: FAIL`` line per cell), a kernel exceeds its budget
+above the gross bound, 2^12 u capped at max(1/2, 2^7 u); one ``drift: FAIL`` line per cell), a kernel exceeds its budget
 (``--check``) or a cell raised or stopped early (unless ``--allow-incomplete``), 2 bad usage or input, 3 environment
 (unwritable ``--out``, no device, a sweep that would not fit in memory, another writer on ``--out``).
 
@@ -64,7 +64,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                "continue from their checkpoint, crashed cells rerun; a folder holding another sweep is refused. "
                "A cell that raised or stopped early fails the run (exit 1) unless --allow-incomplete. Without "
                "--check a cell fails (exit 1) on a non-finite output or state, a failed exact check, or an error "
-               "above 2^7 x its mode's unit roundoff; --check adds the budgets. "
+               "above the gross bound (2^12 x its mode's unit roundoff u, capped at max(1/2, 2^7 u)); --check adds "
+               "the budgets. "
                + EXIT_CONTRACT)
     g = p.add_argument_group("sweep")
     g.add_argument("--families", default=DEFAULTS["families"], help="comma list (default: %(default)s)")
@@ -102,7 +103,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="significance level of the speculation test")
     a.add_argument("--check", action="store_true",
                    help="also fail (exit 1) when a kernel exceeds its budget (without it a run fails on non-finite "
-                        "values, failed exact checks and errors above 2^7 x the mode's unit roundoff)")
+                        "values, failed exact checks and errors above 2^12 u capped at max(1/2, 2^7 u))")
     a.add_argument("--budgets", default=None, help="budget file (default: golden/tolerances.toml)")
     a.add_argument("--write-budgets", default=None, metavar="PATH",
                    help="derive a budget file from this run's literal-replay cells (x --budget-factor)")
@@ -363,7 +364,7 @@ def run(args) -> int:
                         print(f"drift: FAIL {c['id']} (budget check): {f}", file=sys.stderr)
         if judged_fail:
             print(f"drift: {len(judged_fail)} cell(s) failed (non-finite values, an exact check, or an error above "
-                  f"2^{report['verdict']['gross_bits']} x the mode's unit roundoff): exit 1", file=sys.stderr)
+                  f"the gross bound {report['verdict']['gross_rule']}): exit 1", file=sys.stderr)
             return 1
         return 1 if chk["enabled"] and not chk["pass"] else 0
 

@@ -29,7 +29,7 @@ from replayssm.validators.drift_analysis import (
     tokens_to_budget,
 )
 from replayssm.validators.drift_budgets import Budgets, check_cell
-from replayssm.validators.drift_verdict import GROSS_BITS, judge
+from replayssm.validators.drift_verdict import RULE, judge
 from replayssm.validators.svg_plot import PALETTE, Plot, Series, render
 from replayssm.validators.tolerances import state_unit
 
@@ -220,7 +220,7 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
         "speculation": _speculation(cells, out_cells, alpha),
         "recommendations": _recommendations(out_cells, budget, H),
     }
-    report["verdict"] = {"gross_bits": GROSS_BITS, "failed": [c["id"] for c in out_cells if not c["verdict"]["pass"]],
+    report["verdict"] = {"gross_rule": RULE, "failed": [c["id"] for c in out_cells if not c["verdict"]["pass"]],
                          "pass": all(c["verdict"]["pass"] for c in out_cells)}
     checked = [c for c in out_cells if c["check"] is not None]
     report["check"] = {
@@ -399,8 +399,9 @@ def to_markdown(report: dict, html_name: str | None = "drift_report.html") -> st
     f = st["precision_factor"]
     lines += ["Peak = the largest log-binned RMS of ||out - ref|| / ||ref||; injected / flush = RMS error one flush "
               f"adds to the checkpoint; {BITS_LEGEND.format(f=f, b=math.log2(f))}; verdict: the default judgement "
-              f"(non-finite values, an exact check, or an error above 2^{report['verdict']['gross_bits']} x the "
-              "mode's unit roundoff fail; docs/drift_report_schema.md); check: the budgets of --check.", ""]
+              "(non-finite values, an exact check, or an error above the gross bound "
+              f"{report['verdict']['gross_rule']} fail; docs/drift_report_schema.md); check: the budgets of --check.",
+              ""]
     lines += ["## Does speculation add error?", "", "| family | kernel | mode | scenario | schedule | "
               "tokens/flush std / spec | ratio (CI at the test's level, 1 − 2α) | p | verdict |", "|" + "---|" * 9]
     for s in report["speculation"]:
@@ -600,7 +601,7 @@ def to_html(report: dict) -> str:
              f"declared by more than ×{st['precision_factor']:g}; (c) calibrated by the literal model at the same "
              "mode and scenario, (d) the error itself read against the declared format (no literal model beside "
              "it). Verdict: the default judgement (non-finite values, an exact check, or an error above "
-             f"2<sup>{report['verdict']['gross_bits']}</sup> × the mode's unit roundoff fail). Check: the budgets "
+             f"the gross bound, {escape(report['verdict']['gross_rule'])}, fail). Check: the budgets "
              "of --check.</p>")
     h.append("<table><tr><th>cell</th><th>output law</th><th>output peak</th><th>state law</th><th>state peak</th>"
              "<th>injected / flush</th><th>tokens / flush</th><th>tokens to budget</th><th>eff. bits out</th>"

@@ -1,10 +1,12 @@
-"""Interface mutants: right arithmetic, but one rule of the kernel interface (spec 3, 6) broken.
+"""Interface mutants: right arithmetic, but one rule of the kernel interface (docs/kernel_interface.md) broken.
 
 Oracle: each mutant is the literal replay model plus exactly one slip in how it hands results
 back: the ``out=`` buffer, padding rows, every output element written, finite outputs, bitwise
-determinism, the defaults of ``reset``.  Each is caught by exactly one exact check of the engine, the one its registration
-in ``validators/checks/`` names as its witness (tests/test_checks.py); they are registered for
-Mamba-2 only, since the checks they witness do not depend on the family.
+determinism; each of those is caught by exactly one exact check of the engine, the one its
+registration in ``validators/checks/`` names as its witness (tests/test_checks.py).  One slip is
+in a documented default: ``reset(initial_state=None)`` must load zeros; the state and output
+checks catch it where the exhaustive schedule re-admits rows through that default.  They are
+registered for Mamba-2 only, since the checks they witness do not depend on the family.
 """
 
 from __future__ import annotations
