@@ -94,7 +94,7 @@ def triton_interpreted() -> bool:
 
 
 # What a Triton kernel can do that the Triton interpreter (the CPU) does not run as the GPU does
-# (docs/kernel_interface.md, "On the CPU"): an adapter declares the ones its kernels do in
+# (docs/kernel_interface.md): an adapter declares the ones its kernels do in
 # ``interpreter_traps``; :func:`interpreter_reason` is the one place that decides what that refuses.
 INTERPRETER_TRAPS = {
     "bf16-dot": "bf16 tl.dot returns garbage (~1e10: the interpreter multiplies raw bf16 bit patterns)",
