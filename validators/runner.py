@@ -394,6 +394,8 @@ class Lockstep:
             if s != PAD_SLOT:
                 self.cursor_table[s] = [0, int(origins[r])]
         k.reset(self.ids, *self._reset_args(sc.initial_state == "zeros", init, origins))
+        if sc.initial_state == "zeros":
+            self.coverage["resets through the defaults (initial_state=None)"] += len(self.active)
         for lit in self.literals:
             lit.reset(self.ids, init, origins)
         if self.bound is not None and self.active:
