@@ -42,7 +42,7 @@ What a kernel declares, as class attributes (the engine tests each declared beha
 Besides the step calls a kernel exposes, for invariant checks: ``committed_state`` (the state
 after the committed prefix, materialised, fp64), ``checkpoint_state`` (the stored checkpoint,
 dequantised, fp64) and ``snapshot`` (raw copies of checkpoint, buffer/ring records and cursors).
-The bookkeeping rules (docs/recurrences.md §2-4) are in :class:`DecodeConfig`.
+The bookkeeping rules (docs/recurrences.md sections 2-4) are in :class:`DecodeConfig`.
 
 docs/kernel_interface.md walks through plugging in a kernel.
 """
@@ -138,7 +138,7 @@ class SpecPolicy(BookkeepingPolicy):
     rows (flush when write_pos + 2 T' > B + T', folding the history; origin moves)."""
 
     name = "spec"
-    description = ("docs/recurrences.md §2-4 (standard: linear buffer, flush at L-1; speculative: ring, "
+    description = ("docs/recurrences.md sections 2-4 (standard: linear buffer, flush at L-1; speculative: ring, "
                    "flush at wp + 2T' > B + T')")
 
     def uses_ring(self, dec):
@@ -247,8 +247,8 @@ class HostCursorsPolicy(SpecPolicy):
     in its own metadata does).  A kernel's snapshot reports the caller's cursors."""
 
     name = "host-cursors"
-    description = ("docs/recurrences.md §2-4 with the cursors owned by the caller (passed as cursors= to verify / "
-                   "committed_state)")
+    description = ("docs/recurrences.md sections 2-4 with the cursors owned by the caller (passed as cursors= to "
+                   "verify / committed_state)")
     host_owned = True
 
 
@@ -374,7 +374,7 @@ class DecodeConfig:
         return self.rule.flush_folds_first(self)
 
     def commit_cursor(self, write_pos: int, origin: int, flushed: bool, k: int) -> tuple[int, int]:
-        """Cursor update after commit(k) (docs/recurrences.md §2-4 under the default policy): returns
+        """Cursor update after commit(k) (docs/recurrences.md sections 2-4 under the default policy): returns
         (write_pos, origin)."""
         return self.rule.commit_cursor(self, write_pos, origin, flushed, k)
 

@@ -252,7 +252,7 @@ PREFILL_TOKENS = 8  # prompt length of ``initial_state = "prefill"``
 def make_initial_state(sc, generation: int = 0, device="cpu") -> torch.Tensor:
     """fp64 ``[rows, *state_shape]`` (``initial_state``): zeros; N(0,1)/2 rounded to fp32; or
     ``prefill``: the prefill -> decode hand-off, the state after an fp64 token-by-token prefill
-    (the family's reference recurrence, docs/recurrences.md §1) of a ``PREFILL_TOKENS`` prompt from zeros, handed
+    (the family's reference recurrence, docs/recurrences.md section 1) of a ``PREFILL_TOKENS`` prompt from zeros, handed
     over in fp32 (what a prefill kernel writes).  ``generation`` > 0 gives the states of later
     resets (slot reuse: each re-admitted request has its own prompt)."""
     shape = (sc.rows, *sc.geometry_obj.state_shape)

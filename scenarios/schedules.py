@@ -1,6 +1,6 @@
 """Acceptance schedules: how many window tokens each row accepts at each step, and when slots reset.
 
-Oracle: the cursor rules of docs/recurrences.md §2-4 (``DecodeConfig``): a schedule simulates each row's
+Oracle: the cursor rules of docs/recurrences.md sections 2-4 (``DecodeConfig``): a schedule simulates each row's
 ``write_pos`` to decide which phase the next verify lands in.  Every plan is a pure function of
 the scenario (numpy's Philox keyed by the scenario seed), so the same JSON gives the same plan.
 

@@ -108,7 +108,8 @@ def _curve_block(curve: BinnedCurve, criterion: str, budget: float, horizon: flo
 
 
 def _traffic(cell: dict, mode) -> dict:
-    """State memory traffic per token per sequence and layer (standard-decode bytes model, docs/recurrences.md §2)."""
+    """State memory traffic per token per sequence and layer (standard-decode bytes model,
+    docs/recurrences.md section 2)."""
     S = cell["state_elements"]
     row = cell["geometry"].get("dstate") or cell["geometry"].get("head_k_dim")
     b = mode.state_bytes_per_element(row)

@@ -1,7 +1,7 @@
 """Drive a kernel through a scenario, step by step, beside the fp64 reference and the literal model.
 
 Oracle (docs/validation.md): the fp64, non-speculative, token-by-token recurrence of docs/recurrences.md
-§1 on the accepted token stream, fed the same inputs (sampled in the activation dtype, upcast exactly).  Window
+section 1 on the accepted token stream, fed the same inputs (sampled in the activation dtype, upcast exactly).  Window
 position s of every verify is compared with the reference run on committed prefix +
 window[0..s], drafts included; after each commit the kernel's committed state is compared with
 the reference state after the accepted prefix; at every flush its checkpoint is compared with
@@ -83,7 +83,8 @@ SR_REPLICAS = 2
 
 def reference_step(family_name: str, state: torch.Tensor, tok: dict[str, torch.Tensor],
                    params: dict[str, torch.Tensor], conv: Conventions | None = None):
-    """One fp64 recurrence step (docs/recurrences.md §1) of the family's ``naive.py`` for all rows: (output, new state);
+    """One fp64 recurrence step (docs/recurrences.md section 1) of the family's ``naive.py`` for all rows:
+    (output, new state);
     ``conv``: the kernel's declared conventions (replayssm/conventions.py)."""
     return family(family_name).reference_step(state, tok, params, conv)
 

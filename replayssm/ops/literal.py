@@ -1,6 +1,6 @@
 """The literal ReplaySSM and baseline bookkeeping, shared by both families' ``naive.py``.
 
-Oracle: docs/recurrences.md §2-4 read line by line.  Cursors live on the host as plain ints; every
+Oracle: docs/recurrences.md sections 2-4 read line by line.  Cursors live on the host as plain ints; every
 rounding the precision mode names happens exactly where the mode says: the checkpoint is stored
 in the state dtype (fp8/int8 with a per-row fp32 scale, stochastic rounding when asked), buffer
 records in the activation dtype (decay records in the compute dtype: fp32, fp64 for s64a64),
@@ -81,7 +81,7 @@ class FamilyMath(abc.ABC):
     @abc.abstractmethod
     def step(self, s: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]
              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One baseline recurrence step (docs/recurrences.md §1): (output, new state), in the dtype of ``s``."""
+        """One baseline recurrence step (docs/recurrences.md section 1): (output, new state), in the dtype of ``s``."""
 
     # A family whose math has a row-batched twin sets this and defines ``fold_rows(s0, hist, params,
     # mode)`` and ``window_rows(s0, hist, win, params, mode, options, need_before=True, conv=...)``:
@@ -481,14 +481,15 @@ class LiteralBaselineKernel(_LiteralBase):
 
     Standard decode (T' = 1): verify steps the stored state and writes it back; commit(1) only
     closes the step.  Speculative: verify stores one state per window position in a scratch
-    area; commit(k) copies state k-1 into the slot (docs/recurrences.md §3, "baseline speculative path")."""
+    area; commit(k) copies state k-1 into the slot (docs/recurrences.md section 3, "baseline speculative path")."""
 
     kind = "baseline"
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
         if mode.dot != "ieee":
-            return "the literal baseline reads out with the recurrence of docs/recurrences.md §1 in ieee arithmetic"
+            return ("the literal baseline reads out with the recurrence of docs/recurrences.md section 1 in ieee "
+                    "arithmetic")
         return None
 
     def __init__(self, config: KernelConfig) -> None:

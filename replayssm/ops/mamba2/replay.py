@@ -308,7 +308,7 @@ def _replay_kernel(
 def _commit_kernel(slot_ptr, acc_ptr, wp_ptr, org_ptr, cnt_ptr, R,
                    T: tl.constexpr, RING: tl.constexpr, LSPEC: tl.constexpr, SPEC: tl.constexpr,
                    SR: tl.constexpr, BLOCK: tl.constexpr):
-    """commit(k) on the device (docs/recurrences.md §2-4): non-flush ``write_pos += k``; flush (standard) ``0``,
+    """commit(k) on the device (docs/recurrences.md sections 2-4): non-flush ``write_pos += k``; flush (standard) ``0``,
     (speculative) ``origin += write_pos mod ring, write_pos = k``; flushes count a state write."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     slot = tl.load(slot_ptr + i, mask=i < R, other=-1).to(tl.int64)
