@@ -261,3 +261,16 @@ def test_a_bookkeeping_failure_names_k_the_window_and_the_cursors():
     for needle in ("accepted k = ", "of a window of 4", "cursors before the verify write_pos", "origin",
                    "is_flush", "after the commit write_pos", "row ", "(slot "):
         assert needle in msg, msg
+
+
+def test_interpreter_refusal_is_decided_in_one_place_from_what_the_adapter_declares():
+    from replayssm.adapters._base import SlotAdapter, interpreter_reason
+    from replayssm.precision import parse_mode
+    assert SlotAdapter.interpreter_traps == ("bf16-dot", "bf16-cast")  # an adapter's Triton code, unless it says less
+    assert interpreter_reason(parse_mode("s32a16"))[0] == "act"
+    assert interpreter_reason(parse_mode("s16a32"))[0] == "state"
+    assert interpreter_reason(parse_mode("s32a32")) is None and interpreter_reason(parse_mode("sfp16a32")) is None
+    assert "tl.dot" not in interpreter_reason(parse_mode("s32a16"), ("bf16-cast",))[1]  # casts alone still refuse
+    assert interpreter_reason(parse_mode("s32a16"), ()) is None  # a kernel declaring neither runs
+    with pytest.raises(ValueError, match="interpreter_traps"):
+        interpreter_reason(parse_mode("s32a16"), ("bf16-dto",))

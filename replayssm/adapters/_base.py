@@ -97,7 +97,7 @@ def triton_interpreted() -> bool:
 # (docs/kernel_interface.md): an adapter declares the ones its kernels do in
 # ``interpreter_traps``; :func:`interpreter_reason` is the one place that decides what that refuses.
 INTERPRETER_TRAPS = {
-    "bf16-dot": "bf16 tl.dot returns garbage (~1e10: the interpreter multiplies raw bf16 bit patterns)",
+    "bf16-dot": "bf16 tl.dot returns garbage (~1e10: it multiplies raw bf16 bit patterns)",
     "bf16-cast": "fp32 -> bf16 casts truncate (round toward zero; the GPU rounds to nearest even)",
 }
 
@@ -115,11 +115,11 @@ def interpreter_reason(mode: PrecisionMode, traps=tuple(INTERPRETER_TRAPS)) -> t
     if unknown:
         raise ValueError(f"interpreter_traps: unknown trap(s) {unknown}; expected names of {sorted(INTERPRETER_TRAPS)}")
     if mode.state == "bf16" and "bf16-cast" in traps:
-        return "state", f"under the Triton interpreter {INTERPRETER_TRAPS['bf16-cast']}, in every bf16 state store"
+        return "state", f"the Triton interpreter's {INTERPRETER_TRAPS['bf16-cast']}, in every bf16 state store"
     if mode.act == "bf16":
         hit = [t for t in ("bf16-dot", "bf16-cast") if t in traps]
         if hit:
-            return "act", "under the Triton interpreter " + " and ".join(INTERPRETER_TRAPS[t] for t in hit)
+            return "act", "the Triton interpreter's " + " and its ".join(INTERPRETER_TRAPS[t] for t in hit)
     return None
 
 
