@@ -281,6 +281,10 @@ def run(args) -> int:
                              f"GPU the kernels compile as they run), got --device {args.device}")
         compile_check.check_arch(args.compile_for)
     dev = check_device(args.device)
+    if dev == "cpu":  # a kernel written elsewhere at a mode the Triton interpreter runs unlike the GPU
+        refusal = getattr(cls, "interpreter_refusal", lambda mode: None)(sc.precision)
+        if refusal:
+            raise ValueError(refusal)
     import contextlib
 
     import torch

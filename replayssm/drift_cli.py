@@ -7,8 +7,10 @@ families, the literal ReplaySSM models, six precision modes, the long-memory sce
 decode and three speculative schedules, tiny geometry, 2 rows x 2,048 tokens per cell; reports
 land in ``out/drift/``.
 
-Exit codes (:data:`replayssm.cli.EXIT_CONTRACT`): 0 pass, 1 a kernel exceeds its budget (``--check``)
-or a cell raised or stopped early (unless ``--allow-incomplete``), 2 bad usage or input, 3 environment
+Exit codes (:data:`replayssm.cli.EXIT_CONTRACT`): 0 pass, 1 a cell failed the default judgement
+(:mod:`replayssm.validators.drift_verdict`: a non-finite output or state, an exact check, an error
+above the gross bound, 2^12 u capped at max(1/2, 2^7 u); one ``drift: FAIL`` line per cell), a kernel exceeds its budget
+(``--check``) or a cell raised or stopped early (unless ``--allow-incomplete``), 2 bad usage or input, 3 environment
 (unwritable ``--out``, no device, a sweep that would not fit in memory, another writer on ``--out``).
 
 Resume: a killed or time-boxed run continues where it stopped when run again with the same
@@ -42,6 +44,7 @@ from replayssm.cli_guard import (
 )
 from replayssm.cli_list import use_vllm_src
 from replayssm.families import preset
+from replayssm.precision import parse_mode
 from replayssm.records import Recorder, add_record_argument, append, describe_commit, git_state
 from replayssm.records.jobs import drift_records, source
 from replayssm.validators import drift as D
@@ -66,7 +69,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         epilog="resume: after a kill or a --deadline, run the same command again with the same --out: finished "
                "cells whose recorded configuration, kernel code and versions match are reused, cut-short cells "
                "continue from their checkpoint, crashed cells rerun; a folder holding another sweep is refused. "
-               "A cell that raised or stopped early fails the run (exit 1) unless --allow-incomplete. "
+               "A cell that raised or stopped early fails the run (exit 1) unless --allow-incomplete. Without "
+               "--check a cell fails (exit 1) on a non-finite output or state, a failed exact check, or an error "
+               "above the gross bound (2^12 x its mode's unit roundoff u, capped at max(1/2, 2^7 u)); --check adds "
+               "the budgets. "
                + EXIT_CONTRACT)
     g = p.add_argument_group("sweep")
     g.add_argument("--families", default=DEFAULTS["families"], help="comma list (default: %(default)s)")
@@ -102,7 +108,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     a.add_argument("--criterion", choices=("aic", "bic"), default="aic")
     a.add_argument("--alpha", type=float_in(0, 1, what="a significance level"), default=0.01,
                    help="significance level of the speculation test")
-    a.add_argument("--check", action="store_true", help="fail (exit 1) when a kernel exceeds its budget")
+    a.add_argument("--check", action="store_true",
+                   help="also fail (exit 1) when a kernel exceeds its budget (without it a run fails on non-finite "
+                        "values, failed exact checks and errors above 2^12 u capped at max(1/2, 2^7 u))")
     a.add_argument("--budgets", default=None, help="budget file (default: golden/tolerances.toml)")
     a.add_argument("--write-budgets", default=None, metavar="PATH",
                    help="derive a budget file from this run's literal-replay cells (x --budget-factor)")
@@ -347,6 +355,12 @@ def run(args) -> int:
         for f, m in sorted({(c.family, c.mode) for c in cells}):
             budgets.get_budget(f, m)  # a missing entry fails here, before any work
     devices = _devices(args.device)
+    if devices[0] == "cpu":  # kernels written elsewhere the Triton interpreter cannot run faithfully: refused now
+        from replayssm.registry import get
+        for c in cells:
+            refusal = getattr(get(c.kernel, c.family), "interpreter_refusal", lambda m: None)(parse_mode(c.mode))
+            if refusal:
+                raise ValueError(f"{refusal} (cell {c.id})")
     out = Path(args.out)
     check_writable(out, "--out")
     if args.write_budgets:
@@ -421,6 +435,9 @@ def run(args) -> int:
             for n in notes:
                 print(f"drift: {n}", file=sys.stderr)
             print(f"drift: wrote {len(bs)} budget(s) to {args.write_budgets}", file=sys.stderr)
+        judged_fail = [c for c in report["cells"] if not c["verdict"]["pass"]]
+        for c in judged_fail:  # the default judgement: one line per failing cell
+            print(f"drift: FAIL {c['id']}: {'; '.join(c['verdict']['failures'])}", file=sys.stderr)
         incomplete = [(r["id"], r.get("tokens_run", 0), D.stop_reason(r)) for r in results
                       if D.cell_status(r) != "complete"]
         incomplete += [(x["id"], 0, x["reason"]) for x in skipped if "deadline" in x.get("reason", "")]
@@ -434,12 +451,15 @@ def run(args) -> int:
         if chk["enabled"]:
             if chk["pass"]:
                 print(f"drift: budget check PASS ({chk['cells']} cells)", file=sys.stderr)
-                return 0
-            for c in report["cells"]:
-                for f in (c["check"] or {}).get("failures", []):
-                    print(f"drift: FAIL {c['id']}: {f}", file=sys.stderr)
+            else:
+                for c in report["cells"]:
+                    for f in (c["check"] or {}).get("failures", []):
+                        print(f"drift: FAIL {c['id']} (budget check): {f}", file=sys.stderr)
+        if judged_fail:
+            print(f"drift: {len(judged_fail)} cell(s) failed (non-finite values, an exact check, or an error above "
+                  f"the gross bound {report['verdict']['gross_rule']}): exit 1", file=sys.stderr)
             return 1
-        return 0
+        return 1 if chk["enabled"] and not chk["pass"] else 0
 
 
 __all__ = ["add_parser", "config_from_args", "derive_budgets", "run"]

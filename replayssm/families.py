@@ -10,8 +10,8 @@ bench and the CLI ask this registry (:func:`family`, :func:`families`) and conta
 The built-in families are the modules named in :data:`BUILTIN_FAMILIES` (one line each); a
 family defined elsewhere (a plug-in, a test) registers itself by calling :func:`register_family`.
 
-Oracle of the numbers a family provides: its ``naive.py`` (spec section 2) for the reference,
-the spec's bytes model (section 3-4) for the traffic model.
+Oracle of the numbers a family provides: its ``naive.py`` (docs/recurrences.md section 1) for the reference,
+the bytes model of docs/recurrences.md sections 2-4 for the traffic model.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ INPUT_LAWS = ("gate", "normal", "value", "act")
 
 
 class Traffic(abc.ABC):
-    """Bytes one decode step moves (spec 3-4), per batch row: the bench's roofline."""
+    """Bytes one decode step moves (docs/recurrences.md sections 2-4), per batch row: the bench's roofline."""
 
     @abc.abstractmethod
     def baseline_step(self, window: int) -> float:
@@ -60,7 +60,7 @@ class Traffic(abc.ABC):
 
 @dataclass(frozen=True)
 class RecordTraffic(Traffic):
-    """The spec 3-4 bytes model of a family whose buffer holds one record per token: the fewest
+    """The docs/recurrences.md sections 2-4 bytes model of a family whose buffer holds one record per token: the fewest
     bytes a step must move per batch row, each state, record, input and output read or written once."""
 
     state: float  # S: one stored state (scales included)
@@ -147,7 +147,7 @@ class Family(abc.ABC):
     def input_law(self, name: str) -> str:
         """The law (one of :data:`INPUT_LAWS`) input ``name`` is drawn from."""
 
-    # ---- the fp64 reference (spec 2) ----------------------------------------------------------------
+    # ---- the fp64 reference (docs/recurrences.md section 1) -------------------------------------------
     # The declared conventions (replayssm/conventions.py) the family's recurrence has: a family
     # listing some takes ``conv=`` in reference_prepare / reference_advance and in its literal
     # math's window / step (it is only passed when a kernel declares one other than the default).
@@ -201,7 +201,8 @@ class Family(abc.ABC):
 
     def reference_step(self, state: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
                        conv=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """One reference step (spec 2) for all rows, in the dtype of ``state``: ``(output, new state)``;
+        """One reference step (docs/recurrences.md section 1) for all rows, in the dtype of ``state``:
+        ``(output, new state)``;
         ``conv``: the kernel's declared conventions (None or the defaults: the family's own)."""
         kw = conv_kwargs(conv)
         return self.reference_advance(state, self.reference_prepare(tok, params, **kw), params, **kw)

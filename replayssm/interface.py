@@ -24,7 +24,7 @@ What a kernel declares, as class attributes (the engine tests each declared beha
 * ``bookkeeping`` (default ``"spec"``): the cursor policy, a name of :data:`POLICIES`; the
   engine builds the kernel's ``DecodeConfig`` with it and checks every invariant against it.
   Under ``"host-cursors"`` the kernel keeps no cursors: the caller owns a ``[num_slots, 2]``
-  table of (write_pos, origin) per slot, advances it by the spec's rule after each commit, and
+  table of (write_pos, origin) per slot, advances it by the `spec` policy's rule after each commit, and
   passes it as ``cursors=`` to every ``verify`` and ``committed_state``.
 * ``supports_packed_layout`` (default False): ``verify(..., query_start_loc=Q)`` takes the
   packed layout of serving engines: every input ``[N, ...]`` holds the rows' tokens back to back,
@@ -42,7 +42,7 @@ What a kernel declares, as class attributes (the engine tests each declared beha
 Besides the step calls a kernel exposes, for invariant checks: ``committed_state`` (the state
 after the committed prefix, materialised, fp64), ``checkpoint_state`` (the stored checkpoint,
 dequantised, fp64) and ``snapshot`` (raw copies of checkpoint, buffer/ring records and cursors).
-The bookkeeping rules (spec sections 3-4) are in :class:`DecodeConfig`.
+The bookkeeping rules (docs/recurrences.md sections 2-4) are in :class:`DecodeConfig`.
 
 docs/kernel_interface.md walks through plugging in a kernel.
 """
@@ -138,7 +138,8 @@ class SpecPolicy(BookkeepingPolicy):
     rows (flush when write_pos + 2 T' > B + T', folding the history; origin moves)."""
 
     name = "spec"
-    description = "spec 3-4 (standard: linear buffer, flush at L-1; speculative: ring, flush at wp + 2T' > B + T')"
+    description = ("docs/recurrences.md sections 2-4 (standard: linear buffer, flush at L-1; speculative: ring, "
+                   "flush at wp + 2T' > B + T')")
 
     def uses_ring(self, dec):
         return dec.speculative
@@ -186,7 +187,7 @@ class FlushWhenFullPolicy(RingLayout, SpecPolicy):
     """The speculative rule for every decode: standard decode is the speculative rule with
     T' = 1 and B = L: a ring of next_pow2(L + 1) rows, the flush when the history is full
     (write_pos = L) folds the history only, the window token is written, then write_pos = 1 and
-    the origin moves by L.  Speculative decode: the spec rule unchanged."""
+    the origin moves by L.  Speculative decode: the `spec` rule unchanged."""
 
     name = "flush-when-full"
     description = "standard decode as the speculative rule with T' = 1 (flush when L records are held)"
@@ -241,12 +242,13 @@ class FoldEveryCommitPolicy(BookkeepingPolicy):
 class HostCursorsPolicy(SpecPolicy):
     """The spec's rule (sections 3-4), with the cursors owned by the caller: the kernel keeps no
     write_pos / origin of its own; the caller keeps a ``[num_slots, 2]`` table (write_pos, origin),
-    sets it at reset, advances it by the spec's rule after each commit and passes it as
+    sets it at reset, advances it by the `spec` policy's rule after each commit and passes it as
     ``cursors=`` to ``verify`` and ``committed_state`` (what a serving engine holding the cursors
     in its own metadata does).  A kernel's snapshot reports the caller's cursors."""
 
     name = "host-cursors"
-    description = "spec 3-4 with the cursors owned by the caller (passed as cursors= to verify / committed_state)"
+    description = ("docs/recurrences.md sections 2-4 with the cursors owned by the caller (passed as cursors= to "
+                   "verify / committed_state)")
     host_owned = True
 
 
@@ -372,7 +374,8 @@ class DecodeConfig:
         return self.rule.flush_folds_first(self)
 
     def commit_cursor(self, write_pos: int, origin: int, flushed: bool, k: int) -> tuple[int, int]:
-        """Cursor update after commit(k) (spec 3-4 under the default policy): returns (write_pos, origin)."""
+        """Cursor update after commit(k) (docs/recurrences.md sections 2-4 under the default policy): returns
+        (write_pos, origin)."""
         return self.rule.commit_cursor(self, write_pos, origin, flushed, k)
 
     def committed_rows(self, origin: int, write_pos: int) -> list[int]:

@@ -1,6 +1,6 @@
 """Precision modes: what a kernel stores and computes in, named by a short id.
 
-A mode names, independently (spec section 5):
+A mode names, independently:
 
 * the state/checkpoint format: fp64, fp32, bf16, fp16, fp8 e4m3 or int8 (the last two with
   fp32 scales per slot/head/row);

@@ -16,7 +16,7 @@ t with 2 degrees of freedom (closed-form quantile, infinite variance, tails cut 
 Inputs are sampled in fp64, rounded once to the mode's activation dtype, and are upcast exactly by
 whoever uses them (kernel, literal model, fp64 reference).
 
-Distributions (spec 6-7; ``A`` means Mamba-2's A and GDN's ``-exp(A_log)``):
+Distributions (docs/validation.md, docs/field_bugs.md; ``A`` means Mamba-2's A and GDN's ``-exp(A_log)``):
 
 * ``mild``: the regime public tests use: raw dt = N(0,1) + dt_bias, dt_bias = U - 4 per head
   (so softplus(N(0,1) - 4 + U)), A in [-2, -1], activations N(0,1);
@@ -252,7 +252,7 @@ PREFILL_TOKENS = 8  # prompt length of ``initial_state = "prefill"``
 def make_initial_state(sc, generation: int = 0, device="cpu") -> torch.Tensor:
     """fp64 ``[rows, *state_shape]`` (``initial_state``): zeros; N(0,1)/2 rounded to fp32; or
     ``prefill``: the prefill -> decode hand-off, the state after an fp64 token-by-token prefill
-    (the family's reference recurrence, spec 2) of a ``PREFILL_TOKENS`` prompt from zeros, handed
+    (the family's reference recurrence, docs/recurrences.md section 1) of a ``PREFILL_TOKENS`` prompt from zeros, handed
     over in fp32 (what a prefill kernel writes).  ``generation`` > 0 gives the states of later
     resets (slot reuse: each re-admitted request has its own prompt)."""
     shape = (sc.rows, *sc.geometry_obj.state_shape)

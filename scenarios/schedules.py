@@ -1,6 +1,6 @@
 """Acceptance schedules: how many window tokens each row accepts at each step, and when slots reset.
 
-Oracle: the cursor rules of spec sections 3-4 (``DecodeConfig``): a schedule simulates each row's
+Oracle: the cursor rules of docs/recurrences.md sections 2-4 (``DecodeConfig``): a schedule simulates each row's
 ``write_pos`` to decide which phase the next verify lands in.  Every plan is a pure function of
 the scenario (numpy's Philox keyed by the scenario seed), so the same JSON gives the same plan.
 
@@ -69,6 +69,9 @@ class StepPlan:
     layout: str = "padded"  # "padded" [R, T', ...] | "packed" (query_start_loc)
     perm: list[int] | None = None  # batch row i of this step's kernel calls is scenario row perm[i]
     poison: str = "none"  # what the recycled slots of this step's resets are filled with first
+    # The reset rows are re-admitted through the interface's defaults: ``reset(slot_ids, None, None)``
+    # (zeros; origin 0 where every reset origin is 0, else the origins), judged against zeros.
+    reset_default: bool = False
 
 
 _DEFAULT_STEPS = {"random": 64, "per-row": 64, "always-1": 32, "always-T": 32, "fixed": 32, "slot-reuse": 96,
@@ -414,7 +417,9 @@ def _plan(sc) -> list[StepPlan]:
                 extra = [r for r in active if r not in rr]
                 rr += extra
                 ro += [sc.resolved_origins[r] for r in extra]
-            out.append(StepPlan(s, list(b.accepted), rr, ro))
+            # Every re-admission of the cover walk goes through the documented defaults of reset
+            # (initial_state=None: zeros), the path a kernel keeping the old state there fails.
+            out.append(StepPlan(s, list(b.accepted), rr, ro, reset_default=bool(rr)))
         return out
     if name == "explicit":
         return _explicit(sc)

@@ -203,7 +203,7 @@ def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, ma
     smallest buffer (a flush per verify), ``long-memory`` inputs (when in ``dists``) and a plan of
     ``max_steps .. 2 max_steps`` steps.  Stochastic rounding is checked against an estimate of
     its own noise (validators/runner.py), so a biased or correlated rounding only shows as error
-    growing faster than that noise over many flushes (spec 6)."""
+    growing faster than that noise over many flushes (docs/validation.md)."""
     cls = _kernel_class(kernel, family)
     if cls is not None:
         if family is not None and family != cls.family:

@@ -207,9 +207,15 @@ def test_h200_fp32_checkpoint_error_that_rises_then_plateaus_is_bounded():
     assert fit.saturation == pytest.approx(rms[t > 2e4].mean(), rel=0.15)
 
 
-def test_uncalibrated_effective_precision_is_shown_not_judged():
+def test_uncalibrated_effective_precision_is_judged_against_the_declared_format():
+    """Issue 46: the ⚠ (``worse``) appears whenever the measured bits are below the declared format by
+    more than log2(factor), calibrated or not; the basis says which comparison it is."""
     direct = effective_precision(1e-6, 2.0 ** -24)  # an accumulated error, no literal model to compare
-    assert direct["basis"] == "direct" and not direct["worse"] and direct["bits_eff"] < 24
+    assert direct["basis"] == "direct" and direct["worse"] and direct["bits_eff"] < 24 - 1
+    near = effective_precision(1.9 * 2.0 ** -24, 2.0 ** -24)  # within x2 of the declared u: no flag
+    assert near["basis"] == "direct" and not near["worse"]
+    broken = effective_precision(0.6, 2.0 ** -24)  # the issue's broken kernel: 0.75 of 24 bits
+    assert broken["worse"] and broken["bits_eff"] < 1
     calibrated = effective_precision(1e-6, 2.0 ** -24, literal_err=1e-8)
     assert calibrated["basis"] == "literal" and calibrated["worse"]
 

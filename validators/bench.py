@@ -1,6 +1,6 @@
 """GPU benchmark job (``replayssm bench``): kernel time, achieved bandwidth and the traffic model, any family.
 
-Oracle for the numbers: the memory-traffic model of spec section 3 (baseline ``2 S`` per
+Oracle for the numbers: the memory-traffic model of docs/recurrences.md section 2 (baseline ``2 S`` per
 standard step, replay ``S + R + S/L``; speculative baseline ``(1 + T') S`` per verify) and the
 device's own copy bandwidth, measured in the same run with a preallocated ``dst.copy_(src)``
 (bytes read + written over the ``do_bench`` median).  Expected: a memory-bound kernel reaches
@@ -229,8 +229,8 @@ def slow_fraction(name: str, text: str | None = None) -> float:
 
 
 def step_bytes(family_name: str, geometry: str, mode: str, kind: str, decode: DecodeConfig, k: int) -> float:
-    """Modelled bytes per batch row of one timed step (spec 3-4): the baseline's ``baseline_step``, a
-    replay kernel's mean over the cursor cycle of committing ``k`` every step."""
+    """Modelled bytes per batch row of one timed step (docs/recurrences.md sections 2-4): the baseline's
+    ``baseline_step``, a replay kernel's mean over the cursor cycle of committing ``k`` every step."""
     t = family(family_name).traffic(preset(geometry, family_name), parse_mode(mode))
     if kind == "baseline":
         return t.baseline_step(decode.window)

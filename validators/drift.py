@@ -1,7 +1,7 @@
 """Drift runs: long lock-step runs of kernels x precision modes x scenarios against fp64.
 
 Oracle: :class:`replayssm.validators.runner.Lockstep` (the fp64, non-speculative, token-by-token
-reference of spec 6 on the accepted stream).  On top of it a drift cell records, per row:
+reference of docs/validation.md on the accepted stream).  On top of it a drift cell records, per row:
 
 * ``output``: ``||out - ref||_2 / ||ref||_2`` of every accepted token, at its position in the
   row's accepted stream (speculative runs: window positions ``s < k``);

@@ -676,13 +676,15 @@ def effective_precision(err: float, declared_u: float, literal_err: float | None
                         factor: float = 2.0) -> dict:
     """The unit roundoff a measured error corresponds to.
 
-    Uncalibrated (``literal_err`` None): the error itself, read as a unit roundoff
-    (``u_eff = err``), shown but not judged (``worse`` False: an error accumulated over a long
-    run is many u of a correct kernel; only the literal model at the same mode says how many).
-    Calibrated by the literal model's error at the same mode and scenario: error scales
-    linearly with the unit roundoff to first order, so ``u_eff = declared_u * err / literal_err``.
-    ``worse`` flags a calibrated ``u_eff > factor * declared_u`` (more than ``log2(factor)`` bits
-    lost).  Bits are ``-log2(u)``.
+    Uncalibrated (``literal_err`` None, basis ``direct``): the error itself, read as a unit
+    roundoff (``u_eff = err``), judged against the declared format (an error accumulated over a
+    long run is several u of a correct kernel too: only the literal model at the same mode says
+    how many, so a ``direct`` flag says "below the declared format", not "worse than the
+    literal model").  Calibrated (basis ``literal``) by the literal model's error at the same
+    mode and scenario: error scales linearly with the unit roundoff to first order, so
+    ``u_eff = declared_u * err / literal_err``.  ``worse`` flags ``u_eff > factor * declared_u``
+    (more than ``log2(factor)`` bits below the declared format) on every basis; a non-finite
+    error is always worse.  Bits are ``-log2(u)``.
     """
     if not declared_u > 0:
         raise ValueError(f"declared_u: expected a positive unit roundoff, got {declared_u!r}")
@@ -699,7 +701,7 @@ def effective_precision(err: float, declared_u: float, literal_err: float | None
     bits = -math.log2(u_eff) if 0 < u_eff < math.inf else (math.inf if u_eff == 0 else -math.inf)
     return {"u_eff": _num(u_eff) if u_eff != math.inf else None, "bits_eff": _num(bits),
             "u_declared": declared_u, "bits_declared": -math.log2(declared_u), "basis": basis,
-            "factor": factor, "worse": bool(u_eff > factor * declared_u) if basis != "direct" else False}
+            "factor": factor, "worse": bool(u_eff > factor * declared_u)}
 
 
 __all__ = ["BinnedCurve", "CRITERIA", "GrowthFit", "LAWS", "LawFit", "OUTCOMES", "bin_edges",

@@ -31,6 +31,7 @@ from replayssm.validators.drift_analysis import (
     tokens_to_budget,
 )
 from replayssm.validators.drift_budgets import Budgets, check_cell
+from replayssm.validators.drift_verdict import RULE, judge
 from replayssm.validators.svg_plot import PALETTE, Plot, Series, render
 from replayssm.validators.tolerances import state_unit
 
@@ -109,7 +110,8 @@ def _curve_block(curve: BinnedCurve, criterion: str, budget: float, horizon: flo
 
 
 def _traffic(cell: dict, mode) -> dict:
-    """State memory traffic per token per sequence and layer (standard-decode bytes model, spec 3)."""
+    """State memory traffic per token per sequence and layer (standard-decode bytes model,
+    docs/recurrences.md section 2)."""
     S = cell["state_elements"]
     row = cell["geometry"].get("dstate") or cell["geometry"].get("head_k_dim")
     b = mode.state_bytes_per_element(row)
@@ -193,6 +195,7 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
             "stopped": (None if stop_reason(c) is None
                         else {"token": int(c.get("tokens_run", 0)), "reason": stop_reason(c)}),
             "check": None,
+            "verdict": judge(c, mode),
         }
         if budgets is not None:
             b = budgets.get_budget(c["family"], c["mode"])
@@ -220,6 +223,8 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
         "speculation": _speculation(cells, out_cells, alpha),
         "recommendations": _recommendations(out_cells, budget, H),
     }
+    report["verdict"] = {"gross_rule": RULE, "failed": [c["id"] for c in out_cells if not c["verdict"]["pass"]],
+                         "pass": all(c["verdict"]["pass"] for c in out_cells)}
     checked = [c for c in out_cells if c["check"] is not None]
     report["check"] = {
         "enabled": budgets is not None, "cells": len(checked),
@@ -333,20 +338,38 @@ def _cell_name(c: dict) -> str:
     return c["id"] + (f" (stopped at token {st['token']:,}: {st['reason']})" if st else "")
 
 
+# The basis of an effective-precision figure, as the tables mark it (the legends say so).
+BASIS_MARK = {"literal": "c", "direct": "d", "nonfinite": "d"}
+
+
+def _bits_text(ep: dict) -> str:
+    """Effective bits, ⚠ when worse than declared by more than the factor, and the basis mark."""
+    if not ep:
+        return "–"
+    return f"{_fmt(ep.get('bits_eff'), 3)}{' ⚠' if ep.get('worse') else ''} ({BASIS_MARK[ep['basis']]})"
+
+
+BITS_LEGEND = ("eff. bits: -log2 of the effective unit roundoff, ⚠ when below the declared format by more than "
+               "x{f:g} in unit roundoff ({b:g} bit(s)); basis (c): calibrated by the literal model at the same mode "
+               "and scenario (u_declared x error / literal error), (d): the error itself read against the "
+               "declared format (no literal model ran beside it: a correct kernel's accumulated error is "
+               "several u too)")
+
+
 def _cells_table_md(cells: list[dict]) -> list[str]:
     rows = ["| cell | output law | output peak | state law | state peak | injected / flush | tokens to budget |"
-            " eff. bits out / state | check |", "|" + "---|" * 9]
+            " eff. bits out / state | verdict | check |", "|" + "---|" * 10]
     for c in cells:
         inj = c["flush"]["injected"]
         cross = (c["output"].get("budget_crossing") or {}).get("predicted")
         ep_o = c["output"]["effective_precision"]
         ep_s = (inj.get("effective_precision") or {})
-        bits = f"{_fmt(ep_o.get('bits_eff'), 3)}{' ⚠' if ep_o.get('worse') else ''} / " \
-               f"{_fmt(ep_s.get('bits_eff'), 3)}{' ⚠' if ep_s.get('worse') else ''}"
+        bits = f"{_bits_text(ep_o)} / {_bits_text(ep_s)}"
         chk = "–" if c["check"] is None else ("pass" if c["check"]["pass"] else "**FAIL**")
+        vd = "pass" if c["verdict"]["pass"] else "**FAIL**"
         rows.append(f"| {_cell_name(c)} | {_law_text(c['output'])} | {_fmt(c['output']['peak'])} | "
                     f"{_law_text(c['state'])} | {_fmt(c['state']['peak'])} | {_fmt(inj.get('estimate'))} | "
-                    f"{_tokens(cross)} | {bits} | {chk} |")
+                    f"{_tokens(cross)} | {bits} | {vd} | {chk} |")
     return rows
 
 
@@ -367,14 +390,21 @@ def to_markdown(report: dict, html_name: str | None = "drift_report.html") -> st
     env = report.get("environment") or {}
     if env:
         lines.append("- environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
+    vd = report["verdict"]
+    lines.append(f"- verdict (no budgets): **{'PASS' if vd['pass'] else 'FAIL'}**"
+                 + ("" if vd["pass"] else f" ({len(vd['failed'])} cell(s): {', '.join(vd['failed'][:5])}"
+                                          f"{', ...' if len(vd['failed']) > 5 else ''})"))
     chk = report["check"]
     if chk["enabled"]:
         verdict = "PASS" if chk["pass"] else f"FAIL ({len(chk['failed'])} cell(s))"
         lines.append(f"- budget check against {st['budgets_file']}: **{verdict}**")
     lines += ["", "## Cells", "", *_cells_table_md(report["cells"]), ""]
+    f = st["precision_factor"]
     lines += ["Peak = the largest log-binned RMS of ||out - ref|| / ||ref||; injected / flush = RMS error one flush "
-              "adds to the checkpoint; eff. bits: -log2 of the effective unit roundoff (⚠ worse than declared by "
-              f"more than x{st['precision_factor']:g}).", ""]
+              f"adds to the checkpoint; {BITS_LEGEND.format(f=f, b=math.log2(f))}; verdict: the default judgement "
+              "(non-finite values, an exact check, or an error above the gross bound "
+              f"{report['verdict']['gross_rule']} fail; docs/drift_report_schema.md); check: the budgets of --check.",
+              ""]
     lines += ["## Does speculation add error?", "", "| family | kernel | mode | scenario | schedule | "
               "tokens/flush std / spec | ratio (CI at the test's level, 1 − 2α) | p | verdict |", "|" + "---|" * 9]
     for s in report["speculation"]:
@@ -506,7 +536,8 @@ def _environment() -> Environment:
 def _bits(ep: dict) -> dict | None:
     if not ep:
         return None
-    return {"text": f"{_fmt(ep.get('bits_eff'), 3)} / {ep['bits_declared']:.3g}", "worse": bool(ep.get("worse"))}
+    return {"text": f"{_fmt(ep.get('bits_eff'), 3)} / {ep['bits_declared']:.3g} ({BASIS_MARK[ep['basis']]})",
+            "worse": bool(ep.get("worse"))}
 
 
 def to_html(report: dict) -> str:
@@ -537,6 +568,7 @@ def to_html(report: dict) -> str:
                       "to_budget": _tokens((c["output"].get("budget_crossing") or {}).get("predicted")),
                       "bits_output": _bits(c["output"]["effective_precision"]),
                       "bits_state": _bits(inj.get("effective_precision") or {}),
+                      "verdict": {"pass": c["verdict"]["pass"], "failures": "; ".join(c["verdict"]["failures"])},
                       "check": None if chk_c is None else {"pass": chk_c["pass"],
                                                            "failures": "; ".join(chk_c["failures"])}})
     by_group: dict[tuple, list[dict]] = {}

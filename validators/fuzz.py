@@ -97,10 +97,12 @@ def is_interpreted(cls: type[KernelUnderTest], device: str = "cpu") -> bool:
 
 def drawable_modes(cls: type[KernelUnderTest], kernel_device, modes: tuple[str, ...]) -> tuple[str, ...]:
     """``modes`` less those a kernel written elsewhere cannot be judged at where it runs: under the
-    Triton interpreter, bf16 states and activations (``adapters._base.interpreter_reason``)."""
+    Triton interpreter, the modes its declared ``interpreter_traps`` make unfaithful
+    (``adapters._base.interpreter_reason``, the engine's refusal)."""
     if not (getattr(cls, "triton_source", False) and is_interpreted(cls, kernel_device)):
         return tuple(modes)
-    return tuple(m for m in modes if interpreter_reason(parse_mode(m)) is None)
+    traps = getattr(cls, "interpreter_traps", ("bf16-dot", "bf16-cast"))
+    return tuple(m for m in modes if interpreter_reason(parse_mode(m), traps) is None)
 
 
 def ci_examples(cls: type[KernelUnderTest]) -> int:

@@ -82,7 +82,7 @@ def table(reports: list[FuzzReport], total_s: float) -> str:
         "# Mutation gallery: does the fuzzer catch real bugs?",
         "",
         "Every broken kernel (`replayssm list kernels`, kind `mutant`, all in one registry,",
-        "`validators/mutants/`: spec 7's field bugs and the gallery) fuzzed with the `ci`",
+        "`validators/mutants/`: the field bugs of docs/field_bugs.md and the gallery) fuzzed with the `ci`",
         f"profile (derandomized, at most {CATCH_LIMIT_EXAMPLES} generated scenarios, shrinking bounded to "
         f"{SHRINK_EXAMPLES} more scenarios) by",
         "`python -m replayssm.validators.gallery_run --write docs/mutation_gallery.md`;",

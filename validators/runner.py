@@ -1,7 +1,7 @@
 """Drive a kernel through a scenario, step by step, beside the fp64 reference and the literal model.
 
-Oracle (spec 6): the fp64, non-speculative, token-by-token recurrence of spec 2 on the accepted
-token stream, fed the same inputs (sampled in the activation dtype, upcast exactly).  Window
+Oracle (docs/validation.md): the fp64, non-speculative, token-by-token recurrence of docs/recurrences.md
+section 1 on the accepted token stream, fed the same inputs (sampled in the activation dtype, upcast exactly).  Window
 position s of every verify is compared with the reference run on committed prefix +
 window[0..s], drafts included; after each commit the kernel's committed state is compared with
 the reference state after the accepted prefix; at every flush its checkpoint is compared with
@@ -83,7 +83,8 @@ SR_REPLICAS = 2
 
 def reference_step(family_name: str, state: torch.Tensor, tok: dict[str, torch.Tensor],
                    params: dict[str, torch.Tensor], conv: Conventions | None = None):
-    """One fp64 recurrence step (spec 2) of the family's ``naive.py`` for all rows: (output, new state);
+    """One fp64 recurrence step (docs/recurrences.md section 1) of the family's ``naive.py`` for all rows:
+    (output, new state);
     ``conv``: the kernel's declared conventions (replayssm/conventions.py)."""
     return family(family_name).reference_step(state, tok, params, conv)
 
@@ -400,7 +401,9 @@ class Lockstep:
         for r, s in enumerate(self.ids_list):
             if s != PAD_SLOT:
                 self.cursor_table[s] = [0, int(origins[r])]
-        k.reset(self.ids, init, origins)
+        k.reset(self.ids, *self._reset_args(sc.initial_state == "zeros", init, origins))
+        if sc.initial_state == "zeros":
+            self.coverage["resets through the defaults (initial_state=None)"] += len(self.active)
         for lit in self.literals:
             lit.reset(self.ids, init, origins)
         if self.bound is not None and self.active:
@@ -414,6 +417,38 @@ class Lockstep:
             self.canary = {s: {n: t.clone() for n, t in inv.slot_view(snap, s).items()} for s in unused}
         self.started = True
 
+    @staticmethod
+    def _reset_args(default: bool, init: torch.Tensor, origins: torch.Tensor) -> tuple:
+        """The kernel's ``reset`` arguments after the slot ids: with ``default`` the documented
+        defaults of docs/kernel_interface.md (``initial_state=None``: zeros, which ``init`` must
+        hold; ``origin=None``: 0, where every origin is 0), else ``init`` and ``origins``."""
+        if not default:
+            return init, origins
+        return None, (None if not bool(origins.any()) else origins)
+
+    def cursors_before(self, step: int) -> list[tuple[int, int]]:
+        """Every row's ``(write_pos, origin)`` before the verify of plan step ``step`` (after that
+        step's resets), walked from the plan by the declared policy, as :meth:`step` moves them; the
+        same on drift's fast path, which keeps no per-step cursors.  Walks forward from the last
+        step asked (failure messages ask in step order)."""
+        walk = getattr(self, "_cursor_walk", None)
+        if walk is None or walk[0] >= len(self.plans) or self.plans[walk[0]].step > step:
+            walk = (0, [0] * self.sc.rows, self._origins(self.sc.resolved_origins))
+        i, wp, org = walk[0], list(walk[1]), list(walk[2])
+        while i < len(self.plans):
+            p = self.effective_plan(self.plans[i])[0]
+            if p.step == step:
+                self._cursor_walk = (i, list(wp), list(org))
+                for r, o in zip(p.reset_rows, p.reset_origins):
+                    wp[r], org[r] = 0, (o if self.dec.uses_ring else 0)
+                return list(zip(wp, org))
+            for r, o in zip(p.reset_rows, p.reset_origins):
+                wp[r], org[r] = 0, (o if self.dec.uses_ring else 0)
+            for r in self.active:
+                wp[r], org[r] = self.dec.commit_cursor(wp[r], org[r], self.dec.is_flush(wp[r]), p.accepted[r])
+            i += 1
+        raise ValueError(f"step: the plan has no step {step}")
+
     def _origins(self, origins) -> list[int]:
         """The scenario's ring origins, or zeros when the kernel's policy keeps a linear buffer."""
         return list(origins) if self.dec.uses_ring else [0] * len(origins)
@@ -425,14 +460,18 @@ class Lockstep:
             return
         ids = [self.ids_list[r] if r in p.reset_rows else PAD_SLOT for r in range(self.sc.rows)]
         tids = torch.tensor(ids, dtype=torch.int64, device=self.device)
-        init = make_initial_state(self.sc, generation=p.step + 1, device=self.device)
+        default = p.reset_default or self.sc.initial_state == "zeros"
+        init = (torch.zeros((self.sc.rows, *self.sc.geometry_obj.state_shape), dtype=torch.float64, device=self.device)
+                if default else make_initial_state(self.sc, generation=p.step + 1, device=self.device))
         orig = [0] * self.sc.rows
         for r, o in zip(p.reset_rows, p.reset_origins):
             orig[r] = o if self.dec.uses_ring else 0
         torig = torch.tensor(orig, dtype=torch.int64, device=self.device)
         if p.poison != "none" and self.kernel.supports_restore:
             self._poison_slots([self.ids_list[r] for r in p.reset_rows], p.poison)
-        self.kernel.reset(tids, init, torig)
+        self.kernel.reset(tids, *self._reset_args(default, init, torig))
+        if default:
+            self.coverage["resets through the defaults (initial_state=None)"] += len(p.reset_rows)
         for lit in self.literals:
             lit.reset(tids, init, torig)
         if self.bound is not None:

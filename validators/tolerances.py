@@ -1,6 +1,6 @@
 """The tolerance rule, and its one table of factors and floors per precision mode.
 
-Oracle (spec 6, borrowed from FlashAttention's tests): a kernel's error against the fp64
+Oracle (docs/validation.md, borrowed from FlashAttention's tests): a kernel's error against the fp64
 reference may be at most ``factor`` times the error of the literal model run at the same
 precision mode, plus a floor::
 

@@ -93,17 +93,33 @@ def triton_interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def interpreter_reason(mode: PrecisionMode) -> tuple[str, str] | None:
-    """Why a Triton kernel written elsewhere cannot be judged at ``mode`` under the Triton interpreter
-    (spec section 9; we cannot widen their code as ours does): ``("state", why)`` for a bf16 state
-    (the interpreter's fp32 -> bf16 casts truncate: every store rounds toward zero, an error that
-    grows with the flushes -- a 5.3 u "failure" of vLLM's Mamba-2 baseline after 5 stores, fuzzed
-    2026-12-01), ``("act", why)`` for bf16 activations (bf16 ``tl.dot`` returns garbage, bf16 outputs
-    are truncated), None otherwise.  The engine refuses the first on a CPU; the fuzzer draws neither."""
-    if mode.state == "bf16":
-        return "state", "the Triton interpreter's fp32 -> bf16 casts truncate (the GPU rounds to nearest)"
+# What a Triton kernel can do that the Triton interpreter (the CPU) does not run as the GPU does
+# (docs/kernel_interface.md): an adapter declares the ones its kernels do in
+# ``interpreter_traps``; :func:`interpreter_reason` is the one place that decides what that refuses.
+INTERPRETER_TRAPS = {
+    "bf16-dot": "bf16 tl.dot returns garbage (~1e10: it multiplies raw bf16 bit patterns)",
+    "bf16-cast": "fp32 -> bf16 casts truncate (round toward zero; the GPU rounds to nearest even)",
+}
+
+
+def interpreter_reason(mode: PrecisionMode, traps=tuple(INTERPRETER_TRAPS)) -> tuple[str, str] | None:
+    """Why a Triton kernel written elsewhere that does ``traps`` (names of :data:`INTERPRETER_TRAPS`)
+    cannot be judged at ``mode`` under the Triton interpreter (we cannot widen their code as ours
+    does): ``("state", why)`` for a bf16 state stored through a cast (every store rounds toward
+    zero, an error that grows with the flushes -- a 5.3 u "failure" of vLLM's Mamba-2 baseline after
+    5 stores, fuzzed 2026-12-01), ``("act", why)`` for bf16 activations read by a bf16 ``tl.dot``
+    (vLLM's Mamba-2 replay kernel at s32a16: a 1.4e10 error on the CPU, 2.6e-3 on the GPU) or
+    written through a cast, None otherwise.  The engine refuses both on a CPU
+    (:class:`SlotAdapter`); the fuzzer draws neither there."""
+    unknown = sorted(set(traps) - set(INTERPRETER_TRAPS))
+    if unknown:
+        raise ValueError(f"interpreter_traps: unknown trap(s) {unknown}; expected names of {sorted(INTERPRETER_TRAPS)}")
+    if mode.state == "bf16" and "bf16-cast" in traps:
+        return "state", f"the Triton interpreter's {INTERPRETER_TRAPS['bf16-cast']}, in every bf16 state store"
     if mode.act == "bf16":
-        return "act", "under the Triton interpreter bf16 tl.dot is wrong and bf16 stores truncate"
+        hit = [t for t in ("bf16-dot", "bf16-cast") if t in traps]
+        if hit:
+            return "act", "the Triton interpreter's " + " and its ".join(INTERPRETER_TRAPS[t] for t in hit)
     return None
 
 
@@ -114,13 +130,26 @@ class SlotAdapter(KernelUnderTest):
     modules: ClassVar[dict] = {}  # filled by the adapter's register(): short module name -> module
     source: ClassVar[str] = ""  # where the external code came from (path, commit), for reports
     triton_source: ClassVar[bool] = True  # Triton kernels (on CPU: the interpreter's small fuzz strategy)
+    # What its Triton kernels do that the interpreter runs unlike the GPU (INTERPRETER_TRAPS): every
+    # adapter's kernels store their bf16 outputs (and bf16 states) through fp32 -> bf16 casts, and
+    # contract bf16 operands with tl.dot where they take bf16 activations; one whose kernels do not
+    # declares less.
+    interpreter_traps: ClassVar[tuple[str, ...]] = ("bf16-dot", "bf16-cast")
+
+    @classmethod
+    def interpreter_refusal(cls, mode: PrecisionMode) -> str | None:
+        """The one-line refusal of ``mode`` on the CPU (the Triton interpreter), or None."""
+        why = interpreter_reason(mode, cls.interpreter_traps) if cls.triton_source else None
+        if why is None:
+            return None
+        return (f"mode: kernel {cls.name!r} cannot be judged at {mode.id} on the CPU: {why[1]}; run it on a GPU "
+                f"(--device cuda, or --kernel-device cuda)")
 
     def __init__(self, config) -> None:
         super().__init__(config)
-        why = interpreter_reason(self.mode) if self.triton_source and self.device.type == "cpu" else None
-        if why and why[0] == "state":
-            raise ValueError(f"mode: kernel {self.name!r} cannot be judged at {self.mode.id} on the CPU: {why[1]}; "
-                             f"run it on a GPU (--device cuda, or --kernel-device cuda)")
+        refusal = self.interpreter_refusal(self.mode) if self.device.type == "cpu" else None
+        if refusal:
+            raise ValueError(refusal)
         self.ready = [False] * self.num_slots
         self.pending = [False] * self.num_slots
         self.win_len = [self.decode.window] * self.num_slots  # window length of each slot's last verify

@@ -214,7 +214,8 @@ def _interpreting() -> bool:
 
 @contextlib.contextmanager
 def _interpreter_traps(modules=None):
-    """Two Triton-interpreter traps (spec 9) the kernels hit on CPU, neutralised for one call:
+    """Two Triton-interpreter traps (docs/kernel_interface.md) the kernels hit on CPU, neutralised for one
+    call:
 
     * a mask combined with a scalar comparison (``mask_v & (write_pos < L)``) comes out int32
       under the interpreter, and its masked load/store raises "mask has unsupported dtype": masks

@@ -25,7 +25,7 @@ Bridges (besides null block 0 / poisoned output scratch, see ``_base.py``):
 Precision each kernel really implements: the state in the state tensor's dtype (fp32 / bf16 / fp16,
 a plain cast), activations and records in the activation dtype (the speculative kernel's dot
 readouts: ``vllm_mamba2_spec.py``).  On CPU (interpreter) use fp32 activations: bf16 ``tl.dot`` is
-wrong there (spec 9).
+wrong there (docs/kernel_interface.md).
 """
 
 from __future__ import annotations

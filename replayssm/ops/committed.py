@@ -1,6 +1,6 @@
 """The committed state a ReplaySSM kernel's storage represents, folded in fp64 for all rows at once.
 
-Oracle: spec 3: the state after a slot's committed prefix is its checkpoint folded with the
+Oracle: docs/recurrences.md section 2: the state after a slot's committed prefix is its checkpoint folded with the
 records at logical positions 0..write_pos-1 (ring row (origin + p) mod ring_rows).  The rows of
 one call that hold the same number of committed records are one batched call of the family's
 ``fold_rows``; values equal the per-row fold to fp64 rounding (~1e-16 relative: the exact value

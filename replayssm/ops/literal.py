@@ -1,6 +1,6 @@
 """The literal ReplaySSM and baseline bookkeeping, shared by both families' ``naive.py``.
 
-Oracle: spec sections 3-4 read line by line.  Cursors live on the host as plain ints; every
+Oracle: docs/recurrences.md sections 2-4 read line by line.  Cursors live on the host as plain ints; every
 rounding the precision mode names happens exactly where the mode says: the checkpoint is stored
 in the state dtype (fp8/int8 with a per-row fp32 scale, stochastic rounding when asked), buffer
 records in the activation dtype (decay records in the compute dtype: fp32, fp64 for s64a64),
@@ -25,7 +25,7 @@ verifies only its first T'_r positions, writes only their outputs and records), 
 layout (``query_start_loc``: unpacked into the padded layout with window lengths, outputs packed
 back; spare tokens untouched) and standard steps on a speculative object (``supports_mixed_decode``:
 a one-token verify is a window of length 1 in the same ring).  The replay model's bookkeeping is
-the policy named by its class attribute ``implements`` (the spec's by default):
+the policy named by its class attribute ``implements`` (the `spec` policy by default):
 :class:`LiteralFlushWhenFullKernel`, :class:`LiteralFoldEveryCommitKernel`,
 :class:`LiteralHostCursorsKernel` and :class:`LiteralFoldAtCommitKernel` are the literal models
 of the other policies of
@@ -81,7 +81,7 @@ class FamilyMath(abc.ABC):
     @abc.abstractmethod
     def step(self, s: torch.Tensor, tok: dict[str, torch.Tensor], params: dict[str, torch.Tensor]
              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One baseline recurrence step (spec 2): (output, new state), in the dtype of ``s``."""
+        """One baseline recurrence step (docs/recurrences.md section 1): (output, new state), in the dtype of ``s``."""
 
     # A family whose math has a row-batched twin sets this and defines ``fold_rows(s0, hist, params,
     # mode)`` and ``window_rows(s0, hist, win, params, mode, options, need_before=True, conv=...)``:
@@ -319,7 +319,7 @@ class LiteralReplayKernel(_LiteralBase):
             res = self.math.window(self._load_checkpoint(s), self._history(s, wp), self._row_window(inputs, r, n),
                                    self.params, self.mode, self.config.options, **conv_kwargs(self.config.conventions))
             out[r, :n].copy_(res.outputs.to(self.mode.act_dtype))
-            # A flush that folds window position 0 (the spec's standard decode) keeps no record of it.
+            # A flush that folds window position 0 (standard decode under the `spec` policy) keeps no record of it.
             if not (flush and self.decode.flush_folds_first):
                 for t in range(n):
                     row = self._row_of(s, wp + t)
@@ -413,7 +413,7 @@ class LiteralFlushWhenFullKernel(LiteralReplayKernel):
     """Literal ReplaySSM under ``flush-when-full``: standard decode runs the speculative rule with
     T' = 1: a ring of next_pow2(L + 1) rows; the verify at write_pos = L (history full) folds the
     history only into the checkpoint and writes its token's record; then write_pos = 1 and the
-    origin moves by L.  Speculative decode is the spec's rule."""
+    origin moves by L.  Speculative decode is the `spec` policy's rule."""
 
     implements = "flush-when-full"
     bookkeeping = "flush-when-full"
@@ -440,7 +440,7 @@ class LiteralFoldEveryCommitKernel(LiteralReplayKernel):
 
 
 class LiteralHostCursorsKernel(LiteralReplayKernel):
-    """Literal ReplaySSM under ``host-cursors``: the spec's rule with no cursors of its own: every
+    """Literal ReplaySSM under ``host-cursors``: the `spec` policy's rule with no cursors of its own: every
     verify and committed_state reads (write_pos, origin) of its slots from the caller's table
     (``cursors=``), commit moves nothing but the records' fate (the caller advances the table)."""
 
@@ -481,14 +481,15 @@ class LiteralBaselineKernel(_LiteralBase):
 
     Standard decode (T' = 1): verify steps the stored state and writes it back; commit(1) only
     closes the step.  Speculative: verify stores one state per window position in a scratch
-    area; commit(k) copies state k-1 into the slot (spec 4, "baseline speculative path")."""
+    area; commit(k) copies state k-1 into the slot (docs/recurrences.md section 3, "baseline speculative path")."""
 
     kind = "baseline"
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
         if mode.dot != "ieee":
-            return "the literal baseline reads out with the spec-2 recurrence in ieee arithmetic"
+            return ("the literal baseline reads out with the recurrence of docs/recurrences.md section 1 in ieee "
+                    "arithmetic")
         return None
 
     def __init__(self, config: KernelConfig) -> None:

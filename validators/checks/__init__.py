@@ -1,7 +1,7 @@
 """The engine's checks: every invariant and tolerance check as a small named unit, in one registry.
 
-Oracle: each unit's module states its own (spec 3-4 and 6, the fp64 reference, the tolerance
-rule of ``validators/tolerances.py``).  ``CHECKS`` (name -> :class:`Check`) is the registry, in
+Oracle: each unit's module states its own (docs/recurrences.md sections 2-4 and docs/validation.md, the fp64
+reference, the tolerance rule of ``validators/tolerances.py``).  ``CHECKS`` (name -> :class:`Check`) is the registry, in
 run order: at each hook of a step the Lockstep runs the registered checks of that hook in this
 order (which decides, among failures at the same step, row and position, which one is first).
 The modules are imported below in that order.

@@ -1,6 +1,6 @@
 """Check ``unused-slot``: slots no row uses stay bit-identical all run.
 
-Oracle: spec 6.  Before the run the Lockstep fills every unused slot with canary data (a reset,
+Oracle: docs/validation.md.  Before the run the Lockstep fills every unused slot with canary data (a reset,
 a verify and a commit of their own: state, ring rows, cursors) and snapshots it; after every
 verify and every commit each field of those slots in the kernel's snapshot must still have the
 same bits (a kernel writing through a wrong slot index, e.g. slot -1 read as the last slot).

@@ -1,6 +1,6 @@
 """Checks ``checkpoint-unchanged``, ``committed-ring-rows``: a verify leaves committed storage alone.
 
-Oracle: spec 3-4 under the kernel's declared bookkeeping policy, on bits (snapshots taken just
+Oracle: docs/recurrences.md sections 2-4 under the kernel's declared bookkeeping policy, on bits (snapshots taken just
 before and just after the verify).  Only a flush verify (the policy's ``is_flush``) may rewrite a
 slot's checkpoint (and its scales); no verify may change a record row holding committed history
 (the policy's ``committed_rows``: logical positions 0..write_pos-1 from the origin).  Replay kernels only: a

@@ -68,6 +68,22 @@ class StepContext:
     def fail(self, check: str, message: str, **where) -> None:
         self.run.fail(self.step, check, message, **where)
 
+    def cause(self, row: int, position: int | None = None) -> str:
+        """Where a value differs, in the terms of the bookkeeping (docs/recurrences.md): the step,
+        the row and its slot (and window position), the accepted count k and the window length,
+        and the cursors before the verify and after the commit under the declared policy."""
+        run, p = self.run, self.plan
+        dec = run.dec
+        k = p.accepted[row]
+        T = 1 if p.standard else (p.window_lens[row] if p.window_lens is not None else run.sc.window)
+        wp, org = run.cursors_before(p.step)[row]
+        flush = dec.is_flush(wp)
+        wp2, org2 = dec.commit_cursor(wp, org, flush, k)
+        at = "" if position is None else f", window position {position}"
+        return (f"step {p.step}, row {row} (slot {run.ids_list[row]}){at}: accepted k = {k} of a window of {T}; "
+                f"cursors before the verify write_pos {wp}, origin {org}, is_flush {flush}; after the commit "
+                f"write_pos {wp2}, origin {org2}, is_flush {dec.is_flush(wp2)}")
+
     def judged_state(self, x: torch.Tensor) -> torch.Tensor:
         """A state as the state checks judge it: itself, or with golden truth its stored elements
         (the placeholder of ``ref_state`` elsewhere, so they add no error)."""

@@ -1,6 +1,6 @@
 """Check ``cursor``: after each commit the kernel's cursors follow the spec's rule.
 
-Oracle: spec 4 under the kernel's declared bookkeeping policy (``DecodeConfig.commit_cursor``
+Oracle: docs/recurrences.md section 3 under the kernel's declared bookkeeping policy (``DecodeConfig.commit_cursor``
 and ``is_flush`` ask ``replayssm.interface.POLICIES[kernel.bookkeeping]``), applied by the
 Lockstep to its own copy of every row's (write_pos, origin): the kernel's snapshot after the
 commit must hold the same (write_pos, origin, is_flush).  Replay kernels only (a baseline keeps no cursors).

@@ -1,6 +1,6 @@
 """Check ``out-param``: verify writes into the ``out=`` buffer it was given.
 
-Oracle: spec 3 (the kernel interface): ``verify(slot_ids, inputs, out=buf)`` fills ``buf`` and
+Oracle: docs/kernel_interface.md: ``verify(slot_ids, inputs, out=buf)`` fills ``buf`` and
 returns it or None; a different tensor means the caller's buffer was never written.
 """
 

@@ -1,6 +1,6 @@
 """Checks ``padding-output``, ``unwritten-output``, ``non-finite``: the raw bits of the window outputs.
 
-Oracle: spec 6's exact output rules, on bits, never values.  Before each verify the output
+Oracle: docs/validation.md's exact output rules, on bits, never values.  Before each verify the output
 buffer holds a NaN of a fixed payload in active rows and :data:`~replayssm.validators.invariants.PAD_CANARY`
 in padding rows (``invariants.poisoned_out``): a padding row must keep its canary, no active
 element may still hold the poison, and an output may be non-finite only where the literal model's

@@ -54,7 +54,8 @@ def _against_fp64_bound(ctx) -> None:
         for i, t in torch.nonzero(excess).tolist():
             r = run.active[i]
             e, bb = float(m["max_abs"][i, t]), float(b[i, t])
-            ctx.fail("output", rule.explain_fp64(e, bb, float(fp[i, t]), float(scale[i, 0]), rule.u_out),
+            ctx.fail("output", rule.explain_fp64(e, bb, float(fp[i, t]), float(scale[i, 0]), rule.u_out,
+                                                 ctx.cause(r, t)),
                      row=r, slot=run.ids_list[r], position=t, value=e, bound=bb)
 
 
@@ -83,7 +84,7 @@ def _against_literal(ctx) -> None:
             r = run.active[i]
             e, bb = float(m["max_abs"][i, t]), float(b[i, t])
             ctx.fail("output", rule.explain(e, bb, float(lit_row[i, 0]), float(scale[i, 0]), rule.u_out,
-                                            None if fp is None else float(fp[i, t])),
+                                            None if fp is None else float(fp[i, t]), where=ctx.cause(r, t)),
                      row=r, slot=run.ids_list[r], position=t, value=e, bound=bb)
 
 

@@ -1,6 +1,6 @@
 """Checks ``exception``, ``repeat``: what only the whole run shows.
 
-Oracle: spec 6.  A kernel that raises fails at the step it raised (the run keeps the metrics of
+Oracle: docs/validation.md.  A kernel that raises fails at the step it raised (the run keeps the metrics of
 the steps before).  A second run of a fresh instance on the same inputs and plan must give
 bit-identical outputs at every step (chained sha256 over the output bytes) and leave
 bit-identical stored state (sha256 of the final snapshot); the repeat run drives the kernel

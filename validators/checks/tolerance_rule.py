@@ -87,24 +87,26 @@ class ToleranceRule:
         self.envelope[key].index_copy_(0, idx, torch.where(torch.isfinite(flat), flat, 0.0))
         return flat.reshape(lit_err.shape)
 
-    def hint(self, err: float, scale: float, u: float) -> str:
-        """What an error of ``err`` on values of size ``scale`` means: bookkeeping or precision."""
+    def hint(self, err: float, scale: float, u: float, where: str = "") -> str:
+        """What an error of ``err`` on values of size ``scale`` means: bookkeeping or precision;
+        ``where`` (``StepContext.cause``: step, row, slot, k, window, cursors) points at the cause."""
         rel = err / scale if scale > 0 else float("inf")
         if rel >= 0.05:
-            return f"relative error {rel:.2e}: a bookkeeping error, not rounding"
+            return f"relative error {rel:.2e}: a bookkeeping error, not rounding" + (f" ({where})" if where else "")
         return (f"relative error {rel:.2e} = {rel / u:.1f} u of the declared mode {self.label}: the kernel runs "
                 f"at a lower effective precision than declared")
 
     def explain(self, err: float, b: float, lit: float, scale: float, u: float, fp64: float | None = None,
-                walk: float = 1.0) -> str:
+                walk: float = 1.0, where: str = "") -> str:
         """``walk``: the stochastic-rounding multiplier of the floor at this step (1 otherwise)."""
         fp = "" if fp64 is None else f", or the fp64 arithmetic bound {fp64:.3e} + the floor if larger"
         return (f"max abs error {err:.3e} > bound {b:.3e} (= {self.tol.factor} x literal {lit:.3e} + "
-                f"{self.tol.floor_u * walk:.3g} u x scale {scale:.3e}{fp}); {self.hint(err, scale, u)}")
+                f"{self.tol.floor_u * walk:.3g} u x scale {scale:.3e}{fp}); {self.hint(err, scale, u, where)}")
 
-    def explain_fp64(self, err: float, b: float, fp64: float, scale: float, u: float) -> str:
+    def explain_fp64(self, err: float, b: float, fp64: float, scale: float, u: float, where: str = "") -> str:
         return (f"max abs error {err:.3e} > bound {b:.3e} (= fp64 running-error bound {fp64:.3e} + "
-                f"{self.tol.floor_u} u x scale {scale:.3e}; no literal model this step); {self.hint(err, scale, u)}")
+                f"{self.tol.floor_u} u x scale {scale:.3e}; no literal model this step); "
+                f"{self.hint(err, scale, u, where)}")
 
     def check_states(self, ctx, check: str, got: torch.Tensor, want: torch.Tensor,
                      lit: list[torch.Tensor] | None, rows: list[int],
@@ -150,9 +152,10 @@ class ToleranceRule:
                     continue
                 e, bb = float(m["max_abs"][i]), float(b[i])
                 msg = (self.explain(e, bb, float(lit_err[i]), float(m["ref_max"][i]), self.u_state,
-                                    None if fp_err is None else float(fp_err[i]), float(walk[i]))
+                                    None if fp_err is None else float(fp_err[i]), float(walk[i]), ctx.cause(r))
                        if lit_err is not None else
-                       self.explain_fp64(e, bb, float(fp_err[i]), float(m["ref_max"][i]), self.u_state))
+                       self.explain_fp64(e, bb, float(fp_err[i]), float(m["ref_max"][i]), self.u_state,
+                                         ctx.cause(r)))
                 ctx.fail(check, msg, row=r, slot=run.ids_list[r], value=e, bound=bb)
         max_err = float(m["max_abs"].max())
         if lit_err is None and fp_err is None:

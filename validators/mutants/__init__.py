@@ -1,7 +1,7 @@
 """Every broken kernel ("mutant") in one registry, loaded one way by every entry point.
 
 Oracle: each mutant is a literal model plus exactly one deliberate bug; the validation engine
-must fail every one (tests/test_mutants_engine.py names the step for spec 7's field bugs,
+must fail every one (tests/test_mutants_engine.py names the step for the field bugs of docs/field_bugs.md,
 tests/test_mutation_gallery.py has the fuzzer find and shrink each; docs/mutation_gallery.md).
 
 Importing this package registers every mutant with the kernel registry (``kind = "mutant"``), so
@@ -9,7 +9,7 @@ Importing this package registers every mutant with the kernel registry (``kind =
 :func:`all_mutants` returns them, name -> :class:`MutantSpec`.  The modules:
 
 * ``registry.py``: :data:`MUTANTS`, :func:`register_mutant`, :func:`first_bad_step`, the base tables;
-* ``field_bugs.py``: spec 7's seven field bugs, each with its first-bad-step rule;
+* ``field_bugs.py``: docs/field_bugs.md's seven field bugs, each with its first-bad-step rule;
 * ``bookkeeping.py``, ``arithmetic.py``, ``precision.py``: the gallery, by kind of slip;
 * ``interface.py``: interface slips, each the witness of one exact check (``validators/checks/``);
 * ``serving.py``: serving-engine mechanisms of public reports (docs/field_bugs.md);

@@ -1,4 +1,4 @@
-"""Bookkeeping mutants of the gallery: cursor, ring-row and flush slips (spec 3-4), one each.
+"""Bookkeeping mutants of the gallery: cursor, ring-row and flush slips (docs/recurrences.md sections 2-4), one each.
 
 Oracle: each mutant is a literal model (``replayssm/ops/*/literal.py``) plus exactly one deliberate
 bug; the validation engine must fail every one (the exact invariants and the state checks catch

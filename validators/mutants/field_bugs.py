@@ -1,4 +1,4 @@
-"""The engine's own broken kernels: spec 7's seven field bugs, each with the step where it must show.
+"""The engine's own broken kernels: docs/field_bugs.md's seven field bugs, each with the step where it must show.
 
 Oracle: each mutant is the literal replay model plus exactly one field-seen bug; the validation
 engine must fail it (exit 1) and name the first step where the bug shows.  ``first_bad_step(name,

@@ -1,10 +1,12 @@
-"""Interface mutants: right arithmetic, but one rule of the kernel interface (spec 3, 6) broken.
+"""Interface mutants: right arithmetic, but one rule of the kernel interface (docs/kernel_interface.md) broken.
 
 Oracle: each mutant is the literal replay model plus exactly one slip in how it hands results
 back: the ``out=`` buffer, padding rows, every output element written, finite outputs, bitwise
-determinism.  Each is caught by exactly one exact check of the engine, the one its registration
-in ``validators/checks/`` names as its witness (tests/test_checks.py); they are registered for
-Mamba-2 only, since the checks they witness do not depend on the family.
+determinism; each of those is caught by exactly one exact check of the engine, the one its
+registration in ``validators/checks/`` names as its witness (tests/test_checks.py).  One slip is
+in a documented default: ``reset(initial_state=None)`` must load zeros; the state and output
+checks catch it where the exhaustive schedule re-admits rows through that default.  They are
+registered for Mamba-2 only, since the checks they witness do not depend on the family.
 """
 
 from __future__ import annotations
@@ -84,6 +86,24 @@ class AlternatingLastBit:
         return res
 
 
+class ResetNoneKeepsState:
+    """``reset(slot_ids, initial_state=None)`` (the documented default: zeros) resets the cursors
+    but keeps the slot's previous checkpoint: a re-admitted sequence starts from the last tenant's
+    state.  Given an explicit initial state it is right, so only the default path shows it."""
+
+    def reset(self, slot_ids, initial_state=None, origin=None):
+        if initial_state is not None:
+            return super().reset(slot_ids, initial_state, origin)
+        ids = self.check_reset_args(slot_ids, initial_state, origin)
+        kept = {s: (self.ckpt[s].clone(), None if self.ckpt_scale is None else self.ckpt_scale[s].clone())
+                for s in ids if s != PAD_SLOT}
+        super().reset(slot_ids, None, origin)
+        for s, (c, sc) in kept.items():
+            self.ckpt[s].copy_(c)
+            if sc is not None:
+                self.ckpt_scale[s].copy_(sc)
+
+
 register_mutant(WritesIntoCopy, "mutant-out-param-copy",
                 "verify writes into a private copy of out= and returns it (the caller's buffer is never written)",
                 klass="interface", families=MAMBA2_ONLY)
@@ -95,6 +115,9 @@ register_mutant(LastElementUnwritten, "mutant-output-element-unwritten",
                 klass="interface", families=MAMBA2_ONLY)
 register_mutant(UninitialisedAccumulator, "mutant-output-accumulator-nan",
                 "the last window position's readout accumulator starts from uninitialised memory (NaN)",
+                klass="interface", families=MAMBA2_ONLY)
+register_mutant(ResetNoneKeepsState, "mutant-reset-none-keeps-state",
+                "reset with initial_state=None (the default: zeros) keeps the slot's previous checkpoint",
                 klass="interface", families=MAMBA2_ONLY)
 register_mutant(AlternatingLastBit, "mutant-nondeterministic-output",
                 "every second run flips the lowest bit of one output (launch-order-dependent reduction)",

@@ -40,7 +40,7 @@ class MutantSpec:
     first_bad: Callable | None  # (scenario, plan) -> first step the engine must flag, or None
     classes: dict  # family -> registered kernel class
     klass: str = "bookkeeping"  # one of CLASSES
-    field_bug: bool = False  # one of spec 7's field bugs (each with a first_bad rule)
+    field_bug: bool = False  # one of the field bugs of docs/field_bugs.md (each with a first_bad rule)
     # Fuzzed by the CI gallery (tests/test_mutation_gallery.py): True, False (caught in CI by a
     # direct run of a named scenario instead, tests/test_serving.py), or the families fuzzed (the
     # others caught by a named scenario, tests/test_mutation_gallery.py).

@@ -2,10 +2,10 @@
 token, as serving engines do it without ReplaySSM.
 
 * Standard decode: one program per (row, value head, block of value rows) loads its state tile,
-  applies the gated delta rule (spec 2.2: gating, L2-normalised q/k with the K^-1/2 scale,
+  applies the gated delta rule (docs/recurrences.md section 1: gating, L2-normalised q/k with the K^-1/2 scale,
   corrected value d = beta (v - alpha S k)), writes the state back and the output.
 * Speculative decode: the state is stepped through the T' window tokens in fp32 registers and one
-  state per window position is stored (``(1 + T') S`` bytes per verify, the spec-4 baseline).
+  state per window position is stored (``(1 + T') S`` bytes per verify, the baseline of docs/recurrences.md section 3).
   Each slot keeps T' + 1 state positions; verify reads the committed one (``current``) and
   writes the drafts into the T' others, so ``commit(k)`` only moves ``current`` k positions on
   (a device-side pointer update, no state copy).

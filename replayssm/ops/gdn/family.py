@@ -1,7 +1,8 @@
 """The Gated DeltaNet family: geometry and presets, parameter and input laws, the reference hooks,
 the readout magnitude, the Hypothesis geometry piece and the bench's bytes model.
 
-Oracle: spec section 2.2 (``naive.py``) for the numbers, the bytes model of spec 3-4 for traffic.
+Oracle: docs/recurrences.md section 1 (``naive.py``) for the numbers, the bytes model of its sections 2-4
+for traffic.
 Presets: ``qwen35-4b`` is a Qwen3.5-4B GDN layer (16 key / 32 value heads, 128 x 128),
 ``gdn-hv64`` the 64-value-head variant of larger Qwen3.5 models.
 """
@@ -60,7 +61,8 @@ class GDNGeometry:
 
 class GatedDeltaNet(Family):
     name = "gdn"
-    description = "Gated DeltaNet, the gated delta rule (spec 2.2); ReplaySSM records d, normalised k, g"
+    description = ("Gated DeltaNet, the gated delta rule (docs/recurrences.md section 1); ReplaySSM records d, "
+                   "normalised k, g")
     geometry_cls = GDNGeometry
     presets = {
         "tiny": GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=8),

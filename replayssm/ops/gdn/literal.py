@@ -1,6 +1,6 @@
 """Gated DeltaNet ReplaySSM, literally: the in-window solve and the literal replay and baseline models.
 
-Oracle: spec section 3 (replay records d, normalised k, g) and the in-window WY/UT solve of
+Oracle: docs/recurrences.md section 2 (replay records d, normalised k, g) and the in-window WY/UT solve of
 section 4, read line by line, over the bookkeeping of ``replayssm/ops/literal.py``; the baseline
 step is ``naive.gdn_step``.
 
@@ -29,7 +29,7 @@ def _dot(t: torch.Tensor, mode: PrecisionMode | None) -> torch.Tensor:
 
 
 def gdn_window_solve(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None):
-    """The in-window WY/UT form (spec 4) for one row.
+    """The in-window WY/UT form (docs/recurrences.md section 3) for one row.
 
     ``s_h [HV, V, K]`` state before the window; per window token ``qh, kh [T, HV, K]``,
     ``v [T, HV, V]``, ``g, beta [T, HV]``.  With G the inclusive cumsum of g:

@@ -1,6 +1,6 @@
 """ReplaySSM speculative verify and commit for Gated DeltaNet, in Triton.
 
-Verify, one program per (row, value head, block of value rows), window of T' tokens (spec 4):
+Verify, one program per (row, value head, block of value rows), window of T' tokens (docs/recurrences.md section 3):
 
 * the state before the window is ``S_h = exp(G_w) S_0 + sum_{j<w} exp(G_w - G_j) d_j k_j^T`` over
   the committed history (ring rows ``(origin + j) mod ring``); it is read out against each window

@@ -1,6 +1,6 @@
 """ReplaySSM Gated DeltaNet verify in two launches: a per-(row, key head) coefficient pre-pass and a
 lean checkpoint stream, for standard decode (T' = 1, flush at write_pos = L - 1, cursor advanced on
-the device) and speculative verify (the in-window WY/UT solve, spec 4).
+the device) and speculative verify (the in-window WY/UT solve, docs/recurrences.md section 3).
 
 Oracle: ``literal-replay`` and ``gdn_sequence`` in fp64.  Expected error: within a small factor of
 the literal model's at the same precision mode (fp32 reduction order differs from the single-kernel

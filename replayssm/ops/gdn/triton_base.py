@@ -81,7 +81,8 @@ def launch_shape(geometry, R: int, sm_count: int, interpret: bool, block_v: int 
 
 @triton.jit
 def gates(a, b, A_log, dt_bias):
-    """g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (spec 2.2; fp32, a few ulp from exp/log)."""
+    """g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (docs/recurrences.md section 1; fp32, a few ulp
+    from exp/log)."""
     g = -tl.exp(A_log) * softplus(a + dt_bias)
     beta = 1.0 / (1.0 + tl.exp(-b))
     return g, beta
@@ -410,7 +411,7 @@ class TritonGDNBase(ServingLayouts):
 
 
 def fold_fp64(s0: torch.Tensor, hist: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The state after folding records ``hist`` (d, k, g) into ``s0``, in fp64 (spec 3)."""
+    """The state after folding records ``hist`` (d, k, g) into ``s0``, in fp64 (docs/recurrences.md section 2)."""
     return GDNMath().fold(s0, {k: v.to(torch.float64) for k, v in hist.items()}, None, None)
 
 

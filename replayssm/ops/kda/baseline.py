@@ -6,7 +6,7 @@ token, as serving engines do it without ReplaySSM (FLA's fused recurrent KDA for
   L2-normalised q/k with the K^-1/2 scale, ``S <- S Diag(alpha)``, ``d = beta (v - S k)``,
   ``S <- S + d k^T``, ``o = S q``), writes the state back and the output.
 * Speculative decode: the state is stepped through the T' window tokens in fp32 registers and one
-  state per window position is stored (``(1 + T') S`` bytes per verify, the spec-4 baseline);
+  state per window position is stored (``(1 + T') S`` bytes per verify, the baseline of docs/recurrences.md section 3);
   ``commit(k)`` moves the slot's ``current`` position k on (no state copy), as the GDN baseline.
 
 Oracle: ``naive.py``'s recurrence in fp64 and the literal baseline (``literal-baseline``, family

@@ -2,7 +2,7 @@
 hooks, the readout magnitude, the Hypothesis geometry piece and the bench's bytes model.
 
 Oracle: ``naive.py`` (the KDA recurrence as flash-linear-attention 0.6.0 writes it) for the
-numbers, the bytes model of spec 3-4 for traffic.
+numbers, the bytes model of docs/recurrences.md sections 2-4 for traffic.
 
 Presets:
 

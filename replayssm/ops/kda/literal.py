@@ -1,6 +1,6 @@
 """Kimi Delta Attention ReplaySSM, literally: per-channel decays in the fold and the in-window solve.
 
-Oracle: the ReplaySSM records of spec section 3 (here d, normalised k and the per-channel log gate g)
+Oracle: the ReplaySSM records of docs/recurrences.md section 2 (here d, normalised k and the per-channel log gate g)
 and the in-window WY/UT solve of section 4 with the scalar decay of Gated DeltaNet replaced by a
 vector over the key axis, read line by line, over the bookkeeping of ``replayssm/ops/literal.py``;
 the baseline step is ``naive.kda_step``.  With ``G_j`` the inclusive cumulative sum (compute

@@ -1,7 +1,7 @@
 """ReplaySSM speculative verify for KDA, in Triton (commit: the GDN kernel's device-side cursor
 update, which is family-independent: ``replayssm.ops.gdn.replay_spec.launch_replay_spec_commit``).
 
-Verify, one program per (row, value head, block of value rows), window of T' tokens (spec 4 with
+Verify, one program per (row, value head, block of value rows), window of T' tokens (docs/recurrences.md section 3 with
 per-channel decays):
 
 * the state before the window, ``S_h = S_0 Diag(e^G) + sum_{j<w} d_j (k_j * e^(G - G_j))^T`` over

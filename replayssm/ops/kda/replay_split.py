@@ -23,7 +23,7 @@ With ``KW_j = k_j * e^(G - G_j)`` (the decay-weighted history keys), the current
 and a flush stores ``S_0 Diag(DECF) + sum_j d_j WF_j^T + d k^T`` with ``DECF = alpha e^G`` and
 ``WF_j = alpha * KW_j`` (written by the pre-pass only on a flush step).  With a tf32 / tf32x3 mode the
 two checkpoint readouts ``S_0 XK`` and ``S_0 XQ`` are one tensor-core product (full fp32 under the
-interpreter, spec 9: the tf32 effect exists only on the GPU); the rest stays fp32 FMA.
+interpreter, docs/kernel_interface.md: the tf32 effect exists only on the GPU); the rest stays fp32 FMA.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """The baseline Mamba-2 decode kernel in Triton: the state is read and written every token.
 
 Oracle: the literal baseline ("literal-baseline" in ``naive.py``) and the fp64 recurrence
-``mamba2_step`` (spec 2.1).  Expected error against fp64: the literal baseline's error at the same
+``mamba2_step`` (docs/recurrences.md section 1).  Expected error against fp64: the literal baseline's error at the same
 precision mode within a small factor (fp32 summation order, the GPU's exp/log).
 
 Standard decode: one launch per step reads the slot's state, applies
 ``S <- exp(A Δ) S + Δ x Bᵀ``, writes ``y = S C + D x`` and stores S back in place (``2 S`` bytes
-per step: the comparison point of spec 3).
+per step: the comparison point of docs/recurrences.md section 2).
 
-Speculative decode (spec 4, the "store one state per draft position" baseline, done the way a
+Speculative decode (docs/recurrences.md section 3, the "store one state per draft position" baseline, done the way a
 serving engine does it, without a copy): each slot owns ``T' + 1`` state buffers and a device-side
 index of the live one.  A verify reads the live buffer once, steps through the window in fp32 and
 stores the state after each position in the T' other buffers (``(1 + T') S`` bytes);

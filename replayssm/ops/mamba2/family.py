@@ -1,7 +1,8 @@
 """The Mamba-2 family: geometry and presets, parameter and input laws, the reference hooks, the
 readout magnitude, the Hypothesis geometry piece and the bench's bytes model.
 
-Oracle: spec section 2.1 (``naive.py``) for the numbers, the bytes model of spec 3-4 for traffic.
+Oracle: docs/recurrences.md section 1 (``naive.py``) for the numbers, the bytes model of its sections 2-4
+for traffic.
 Presets: ``nano4b`` is a Nemotron-3-Nano-4B Mamba-2 layer (96 heads x 80, dstate 128, 8 groups),
 ``super120b`` a Nemotron-3-Super-120B layer (128 x 64, dstate 128, 8 groups).
 """
@@ -63,7 +64,7 @@ class Mamba2Geometry:
 
 class Mamba2(Family):
     name = "mamba2"
-    description = "Mamba-2 selective state update (spec 2.1); ReplaySSM records x, B, Δ"
+    description = "Mamba-2 selective state update (docs/recurrences.md section 1); ReplaySSM records x, B, Δ"
     geometry_cls = Mamba2Geometry
     presets = {
         "tiny": Mamba2Geometry(nheads=4, headdim=8, dstate=16, ngroups=2),

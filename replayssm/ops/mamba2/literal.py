@@ -1,6 +1,6 @@
 """Mamba-2 ReplaySSM, literally: the literal replay and baseline models of the kernel interface.
 
-Oracle: spec section 3 (replay: records x, B, Δ; the two routes), read line by line, over the
+Oracle: docs/recurrences.md section 2 (replay: records x, B, Δ; the two routes), read line by line, over the
 bookkeeping of ``replayssm/ops/literal.py``; the baseline step is ``naive.mamba2_step``.
 
 * :class:`Mamba2LiteralReplay` ("literal-replay", output_only route; "literal-replay-state",

@@ -1,6 +1,6 @@
 """Mamba-2 decode (selective state update), the reference recurrence in plain torch.
 
-Oracle: spec section 2.1, line by line.  In float64 this is the truth every kernel is compared
+Oracle: docs/recurrences.md section 1, line by line.  In float64 this is the truth every kernel is compared
 with; in another dtype it runs in that dtype.  Expected error in fp64: ~1e-16 relative per step
 (tests/test_reference.py checks it against the SSD matrix form to 1e-12).
 

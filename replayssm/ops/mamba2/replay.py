@@ -1,7 +1,7 @@
 """ReplaySSM Mamba-2 decode in Triton: standard decode (L = 1..32) and speculative verify/commit.
 
 Oracle: the literal models of ``naive.py`` ("literal-replay", "literal-replay-state") and,
-through them, the fp64 recurrence ``mamba2_sequence`` (spec sections 2.1, 3, 4).  Expected error
+through them, the fp64 recurrence ``mamba2_sequence`` (docs/recurrences.md).  Expected error
 against fp64: the literal model's error at the same precision mode, within a small factor (fp32
 summation order, tree cumsum, the GPU's exp/log); tests/test_mamba2_triton.py measures the factor.
 
@@ -308,7 +308,7 @@ def _replay_kernel(
 def _commit_kernel(slot_ptr, acc_ptr, wp_ptr, org_ptr, cnt_ptr, R,
                    T: tl.constexpr, RING: tl.constexpr, LSPEC: tl.constexpr, SPEC: tl.constexpr,
                    SR: tl.constexpr, BLOCK: tl.constexpr):
-    """commit(k) on the device (spec 3-4): non-flush ``write_pos += k``; flush (standard) ``0``,
+    """commit(k) on the device (docs/recurrences.md sections 2-4): non-flush ``write_pos += k``; flush (standard) ``0``,
     (speculative) ``origin += write_pos mod ring, write_pos = k``; flushes count a state write."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     slot = tl.load(slot_ptr + i, mask=i < R, other=-1).to(tl.int64)

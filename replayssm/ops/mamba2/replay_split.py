@@ -1,7 +1,7 @@
 """ReplaySSM Mamba-2 decode in two launches: a coefficient pre-pass and a lean checkpoint stream.
 
 Oracle: the literal model ``literal-replay`` (output_only route) and, through it, the fp64
-recurrence (spec sections 2.1, 3, 4).  Expected error against fp64: the literal model's at the
+recurrence (docs/recurrences.md).  Expected error against fp64: the literal model's at the
 same precision mode within a small factor (fp32 summation order); tests/test_mamba2_triton.py.
 
 Why two launches (docs/benchmarks.md, H200): the single-kernel replay program spends three

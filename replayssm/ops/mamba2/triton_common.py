@@ -99,7 +99,7 @@ def sm_count(device: torch.device) -> int:
 @triton.jit
 def mask_and(vec_mask, cond):
     """``vec_mask & cond`` for a scalar condition, built from comparisons: the interpreter
-    rejects a vector store whose mask mixes a scalar boolean in (spec 9)."""
+    rejects a vector store whose mask mixes a scalar boolean in (docs/kernel_interface.md)."""
     return vec_mask & ((vec_mask.to(tl.int32) * 0 + cond.to(tl.int32)) != 0)
 
 

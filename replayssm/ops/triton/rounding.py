@@ -32,7 +32,7 @@ slot, and independent of the launch grid (tile sizes, programs per head).  The t
 models draw from their own generator (``rounding.philox_generator``): the two agree in
 distribution, not draw for draw.
 
-Triton interpreter traps handled here (spec section 9; ``INTERP`` is a constexpr kernels receive
+Triton interpreter traps handled here (docs/kernel_interface.md; ``INTERP`` is a constexpr kernels receive
 from :data:`INTERPRET`; no module-level alias of a ``tl`` builtin exists here, the interpreter
 would not patch it):
 

@@ -15,7 +15,7 @@ Oracle: the fp32 / fp64 product of the same operands (tests/test_split_dot.py). 
 few fp32 ulps of ``|a| |b|`` per output element, as an fp32 FMA reduction; that is 2^8 - 2^16 times
 smaller than one bf16 or tf32 product (the official ReplaySSM kernels' readouts).
 
-Under the Triton interpreter a bf16 ``tl.dot`` returns wrong values (spec 9): there the parts are
+Under the Triton interpreter a bf16 ``tl.dot`` returns wrong values (docs/kernel_interface.md): there the parts are
 widened to fp32 first (exact) and multiplied with an ieee fp32 dot, so the interpreter computes the
 same sum of part products.
 """
