@@ -98,6 +98,13 @@ def test_mamba2_speculative_exhaustive_verdict(vllm_kernels, one_thread, name):
     direct softplus test below.  The speculative replay keeps raw dt records, so flush-increment
     (which re-folds a kernel's own Δ records) says it cannot judge them."""
     res = run_scenario(_spec("mamba2", "s32a32", 3, 4), name, repeat_check=False)
+    if name == "vllm-baseline":
+        # Since the exhaustive schedule resets through reset(initial_state=None) (zero states, issue 46),
+        # the baseline's softplus loss (finding 5: tens of u of fp32) shows in the state check here too;
+        # every exact invariant still holds: a precision finding, not a bookkeeping one.
+        assert not res.passed and {f.check for f in res.failures} == {"state"}, res.failures[:3]
+        assert "lower effective precision" in res.failures[0].message
+        return
     assert res.passed, [(f.step, f.check, f.message) for f in res.failures[:3]]
     assert res.summary["worst state_bound_ratio"] < 0.5
     if name == "vllm-replay":
