@@ -3,8 +3,7 @@
 Oracle: each mutant is the literal replay model plus exactly one slip in how it hands results
 back: the ``out=`` buffer, padding rows, every output element written, finite outputs, bitwise
 determinism.  Each is caught by exactly one exact check of the engine, the one its registration
-in ``validators/checks/`` names as its witness (tests/test_checks.py); they are registered for
-Mamba-2 only, since the checks they witness do not depend on the family.
+in ``validators/checks/`` names as its witness (tests/test_checks.py); every family has them.
 """
 
 from __future__ import annotations
@@ -12,8 +11,6 @@ from __future__ import annotations
 from replayssm.interface import PAD_SLOT
 from replayssm.validators.invariants import int_view
 from replayssm.validators.mutants.registry import register_mutant
-
-MAMBA2_ONLY = ("mamba2",)
 
 
 class WritesIntoCopy:
@@ -86,18 +83,17 @@ class AlternatingLastBit:
 
 register_mutant(WritesIntoCopy, "mutant-out-param-copy",
                 "verify writes into a private copy of out= and returns it (the caller's buffer is never written)",
-                klass="interface", families=MAMBA2_ONLY)
+                klass="interface")
 register_mutant(ZeroFillsOutput, "mutant-padding-output-zeroed",
-                "verify zero-fills the whole out= buffer, padding rows included", klass="interface",
-                families=MAMBA2_ONLY)
+                "verify zero-fills the whole out= buffer, padding rows included", klass="interface")
 register_mutant(LastElementUnwritten, "mutant-output-element-unwritten",
                 "the output tile loop stops one short: the last element of each window position is never written",
-                klass="interface", families=MAMBA2_ONLY)
+                klass="interface")
 register_mutant(UninitialisedAccumulator, "mutant-output-accumulator-nan",
                 "the last window position's readout accumulator starts from uninitialised memory (NaN)",
-                klass="interface", families=MAMBA2_ONLY)
+                klass="interface")
 register_mutant(AlternatingLastBit, "mutant-nondeterministic-output",
                 "every second run flips the lowest bit of one output (launch-order-dependent reduction)",
-                klass="interface", families=MAMBA2_ONLY)
+                klass="interface")
 
 __all__: list[str] = []

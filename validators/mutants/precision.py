@@ -181,7 +181,7 @@ class FoldWeightedInputBf16(WrapMath):
 
 # ---- registration --------------------------------------------------------------------------------------
 register_mutant(DecayRecordsBf16, "mutant-decay-records-bf16", "decay records (Δ, g) stored in bf16 instead of fp32",
-                klass="precision")
+                klass="precision", needs=("decay-records",))
 register_mutant(BiasedStochasticRounding, "mutant-sr-biased",
                 "stochastic rounding dithers then rounds to nearest: half an ulp of bias away from zero",
                 klass="precision")
@@ -205,7 +205,7 @@ register_mutant(CheckpointBf16Precision, "mutant-checkpoint-bf16-precision",
 register_mutant(FoldWeightedInputBf16, "mutant-fold-weighted-input-bf16",
                 "Mamba-2 fold with each token's weighted input Δ exp(A Δc) B rounded to bf16 before the product "
                 "with x (FlashInfer 0.7.2's checkpointing_ssu tensor-core fold)", klass="precision",
-                families=("mamba2",))
+                needs=("weighted-input-fold",))
 register_mutant(FlushBf16Arithmetic, "mutant-flush-bf16-arithmetic",
                 "fp32 checkpoint folded at bf16-level accuracy (off the bf16 grid: each flush adds ~0.4 bf16 u)",
                 klass="precision")
