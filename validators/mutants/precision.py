@@ -13,6 +13,7 @@ import dataclasses
 import torch
 
 from replayssm.ops.mamba2 import literal as mamba2_literal
+from replayssm.precision import STATE_FORMATS
 from replayssm.rounding import INT8_MAX, philox_generator, quantize_state
 from replayssm.validators.mutants._common import DelegatingMath, WrapMath, only_modes
 from replayssm.validators.mutants.registry import register_mutant
@@ -28,8 +29,9 @@ class DecayRecordsBf16:
                 self.records[name] = self.records[name].to(torch.bfloat16)
 
 
-_SR_STATES = ("bf16", "fp16")
-_SCALED = ("fp8e4m3", "int8")
+# From the formats table: the unscaled formats with stochastic rounding, the row-scaled ones.
+_SR_STATES = tuple(f.name for f in STATE_FORMATS.values() if f.stochastic and not f.scaled)
+_SCALED = tuple(f.name for f in STATE_FORMATS.values() if f.scaled)
 _BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
