@@ -105,6 +105,8 @@ CAPABILITIES = {
     "state-read-records": "records are built by reading the state through the readout dot (a delta rule's "
                           "d = beta (v - S k)): the dot's precision reaches the state through them",
     "dt-bias": "a per-head (or per-channel) bias is added to the gate pre-activation once (dt_bias)",
+    "grouped-heads": "several heads read one group's inputs (Mamba-2 B, C) or one key head's (GDN, KDA q, k): "
+                     "head h reads group h // (H / G)",
 }
 
 

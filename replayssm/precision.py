@@ -10,10 +10,13 @@ A mode names, independently:
 
 Every storage format is one row of :data:`FORMATS` (dtype, unit roundoff, bytes, the largest
 stored magnitude and scale block of a scaled format, its mode-id token, the roles it may take,
-whether stochastic rounding applies, its Triton dtype).  The mode-id grammar, its parser and the
-help text :data:`VALID_FORMS` are generated from the table; a new storage format is one row here
-plus its rounding in :mod:`replayssm.rounding` (torch) and :mod:`replayssm.ops.triton.rounding`
-(Triton).
+whether stochastic rounding applies, its Triton dtype, its tolerance floor, the next-lower format a
+"stored one format lower" mutant rounds through, and the modes of it the full sweep covers).  The
+mode-id grammar, its parser, the help text :data:`VALID_FORMS`, :data:`STANDARD_MODES` and the
+tolerance floors (``validators/tolerances.py``) are generated from the table; a new storage format is
+one row here plus its rounding in :mod:`replayssm.rounding` (torch) and
+:mod:`replayssm.ops.triton.rounding` (Triton).  Left out, its floor and next-lower format get the
+defaults of :attr:`StorageFormat.floor` and :func:`lower_format`.
 
 Short ids: ``s<state>a<act>[-<dot>][-sr[<seed>]]`` with the state and activation tokens of the
 table (``64 32 16 fp16 fp8 i8``; a bare ``16`` means bf16).  Examples: ``s64a64`` (the fp64
@@ -32,6 +35,11 @@ from dataclasses import dataclass
 
 import torch
 
+# Below fp8 e4m3, a "stored one format lower" state is rounded to fp4 e2m1 (no storage format here:
+# a rounding target only): these magnitudes, with a per-row scale amax / 6.
+FP4_E2M1 = "fp4e2m1"
+FP4_E2M1_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
 
 @dataclass(frozen=True)
 class StorageFormat:
@@ -48,10 +56,20 @@ class StorageFormat:
     scale_block: str | None = None  # scaled formats: "row", one fp32 scale per last-dimension row
     triton: str | None = None       # the triton.language dtype Triton kernels store it as (None: none)
     note: str = ""            # shown after the token in the help text
+    floor_u: float | None = None    # the tolerance floor in u (None: the default, :attr:`floor`)
+    lower: str | None = None  # the next-lower format (a FORMATS row or FP4_E2M1; None: :func:`lower_format`)
+    sweep: tuple[str, ...] = ()     # the mode ids with this state the full sweep covers (STANDARD_MODES)
 
     @property
     def scaled(self) -> bool:
         return self.qmax is not None
+
+    @property
+    def floor(self) -> float:
+        """The tolerance rule's floor in units of u, relative to the row maximum: ``floor_u`` where the
+        row sets it, else 4 u (two roundings) capped at 2^-4 of the row maximum, so a coarse format's
+        floor (fp8 e4m3: 1 u) stays below the error of a state stored one format lower."""
+        return self.floor_u if self.floor_u is not None else min(4.0, 2.0**-4 / self.unit_roundoff)
 
     @property
     def help(self) -> str:
@@ -59,17 +77,34 @@ class StorageFormat:
 
 
 FORMATS: dict[str, StorageFormat] = {f.name: f for f in (
-    StorageFormat("fp64", "64", torch.float64, 2.0**-53, 8, ("state", "act")),
-    StorageFormat("fp32", "32", torch.float32, 2.0**-24, 4, ("state", "act"), triton="float32"),
+    # fp64: the round-off of the replay fold's other summation orders (~1e-14) is 64 u.
+    StorageFormat("fp64", "64", torch.float64, 2.0**-53, 8, ("state", "act"), floor_u=64.0, lower="fp32",
+                  sweep=("s64a64",)),
+    StorageFormat("fp32", "32", torch.float32, 2.0**-24, 4, ("state", "act"), triton="float32", lower="bf16",
+                  sweep=("s32a32", "s32a16", "s32afp16")),
     StorageFormat("bf16", "16", torch.bfloat16, 2.0**-8, 2, ("state", "act"), stochastic=True,
-                  triton="bfloat16", note="bf16"),
-    StorageFormat("fp16", "fp16", torch.float16, 2.0**-11, 2, ("state", "act"), stochastic=True, triton="float16"),
+                  triton="bfloat16", note="bf16", lower="fp8e4m3", sweep=("s16a16", "s16a16-sr")),
+    StorageFormat("fp16", "fp16", torch.float16, 2.0**-11, 2, ("state", "act"), stochastic=True, triton="float16",
+                  lower="fp8e4m3", sweep=("sfp16a16", "sfp16a16-sr", "sfp16afp16")),
+    # fp8's u (2^-4) is 16x bf16's: a 4 u floor (25 % of the row maximum) let a state stored in
+    # fp4 e2m1 pass (worst ratio 0.6); at 1 u the legit variants stay below 0.25 of the bound.
     StorageFormat("fp8e4m3", "fp8", torch.float8_e4m3fn, 2.0**-4, 1, ("state",), stochastic=True, qmax=448.0,
-                  scale_block="row", triton="float8e4nv", note="e4m3"),
+                  scale_block="row", triton="float8e4nv", note="e4m3", floor_u=1.0, lower=FP4_E2M1,
+                  sweep=("sfp8a16", "sfp8a16-sr")),
     # int8 with a per-row fp32 scale amax/127: half a step of the row maximum.
     StorageFormat("int8", "i8", torch.int8, 0.5 / 127.0, 1, ("state",), stochastic=True, qmax=127.0,
-                  scale_block="row", triton="int8", note="int8"),
+                  scale_block="row", triton="int8", note="int8", lower="fp8e4m3", sweep=("si8a16",)),
 )}
+
+
+def lower_format(name: str) -> str | None:
+    """The format a state of format ``name`` is "stored one format lower" in: the row's ``lower``, else
+    the state format with the next larger unit roundoff (None where there is none)."""
+    f = storage_format(name)
+    if f.lower is not None:
+        return f.lower
+    coarser = [g for g in STATE_FORMATS.values() if g.unit_roundoff > f.unit_roundoff]
+    return min(coarser, key=lambda g: g.unit_roundoff).name if coarser else None
 
 
 def storage_format(name: str) -> StorageFormat:
@@ -106,21 +141,8 @@ def _one_of(names) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
-# The modes a full sweep covers, cheapest state last.
-STANDARD_MODES = (
-    "s64a64",
-    "s32a32",
-    "s32a16",
-    "s32afp16",
-    "s16a16",
-    "s16a16-sr",
-    "sfp16a16",
-    "sfp16a16-sr",
-    "sfp16afp16",
-    "sfp8a16",
-    "sfp8a16-sr",
-    "si8a16",
-)
+# The modes a full sweep covers (each state format's ``sweep``, in the table's order: cheapest state last).
+STANDARD_MODES = tuple(m for f in STATE_FORMATS.values() for m in f.sweep)
 
 VALID_FORMS = (
     f"s<state>a<act>[-<dot>][-sr[<seed>]] with state in {{{', '.join(f.help for f in STATE_FORMATS.values())}}}, "

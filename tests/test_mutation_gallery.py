@@ -14,10 +14,19 @@ import json
 import pytest
 
 from replayssm.cli import main
+from replayssm.precision import STANDARD_MODES
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.fuzz import fuzz_kernel
 from replayssm.validators.fuzz_artifacts import load_failure
-from replayssm.validators.gallery_run import failure_class, gallery_cases, problems, run_case
+from replayssm.validators.gallery_run import (
+    DOT_FAMILIES,
+    dot_modes,
+    failure_class,
+    gallery_cases,
+    problems,
+    run_case,
+    run_dot_case,
+)
 from replayssm.validators.mutants import all_mutants
 from replayssm.validators.regressions import CORPUS
 from replayssm.validators.runner import run_scenario
@@ -107,3 +116,37 @@ def test_a_raise_is_a_catch_only_where_the_mutant_declares_it():
                     shrink_budget_examples=0, exceptions_fail=False, max_examples=20)
     assert r.raised > 0 and not r.caught and problems(r)
     assert run_case("mutant-ring-index-unwrapped", "mamba2").caught
+
+
+# ---- the gallery in every declared readout-dot mode family (-tf32, -tf32x3) ------------------------------------
+# The three mutants a -tf32 mode once let pass (issue 47: the state bound grew with the readout dot's u),
+# a KDA arithmetic slip and a bookkeeping one: CI's representative subset; the profile gallery-dots
+# runs every gallery case (test_gallery_in_every_dot_family).
+DOT_SUBSET = [("mutant-fold-weighted-input-bf16", "mamba2"), ("mutant-flush-bf16-arithmetic", "gdn"),
+              ("mutant-decay-records-bf16", "kda"), ("mutant-exclusive-cumsum", "kda"), ("mutant-early-flush", "gdn")]
+
+
+def _judged_in_dot_families(name, family):
+    report = run_case(name, family)
+    assert report.caught, report.summary()
+    for dot in DOT_FAMILIES:
+        v = run_dot_case(report, dot)
+        assert v.caught is not False, v.summary()
+        if v.caught is None:  # only a kernel that refuses every mode of the family (a baseline)
+            assert all_mutants()[name].classes[family].base_kind == "baseline", v.summary()
+
+
+@pytest.mark.parametrize("name,family", DOT_SUBSET, ids=[f"{f}-{n}" for n, f in DOT_SUBSET])
+def test_gallery_in_the_dot_families_subset(name, family):
+    _judged_in_dot_families(name, family)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,family", CASES, ids=[f"{f}-{n}" for n, f in CASES])
+def test_gallery_in_every_dot_family(name, family):
+    _judged_in_dot_families(name, family)
+
+
+def test_dot_modes_are_the_sweep_with_the_dot():
+    assert dot_modes("tf32")[:2] == ("s32a32-tf32", "s32a16-tf32") and "s16a16-tf32-sr" in dot_modes("tf32")
+    assert len(dot_modes("tf32x3")) == len(STANDARD_MODES) - 1

@@ -70,14 +70,18 @@ DIST = "fast-forget"
 
 def _judge(name, fam, base):
     sc = Scenario.tiny(fam, _decode(fam), mode=base, steps=12, distribution=DIST)
-    if run_scenario(sc, name, repeat_check=False).passed:
+    ieee = run_scenario(sc, name, repeat_check=False)
+    if ieee.passed:
         return  # not caught at the ieee mode on this scenario (e.g. a bf16 state): nothing to keep
+    # KDA decay-records-bf16 at s32a16: only stored-precision names it, at ieee already (its bf16 d records
+    # carry bf16-level state error, state ratio 0.63: docs/mutation_gallery.md); a dot must keep what ieee had.
+    want = {"state", "flush-checkpoint", "flush-increment"} & set(ieee.failure_counts) or set(ieee.failure_counts)
     for dot in DOTS:
         mode = with_dot(base, dot)
         res = run_scenario(Scenario.tiny(fam, _decode(fam), mode=mode, steps=12, distribution=DIST), name,
                            repeat_check=False)
         assert not res.passed, f"{name} [{fam}] fails at {base} but passes at {mode}"
-        assert {"state", "flush-checkpoint", "flush-increment"} & set(res.failure_counts), res.failure_counts
+        assert want & set(res.failure_counts), (ieee.failure_counts, res.failure_counts)
 
 
 @pytest.mark.parametrize("name,fam,base", _cases(REPRESENTATIVE))

@@ -22,7 +22,7 @@ from replayssm.scenarios import Scenario
 from replayssm.validators import Lockstep, ValidationResult, run_scenario
 from replayssm.validators.invariants import int_view, poison_bits
 from replayssm.validators.mutants import MUTANTS, first_bad_step
-from replayssm.validators.tolerances import TABLE, tolerance_for
+from replayssm.validators.tolerances import tolerance_for
 
 FAMILIES = ("mamba2", "gdn")
 DECODES = ("speculative", "standard")
@@ -97,9 +97,11 @@ def test_tolerance_table_separates_legit_variants(mode, family):
         assert res.first_failure.step == first_bad_step("mutant-low-precision-state", sc)
 
 
-def test_tolerance_table_is_one_table():
-    assert tolerance_for("s16a16-sr3") is TABLE[("bf16", "bf16")]
-    assert all(t.factor >= 1 and t.floor_u > 0 and t.why for t in TABLE.values())
+def test_tolerance_comes_from_the_state_formats_row():
+    assert tolerance_for("s16a16-sr3") == tolerance_for("s16a16")
+    assert (tolerance_for("s64a64").floor_u, tolerance_for("sfp8a16").floor_u, tolerance_for("s32a16").floor_u) == \
+        (64.0, 1.0, 4.0)
+    assert all(t.factor >= 1 and t.floor_u > 0 and t.why for t in map(tolerance_for, STANDARD_MODES))
 
 
 def test_lower_effective_precision_is_reported():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from replayssm.precision import FORMATS, STATE_FORMATS, PrecisionMode, StorageFormat, lower_format
 from replayssm.scenarios import Scenario
 from replayssm.validators import run_scenario
 from replayssm.validators.checks.stored_precision import (
@@ -21,6 +22,8 @@ from replayssm.validators.checks.stored_precision import (
     exact_shares,
     verdict,
 )
+from replayssm.validators.mutants import MUTANTS
+from replayssm.validators.mutants.field_bugs import store_one_lower
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -74,3 +77,40 @@ def test_correct_literal_models_raise_no_stored_precision_alarm(family, mode, de
     res = run_scenario(sc, "literal-replay", repeat_check=False)
     assert res.passed, res.to_markdown()
     assert {"stored-precision", "flush-increment"} <= {c.split(" ")[0] for c in res.checks}
+
+
+# ---- a format has one home: every state format's next-lower store fails, a new row gets sane defaults ---------
+def _mode_of(fmt) -> str:
+    return "s64a64" if fmt.name == "fp64" else f"s{fmt.token}a{'32' if fmt.name == 'fp32' else '16'}"
+
+
+@pytest.mark.parametrize("family", ["mamba2", "gdn", "kda"])
+@pytest.mark.parametrize("fmt", list(STATE_FORMATS.values()), ids=list(STATE_FORMATS))
+def test_a_state_stored_one_format_lower_fails_for_every_format(fmt, family):
+    """Table-driven over precision.FORMATS: the literal model passes, the state rounded through the row's
+    next-lower format (``lower_format``) fails, at the mode whose state is that format."""
+    assert lower_format(fmt.name) is not None
+    sc = Scenario.tiny(family, mode=_mode_of(fmt), schedule="per-row", steps=12, seed=3)
+    assert run_scenario(sc, "literal-replay", repeat_check=False).passed
+    res = run_scenario(sc, MUTANTS["mutant-low-precision-state"].classes[family], repeat_check=False,
+                       stop_on_failure=True)
+    assert not res.passed and res.first_failure.check != "exception", res.headline()
+
+
+def test_a_new_format_row_gets_sane_defaults(monkeypatch):
+    """A row added by the documented recipe (no floor, no next-lower format): its floor stays at most 2^-4 of
+    the row maximum, its next-lower format is the state format with the next larger u, and where there is
+    none the stored-one-lower mutant refuses the mode (no KeyError counted as a catch)."""
+    e5m2 = StorageFormat("fp8e5m2", "e5", torch.float8_e5m2, 2.0**-3, 1, ("state",), qmax=57344.0,
+                         scale_block="row")
+    fp12 = StorageFormat("fp12", "12", torch.float16, 2.0**-6, 2, ("state",))
+    for f in (e5m2, fp12):
+        monkeypatch.setitem(FORMATS, f.name, f)
+        monkeypatch.setitem(STATE_FORMATS, f.name, f)
+    assert e5m2.floor * e5m2.unit_roundoff <= 2.0**-4 and fp12.floor == 4.0
+    assert lower_format("fp12") == "fp8e4m3" and lower_format("fp8e5m2") is None
+    assert lower_format("fp8e4m3") == "fp4e2m1"  # an explicit row entry wins over the default
+    low = MUTANTS["mutant-low-precision-state"].classes["mamba2"]
+    assert "no storage format below fp8e5m2" in low.unsupported_reason(PrecisionMode("fp8e5m2", "bf16"), None, {})
+    x = torch.linspace(-3, 3, 64).reshape(4, 16)
+    assert 0 < (store_one_lower(x, lower_format("fp12")) - x).abs().max() <= x.abs().max() * 2.0**-4

@@ -9,7 +9,7 @@ from importlib import import_module
 _EXPORTS = {
     "CHECKS": "result", "Failure": "result", "ValidationResult": "result",
     "Lockstep": "runner", "run_scenario": "runner",
-    "TABLE": "tolerances", "Tolerance": "tolerances", "tolerance_for": "tolerances",
+    "FACTOR": "tolerances", "Tolerance": "tolerances", "tolerance_for": "tolerances",
     "assert_kernel_valid": "pytest_plugin",
 }
 

@@ -19,15 +19,18 @@ table (run it from committed code: the page records the commit).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
 import time
 from pathlib import Path
 
 import torch
 
+from replayssm.precision import STANDARD_MODES, parse_mode
 from replayssm.records import UNKNOWN, git_state
 from replayssm.validators.fuzz import PROFILES, FuzzReport, fuzz_kernel
 from replayssm.validators.mutants import all_mutants
+from replayssm.validators.runner import run_scenario
 
 CATCH_LIMIT_EXAMPLES = PROFILES["ci"]["max_examples"]
 # Scenarios run while shrinking, after the first failure.  Measured (docs/mutation_gallery.md,
@@ -55,6 +58,61 @@ def run_case(name: str, family: str, failures_dir=None) -> FuzzReport:
     declares raising as its bug (``register_mutant(raises=True)``)."""
     return fuzz_kernel(name, family, profile="ci", failures_dir=failures_dir, shrink_budget_s=None,
                        shrink_budget_examples=SHRINK_EXAMPLES, exceptions_fail=all_mutants()[name].raises)
+
+
+# The readout-dot mode families the gallery also judges (issue 47): beside the ieee run, each mutant in
+# every mode with a -tf32 and a -tf32x3 readout (a readout precision loosens the output checks only).
+DOT_FAMILIES = ("tf32", "tf32x3")
+
+
+def with_dot(mode: str, dot: str) -> str:
+    """Mode id ``mode`` with readout dot ``dot``."""
+    return dataclasses.replace(parse_mode(mode), dot=dot).id
+
+
+def dot_modes(dot: str) -> tuple[str, ...]:
+    """The sweep's modes (STANDARD_MODES) with readout dot ``dot`` (the fp64 reference has none)."""
+    return tuple(with_dot(m, dot) for m in STANDARD_MODES if not parse_mode(m).is_reference)
+
+
+@dataclasses.dataclass
+class DotVerdict:
+    kernel: str
+    family: str
+    dot: str
+    caught: bool | None  # None: the kernel refuses every mode of the family (a baseline reads out in ieee)
+    how: str  # "replay <mode>: <check> @ <step>", "fuzz: ...", or why not caught
+
+    def summary(self) -> str:
+        verdict = {True: "FAIL", False: "PASS", None: "N/A"}[self.caught]
+        return f"{verdict} {self.kernel} [{self.family}] -{self.dot}: {self.how}"
+
+
+def run_dot_case(report: FuzzReport, dot: str) -> DotVerdict:
+    """Mutant ``report.kernel`` judged in the ``dot`` mode family, cheapest first: its ieee reproducer
+    replayed at the same mode with readout ``dot``; only where that passes (or the mode cannot carry the
+    dot) is it fuzzed with the ``dot`` modes alone under the ``ci`` profile."""
+    spec = all_mutants()[report.kernel]
+    cls = spec.classes[report.family]
+    sc = report.scenario
+    reasons = {cls.unsupported_reason(parse_mode(m), sc.decode_config, {}) for m in dot_modes(dot)} if sc else {None}
+    if None not in reasons:
+        return DotVerdict(report.kernel, report.family, dot, None, f"refuses every -{dot} mode: {sorted(reasons)[0]}")
+    if sc is not None and not parse_mode(sc.mode).is_reference:
+        sc2 = dataclasses.replace(sc, mode=with_dot(sc.mode, dot))
+        cfg_reason = cls.unsupported_reason(parse_mode(sc2.mode), sc2.decode_config, sc2.kernel_options or {})
+        if cfg_reason is None:
+            res = run_scenario(sc2, cls, repeat_check=False, stop_on_failure=True)
+            f = res.first_failure
+            if not res.passed and f is not None and (f.check != "exception" or spec.raises):
+                return DotVerdict(report.kernel, report.family, dot, True, f"replay {sc2.mode}: {f.check} @ {f.step}")
+    r = fuzz_kernel(report.kernel, report.family, profile="ci", shrink_budget_s=None, shrink_budget_examples=0,
+                    exceptions_fail=spec.raises, strategy={"modes": dot_modes(dot)})
+    if r.caught:
+        return DotVerdict(report.kernel, report.family, dot, True,
+                          f"fuzz #{r.examples_to_first_failure} {r.scenario.mode}: {r.record.check} @ "
+                          f"{r.record.first_bad_step}")
+    return DotVerdict(report.kernel, report.family, dot, False, f"not caught in {r.examples} scenarios of -{dot} modes")
 
 
 def problems(report: FuzzReport) -> list[str]:
@@ -130,19 +188,32 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="fuzz every mutant under the ci profile and tabulate")
     p.add_argument("--write", metavar="FILE", help="write the Markdown table here")
     p.add_argument("--failures", metavar="DIR", help="also save each shrunk reproducer here")
+    p.add_argument("--dots", action="store_true",
+                   help="also judge each mutant in the -tf32 and -tf32x3 mode families (run_dot_case)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    reports = []
+    reports, dots = [], []
     for name, fam in gallery_cases():
         r = run_case(name, fam, args.failures)
         reports.append(r)
         print(r.summary(), flush=True)
+        if args.dots and r.caught:
+            for dot in DOT_FAMILIES:
+                v = run_dot_case(r, dot)
+                dots.append(v)
+                print(v.summary(), flush=True)
     md = table(reports, time.perf_counter() - t0)
+    if dots:
+        missed = [v for v in dots if v.caught is False]
+        md += "\n## Readout-dot mode families\n\n" + "\n".join(f"- {v.summary()}" for v in dots) + "\n"
+        verdict = (f"Not caught in a dot family: {len(missed)}" if missed
+                   else "Every mutant caught in every dot family it runs in.")
+        md += f"\n{verdict}\n"
     if args.write:
         Path(args.write).write_text(md)
     print(md.rsplit("\n\n## The mutants", 1)[0].splitlines()[-1])
-    return 0 if not any(problems(r) for r in reports) else 1
+    return 0 if not any(problems(r) for r in reports) and all(v.caught is not False for v in dots) else 1
 
 
 if __name__ == "__main__":

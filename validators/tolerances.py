@@ -1,4 +1,4 @@
-"""The tolerance rule, and its one table of factors and floors per precision mode.
+"""The tolerance rule: factor 2 and each state format's floor (its ``precision.FORMATS`` row).
 
 Oracle (docs/validation.md, borrowed from FlashAttention's tests): a kernel's error against the fp64
 reference may be at most ``factor`` times the error of the literal model run at the same
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replayssm.precision import PrecisionMode, parse_mode
+from replayssm.precision import FORMATS, PrecisionMode, parse_mode
 
 
 @dataclass(frozen=True)
@@ -45,30 +45,17 @@ class Tolerance:
 
 
 # FlashAttention uses factor 2.  The floor (in units of the mode's u, relative to the row's
-# max |reference|) absorbs a literal error that happens to be ~0 at one row: 4 u is two
-# roundings of the output/state, measured largest-legit-ratio below 0.6 of the bound on tiny.
-_DEFAULT = Tolerance(2.0, 4.0, "FlashAttention's factor 2; floor = two roundings of the coarsest format")
-
-# Keyed by state and activation dtype (dot precision and rounding change u, not the rule).
-TABLE: dict[tuple[str, str], Tolerance] = {
-    ("fp64", "fp64"): Tolerance(2.0, 64.0, "reference mode: fp64 round-off of the different summation "
-                                            "orders of the replay fold (~1e-14), 64 u"),
-    ("fp32", "fp32"): _DEFAULT,
-    ("fp32", "bf16"): _DEFAULT,
-    ("fp32", "fp16"): _DEFAULT,
-    ("bf16", "bf16"): _DEFAULT,
-    ("fp16", "bf16"): _DEFAULT,
-    ("fp16", "fp16"): _DEFAULT,
-    # fp8's u (2^-4) is 16x bf16's: a 4 u floor (25 % of the row maximum) let a state stored in
-    # fp4 e2m1 pass (worst ratio 0.6); at 1 u the legit variants stay below 0.25 of the bound.
-    ("fp8e4m3", "bf16"): Tolerance(2.0, 1.0, "factor 2; floor one fp8 rounding (u = 2^-4 is already coarse)"),
-    ("int8", "bf16"): _DEFAULT,
-}
+# max |reference|) absorbs a literal error that happens to be ~0 at one row: the state format's
+# ``StorageFormat.floor`` (4 u, two roundings, capped at 2^-4 of the row maximum; fp64 64 u),
+# measured largest-legit-ratio below 0.6 of the bound on tiny.  Dot precision, rounding and the
+# activation format change u, not the rule.
+FACTOR = 2.0
 
 
 def tolerance_for(mode: PrecisionMode | str) -> Tolerance:
     m = parse_mode(mode)
-    return TABLE.get((m.state, m.act), _DEFAULT)
+    fmt = FORMATS[m.state]
+    return Tolerance(FACTOR, fmt.floor, f"FlashAttention's factor 2; floor {fmt.floor:g} u ({fmt.name} state's row)")
 
 
 def output_unit(mode: PrecisionMode | str) -> float:
@@ -92,4 +79,4 @@ def bound(mode: PrecisionMode | str, err_literal, scale, *, state: bool = False)
     return t.factor * err_literal + t.floor_u * u * scale
 
 
-__all__ = ["TABLE", "Tolerance", "bound", "output_unit", "state_unit", "tolerance_for"]
+__all__ = ["FACTOR", "Tolerance", "bound", "output_unit", "state_unit", "tolerance_for"]

@@ -53,9 +53,16 @@ def only_modes(states: tuple[str, ...] = (), stochastic: bool | None = None, why
     return unsupported_reason
 
 
+def with_methods(math: FamilyMath, *mixins: type) -> FamilyMath:
+    """A copy of the family math object ``math`` whose class also has ``mixins`` (methods overriding
+    its own, calling ``super()`` for the rest): one method changed whatever the family."""
+    cls = type(f"{''.join(m.__name__ for m in mixins)}{type(math).__name__}", (*mixins, type(math)), {})
+    out = cls.__new__(cls)
+    out.__dict__.update(vars(math))
+    return out
+
+
 @contextlib.contextmanager
-
-
 def patched(module, name: str, value):
     """Temporarily replace a module global (the literal math calls ``softplus`` as one)."""
     old = getattr(module, name)
@@ -66,4 +73,4 @@ def patched(module, name: str, value):
         setattr(module, name, old)
 
 
-__all__ = ["DelegatingMath", "WrapMath", "only_modes", "patched"]
+__all__ = ["DelegatingMath", "WrapMath", "only_modes", "patched", "with_methods"]

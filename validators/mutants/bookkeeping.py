@@ -131,6 +131,6 @@ register_mutant(BoundaryBackwardCopy, "mutant-boundary-backward-copy",
                 klass="bookkeeping", base="baseline", decodes=SPEC_ONLY)
 register_mutant(RingIndexUnwrapped, "mutant-ring-index-unwrapped",
                 "ring row index origin + p without the modulo: an out-of-range index error once the ring wraps",
-                klass="bookkeeping", decodes=SPEC_ONLY, families=("mamba2",), raises=True)
+                klass="bookkeeping", decodes=SPEC_ONLY, raises=True)
 
 __all__: list[str] = []

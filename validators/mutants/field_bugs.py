@@ -12,7 +12,7 @@ import torch
 
 from replayssm.interface import PAD_SLOT, DecodeConfig
 from replayssm.ops.literal import LiteralReplayKernel
-from replayssm.rounding import FP8_MAX
+from replayssm.precision import FORMATS, FP4_E2M1, FP4_E2M1_GRID, lower_format
 from replayssm.validators.mutants.registry import MUTANTS, register_mutant
 
 
@@ -113,34 +113,47 @@ class StaleRingRowAfterShortWindow:
         return res
 
 
-_LOWER = {torch.float64: torch.float32, torch.float32: torch.bfloat16, torch.bfloat16: torch.float8_e4m3fn,
-          torch.float16: torch.float8_e4m3fn, torch.int8: torch.float8_e4m3fn, torch.float8_e4m3fn: "fp4e2m1"}
-_LOWER_MAX = {torch.float8_e4m3fn: FP8_MAX, "fp4e2m1": 6.0}
-_FP4_GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
-
-
 def _round_fp4(q: torch.Tensor) -> torch.Tensor:
     """Nearest fp4 e2m1 value (ties to the lower magnitude) of ``q`` (|q| <= 6)."""
-    grid = _FP4_GRID.to(q.device)
+    grid = torch.tensor(FP4_E2M1_GRID, dtype=q.dtype, device=q.device)
     idx = (q.abs().unsqueeze(-1) - grid).abs().argmin(-1)
     return grid[idx] * torch.sign(q)
 
 
+def store_one_lower(x: torch.Tensor, low: str) -> torch.Tensor:
+    """``x`` (fp32) rounded through format ``low`` (``precision.lower_format``) and back: a scaled format
+    with its per-row scale amax / qmax, fp4 e2m1 with amax / 6."""
+    if low == FP4_E2M1:
+        qmax = FP4_E2M1_GRID[-1]
+    else:
+        fmt = FORMATS[low]
+        if not fmt.scaled:
+            return x.to(fmt.dtype).to(torch.float32)
+        qmax = fmt.qmax
+    scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-30) / qmax
+    q = (x / scale).clamp(-qmax, qmax)
+    if low == FP4_E2M1:
+        q = _round_fp4(q)
+    elif FORMATS[low].dtype.is_floating_point:
+        q = q.to(FORMATS[low].dtype).to(torch.float32)
+    else:
+        q = torch.round(q)
+    return q * scale
+
+
 class LowPrecisionState:
-    """The state is rounded through the next lower format before it is stored (fp32 -> bf16,
-    bf16/fp16/int8 -> fp8 e4m3, fp8 e4m3 -> fp4 e2m1; 8- and 4-bit formats with a per-row scale)
-    while the declared mode is unchanged."""
+    """The state is rounded through the next lower format before it is stored (``precision.lower_format``:
+    fp32 -> bf16, bf16/fp16/int8 -> fp8 e4m3, fp8 e4m3 -> fp4 e2m1; 8- and 4-bit formats with a per-row
+    scale) while the declared mode is unchanged.  A format with no lower one refuses the mode."""
+
+    @classmethod
+    def unsupported_reason(cls, mode, decode, options):
+        if lower_format(mode.state) is None:
+            return f"no storage format below {mode.state} (precision.lower_format) to store the state in"
+        return super().unsupported_reason(mode, decode, options)
 
     def _store_state(self, slot, s, target, target_scale):
-        low = _LOWER[self.mode.state_dtype]
-        x = s.to(torch.float32)
-        if low in _LOWER_MAX:
-            scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-30) / _LOWER_MAX[low]
-            q = (x / scale).clamp(-_LOWER_MAX[low], _LOWER_MAX[low])
-            q = _round_fp4(q) if low == "fp4e2m1" else q.to(low).to(torch.float32)
-            x = q * scale
-        else:
-            x = x.to(low).to(torch.float32)
+        x = store_one_lower(s.to(torch.float32), lower_format(self.mode.state))
         super()._store_state(slot, x.to(s.dtype), target, target_scale)
 
 

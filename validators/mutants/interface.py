@@ -2,11 +2,11 @@
 
 Oracle: each mutant is the literal replay model plus exactly one slip in how it hands results
 back: the ``out=`` buffer, padding rows, every output element written, finite outputs, bitwise
-determinism; each of those is caught by exactly one exact check of the engine, the one its
-registration in ``validators/checks/`` names as its witness (tests/test_checks.py).  One slip is
-in a documented default: ``reset(initial_state=None)`` must load zeros; the state and output
-checks catch it where the exhaustive schedule re-admits rows through that default.  They are
-registered for Mamba-2 only, since the checks they witness do not depend on the family.
+determinism.  Each is caught by exactly one exact check of the engine, the one its registration
+in ``validators/checks/`` names as its witness (tests/test_checks.py); every family has them.  One
+slip is in a documented default: ``reset(initial_state=None)`` must load zeros; the state and output
+checks catch it where the exhaustive schedule re-admits rows through that default (Mamba-2 only:
+the default path does not depend on the family).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from __future__ import annotations
 from replayssm.interface import PAD_SLOT
 from replayssm.validators.invariants import int_view
 from replayssm.validators.mutants.registry import register_mutant
-
-MAMBA2_ONLY = ("mamba2",)
 
 
 class WritesIntoCopy:
@@ -106,21 +104,20 @@ class ResetNoneKeepsState:
 
 register_mutant(WritesIntoCopy, "mutant-out-param-copy",
                 "verify writes into a private copy of out= and returns it (the caller's buffer is never written)",
-                klass="interface", families=MAMBA2_ONLY)
+                klass="interface")
 register_mutant(ZeroFillsOutput, "mutant-padding-output-zeroed",
-                "verify zero-fills the whole out= buffer, padding rows included", klass="interface",
-                families=MAMBA2_ONLY)
+                "verify zero-fills the whole out= buffer, padding rows included", klass="interface")
 register_mutant(LastElementUnwritten, "mutant-output-element-unwritten",
                 "the output tile loop stops one short: the last element of each window position is never written",
-                klass="interface", families=MAMBA2_ONLY)
+                klass="interface")
 register_mutant(UninitialisedAccumulator, "mutant-output-accumulator-nan",
                 "the last window position's readout accumulator starts from uninitialised memory (NaN)",
-                klass="interface", families=MAMBA2_ONLY)
+                klass="interface")
 register_mutant(ResetNoneKeepsState, "mutant-reset-none-keeps-state",
                 "reset with initial_state=None (the default: zeros) keeps the slot's previous checkpoint",
-                klass="interface", families=MAMBA2_ONLY)
+                klass="interface", families=("mamba2",))
 register_mutant(AlternatingLastBit, "mutant-nondeterministic-output",
                 "every second run flips the lowest bit of one output (launch-order-dependent reduction)",
-                klass="interface", families=MAMBA2_ONLY)
+                klass="interface")
 
 __all__: list[str] = []

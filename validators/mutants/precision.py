@@ -13,6 +13,7 @@ import dataclasses
 import torch
 
 from replayssm.ops.mamba2 import literal as mamba2_literal
+from replayssm.precision import STATE_FORMATS
 from replayssm.rounding import INT8_MAX, philox_generator, quantize_state
 from replayssm.validators.mutants._common import DelegatingMath, WrapMath, only_modes
 from replayssm.validators.mutants.registry import register_mutant
@@ -28,8 +29,9 @@ class DecayRecordsBf16:
                 self.records[name] = self.records[name].to(torch.bfloat16)
 
 
-_SR_STATES = ("bf16", "fp16")
-_SCALED = ("fp8e4m3", "int8")
+# From the formats table: the unscaled formats with stochastic rounding, the row-scaled ones.
+_SR_STATES = tuple(f.name for f in STATE_FORMATS.values() if f.stochastic and not f.scaled)
+_SCALED = tuple(f.name for f in STATE_FORMATS.values() if f.scaled)
 _BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16}
 
 
@@ -181,7 +183,7 @@ class FoldWeightedInputBf16(WrapMath):
 
 # ---- registration --------------------------------------------------------------------------------------
 register_mutant(DecayRecordsBf16, "mutant-decay-records-bf16", "decay records (Δ, g) stored in bf16 instead of fp32",
-                klass="precision")
+                klass="precision", needs=("decay-records",))
 register_mutant(BiasedStochasticRounding, "mutant-sr-biased",
                 "stochastic rounding dithers then rounds to nearest: half an ulp of bias away from zero",
                 klass="precision")
@@ -205,7 +207,7 @@ register_mutant(CheckpointBf16Precision, "mutant-checkpoint-bf16-precision",
 register_mutant(FoldWeightedInputBf16, "mutant-fold-weighted-input-bf16",
                 "Mamba-2 fold with each token's weighted input Δ exp(A Δc) B rounded to bf16 before the product "
                 "with x (FlashInfer 0.7.2's checkpointing_ssu tensor-core fold)", klass="precision",
-                families=("mamba2",))
+                needs=("weighted-input-fold",))
 register_mutant(FlushBf16Arithmetic, "mutant-flush-bf16-arithmetic",
                 "fp32 checkpoint folded at bf16-level accuracy (off the bf16 grid: each flush adds ~0.4 bf16 u)",
                 klass="precision")

@@ -17,15 +17,14 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from replayssm.families import families
+from replayssm.families import CAPABILITIES
+from replayssm.families import families as _families
 from replayssm.registry import register
 from replayssm.scenarios.schedules import plan
 
-# The literal models a mutant is built on, per family (replay: ``base="replay"``, the default;
-# baseline: ``base="baseline"``).
 # The literal models each mutant is built on, per family (the family registry's).
-REPLAY_BASES = {name: fam.literal_replay for name, fam in families().items()}
-BASELINE_BASES = {name: fam.literal_baseline for name, fam in families().items()}
+REPLAY_BASES = {name: fam.literal_replay for name, fam in _families().items()}
+BASELINE_BASES = {name: fam.literal_baseline for name, fam in _families().items()}
 
 # What kind of slip a mutant stands for (docs/mutation_gallery.md groups them so); "bookkeeping"
 # reproducers must shrink to <= 2 rows and <= 8 steps (validators/gallery_run.py).
@@ -48,6 +47,7 @@ class MutantSpec:
     # Raising is its bug (an out-of-range index, ...): only then does a run that ends in an exception
     # count as a catch (validators/gallery_run.py); otherwise the engine must fail one of its checks.
     raises: bool = False
+    needs: tuple[str, ...] = ("replay-fold",)  # the mechanisms its bug lives in (Family.capabilities)
 
     def fuzzed(self, fam: str) -> bool:
         return self.gallery is True or (isinstance(self.gallery, tuple) and fam in self.gallery)
@@ -56,12 +56,16 @@ class MutantSpec:
 MUTANTS: dict[str, MutantSpec] = {}
 
 
-def register_mutant(mixin: type, name: str, description: str, *, klass: str, families=("mamba2", "gdn"),
-                    base: str = "replay", decodes=("speculative", "standard"), first_bad: Callable | None = None,
+def register_mutant(mixin: type, name: str, description: str, *, klass: str, needs: tuple[str, ...] = ("replay-fold",),
+                    families: tuple[str, ...] | None = None, base: str = "replay",
+                    decodes=("speculative", "standard"), first_bad: Callable | None = None,
                     field_bug: bool = False, gallery: bool | tuple[str, ...] = True,
                     raises: bool = False) -> MutantSpec:
-    """Register ``mixin`` on the literal replay (or baseline) model of each family in ``families``
-    as kernel ``name`` (``kind = "mutant"``) and record it in :data:`MUTANTS`.
+    """Register ``mixin`` on the literal replay (or baseline) model of every registered family that
+    has the mechanisms ``needs`` (keys of ``replayssm.families.CAPABILITIES``, declared by each family
+    in ``Family.capabilities``) as kernel ``name`` (``kind = "mutant"``) and record it in :data:`MUTANTS`.
+    ``families``: only these families (a family's own slip, ``Family.mutants``, or one engine's code
+    for named families, validators/mutants/serving.py); each must be registered and have ``needs``.
 
     Mutants built on the literal *baseline* set ``base_kind = "baseline"`` so the runner applies
     the baseline's checks to them (a baseline keeps no cursors)."""
@@ -71,16 +75,27 @@ def register_mutant(mixin: type, name: str, description: str, *, klass: str, fam
         raise ValueError(f"base: expected 'replay' or 'baseline', got {base!r}")
     if name in MUTANTS:
         raise ValueError(f"name: mutant {name!r} is already registered")
+    unknown = set(needs) - set(CAPABILITIES)
+    if unknown:
+        raise ValueError(f"needs: unknown mechanism(s) {sorted(unknown)}; expected some of {sorted(CAPABILITIES)}")
+    having = [n for n, f in _families().items() if set(needs) <= f.capabilities]
+    if families is not None:
+        missing = [f for f in families if f not in having]
+        if missing:
+            raise ValueError(f"families: {missing} are not registered families having {sorted(needs)} "
+                             f"(those having it: {having})")
+        having = list(families)
     bases = REPLAY_BASES if base == "replay" else BASELINE_BASES
     classes = {}
-    for fam in families:
+    for fam in having:
         attrs = {"name": name, "family": fam, "kind": "mutant", "description": description,
                  "literal_twin": "literal-baseline" if base == "baseline" else "literal-replay",
                  "base_kind": base, "decodes": tuple(decodes), "__module__": mixin.__module__}
         classes[fam] = register(type(f"{mixin.__name__}_{fam}", (mixin, bases[fam]), attrs), replace=True)
         for key, value in _declarations(mixin).items():
             setattr(classes[fam], key, value)
-    spec = MutantSpec(name, description, tuple(decodes), first_bad, classes, klass, field_bug, gallery, raises)
+    spec = MutantSpec(name, description, tuple(decodes), first_bad, classes, klass, field_bug, gallery, raises,
+                      tuple(needs))
     MUTANTS[name] = spec
     return spec
 

@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from replayssm.conventions import DEFAULT
-from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
+from replayssm.families import Family, FamilyMutant, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.gdn import literal, naive
+from replayssm.ops.gdn import mutants as broken
 from replayssm.ops.ordered_sum import pairwise_sum
 from replayssm.ops.triton.reference import reference_rows
 from replayssm.precision import PrecisionMode
@@ -86,7 +87,13 @@ class GatedDeltaNet(Family):
         return {"a": "gate", "b": "normal", "v": "value"}.get(name, "act")
 
     conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form")
-    capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "state-read-records"))
+    capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "state-read-records",
+                              "grouped-heads"))
+    mutants = (
+        FamilyMutant(broken.SolveWithoutBeta, "mutant-solve-without-beta",
+                     "GDN in-window WY/UT solve drops beta_i from the off-diagonal", klass="arithmetic",
+                     decodes=("speculative",)),
+    )
     dot_order_literals = ("literal-replay-recurrent",)
 
     def reference_prepare(self, tok, params, conv=DEFAULT):

@@ -104,7 +104,8 @@ class KimiDeltaAttention(Family):
         return {"a": "gate", "b": "normal", "v": "value"}.get(name, "act")
 
     conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form", "gate_lower_bound")
-    capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "state-read-records"))
+    capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "state-read-records",
+                              "grouped-heads"))
     dot_order_literals = ("literal-replay-recurrent",)
 
     def reference_prepare(self, tok, params, conv=DEFAULT):
@@ -137,6 +138,9 @@ class KimiDeltaAttention(Family):
         FamilyMutant(broken.LogGateSumsBf16, "mutant-log-gate-sums-bf16",
                      "KDA history fold keeps the cumulative sums of the per-channel log gates in bf16",
                      klass="precision"),
+        FamilyMutant(broken.SolveWithoutBeta, "mutant-kda-solve-without-beta",
+                     "KDA in-window WY/UT solve drops beta_i from the off-diagonal", klass="arithmetic",
+                     decodes=("speculative",)),
     )
 
     def bench_launch_candidates(self, kind, decode, batch):

@@ -12,7 +12,9 @@ mutant registry registers them (``validators/mutants/family_mutants.py``).
 * :class:`ScalarGate`: a scalar gate where a vector is declared (channel 0's gate read with a zero
   stride for every channel: Gated DeltaNet's gate);
 * :class:`LogGateSumsBf16`: the fold's cumulative sums of the log gates are kept in bf16 (each
-  partial sum rounded) instead of fp32.
+  partial sum rounded) instead of fp32;
+* :class:`SolveWithoutBeta`: the in-window WY/UT solve drops ``beta_i`` from the off-diagonal
+  (Gated DeltaNet's slip of the same name, on KDA's per-channel solve).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from replayssm.conventions import DEFAULT
-from replayssm.ops.kda.literal import KDAMath
+from replayssm.ops.kda.literal import KDAMath, _dot, kda_window_solve
 
 
 def _on_value_axis(g: torch.Tensor, nv: int) -> torch.Tensor:
@@ -62,6 +64,15 @@ class _LogGateSumsBf16Math(KDAMath):
         return torch.exp(G[-1]), torch.exp(G[-1] - G)
 
 
+class _SolveWithoutBetaMath(KDAMath):
+    def solve(self, s_h, qh, kh, v, g, beta, mode):
+        # The bug: d_i = R_i - sum_j A_ij d_j with A_ij = (k_i . exp(G_i - G_j) k_j), beta_i dropped: the
+        # solve with beta = 1 on values v' whose residual v' - S k_i is R_i = beta_i (v_i - S k_i).
+        sk = (_dot(s_h, mode)[None] * _dot(torch.exp(torch.cumsum(g, dim=0)) * kh, mode)[:, :, None, :]).sum(-1)
+        b = beta[..., None]
+        return kda_window_solve(s_h, qh, kh, b * v + (1 - b) * sk, g, torch.ones_like(beta), mode)
+
+
 class GateOnValueAxis:
     """The history fold decays value row v by channel v's gate (the gate broadcast over the wrong
     axis of the state tile), instead of key column c by channel c's."""
@@ -73,6 +84,13 @@ class ScalarGate:
     """One gate per head (channel 0's, read with a zero stride) where a per-channel vector is declared."""
 
     math = _ScalarGateMath()
+
+
+class SolveWithoutBeta:
+    """Speculative verify: the in-window solve drops beta_i from the off-diagonal, so every draft
+    position after the first is wrong (T' >= 2)."""
+
+    math = _SolveWithoutBetaMath()
 
 
 class LogGateSumsBf16:

@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from replayssm.conventions import DEFAULT
-from replayssm.families import Family, RecordTraffic, check_positive_dims, register_family, uniform_in
+from replayssm.families import Family, FamilyMutant, RecordTraffic, check_positive_dims, register_family, uniform_in
 from replayssm.ops.mamba2 import literal, naive
+from replayssm.ops.mamba2 import mutants as broken
 from replayssm.ops.ordered_sum import pairwise_sum
 from replayssm.ops.triton.reference import reference_rows
 from replayssm.precision import PrecisionMode
@@ -89,7 +90,12 @@ class Mamba2(Family):
         return {"dt": "gate", "x": "value"}.get(name, "act")
 
     conventions = ("softplus_threshold",)
-    capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "weighted-input-fold"))
+    capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "weighted-input-fold",
+                              "grouped-heads"))
+    mutants = (
+        FamilyMutant(broken.ReadoutWithoutSkip, "mutant-readout-without-skip",
+                     "Mamba-2 readout drops the D x skip term (outputs wrong, state right)", klass="arithmetic"),
+    )
 
     def reference_prepare(self, tok, params, conv=DEFAULT):
         return naive.prepare(tok["x"], tok["dt"], tok["B"], tok["C"], params["A"], params["dt_bias"], params["D"],
