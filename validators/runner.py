@@ -46,6 +46,7 @@ checks off.
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 import traceback
 from collections import Counter
@@ -289,6 +290,10 @@ class Lockstep:
         self.host_cursors = self.dec.host_owned
         self.cursor_table = [[0, 0] for _ in range(sc.num_slots)]  # the caller's cursors (host-cursors policy)
         self._pack_idx: torch.Tensor | None = None
+        # The tensors handed to the kernel's last verify / commit, with their bits before the call
+        # when the inputs-unchanged check is due (``watch_inputs``): call -> name -> (given, copy).
+        self.watch_inputs = False
+        self.given: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
         if any(p.poison != "none" and p.reset_rows for p in self.plans) and not self.kernel.supports_restore:
             self.notes.append("the kernel cannot restore a snapshot: recycled slots were not poisoned before reuse")
         # A mutant built on a baseline says so in ``base_kind`` (its kind is "mutant").
@@ -514,6 +519,7 @@ class Lockstep:
         out = inv.poisoned_out(sc.rows, T, self.kernel.out_shape, sc.precision.act_dtype, pads, dev)
         cur = self.cursor_kw(self.kernel)
         if p.layout != "packed":
+            self._keep_given("verify", slot_ids=ids, inputs=inputs, **kw, **cur)
             return out, self.kernel.verify(ids, inputs, out=out, **kw, **cur)
         # Packed: every row's first T'_r tokens back to back, then the unused positions (the spare tail).
         call_ids = ids.tolist()
@@ -525,6 +531,7 @@ class Lockstep:
         qsl = torch.tensor([0, *torch.tensor(n_of).cumsum(0).tolist()], dtype=torch.int64, device=dev)
         packed = {n: v.flatten(0, 1).index_select(0, self._pack_idx).contiguous() for n, v in inputs.items()}
         pout = out.flatten(0, 1).index_select(0, self._pack_idx).contiguous()
+        self._keep_given("verify", slot_ids=ids, inputs=packed, query_start_loc=qsl, **cur)
         return pout, self.kernel.verify(ids, packed, out=pout, query_start_loc=qsl, **cur)
 
     def verify_outputs(self, p: StepPlan, got: torch.Tensor) -> torch.Tensor:
@@ -548,14 +555,42 @@ class Lockstep:
         """The kernel's outputs back in scenario row order."""
         return out.index_select(0, torch.argsort(self._perm(p))) if p.perm else out
 
+    def _keep_given(self, call: str, **given) -> None:
+        """Keep the tensors handed to the kernel's ``call`` (a dict of them flattened to
+        ``inputs['x']``) and, when ``watch_inputs``, a copy of their bits before the call."""
+        flat = {}
+        for name, v in given.items():
+            if isinstance(v, dict):
+                flat.update({f"{name}[{k!r}]": t for k, t in v.items()})
+            elif isinstance(v, torch.Tensor):
+                flat[name] = v
+        self.given[call] = {n: (t, t.clone()) for n, t in flat.items()} if self.watch_inputs else {}
+
+    def commit_counts(self, p: StepPlan) -> list[int]:
+        """The accepted counts handed to ``commit`` at step ``p`` (scenario order): the plan's for
+        active rows; padding rows carry garbage, as serving engines leave them (vLLM's RecoverSSM
+        tests fill them at random): negative, zero, past T', huge; drawn from the scenario's seed
+        and the step, so a rerun hands the same bits."""
+        if not self.pad_rows:
+            return list(p.accepted)
+        rng = random.Random(f"pad-counts-{self.sc.seed}-{p.step}")
+        T = self.sc.window
+        acc = list(p.accepted)
+        for r in self.pad_rows:
+            acc[r] = rng.choice((-1, 0, T + 1, 2 ** 31 - 1, -2 ** 31, rng.randrange(-2 ** 31, 2 ** 31)))
+        return acc
+
     def kernel_commit(self, p: StepPlan) -> torch.Tensor:
-        """Commit ``p.accepted`` (scenario order) to the kernel, rows permuted as at the verify;
-        returns the accepted tensor in scenario order."""
-        acc = torch.tensor(p.accepted, dtype=torch.int64, device=self.device)
+        """Commit ``p.accepted`` (scenario order; padding rows carry garbage, :meth:`commit_counts`)
+        to the kernel, rows permuted as at the verify; returns the accepted tensor in scenario order."""
+        acc = torch.tensor(self.commit_counts(p), dtype=torch.int64, device=self.device)
         if p.perm:
             idx = self._perm(p)
-            self.kernel.commit(self.ids.index_select(0, idx), acc.index_select(0, idx))
+            ids, pacc = self.ids.index_select(0, idx), acc.index_select(0, idx)
+            self._keep_given("commit", slot_ids=ids, accepted=pacc)
+            self.kernel.commit(ids, pacc)
         else:
+            self._keep_given("commit", slot_ids=self.ids, accepted=acc)
             self.kernel.commit(self.ids, acc)
         for r in self.active:
             s = self.ids_list[r]
@@ -678,6 +713,7 @@ class Lockstep:
         inputs = make_inputs(sc, s, dev)
         due = self._due(s, last=self.step_idx == len(self.plans) - 1)
         needs = self._needs(due)
+        self.watch_inputs = "inputs" in needs
         use_lit = "literal" in due
         flush_rows = [r for r in self.active if self.dec.is_flush(self.wp[r])]
         for r in flush_rows:

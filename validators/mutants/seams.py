@@ -1,0 +1,83 @@
+"""Mutants of the seams where serving engines break kernels (issue 50): one bug each, from public reports.
+
+Oracle: each mutant is a literal model plus exactly one bug at a seam the contract now expresses;
+the default validation (``Scenario.tiny``: exhaustive schedule, a padding row, unused slots) must
+fail each one with the check docs/field_bugs.md names (tests/test_seams.py runs each there).
+
+* ``mutant-input-rescaled-in-place`` (KernelBench's evaluator hack): verify halves its first input
+  tensor in place before computing.  Its outputs, records and states are those of the halved
+  inputs, and the fp64 reference, which reads the inputs after the verify, agrees: only
+  ``inputs-unchanged`` sees it.
+* ``mutant-accepted-clamped`` (vLLM #50021, accepted-count-derived indices out of range): commit
+  clamps each live row's count into its range instead of refusing an out-of-range one.
+* ``mutant-padding-count-commits`` (vLLM's RecoverSSM tests put garbage in padding rows'
+  counts): commit reads a padding row's count as if the row were live; its slot -1, read as a
+  Python index, is the last slot, whose write_pos becomes the garbage count wrapped into range.
+* ``mutant-transposed-state`` (SGLang #40398): the state is stored as ``[.., K, V]`` memory
+  where ``[.., V, K]`` is read; with K = V (the ``tiny-square`` geometry) the shapes match and
+  nothing asserts, elsewhere the same store scrambles it.
+"""
+
+from __future__ import annotations
+
+from replayssm.interface import PAD_SLOT
+from replayssm.validators.mutants.registry import register_mutant
+
+
+class InputRescaledInPlace:
+    """verify multiplies its first input tensor by 0.5 in place (a fused pre-scaling written back
+    into the caller's buffer), then computes from it."""
+
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None, cursors=None):
+        if isinstance(inputs, dict) and inputs:
+            next(iter(inputs.values())).mul_(0.5)
+        return super().verify(slot_ids, inputs, out, window_lens=window_lens, query_start_loc=query_start_loc,
+                              cursors=cursors)
+
+
+class AcceptedClamped:
+    """commit clamps each live row's accepted count into ``1..T'_r`` instead of refusing it."""
+
+    def commit(self, slot_ids, accepted):
+        acc = accepted.clone()
+        for r, s in enumerate(slot_ids.tolist()):
+            if s != PAD_SLOT:
+                acc[r] = min(max(int(acc[r]), 1), self.win_len[s])
+        super().commit(slot_ids, acc)
+
+
+class PaddingCountCommits:
+    """commit applies a padding row's count too: slot -1 (the last slot, as a Python index) gets
+    ``write_pos = count mod (max write_pos + 1)``."""
+
+    zero_accept = "noop"
+
+    def commit(self, slot_ids, accepted):
+        super().commit(slot_ids, accepted)
+        for s, k in zip(slot_ids.tolist(), accepted.tolist()):
+            if s == PAD_SLOT and k:
+                self.write_pos[-1] = k % (self.decode.max_write_pos() + 1)
+
+
+class TransposedState:
+    """The state is stored with its last two axes swapped in memory (written ``[.., K, V]``, read
+    ``[.., V, K]``)."""
+
+    def _store_state(self, slot, s, target, target_scale):
+        super()._store_state(slot, s.transpose(-1, -2).contiguous().view(s.shape), target, target_scale)
+
+
+register_mutant(InputRescaledInPlace, "mutant-input-rescaled-in-place",
+                "verify halves its first input in place before computing: outputs agree with a reference that "
+                "reads the inputs afterwards (KernelBench's evaluator hack)", klass="interface", gallery=False)
+register_mutant(AcceptedClamped, "mutant-accepted-clamped",
+                "commit clamps an out-of-range accepted count on a live row instead of refusing it (vLLM #50021)",
+                klass="interface", gallery=False)
+register_mutant(PaddingCountCommits, "mutant-padding-count-commits",
+                "commit applies a padding row's (garbage) accepted count to slot -1, the last slot (vLLM RecoverSSM)",
+                klass="bookkeeping", gallery=False)
+register_mutant(TransposedState, "mutant-transposed-state",
+                "the state is stored [K, V] where [V, K] is read: with K = V nothing asserts (SGLang #40398)",
+                klass="interface", families=("gdn", "kda"), gallery=False)
+
+__all__: list[str] = []
