@@ -7,7 +7,10 @@ A kernel under test is a stateful object owning the per-slot state of one layer 
     kernel.commit(slot_ids, accepted)       # k accepted tokens per row, 1 <= k <= T'
 
 Standard (autoregressive) decode is ``verify`` with T' = 1 followed by ``commit(1)``.
-``slot_ids[r] = -1`` marks a padding row: its outputs and every slot not named are untouched.
+``slot_ids[r] = -1`` marks a padding row: its outputs and every slot not named are untouched, and
+its ``accepted[r]`` is garbage (any integer: serving engines leave it so) that commit ignores.
+Every tensor handed to ``verify`` and ``commit`` is read-only; an accepted count out of range on
+an active row is refused (``ValueError`` naming ``accepted[r]``) before anything changes.
 
 What a kernel declares, as class attributes (the engine tests each declared behaviour):
 
