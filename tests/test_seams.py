@@ -33,18 +33,23 @@ SEAMS = [
     ("mutant-accepted-clamped", "mamba2", {}, "accepted-range"),
     ("mutant-accepted-clamped", "gdn", {"decode": "standard"}, "accepted-range"),
     ("mutant-padding-count-commits", "mamba2", {}, "unused-slot"),
+    ("mutant-unwritten-slab-adopted", "mamba2", {"poison_allocations": "nan"}, "non-finite"),
+    ("mutant-unwritten-slab-adopted", "gdn", {"poison_allocations": "large"}, "state"),
     ("mutant-transposed-state", "gdn", {"geometry": "tiny-square"}, "state"),
     ("mutant-transposed-state", "kda", {"geometry": "tiny-square"}, "state"),
 ]
 
 
 def _id(m, f, o):
-    return f"{m.removeprefix('mutant-')}-{f}-{o.get('geometry', 'tiny')}-{o.get('decode', 'speculative')}"
+    poison = f"-poison-{o['poison_allocations']}" if "poison_allocations" in o else ""
+    return f"{m.removeprefix('mutant-')}-{f}-{o.get('geometry', 'tiny')}-{o.get('decode', 'speculative')}{poison}"
 
 
 @pytest.mark.parametrize("mutant,family,overrides,check", SEAMS, ids=[_id(m, f, o) for m, f, o, _ in SEAMS])
 def test_seam_mutant_is_caught_by_the_default_validation(mutant, family, overrides, check):
-    res = run_scenario(Scenario.tiny(family, **overrides), mutant)
+    kw = dict(overrides)
+    poison = kw.pop("poison_allocations", None)
+    res = run_scenario(Scenario.tiny(family, **kw), mutant, poison_allocations=poison)
     assert not res.passed and res.first_failure.check == check, res.to_markdown()
 
 

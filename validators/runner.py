@@ -73,6 +73,8 @@ from replayssm.validators.checks.fp64_bound import RunningBound, error_model, st
 from replayssm.validators.checks.tolerance_rule import SR_WALK_CAP
 from replayssm.validators.golden_truth import GoldenTruth, masked
 from replayssm.validators.metrics import error_metrics
+from replayssm.validators.poison_alloc import HOW as POISON_HOW
+from replayssm.validators.poison_alloc import poison_kernel_calls
 from replayssm.validators.result import Failure, ValidationResult
 
 CANARY_GENERATION = 1 << 40
@@ -208,9 +210,14 @@ class Lockstep:
 
     def __init__(self, sc: Scenario, kernel, *, device="cpu", literal_every: int = 1, invariants_every: int = 1,
                  state_every: int = 1, max_failures: int = 200, record_metrics: bool = True, digest: bool = True,
-                 steps: list[StepPlan] | None = None, truth: str = "reference") -> None:
+                 steps: list[StepPlan] | None = None, truth: str = "reference",
+                 poison_allocations: str | None = None) -> None:
         if truth not in ("reference", "golden"):
             raise ValueError(f"truth: expected 'reference' or 'golden', got {truth!r}")
+        if poison_allocations not in (None, *POISON_HOW):
+            raise ValueError(f"poison_allocations (--poison-allocations): expected one of {list(POISON_HOW)}, got "
+                             f"{poison_allocations!r}")
+        self.poison_allocations = poison_allocations
         self.golden = GoldenTruth.load(sc) if truth == "golden" else None
         for name, v in (("literal_every", literal_every), ("invariants_every", invariants_every),
                         ("state_every", state_every)):
@@ -317,6 +324,8 @@ class Lockstep:
         # Stochastic rounding: the literal model's error is one random draw of the mode's noise; the
         # bound uses the running maximum (literal and replicas) per row since the row's last reset.
         self.lit_env = self.rule.envelope
+        if poison_allocations:  # (validators/poison_alloc.py) every empty-like buffer of the kernel's calls
+            poison_kernel_calls(self.kernel, poison_allocations, self.coverage)
 
     # ---- schedules --------------------------------------------------------------------------------------
     def _enabled(self, schedule: str) -> bool:
@@ -920,6 +929,9 @@ class Lockstep:
                       if c.applies(self.kind) and self._enabled(c.schedule)
                       and (c.schedule not in ("once", "repeat") or c.name in self.ran_at_end)]
         res.notes = list(self.notes)
+        if self.poison_allocations:
+            res.notes.append(f"allocations poisoned ({self.poison_allocations}): every torch.empty / empty_like / "
+                             f"new_empty buffer of the kernel's reset, verify and commit calls was filled")
         if not sc.unused_slots:
             res.notes.append("no unused slots: the canary (unused-slot) check had nothing to watch")
         if not self.pad_rows:
@@ -942,10 +954,13 @@ def _exception_record(step: int, e: BaseException) -> dict:
 
 def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, repeat_check: bool = True,
                  literal_every: int = 1, invariants_every: int = 1, state_every: int = 1,
-                 stop_on_failure: bool = False, max_failures: int = 200, truth: str = "reference") -> ValidationResult:
+                 stop_on_failure: bool = False, max_failures: int = 200, truth: str = "reference",
+                 poison_allocations: str | None = None) -> ValidationResult:
     """Validate ``kernel`` (registered name, class, or a zero-argument factory of fresh instances is not
     needed: names and classes are rebuilt for the repeat run) on ``sc``; never raises for a kernel
-    error: exceptions are recorded in the result with the step they happened at."""
+    error: exceptions are recorded in the result with the step they happened at.  ``poison_allocations``
+    (``"nan"`` | ``"large"``): every empty-like buffer the kernel allocates in its reset / verify /
+    commit calls is filled with that poison (validators/poison_alloc.py), the repeat run's too."""
     if not isinstance(sc, Scenario):
         raise ValueError(f"sc: expected a Scenario, got {type(sc).__name__}")
     for name, v in (("invariants_every", invariants_every), ("state_every", state_every)):
@@ -956,7 +971,8 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
         raise ValueError("kernel: pass a registered name or a class so the repeat check can build a fresh instance "
                          "(or repeat_check=False)")
     ls = Lockstep(sc, kernel, device=device, literal_every=literal_every, invariants_every=invariants_every,
-                  state_every=state_every, max_failures=max_failures, truth=truth)
+                  state_every=state_every, max_failures=max_failures, truth=truth,
+                  poison_allocations=poison_allocations)
     n = len(ls.plans)
     bar = None
     if progress:

@@ -13,12 +13,18 @@ fail each one with the check docs/field_bugs.md names (tests/test_seams.py runs 
 * ``mutant-padding-count-commits`` (vLLM's RecoverSSM tests put garbage in padding rows'
   counts): commit reads a padding row's count as if the row were live; its slot -1, read as a
   Python index, is the last slot, whose write_pos becomes the garbage count wrapped into range.
+* ``mutant-unwritten-slab-adopted`` (kekzl/imp #1503: an all-rejected verify adopted a snapshot
+  slab the forward never wrote): commit adopts, for every committed row, a ``torch.empty`` slab
+  written only where the verify flushed.  Whatever the allocator hands back decides what the
+  default validation sees; under ``--poison-allocations nan`` the slab is NaN and it fails at once.
 * ``mutant-transposed-state`` (SGLang #40398): the state is stored as ``[.., K, V]`` memory
   where ``[.., V, K]`` is read; with K = V (the ``tiny-square`` geometry) the shapes match and
   nothing asserts, elsewhere the same store scrambles it.
 """
 
 from __future__ import annotations
+
+import torch
 
 from replayssm.interface import PAD_SLOT
 from replayssm.validators.mutants.registry import register_mutant
@@ -67,6 +73,28 @@ class TransposedState:
         super()._store_state(slot, s.transpose(-1, -2).contiguous().view(s.shape), target, target_scale)
 
 
+class UnwrittenSlabAdopted:
+    """verify stages each slot's next checkpoint in a slab from ``torch.empty_like`` and writes a
+    slot's row only when the verify folds (a flush); commit adopts the slab's row as the
+    checkpoint of every committed row, so a non-flush row adopts memory nobody wrote."""
+
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None, cursors=None):
+        res = super().verify(slot_ids, inputs, out, window_lens=window_lens, query_start_loc=query_start_loc,
+                             cursors=cursors)
+        self._slab = torch.empty_like(self.ckpt)
+        for s in slot_ids.tolist():
+            if s != PAD_SLOT and self.flushed[s]:
+                self._slab[s].copy_(self.ckpt[s])
+        return res
+
+    def commit(self, slot_ids, accepted):
+        super().commit(slot_ids, accepted)
+        slab, self._slab = self._slab, None
+        for s in slot_ids.tolist():
+            if s != PAD_SLOT:
+                self.ckpt[s].copy_(slab[s])
+
+
 register_mutant(InputRescaledInPlace, "mutant-input-rescaled-in-place",
                 "verify halves its first input in place before computing: outputs agree with a reference that "
                 "reads the inputs afterwards (KernelBench's evaluator hack)", klass="interface", gallery=False)
@@ -79,5 +107,9 @@ register_mutant(PaddingCountCommits, "mutant-padding-count-commits",
 register_mutant(TransposedState, "mutant-transposed-state",
                 "the state is stored [K, V] where [V, K] is read: with K = V nothing asserts (SGLang #40398)",
                 klass="interface", families=("gdn", "kda"), gallery=False)
+
+register_mutant(UnwrittenSlabAdopted, "mutant-unwritten-slab-adopted",
+                "commit adopts a torch.empty slab as the checkpoint, written only where the verify flushed "
+                "(kekzl/imp #1503)", klass="bookkeeping", gallery=False)
 
 __all__: list[str] = []
