@@ -35,6 +35,12 @@ What a kernel declares, as class attributes (the engine tests each declared beha
   in 1..T' for an active row, 0 for a padding row; ``Q[R] <= N``), the outputs ``[N, *out_shape]``
   the same way; tokens ``Q[R]..N-1`` (the spare tail of a buffer padded to a fixed size) are
   padding, their outputs untouched.
+* ``supports_strided_views`` (default False): ``verify`` and ``commit`` take their tensors as an
+  engine hands them over: each input a strided slice of a wider buffer (vLLM's split of a fused
+  projection), ``slot_ids`` a column of a 2-D block table (``block_table[:, 0]``, stride > 1),
+  ``accepted`` a column too, ``out`` a view whose gaps belong to someone else (the engine checks
+  them unchanged: ``view-gaps``).  A kernel that does not declare it refuses any of them that is
+  not contiguous, naming the tensor and its strides.
 * ``supports_mixed_decode`` (default False; speculative kernels that also declare standard
   decode): a slot moves between standard and speculative steps (a request whose drafting is
   switched off and on): a verify whose inputs have one token (``[R, 1, ...]``) is a standard step
@@ -462,6 +468,7 @@ class KernelUnderTest(abc.ABC):
     supports_ragged_windows: ClassVar[bool] = False  # verify(..., window_lens=) in the padded layout
     supports_packed_layout: ClassVar[bool] = False  # verify(..., query_start_loc=): tokens packed back to back
     supports_mixed_decode: ClassVar[bool] = False  # one-token verifies (standard steps) on a speculative object
+    supports_strided_views: ClassVar[bool] = False  # inputs, out, slot_ids and accepted may be strided views
     bookkeeping: ClassVar[str] = "spec"  # the cursor policy (POLICIES)
     accepted_options: ClassVar[tuple[str, ...]] = ()  # the KernelConfig.options names it reads; others are refused
     # The conventions it computes with, where they differ from the defaults (replayssm/conventions.py:
@@ -572,6 +579,7 @@ class KernelUnderTest(abc.ABC):
                              f"{tuple(getattr(slot_ids, 'shape', ()))}")
         if slot_ids.device != self.device:
             raise ValueError(f"slot_ids: expected device {self.device}, got {slot_ids.device}")
+        self.check_contiguous("slot_ids", slot_ids)
         ids = slot_ids.tolist()
         for r, s in enumerate(ids):
             if s == PAD_SLOT and allow_pad:
@@ -583,6 +591,13 @@ class KernelUnderTest(abc.ABC):
         if len(set(active)) != len(active):
             raise ValueError(f"slot_ids: an active slot appears twice in {ids}")
         return ids
+
+    def check_contiguous(self, name: str, t: torch.Tensor) -> None:
+        """Refuse a strided view ``name`` unless the kernel declares ``supports_strided_views``."""
+        if not self.supports_strided_views and not t.is_contiguous():
+            raise ValueError(f"{name}: expected a contiguous tensor, got shape {tuple(t.shape)} with strides "
+                             f"{t.stride()} (kernel {self.name!r} does not take strided views: "
+                             f"supports_strided_views is False)")
 
     def check_reset_args(self, slot_ids, initial_state, origin) -> list[int]:
         ids = self._check_slot_ids(slot_ids, allow_pad=True)
@@ -743,8 +758,7 @@ class KernelUnderTest(abc.ABC):
                                  f"got {t.dtype}")
             if t.device != self.device:
                 raise ValueError(f"inputs[{k!r}]: expected device {self.device}, got {t.device}")
-            if not t.is_contiguous():
-                raise ValueError(f"inputs[{k!r}]: expected a contiguous tensor, got strides {t.stride()}")
+            self.check_contiguous(f"inputs[{k!r}]", t)
         if out is not None:
             want = (*lead, *self.out_shape)
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
@@ -753,8 +767,7 @@ class KernelUnderTest(abc.ABC):
                 raise ValueError(f"out: expected dtype {self.mode.act_dtype}, got {out.dtype}")
             if out.device != self.device:
                 raise ValueError(f"out: expected device {self.device}, got {out.device}")
-            if not out.is_contiguous():
-                raise ValueError(f"out: expected a contiguous tensor, got strides {out.stride()}")
+            self.check_contiguous("out", out)
         if write_pos is not None:
             hi = self.decode.max_write_pos()
             for r, s in enumerate(ids):
@@ -779,6 +792,7 @@ class KernelUnderTest(abc.ABC):
             raise ValueError(f"accepted: expected an integer tensor of shape ({R},), got "
                              f"{getattr(accepted, 'dtype', type(accepted).__name__)} "
                              f"{tuple(getattr(accepted, 'shape', ()))}")
+        self.check_contiguous("accepted", accepted)
         ks = accepted.tolist()
         lo = 0 if self.zero_accept == "noop" and self.decode.speculative else 1
         for r, (s, k) in enumerate(zip(ids, ks)):

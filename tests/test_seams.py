@@ -35,6 +35,8 @@ SEAMS = [
     ("mutant-padding-count-commits", "mamba2", {}, "unused-slot"),
     ("mutant-unwritten-slab-adopted", "mamba2", {"poison_allocations": "nan"}, "non-finite"),
     ("mutant-unwritten-slab-adopted", "gdn", {"poison_allocations": "large"}, "state"),
+    ("mutant-slot-ids-unit-stride", "gdn", {"schedule_params": {"layout": "views"}}, "unused-slot"),
+    ("mutant-out-assumes-contiguous", "mamba2", {"schedule_params": {"layout": "views"}}, "view-gaps"),
     ("mutant-transposed-state", "gdn", {"geometry": "tiny-square"}, "state"),
     ("mutant-transposed-state", "kda", {"geometry": "tiny-square"}, "state"),
 ]
@@ -42,7 +44,9 @@ SEAMS = [
 
 def _id(m, f, o):
     poison = f"-poison-{o['poison_allocations']}" if "poison_allocations" in o else ""
-    return f"{m.removeprefix('mutant-')}-{f}-{o.get('geometry', 'tiny')}-{o.get('decode', 'speculative')}{poison}"
+    layout = f"-{o['schedule_params']['layout']}" if "schedule_params" in o else ""
+    return (f"{m.removeprefix('mutant-')}-{f}-{o.get('geometry', 'tiny')}-{o.get('decode', 'speculative')}"
+            f"{poison}{layout}")
 
 
 @pytest.mark.parametrize("mutant,family,overrides,check", SEAMS, ids=[_id(m, f, o) for m, f, o, _ in SEAMS])

@@ -72,6 +72,7 @@ from replayssm.validators.checks import CHECKS, HOOKS, RunContext, StepContext, 
 from replayssm.validators.checks.fp64_bound import RunningBound, error_model, state_norm
 from replayssm.validators.checks.tolerance_rule import SR_WALK_CAP
 from replayssm.validators.golden_truth import GoldenTruth, masked
+from replayssm.validators.engine_views import Gaps, column_view, strided_views
 from replayssm.validators.metrics import error_metrics
 from replayssm.validators.poison_alloc import HOW as POISON_HOW
 from replayssm.validators.poison_alloc import poison_kernel_calls
@@ -286,6 +287,8 @@ class Lockstep:
                                      f"(supports_ragged_windows is False)")
         for what, attr, used in (("the packed layout (query_start_loc)", "supports_packed_layout",
                                   any(p.layout == "packed" for p in self.plans)),
+                                 ("strided views of wider buffers (layout 'views')", "supports_strided_views",
+                                  any(p.layout == "views" for p in self.plans)),
                                  ("standard steps on a speculative slot", "supports_mixed_decode",
                                   any(p.standard for p in self.plans))):
             if used and not getattr(self.kernel, attr, False):
@@ -300,6 +303,7 @@ class Lockstep:
         # The tensors handed to the kernel's last verify / commit, with their bits before the call
         # when the inputs-unchanged check is due (``watch_inputs``): call -> name -> (given, copy).
         self.watch_inputs = False
+        self.view_gaps: dict[str, list[Gaps]] = {}  # layout "views": the wider buffers' gaps, per call
         self.given: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
         if any(p.poison != "none" and p.reset_rows for p in self.plans) and not self.kernel.supports_restore:
             self.notes.append("the kernel cannot restore a snapshot: recycled slots were not poisoned before reuse")
@@ -527,6 +531,13 @@ class Lockstep:
             pads = [i for i, r in enumerate(p.perm) if r in self.pad_rows]
         out = inv.poisoned_out(sc.rows, T, self.kernel.out_shape, sc.precision.act_dtype, pads, dev)
         cur = self.cursor_kw(self.kernel)
+        self.view_gaps["verify"] = []
+        if p.layout == "views":
+            inputs, g_in = strided_views("inputs", inputs, inv.PAD_CANARY)
+            views, g_out = strided_views("out", {"out": out}, inv.PAD_CANARY)
+            out = views["out"]
+            ids, g_ids = column_view("slot_ids", ids, 0, self.sc.unused_slots or [PAD_SLOT])
+            self.view_gaps["verify"] = [g_in, g_out, g_ids]
         if p.layout != "packed":
             self._keep_given("verify", slot_ids=ids, inputs=inputs, **kw, **cur)
             return out, self.kernel.verify(ids, inputs, out=out, **kw, **cur)
@@ -593,14 +604,17 @@ class Lockstep:
         """Commit ``p.accepted`` (scenario order; padding rows carry garbage, :meth:`commit_counts`)
         to the kernel, rows permuted as at the verify; returns the accepted tensor in scenario order."""
         acc = torch.tensor(self.commit_counts(p), dtype=torch.int64, device=self.device)
+        ids, pacc = self.ids, acc
         if p.perm:
             idx = self._perm(p)
             ids, pacc = self.ids.index_select(0, idx), acc.index_select(0, idx)
-            self._keep_given("commit", slot_ids=ids, accepted=pacc)
-            self.kernel.commit(ids, pacc)
-        else:
-            self._keep_given("commit", slot_ids=self.ids, accepted=acc)
-            self.kernel.commit(self.ids, acc)
+        self.view_gaps["commit"] = []
+        if p.layout == "views":
+            ids, g_ids = column_view("slot_ids", ids, 0, self.sc.unused_slots or [PAD_SLOT])
+            pacc, g_acc = column_view("accepted", pacc, 1, [-1])
+            self.view_gaps["commit"] = [g_ids, g_acc]
+        self._keep_given("commit", slot_ids=ids, accepted=pacc)
+        self.kernel.commit(ids, pacc)
         for r in self.active:
             s = self.ids_list[r]
             w, o = self.cursor_table[s]

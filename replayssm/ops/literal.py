@@ -108,6 +108,7 @@ class _LiteralBase(KernelUnderTest):
     supports_ragged_windows = True
     supports_packed_layout = True
     supports_mixed_decode = True
+    supports_strided_views = True  # every read and write goes through torch indexing, any strides
     # The bookkeeping policy this model's code implements (what it declares is ``bookkeeping``;
     # the two differ only in tests that check a wrong declaration is caught).
     implements: str = "spec"

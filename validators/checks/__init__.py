@@ -18,6 +18,7 @@ from replayssm.validators.checks.registry import (BOTH, CHECKS, HOOKS, KINDS, RE
                                                   checks_at, register_check)
 from replayssm.validators.checks import out_param  # noqa: F401  (verify-returned)
 from replayssm.validators.checks import inputs_unchanged  # noqa: F401  (verify-returned, after-commit)
+from replayssm.validators.checks import view_gaps  # noqa: F401  (verify-returned, after-commit)
 from replayssm.validators.checks import window_tail  # noqa: F401  (after-verify)
 from replayssm.validators.checks import output_bits  # noqa: F401  (after-verify)
 from replayssm.validators.checks import output_tolerance  # noqa: F401  (after-verify)

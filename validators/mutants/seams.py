@@ -17,6 +17,11 @@ fail each one with the check docs/field_bugs.md names (tests/test_seams.py runs 
   slab the forward never wrote): commit adopts, for every committed row, a ``torch.empty`` slab
   written only where the verify flushed.  Whatever the allocator hands back decides what the
   default validation sees; under ``--poison-allocations nan`` the slab is NaN and it fails at once.
+* ``mutant-out-assumes-contiguous``: verify stores its outputs through ``out``'s first element as
+  if it were contiguous; under the ``views`` layout they run into the gaps (``view-gaps``).
+* ``mutant-slot-ids-unit-stride`` (vLLM #51682: with spec decode the state index is the strided
+  column ``block_table[:, 0]``): verify and commit read ``slot_ids`` with unit stride, i.e. along
+  the block table's first row, so rows act on other slots.
 * ``mutant-transposed-state`` (SGLang #40398): the state is stored as ``[.., K, V]`` memory
   where ``[.., V, K]`` is read; with K = V (the ``tiny-square`` geometry) the shapes match and
   nothing asserts, elsewhere the same store scrambles it.
@@ -73,6 +78,37 @@ class TransposedState:
         super()._store_state(slot, s.transpose(-1, -2).contiguous().view(s.shape), target, target_scale)
 
 
+class OutAssumesContiguous:
+    """verify computes into a scratch buffer and stores it through ``out``'s first element as if
+    ``out`` were contiguous (a launch passing ``out.data_ptr()`` without its strides)."""
+
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None, cursors=None):
+        if out is None or out.is_contiguous():
+            return super().verify(slot_ids, inputs, out, window_lens=window_lens, query_start_loc=query_start_loc,
+                                  cursors=cursors)
+        scratch = out.clone()  # the poison and canaries the caller put there, contiguous
+        super().verify(slot_ids, inputs, scratch, window_lens=window_lens, query_start_loc=query_start_loc,
+                       cursors=cursors)
+        torch.as_strided(out, (out.numel(),), (1,)).copy_(scratch.reshape(-1))
+        return out
+
+
+class SlotIdsUnitStride:
+    """verify and commit read ``slot_ids`` as if it had unit stride (vLLM #51682): a column of a
+    block table is read along its first row."""
+
+    @staticmethod
+    def _unit(t):
+        return torch.as_strided(t, t.shape, (1,)) if not t.is_contiguous() else t
+
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None, cursors=None):
+        return super().verify(self._unit(slot_ids), inputs, out, window_lens=window_lens,
+                              query_start_loc=query_start_loc, cursors=cursors)
+
+    def commit(self, slot_ids, accepted):
+        super().commit(self._unit(slot_ids), accepted)
+
+
 class UnwrittenSlabAdopted:
     """verify stages each slot's next checkpoint in a slab from ``torch.empty_like`` and writes a
     slot's row only when the verify folds (a flush); commit adopts the slab's row as the
@@ -111,5 +147,11 @@ register_mutant(TransposedState, "mutant-transposed-state",
 register_mutant(UnwrittenSlabAdopted, "mutant-unwritten-slab-adopted",
                 "commit adopts a torch.empty slab as the checkpoint, written only where the verify flushed "
                 "(kekzl/imp #1503)", klass="bookkeeping", gallery=False)
+register_mutant(OutAssumesContiguous, "mutant-out-assumes-contiguous",
+                "verify stores its outputs through out's first element as if out were contiguous (strides ignored)",
+                klass="interface", families=("mamba2",), gallery=False)
+register_mutant(SlotIdsUnitStride, "mutant-slot-ids-unit-stride",
+                "slot_ids read with unit stride: a block-table column block_table[:, 0] is read along its first row "
+                "(vLLM #51682)", klass="interface", families=("gdn",), gallery=False)
 
 __all__: list[str] = []
