@@ -78,7 +78,8 @@ def test_a_strided_tensor_handed_to_a_triton_kernel_is_refused_naming_it_and_its
     inputs = make_inputs(sc, 0, "cpu")
     before = k.snapshot()
     col, _ = column_view("slot_ids", ids, 0, [PAD_SLOT])
-    with pytest.raises(ValueError, match=r"slot_ids: expected a contiguous tensor, got shape \(3,\) with strides \(3,\)"):
+    with pytest.raises(ValueError, match=r"slot_ids: expected a contiguous tensor, got shape \(3,\) with strides "
+                                         r"\(3,\)"):
         k.verify(col, inputs)
     views, _ = strided_views("inputs", inputs, 0.0)
     name = next(iter(inputs))

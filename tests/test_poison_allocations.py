@@ -30,7 +30,8 @@ def _allocations(dev):
             "new_empty_strided": base.new_empty_strided((2,), (1,)),
             "bf16": torch.empty(3, dtype=torch.bfloat16, device=dev),
             "fp16": torch.empty(3, dtype=torch.float16, device=dev),
-            "int32": torch.empty(3, dtype=torch.int32, device=dev), "bool": torch.empty(2, dtype=torch.bool, device=dev)}
+            "int32": torch.empty(3, dtype=torch.int32, device=dev),
+            "bool": torch.empty(2, dtype=torch.bool, device=dev)}
 
 
 def _check_poisoned(dev):

@@ -1,4 +1,4 @@
-"""The ``views`` layout: the kernel's tensors handed over as a serving engine holds them, strided views of wider buffers.
+"""The ``views`` layout: the kernel's tensors as a serving engine holds them, strided views of wider buffers.
 
 Oracle: none here; this builds the views and remembers what lies between them (the
 ``view-gaps`` check compares it after each call).  Under a plan with ``layout: "views"`` the

@@ -71,8 +71,8 @@ from replayssm.validators import mutants  # noqa: F401 - registers every mutant 
 from replayssm.validators.checks import CHECKS, HOOKS, RunContext, StepContext, ToleranceRule, checks_at
 from replayssm.validators.checks.fp64_bound import RunningBound, error_model, state_norm
 from replayssm.validators.checks.tolerance_rule import SR_WALK_CAP
-from replayssm.validators.golden_truth import GoldenTruth, masked
 from replayssm.validators.engine_views import Gaps, column_view, strided_views
+from replayssm.validators.golden_truth import GoldenTruth, masked
 from replayssm.validators.metrics import error_metrics
 from replayssm.validators.poison_alloc import HOW as POISON_HOW
 from replayssm.validators.poison_alloc import poison_kernel_calls

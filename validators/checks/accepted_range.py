@@ -50,8 +50,8 @@ def accepted_range(ctx) -> None:
                                        f"accepted[{r}]: {e}", slot=run.ids_list[r])
     else:
         ctx.fail("accepted-range", f"commit took accepted[{r}] = {bad} for row {r} (slot {run.ids_list[r]}), "
-                                   f"past the call's window T' = {_call_window(ctx)} or below 0: expected a ValueError naming "
-                                   f"accepted[{r}] and nothing changed", slot=run.ids_list[r])
+                                   f"past the call's window T' = {_call_window(ctx)} or below 0: expected a "
+                                   f"ValueError naming accepted[{r}] and nothing changed", slot=run.ids_list[r])
         return
     after = run.snapshot()
     for slot in range(run.sc.num_slots):
