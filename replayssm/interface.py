@@ -18,7 +18,11 @@ What a kernel declares, as class attributes (the engine tests each declared beha
   draft rejected, bonus token included: constrained decoding).  ``"refuse"``: ``ValueError``
   naming ``accepted[r]`` before anything changes.  ``"noop"`` (speculative decode only): the
   commit changes nothing (checkpoint, ring, cursors; a flush verify's fold is kept, so the
-  cursors move by the policy's rule with k = 0).
+  cursors move by the policy's rule with k = 0).  ``"staged"`` (speculative only): a flush verify
+  computes its fold but leaves the checkpoint as it was (the fold is staged); commit(k >= 1)
+  applies it and moves the cursors by the policy's rule, commit(0) discards it: checkpoint,
+  scales and cursors stay exactly as they were before the verify (the engine judges the
+  checkpoint of a flush after the commit, on the rows with k >= 1; the ``staged-fold`` check).
 * ``supports_ragged_windows`` (default False): ``verify(..., window_lens=L)`` with ``L[r]`` in
   1..T' (T' = ``decode.window`` is then T'max) in the padded ``[R, T'max]`` layout: row r's
   positions ``L[r]..T'max-1`` of the inputs are padding (any values) and of the outputs must stay
@@ -91,7 +95,7 @@ class Geometry(Protocol):
 
 PAD_SLOT = -1
 DECODES = ("standard", "speculative")
-ZERO_ACCEPT = ("refuse", "noop")
+ZERO_ACCEPT = ("refuse", "noop", "staged")
 
 
 def next_pow2(n: int) -> int:
@@ -794,7 +798,7 @@ class KernelUnderTest(abc.ABC):
                              f"{tuple(getattr(accepted, 'shape', ()))}")
         self.check_contiguous("accepted", accepted)
         ks = accepted.tolist()
-        lo = 0 if self.zero_accept == "noop" and self.decode.speculative else 1
+        lo = 0 if self.zero_accept in ("noop", "staged") and self.decode.speculative else 1
         for r, (s, k) in enumerate(zip(ids, ks)):
             if s == PAD_SLOT:
                 continue
@@ -802,7 +806,7 @@ class KernelUnderTest(abc.ABC):
             if not lo <= k <= hi:
                 what = f"T'_r = {hi} (the row's window length)" if hi != T else f"T' = {T}"
                 why = ("" if lo == 0 else " (the bonus token counts; this kernel refuses k = 0: zero_accept = "
-                       f"{self.zero_accept!r}{', standard decode' if self.zero_accept == 'noop' else ''})")
+                       f"{self.zero_accept!r}{', standard decode' if self.zero_accept != 'refuse' else ''})")
                 raise ValueError(f"accepted[{r}]: expected {lo} <= k <= {what}{why}, got {k}")
             if pending is not None and not pending[s]:
                 raise ValueError(f"slot_ids[{r}]: slot {s} has no verify to commit")

@@ -265,7 +265,7 @@ def serving_options(kernel: type[KernelUnderTest] | None, decode: DecodeConfig, 
     active = [r for r, s in enumerate(slot_ids) if s != PAD_SLOT]
     T = decode.window
     ragged_ok = decode.speculative and T >= 2 and (kernel is None or kernel.supports_ragged_windows)
-    zero_ok = decode.speculative and (kernel is None or kernel.zero_accept == "noop")
+    zero_ok = decode.speculative and (kernel is None or kernel.zero_accept in ("noop", "staged"))
     packed_ok = kernel is None or kernel.supports_packed_layout
     views_ok = kernel is None or kernel.supports_strided_views
     mixed_ok = decode.speculative and T >= 2 and (kernel is None or (

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from replayssm.registry import get
 from replayssm.scenarios import Scenario
 from replayssm.scenarios.inputs import make_initial_state, make_inputs
 from replayssm.validators import Lockstep, run_scenario
@@ -25,6 +26,8 @@ from replayssm.validators.runner import build_kernel
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 FIELD_DOC = Path(__file__).resolve().parents[1] / "docs" / "field_bugs.md"
+
+ZERO_ACCEPT = {"schedule": "zero-accept", "steps": 16, "schedule_params": {"zero_prob": 0.5}}
 
 SEAMS = [
     # (mutant, family, Scenario.tiny overrides, the check that catches it first)
@@ -37,6 +40,7 @@ SEAMS = [
     ("mutant-unwritten-slab-adopted", "gdn", {"poison_allocations": "large"}, "state"),
     ("mutant-slot-ids-unit-stride", "gdn", {"schedule_params": {"layout": "views"}}, "unused-slot"),
     ("mutant-out-assumes-contiguous", "mamba2", {"schedule_params": {"layout": "views"}}, "view-gaps"),
+    ("mutant-staged-fold-kept-at-zero", "mamba2", ZERO_ACCEPT, "staged-fold"),
     ("mutant-transposed-state", "gdn", {"geometry": "tiny-square"}, "state"),
     ("mutant-transposed-state", "kda", {"geometry": "tiny-square"}, "state"),
 ]
@@ -44,7 +48,7 @@ SEAMS = [
 
 def _id(m, f, o):
     poison = f"-poison-{o['poison_allocations']}" if "poison_allocations" in o else ""
-    layout = f"-{o['schedule_params']['layout']}" if "schedule_params" in o else ""
+    layout = f"-{o['schedule_params'].get('layout', o.get('schedule'))}" if "schedule_params" in o else ""
     return (f"{m.removeprefix('mutant-')}-{f}-{o.get('geometry', 'tiny')}-{o.get('decode', 'speculative')}"
             f"{poison}{layout}")
 
@@ -122,3 +126,48 @@ def test_inputs_unchanged_names_the_tensor_and_the_call():
     res = run_scenario(Scenario.tiny("mamba2", steps=2), "mutant-input-rescaled-in-place", repeat_check=False)
     first = res.first_failure
     assert first.step == 0 and "verify changed its argument inputs[" in first.message
+
+
+# ---- the staged fold (zero_accept = "staged"): its literal model passes only under its own declaration -------
+@pytest.mark.parametrize("family,overrides", [("mamba2", ZERO_ACCEPT), ("gdn", ZERO_ACCEPT), ("kda", {"steps": 8})],
+                         ids=["mamba2-zero-accept", "gdn-zero-accept", "kda-exhaustive"])
+def test_the_staged_fold_literal_model_passes_under_its_declaration(family, overrides):
+    res = run_scenario(Scenario.tiny(family, **overrides), "literal-replay-staged")
+    assert res.passed, res.to_markdown()
+    if overrides is ZERO_ACCEPT:
+        assert res.coverage["k = 0 commits after a staged flush"] >= 1
+
+
+@pytest.mark.parametrize("base,declares,check", [("literal-replay-staged", "noop", "flush-checkpoint"),
+                                                 ("literal-replay", "staged", "staged-fold")],
+                         ids=["staged-declared-noop", "noop-declared-staged"])
+def test_a_literal_model_fails_under_the_other_declaration(base, declares, check):
+    cls = type("Misdeclared", (get(base, "mamba2"),), {"zero_accept": declares, "name": f"{base}-as-{declares}"})
+    res = run_scenario(Scenario.tiny("mamba2", **ZERO_ACCEPT), cls, repeat_check=False)
+    assert not res.passed and res.first_failure.check == check, res.to_markdown()
+
+
+def test_a_staged_commit_of_nothing_leaves_the_checkpoint_and_cursors_as_before_the_verify():
+    sc = Scenario.tiny("gdn", steps=2)
+    k = build_kernel("literal-replay-staged", sc, "cpu")
+    ids = torch.tensor([3], dtype=torch.int64)
+    k.reset(ids, make_initial_state(sc.replace(rows=1, slot_ids=(3,), origins=None), 0, "cpu"),
+            torch.zeros(1, dtype=torch.int64))
+    step = 0
+
+    def one():
+        return {n: v[:1] for n, v in make_inputs(sc, step, "cpu").items()}
+    while not k.decode.is_flush(k.write_pos[3]):  # fill the history until the next verify flushes
+        k.verify(ids, one())
+        k.commit(ids, torch.tensor([sc.window]))
+        step += 1
+    before = k.snapshot()
+    k.verify(ids, one())
+    assert torch.equal(k.ckpt[3], before.checkpoint[3]) and 3 in k.staged
+    k.commit(ids, torch.tensor([0]))
+    after = k.snapshot()
+    assert not [f for f in inv.changed_fields(inv.slot_view(before, 3), inv.slot_view(after, 3))
+                if not f.startswith("records.") and not f.startswith("extra.")]
+    k.verify(ids, one())
+    k.commit(ids, torch.tensor([2]))
+    assert not torch.equal(k.ckpt[3], before.checkpoint[3]) and (k.write_pos[3], 3 not in k.staged) == (2, True)

@@ -62,6 +62,7 @@ from replayssm.ops.literal import (
     LiteralFoldEveryCommitKernel,
     LiteralHostCursorsKernel,
 )
+from replayssm.ops.literal_staged import LiteralStagedFoldKernel
 from replayssm.registry import get, register
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
@@ -140,6 +141,24 @@ def policy_literal_name(family_name: str, policy_name: str) -> str:
 for _fam in families():
     for _pol in POLICY_LITERALS:
         policy_literal_name(_fam, _pol)
+
+
+def staged_literal_name(family_name: str) -> str:
+    """The registered literal model of a staged fold (``zero_accept = "staged"``,
+    replayssm/ops/literal_staged.py) for the family: ``literal-replay-staged``."""
+    name = "literal-replay-staged"
+    try:
+        get(name, family_name)
+    except ValueError:
+        base = family(family_name).literal_replay
+        register(type(f"LiteralStagedFoldKernel_{family_name}", (LiteralStagedFoldKernel, base),
+                      {"name": name, "family": family_name, "__module__": LiteralStagedFoldKernel.__module__}),
+                 replace=True)
+    return name
+
+
+for _fam in families():
+    staged_literal_name(_fam)
 
 
 def declared_policy(cls: type[KernelUnderTest]) -> str:
@@ -276,7 +295,10 @@ class Lockstep:
         # The declared policy of the kernel's class (an instance may have swapped its own rule).
         self.dec = sc.decode_config.with_policy(declared_policy(type(self.kernel)))
         self.ragged = any(p.window_lens is not None for p in self.plans)
-        self.zero_noop = self.kernel.zero_accept == "noop" and self.dec.speculative
+        self.zero_noop = self.kernel.zero_accept in ("noop", "staged") and self.dec.speculative
+        # A staged fold (zero_accept "staged"): a flush's checkpoint is judged after the commit, on the
+        # rows that accepted k >= 1; commit(0) moves no cursor.
+        self.staged = self.kernel.zero_accept == "staged" and self.dec.speculative
         if self.ragged and self.golden is not None:
             raise ValueError("truth: golden: the plan has ragged windows; the golden scenarios have none")
         if self.ragged:
@@ -618,8 +640,14 @@ class Lockstep:
         for r in self.active:
             s = self.ids_list[r]
             w, o = self.cursor_table[s]
-            self.cursor_table[s] = list(self.dec.commit_cursor(w, o, self.dec.is_flush(w), p.accepted[r]))
+            self.cursor_table[s] = list(self.commit_cursor(w, o, self.dec.is_flush(w), p.accepted[r]))
         return acc
+
+    def commit_cursor(self, write_pos: int, origin: int, flushed: bool, k: int) -> tuple[int, int]:
+        """Cursors after commit(k) under the declared policy; a staged fold's commit(0) moves none."""
+        if self.staged and k == 0:
+            return write_pos, origin
+        return self.dec.commit_cursor(write_pos, origin, flushed, k)
 
     def _literal_verify(self, lit, p: StepPlan, inputs: dict[str, torch.Tensor], kw: dict) -> torch.Tensor:
         """A literal model's verify of step ``p`` (the same call shape as the kernel's: one-token
@@ -769,6 +797,8 @@ class Lockstep:
         if "after-verify" in needs:
             ctx.snapshots["after-verify"] = self.snapshot()
         at_flush = bool(flush_rows) and any(c.schedule in due for c in self.hooks["at-flush"])
+        staged_flush = at_flush and self.staged
+        at_flush = at_flush and not staged_flush
         if at_flush and "checkpoint" in needs:
             ctx.checkpoint = k.checkpoint_state(self.ids)
 
@@ -806,12 +836,14 @@ class Lockstep:
         moves = self.dec.rule.checkpoint_moves_at_commit(self.dec)
         for r in self.active:
             held = self.wp[r] + p.accepted[r]
-            self.wp[r], self.origin[r] = self.dec.commit_cursor(self.wp[r], self.origin[r], r in flush_rows,
-                                                                p.accepted[r])
+            self.wp[r], self.origin[r] = self.commit_cursor(self.wp[r], self.origin[r], r in flush_rows,
+                                                            p.accepted[r])
             if moves and p.accepted[r] and self.wp[r] != held:  # the commit folded: one more checkpoint rounding
                 self.lit_env["flushes"][r] += 1
                 self.coverage["commit folds"] += 1
             self.tokens_accepted += p.accepted[r]
+        if staged_flush:
+            self._staged_flush_checks(ctx, p, flush_rows, due, needs, use_lit)
         if self.golden is None:
             self.ref = ctx.ref_state
         if "after-commit" in needs:
@@ -837,6 +869,19 @@ class Lockstep:
                 self.metrics[key].append(rec.get(key))
         self.step_idx += 1
         return rec
+
+    def _staged_flush_checks(self, ctx: StepContext, p: StepPlan, flush_rows: list[int], due: set[str], needs: set[str],
+                             use_lit: bool) -> None:
+        """A staged fold's flush checks, after the commit that applied it: the at-flush checks on
+        the flush rows that accepted k >= 1 (the rows with k = 0 discarded it: ``staged-fold``)."""
+        rows = [r for r in flush_rows if p.accepted[r] >= 1]
+        if not rows:
+            return
+        if "checkpoint" in needs:
+            ctx.checkpoint = self.kernel.checkpoint_state(self.ids)
+            if use_lit:
+                ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
+        self._run_hook("at-flush", dataclasses.replace(ctx, flush_rows=rows), due)
 
     def finish(self, kernel, step_digests: list[str], exception: dict | None = None, repeat: bool = True) -> None:
         """Run the end-of-run checks: ``kernel`` (a name or a class) builds the fresh instance of

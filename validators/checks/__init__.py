@@ -28,6 +28,7 @@ from replayssm.validators.checks import flush_checkpoint  # noqa: F401  (at-flus
 from replayssm.validators.checks import flush_increment  # noqa: F401  (at-flush)
 from replayssm.validators.checks import zero_accept  # noqa: F401  (after-verify, after-commit)
 from replayssm.validators.checks import accepted_range  # noqa: F401  (after-verify)
+from replayssm.validators.checks import staged_fold  # noqa: F401  (after-commit)
 from replayssm.validators.checks import cursor  # noqa: F401  (after-commit)
 from replayssm.validators.checks import canaries  # noqa: F401  (after-verify, after-commit)
 from replayssm.validators.checks import committed_state  # noqa: F401  (after-commit)

@@ -22,6 +22,9 @@ fail each one with the check docs/field_bugs.md names (tests/test_seams.py runs 
 * ``mutant-slot-ids-unit-stride`` (vLLM #51682: with spec decode the state index is the strided
   column ``block_table[:, 0]``): verify and commit read ``slot_ids`` with unit stride, i.e. along
   the block table's first row, so rows act on other slots.
+* ``mutant-staged-fold-kept-at-zero``: a kernel declaring ``zero_accept = "staged"`` (the fold of
+  a flush applied at commit) whose commit(0) keeps the fold as a ``"noop"`` kernel would
+  (``staged-fold``: the checkpoint and cursors must be as before the verify).
 * ``mutant-transposed-state`` (SGLang #40398): the state is stored as ``[.., K, V]`` memory
   where ``[.., V, K]`` is read; with K = V (the ``tiny-square`` geometry) the shapes match and
   nothing asserts, elsewhere the same store scrambles it.
@@ -32,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from replayssm.interface import PAD_SLOT
+from replayssm.ops.literal_staged import LiteralStagedFoldKernel
 from replayssm.validators.mutants.registry import register_mutant
 
 
@@ -109,6 +113,27 @@ class SlotIdsUnitStride:
         super().commit(self._unit(slot_ids), accepted)
 
 
+class StagedFoldKeptAtZero(LiteralStagedFoldKernel):
+    """A staged fold (``zero_accept = "staged"``) whose commit(0) after a flush keeps the fold, as a
+    ``"noop"`` kernel does: it applies the staged checkpoint and moves the cursors by the policy's
+    rule with k = 0.  The committed state is right; the checkpoint a caller rolls back to is not."""
+
+    zero_accept = "staged"
+
+    def commit(self, slot_ids, accepted):
+        kept = []
+        for s, k in zip(slot_ids.tolist(), accepted.tolist()):
+            if s != PAD_SLOT and k == 0 and s in self.staged:
+                c, sc = self.staged.pop(s)
+                self.ckpt[s].copy_(c)
+                if sc is not None:
+                    self.ckpt_scale[s].copy_(sc)
+                kept.append(s)
+        super().commit(slot_ids, accepted)
+        for s in kept:
+            self.write_pos[s], self.origin[s] = self.decode.commit_cursor(self.write_pos[s], self.origin[s], True, 0)
+
+
 class UnwrittenSlabAdopted:
     """verify stages each slot's next checkpoint in a slab from ``torch.empty_like`` and writes a
     slot's row only when the verify folds (a flush); commit adopts the slab's row as the
@@ -153,5 +178,8 @@ register_mutant(OutAssumesContiguous, "mutant-out-assumes-contiguous",
 register_mutant(SlotIdsUnitStride, "mutant-slot-ids-unit-stride",
                 "slot_ids read with unit stride: a block-table column block_table[:, 0] is read along its first row "
                 "(vLLM #51682)", klass="interface", families=("gdn",), gallery=False)
+register_mutant(StagedFoldKeptAtZero, "mutant-staged-fold-kept-at-zero",
+                "a staged fold's commit(0) after a flush keeps the fold (checkpoint and cursors move, as under 'noop')",
+                klass="bookkeeping", decodes=("speculative",), gallery=False)
 
 __all__: list[str] = []
