@@ -45,6 +45,13 @@ What a kernel declares, as class attributes (the engine tests each declared beha
   ``accepted`` a column too, ``out`` a view whose gaps belong to someone else (the engine checks
   them unchanged: ``view-gaps``).  A kernel that does not declare it refuses any of them that is
   not contiguous, naming the tensor and its strides.
+* ``supports_materialize`` (default False): ``materialize(slot_ids, upto, dst_slot_ids)`` publishes,
+  for each active row, the state of its slot after the checkpoint and the first ``upto[r]``
+  tokens of its committed history (``0 <= upto[r] <= write_pos``) into slot ``dst_slot_ids[r]`` as
+  a freshly admitted sequence (checkpoint in the declared format, write_pos 0, origin 0): what
+  prefix caches do (FlashInfer ``replayssm_materialize``, vLLM RecoverSSM
+  ``boundary_state_indices``, SGLang ``force_flush``).  The source slots and every slot not named
+  stay bit-identical; destinations are distinct, not a source, in range.
 * ``supports_mixed_decode`` (default False; speculative kernels that also declare standard
   decode): a slot moves between standard and speculative steps (a request whose drafting is
   switched off and on): a verify whose inputs have one token (``[R, 1, ...]``) is a standard step
@@ -473,6 +480,7 @@ class KernelUnderTest(abc.ABC):
     supports_packed_layout: ClassVar[bool] = False  # verify(..., query_start_loc=): tokens packed back to back
     supports_mixed_decode: ClassVar[bool] = False  # one-token verifies (standard steps) on a speculative object
     supports_strided_views: ClassVar[bool] = False  # inputs, out, slot_ids and accepted may be strided views
+    supports_materialize: ClassVar[bool] = False  # materialize(slot_ids, upto, dst_slot_ids): prefix-cache publish
     bookkeeping: ClassVar[str] = "spec"  # the cursor policy (POLICIES)
     accepted_options: ClassVar[tuple[str, ...]] = ()  # the KernelConfig.options names it reads; others are refused
     # The conventions it computes with, where they differ from the defaults (replayssm/conventions.py:
@@ -595,6 +603,42 @@ class KernelUnderTest(abc.ABC):
         if len(set(active)) != len(active):
             raise ValueError(f"slot_ids: an active slot appears twice in {ids}")
         return ids
+
+    def materialize(self, slot_ids: torch.Tensor, upto: torch.Tensor, dst_slot_ids: torch.Tensor) -> None:
+        """Publish each active row's state after ``upto[r]`` committed history tokens into slot
+        ``dst_slot_ids[r]`` (declared by ``supports_materialize``; see the module docstring)."""
+        raise ValueError(f"materialize: kernel {self.name!r} does not declare it (supports_materialize is False)")
+
+    def check_materialize_args(self, slot_ids, upto, dst_slot_ids, write_pos: list[int],
+                               ready: list[bool] | None = None) -> list[tuple[int, int, int]]:
+        """Validate a materialize call; returns (source slot, upto, destination slot) of each active
+        row.  ``write_pos``: each slot's committed history length (host list)."""
+        ids = self._check_slot_ids(slot_ids)
+        R = len(ids)
+        for name, t in (("upto", upto), ("dst_slot_ids", dst_slot_ids)):
+            if (not isinstance(t, torch.Tensor) or tuple(t.shape) != (R,) or t.is_floating_point()
+                    or t.dtype == torch.bool):
+                raise ValueError(f"{name}: expected an integer tensor of shape ({R},), got "
+                                 f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+            if t.device != self.device:
+                raise ValueError(f"{name}: expected device {self.device}, got {t.device}")
+        ups, dsts = upto.tolist(), dst_slot_ids.tolist()
+        active = {s for s in ids if s != PAD_SLOT}
+        out, seen = [], set()
+        for r, (s, n, d) in enumerate(zip(ids, ups, dsts)):
+            if s == PAD_SLOT:
+                continue
+            if ready is not None and not ready[s]:
+                raise ValueError(f"slot_ids[{r}]: slot {s} was never reset")
+            if not 0 <= n <= write_pos[s]:
+                raise ValueError(f"upto[{r}]: expected 0 <= upto <= write_pos = {write_pos[s]} (the committed history "
+                                 f"of slot {s}), got {n}")
+            if not 0 <= d < self.num_slots or d in active or d in seen:
+                raise ValueError(f"dst_slot_ids[{r}]: expected a slot in [0, {self.num_slots}) that is no source and "
+                                 f"no other destination, got {d}")
+            seen.add(d)
+            out.append((s, n, d))
+        return out
 
     def check_contiguous(self, name: str, t: torch.Tensor) -> None:
         """Refuse a strided view ``name`` unless the kernel declares ``supports_strided_views``."""

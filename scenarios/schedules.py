@@ -39,7 +39,9 @@ previous tenant's storage cannot hide it; ``"none"``, the default, leaves them) 
 ``query_start_loc``, for kernels declaring ``supports_packed_layout``; ``"views"``: the padded
 layout handed over as strided views of wider buffers, ``slot_ids`` a column of a block table,
 ``out`` a view with canaries in its gaps, for kernels declaring ``supports_strided_views``:
-validators/engine_views.py).
+validators/engine_views.py), ``publish`` (a probability: after each commit every active row
+publishes its state after a prefix of its committed history into an unused slot with
+``materialize``, for kernels declaring ``supports_materialize``; the ``materialize`` check).
 
 Standard decode accepts k = 1 always.  Padding rows get k = 0 in the plan (the engine hands the
 kernel garbage there: kernels must ignore it).  The
@@ -80,7 +82,7 @@ _DEFAULT_STEPS = {"random": 64, "per-row": 64, "always-1": 32, "always-T": 32, "
 POISONS = ("none", "nan", "large")
 LAYOUTS = ("padded", "packed", "views")
 POISON_LARGE = 2.0 ** 100
-_COMMON = {"permute_rows", "poison", "layout"}
+_COMMON = {"permute_rows", "poison", "layout", "publish"}
 _PARAMS = {
     "exhaustive": set(),
     "random": {"k_weights"},
@@ -151,6 +153,10 @@ def check_schedule_params(sc) -> None:
         raise _fail(f"poison: expected one of {POISONS}, got {p['poison']!r}")
     if "layout" in p and p["layout"] not in LAYOUTS:
         raise _fail(f"layout: expected one of {LAYOUTS}, got {p['layout']!r}")
+    if "publish" in p:
+        q = p["publish"]
+        if not isinstance(q, (int, float)) or isinstance(q, bool) or not 0.0 < q <= 1.0:
+            raise _fail(f"publish: expected a probability in (0, 1], got {q!r}")
     if "switch_prob" in p:
         q = p["switch_prob"]
         if not isinstance(q, (int, float)) or isinstance(q, bool) or not 0.0 <= q <= 1.0:

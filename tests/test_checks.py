@@ -25,7 +25,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
 NAMES = {"exception", "out-param", "unwritten-output", "non-finite", "padding-output", "unused-slot",
          "stored-precision", "flush-increment",
          "checkpoint-unchanged", "committed-ring-rows", "cursor", "output", "flush-checkpoint", "state", "repeat",
-         "window-tail", "zero-accept", "inputs-unchanged", "accepted-range", "view-gaps", "staged-fold"}
+         "window-tail", "zero-accept", "inputs-unchanged", "accepted-range", "view-gaps", "staged-fold", "materialize"}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -41,6 +41,8 @@ SEAMS = [
     ("mutant-slot-ids-unit-stride", "gdn", {"schedule_params": {"layout": "views"}}, "unused-slot"),
     ("mutant-out-assumes-contiguous", "mamba2", {"schedule_params": {"layout": "views"}}, "view-gaps"),
     ("mutant-staged-fold-kept-at-zero", "mamba2", ZERO_ACCEPT, "staged-fold"),
+    ("mutant-materialize-off-by-one", "mamba2", {"schedule_params": {"publish": 1.0}}, "materialize"),
+    ("mutant-materialize-rewrites-source", "gdn", {"schedule_params": {"publish": 1.0}}, "materialize"),
     ("mutant-transposed-state", "gdn", {"geometry": "tiny-square"}, "state"),
     ("mutant-transposed-state", "kda", {"geometry": "tiny-square"}, "state"),
 ]
@@ -48,7 +50,8 @@ SEAMS = [
 
 def _id(m, f, o):
     poison = f"-poison-{o['poison_allocations']}" if "poison_allocations" in o else ""
-    layout = f"-{o['schedule_params'].get('layout', o.get('schedule'))}" if "schedule_params" in o else ""
+    sp = o.get("schedule_params", {})
+    layout = f"-{sp.get('layout', 'publish' if 'publish' in sp else o.get('schedule'))}" if sp else ""
     return (f"{m.removeprefix('mutant-')}-{f}-{o.get('geometry', 'tiny')}-{o.get('decode', 'speculative')}"
             f"{poison}{layout}")
 

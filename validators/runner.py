@@ -311,6 +311,8 @@ class Lockstep:
                                   any(p.layout == "packed" for p in self.plans)),
                                  ("strided views of wider buffers (layout 'views')", "supports_strided_views",
                                   any(p.layout == "views" for p in self.plans)),
+                                 ("publishing with materialize (publish)", "supports_materialize",
+                                  bool(sc.schedule_params.get("publish"))),
                                  ("standard steps on a speculative slot", "supports_mixed_decode",
                                   any(p.standard for p in self.plans))):
             if used and not getattr(self.kernel, attr, False):
@@ -326,6 +328,12 @@ class Lockstep:
         # when the inputs-unchanged check is due (``watch_inputs``): call -> name -> (given, copy).
         self.watch_inputs = False
         self.view_gaps: dict[str, list[Gaps]] = {}  # layout "views": the wider buffers' gaps, per call
+        # ``publish`` (the materialize check): per row, the fp64 reference state after each token of
+        # the committed history, the checkpoint's first (at most max write_pos + 1 kept)
+        self.publish = float(sc.schedule_params.get("publish", 0.0)) if self.golden is None else 0.0
+        self.ref_hist: list[list[torch.Tensor]] = []
+        self.published: set[int] = set()  # slots materialize published into (the repeat run skips them)
+        self.ref_tokens: torch.Tensor | None = None
         self.given: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
         if any(p.poison != "none" and p.reset_rows for p in self.plans) and not self.kernel.supports_restore:
             self.notes.append("the kernel cannot restore a snapshot: recycled slots were not poisoned before reuse")
@@ -439,6 +447,7 @@ class Lockstep:
         if self.bound is not None and self.active:
             self.bound.reset(self.active, init)
         self.ref = init.clone()
+        self.ref_hist = [[init[r]] for r in range(sc.rows)]
         self.wp = [0] * sc.rows
         self.origin = self._origins(sc.resolved_origins)
         if unused and any("canaries" in c.needs and self._enabled(c.schedule)
@@ -472,6 +481,8 @@ class Lockstep:
             self.bound.reset(list(p.reset_rows), init)
         for r in p.reset_rows:
             self.ref[r] = init[r]
+            if self.ref_hist:
+                self.ref_hist[r] = [init[r]]
             self.wp[r], self.origin[r] = 0, orig[r]
             self.cursor_table[self.ids_list[r]] = [0, orig[r]]
             for env in self.lit_env.values():
@@ -706,6 +717,7 @@ class Lockstep:
         outs, mags, toks = [], [], []
         kt = torch.tensor(accepted, device=self.device)
         after_first = None
+        self._toks_states: list[torch.Tensor] = []
         for t in range(T):
             tok = {n: v[:, t].to(torch.float64) for n, v in inputs.items()}
             toks.append(tok)
@@ -714,6 +726,8 @@ class Lockstep:
             mags.append(readout_magnitude(self.sc.family, st, tok, self.ref_params, self.sc.precision.scaled_state))
             if t == 0:
                 after_first = st
+            if self.publish:  # the state after each window position (the materialize check's truth)
+                self._toks_states.append(st)
             sel = (kt == t + 1).view(-1, *([1] * (st.dim() - 1)))
             new = torch.where(sel, st, new)
         self.ref_magnitude = torch.stack(mags, dim=1)
@@ -846,6 +860,8 @@ class Lockstep:
             self._staged_flush_checks(ctx, p, flush_rows, due, needs, use_lit)
         if self.golden is None:
             self.ref = ctx.ref_state
+            if self.publish:
+                self._extend_ref_hist(p)
         if "after-commit" in needs:
             ctx.snapshots["after-commit"] = self.snapshot()
         self._run_hook("after-commit", ctx, due)
@@ -869,6 +885,14 @@ class Lockstep:
                 self.metrics[key].append(rec.get(key))
         self.step_idx += 1
         return rec
+
+    def _extend_ref_hist(self, p: StepPlan) -> None:
+        """Append each active row's reference states after its accepted tokens to ``ref_hist``
+        (the states of the committed history; the oldest beyond max write_pos + 1 dropped)."""
+        keep = self.dec.max_write_pos() + 1
+        for r in self.active:
+            hist = self.ref_hist[r] + [self._toks_states[t][r] for t in range(p.accepted[r])]
+            self.ref_hist[r] = hist[-keep:]
 
     def _staged_flush_checks(self, ctx: StepContext, p: StepPlan, flush_rows: list[int], due: set[str], needs: set[str],
                              use_lit: bool) -> None:

@@ -32,6 +32,7 @@ from replayssm.validators.checks import staged_fold  # noqa: F401  (after-commit
 from replayssm.validators.checks import cursor  # noqa: F401  (after-commit)
 from replayssm.validators.checks import canaries  # noqa: F401  (after-verify, after-commit)
 from replayssm.validators.checks import committed_state  # noqa: F401  (after-commit)
+from replayssm.validators.checks import materialize  # noqa: F401  (after-commit)
 from replayssm.validators.checks import run_level  # noqa: F401  (end-of-run)
 # isort: on
 from replayssm.validators.checks.context import RunContext, StepContext

@@ -25,6 +25,10 @@ fail each one with the check docs/field_bugs.md names (tests/test_seams.py runs 
 * ``mutant-staged-fold-kept-at-zero``: a kernel declaring ``zero_accept = "staged"`` (the fold of
   a flush applied at commit) whose commit(0) keeps the fold as a ``"noop"`` kernel would
   (``staged-fold``: the checkpoint and cursors must be as before the verify).
+* ``mutant-materialize-off-by-one``, ``mutant-materialize-rewrites-source`` (prefix-cache
+  materialisation: FlashInfer ``replayssm_materialize``, vLLM RecoverSSM ``boundary_state_indices``,
+  vLLM #55688, SGLang ``force_flush``): the published prefix has one token too many; the source
+  slot is rewritten (``materialize``).
 * ``mutant-transposed-state`` (SGLang #40398): the state is stored as ``[.., K, V]`` memory
   where ``[.., V, K]`` is read; with K = V (the ``tiny-square`` geometry) the shapes match and
   nothing asserts, elsewhere the same store scrambles it.
@@ -134,6 +138,30 @@ class StagedFoldKeptAtZero(LiteralStagedFoldKernel):
             self.write_pos[s], self.origin[s] = self.decode.commit_cursor(self.write_pos[s], self.origin[s], True, 0)
 
 
+class MaterializeOffByOne:
+    """materialize folds one history token more than asked (``upto + 1``, clamped to the history)."""
+
+    def materialize(self, slot_ids, upto, dst_slot_ids):
+        more = torch.tensor([min(n + 1, self.write_pos[s]) if s != PAD_SLOT else n
+                             for s, n in zip(slot_ids.tolist(), upto.tolist())], dtype=upto.dtype, device=upto.device)
+        super().materialize(slot_ids, more, dst_slot_ids)
+
+
+class MaterializeRewritesSource:
+    """materialize also folds the published prefix into the source slot (its checkpoint absorbs
+    the first ``upto`` records, the origin and write_pos move past them): the source's committed
+    state is the same, its storage is not."""
+
+    def materialize(self, slot_ids, upto, dst_slot_ids):
+        super().materialize(slot_ids, upto, dst_slot_ids)
+        for s, n in zip(slot_ids.tolist(), upto.tolist()):
+            if s != PAD_SLOT and n > 0:
+                st = self.math.fold(self._load_checkpoint(s), self._history(s, n), self.params, self.mode)
+                self._store_state(s, st, self.ckpt[s], None if self.ckpt_scale is None else self.ckpt_scale[s])
+                self.write_pos[s] -= n
+                self.origin[s] = (self.origin[s] + n) % self.decode.ring_rows if self.decode.uses_ring else 0
+
+
 class UnwrittenSlabAdopted:
     """verify stages each slot's next checkpoint in a slab from ``torch.empty_like`` and writes a
     slot's row only when the verify folds (a flush); commit adopts the slab's row as the
@@ -181,5 +209,11 @@ register_mutant(SlotIdsUnitStride, "mutant-slot-ids-unit-stride",
 register_mutant(StagedFoldKeptAtZero, "mutant-staged-fold-kept-at-zero",
                 "a staged fold's commit(0) after a flush keeps the fold (checkpoint and cursors move, as under 'noop')",
                 klass="bookkeeping", decodes=("speculative",), gallery=False)
+register_mutant(MaterializeOffByOne, "mutant-materialize-off-by-one",
+                "materialize publishes the state after upto + 1 history tokens (off-by-one prefix)",
+                klass="bookkeeping", gallery=False)
+register_mutant(MaterializeRewritesSource, "mutant-materialize-rewrites-source",
+                "materialize also folds the published prefix into its source slot (the source's storage changes)",
+                klass="bookkeeping", gallery=False)
 
 __all__: list[str] = []
