@@ -26,6 +26,9 @@ class LiteralStagedFoldKernel(LiteralReplayKernel):
         self.staged: dict[int, tuple] = {}  # slot -> (checkpoint, scale) folded at its flush verify
 
     def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None, cursors=None):
+        if not self.decode.speculative:  # a staged fold is a speculative declaration: standard decode folds as the spec
+            return super().verify(slot_ids, inputs, out, window_lens=window_lens, query_start_loc=query_start_loc,
+                                  cursors=cursors)
         # (every slot named, before the verify; ids out of range are refused by the verify itself)
         kept = {s: (self.ckpt[s].clone(), None if self.ckpt_scale is None else self.ckpt_scale[s].clone())
                 for s in slot_ids.tolist() if 0 <= s < self.num_slots}
