@@ -173,3 +173,14 @@ def fuzz(session):
     session.run("python", "-m", "replayssm", "fuzz", "--budget-s", budget, "--device", device,
                 "--profile", os.environ.get("REPLAYSSM_FUZZ_PROFILE", "nightly"), "--json", "out/fuzz/report.json",
                 *args, env=env)
+
+
+@nox.session(venv_params=VENV)
+def sanitize(session):
+    """Our Triton kernels (or ``-- FAMILY:KERNEL ...``) each through one small validate under
+    compute-sanitizer initcheck and memcheck, caching allocator off (tools/sanitize.py); GPU only,
+    writes out/sanitize/summary.json."""
+    _install(session)
+    if not _has_cuda(session):
+        session.skip("no CUDA device visible: the sanitize session needs an NVIDIA GPU and compute-sanitizer")
+    session.run("python", "tools/sanitize.py", *session.posargs)

@@ -119,6 +119,10 @@ def add_parser(subparsers):
                         "trajectories of a canonical scenario (golden/trajectories; the value checks judge the "
                         "stored elements at the stored steps; refused when the scenario is no golden entry's or "
                         "the data fails its sha256 manifest)")
+    p.add_argument("--poison-allocations", dest="poison_allocations", choices=["nan", "large"],
+                   help="fill every torch.empty / empty_like / new_empty buffer the kernel allocates during its "
+                        "reset, verify and commit calls with NaN or 2^100, so a buffer it never writes shows "
+                        "(default: off; validators/poison_alloc.py)")
     p.add_argument("--stop-on-failure", action="store_true", help="stop after the first failing step")
     p.add_argument("--progress", action="store_true", default=None, help="progress bar (default: long runs on a tty)")
     p.add_argument("--threads", type=int_at_least(1, os.cpu_count() or 1, why="at most one per CPU"),
@@ -313,7 +317,7 @@ def run(args) -> int:
             res = run_scenario(sc, args.kernel, device=dev, progress=progress, repeat_check=not args.no_repeat,
                                literal_every=args.literal_every, invariants_every=args.invariants_every,
                                state_every=args.state_every, stop_on_failure=args.stop_on_failure,
-                               truth=args.truth)
+                               truth=args.truth, poison_allocations=args.poison_allocations)
         pj, pm = res.save(Path(args.out), stem)
         if args.record:
             options = {"truth": args.truth, "literal_every": args.literal_every, "repeat_check": not args.no_repeat,

@@ -7,7 +7,10 @@ A kernel under test is a stateful object owning the per-slot state of one layer 
     kernel.commit(slot_ids, accepted)       # k accepted tokens per row, 1 <= k <= T'
 
 Standard (autoregressive) decode is ``verify`` with T' = 1 followed by ``commit(1)``.
-``slot_ids[r] = -1`` marks a padding row: its outputs and every slot not named are untouched.
+``slot_ids[r] = -1`` marks a padding row: its outputs and every slot not named are untouched, and
+its ``accepted[r]`` is garbage (any integer: serving engines leave it so) that commit ignores.
+Every tensor handed to ``verify`` and ``commit`` is read-only; an accepted count out of range on
+an active row is refused (``ValueError`` naming ``accepted[r]``) before anything changes.
 
 What a kernel declares, as class attributes (the engine tests each declared behaviour):
 
@@ -15,7 +18,11 @@ What a kernel declares, as class attributes (the engine tests each declared beha
   draft rejected, bonus token included: constrained decoding).  ``"refuse"``: ``ValueError``
   naming ``accepted[r]`` before anything changes.  ``"noop"`` (speculative decode only): the
   commit changes nothing (checkpoint, ring, cursors; a flush verify's fold is kept, so the
-  cursors move by the policy's rule with k = 0).
+  cursors move by the policy's rule with k = 0).  ``"staged"`` (speculative only): a flush verify
+  computes its fold but leaves the checkpoint as it was (the fold is staged); commit(k >= 1)
+  applies it and moves the cursors by the policy's rule, commit(0) discards it: checkpoint,
+  scales and cursors stay exactly as they were before the verify (the engine judges the
+  checkpoint of a flush after the commit, on the rows with k >= 1; the ``staged-fold`` check).
 * ``supports_ragged_windows`` (default False): ``verify(..., window_lens=L)`` with ``L[r]`` in
   1..T' (T' = ``decode.window`` is then T'max) in the padded ``[R, T'max]`` layout: row r's
   positions ``L[r]..T'max-1`` of the inputs are padding (any values) and of the outputs must stay
@@ -32,6 +39,19 @@ What a kernel declares, as class attributes (the engine tests each declared beha
   in 1..T' for an active row, 0 for a padding row; ``Q[R] <= N``), the outputs ``[N, *out_shape]``
   the same way; tokens ``Q[R]..N-1`` (the spare tail of a buffer padded to a fixed size) are
   padding, their outputs untouched.
+* ``supports_strided_views`` (default False): ``verify`` and ``commit`` take their tensors as an
+  engine hands them over: each input a strided slice of a wider buffer (vLLM's split of a fused
+  projection), ``slot_ids`` a column of a 2-D block table (``block_table[:, 0]``, stride > 1),
+  ``accepted`` a column too, ``out`` a view whose gaps belong to someone else (the engine checks
+  them unchanged: ``view-gaps``).  A kernel that does not declare it refuses any of them that is
+  not contiguous, naming the tensor and its strides.
+* ``supports_materialize`` (default False): ``materialize(slot_ids, upto, dst_slot_ids)`` publishes,
+  for each active row, the state of its slot after the checkpoint and the first ``upto[r]``
+  tokens of its committed history (``0 <= upto[r] <= write_pos``) into slot ``dst_slot_ids[r]`` as
+  a freshly admitted sequence (checkpoint in the declared format, write_pos 0, origin 0): what
+  prefix caches do (FlashInfer ``replayssm_materialize``, vLLM RecoverSSM
+  ``boundary_state_indices``, SGLang ``force_flush``).  The source slots and every slot not named
+  stay bit-identical; destinations are distinct, not a source, in range.
 * ``supports_mixed_decode`` (default False; speculative kernels that also declare standard
   decode): a slot moves between standard and speculative steps (a request whose drafting is
   switched off and on): a verify whose inputs have one token (``[R, 1, ...]``) is a standard step
@@ -82,7 +102,7 @@ class Geometry(Protocol):
 
 PAD_SLOT = -1
 DECODES = ("standard", "speculative")
-ZERO_ACCEPT = ("refuse", "noop")
+ZERO_ACCEPT = ("refuse", "noop", "staged")
 
 
 def next_pow2(n: int) -> int:
@@ -462,6 +482,8 @@ class KernelUnderTest(abc.ABC):
     supports_ragged_windows: ClassVar[bool] = False  # verify(..., window_lens=) in the padded layout
     supports_packed_layout: ClassVar[bool] = False  # verify(..., query_start_loc=): tokens packed back to back
     supports_mixed_decode: ClassVar[bool] = False  # one-token verifies (standard steps) on a speculative object
+    supports_strided_views: ClassVar[bool] = False  # inputs, out, slot_ids and accepted may be strided views
+    supports_materialize: ClassVar[bool] = False  # materialize(slot_ids, upto, dst_slot_ids): prefix-cache publish
     bookkeeping: ClassVar[str] = "spec"  # the cursor policy (POLICIES)
     accepted_options: ClassVar[tuple[str, ...]] = ()  # the KernelConfig.options names it reads; others are refused
     # The conventions it computes with, where they differ from the defaults (replayssm/conventions.py:
@@ -572,6 +594,7 @@ class KernelUnderTest(abc.ABC):
                              f"{tuple(getattr(slot_ids, 'shape', ()))}")
         if slot_ids.device != self.device:
             raise ValueError(f"slot_ids: expected device {self.device}, got {slot_ids.device}")
+        self.check_contiguous("slot_ids", slot_ids)
         ids = slot_ids.tolist()
         for r, s in enumerate(ids):
             if s == PAD_SLOT and allow_pad:
@@ -583,6 +606,49 @@ class KernelUnderTest(abc.ABC):
         if len(set(active)) != len(active):
             raise ValueError(f"slot_ids: an active slot appears twice in {ids}")
         return ids
+
+    def materialize(self, slot_ids: torch.Tensor, upto: torch.Tensor, dst_slot_ids: torch.Tensor) -> None:
+        """Publish each active row's state after ``upto[r]`` committed history tokens into slot
+        ``dst_slot_ids[r]`` (declared by ``supports_materialize``; see the module docstring)."""
+        raise ValueError(f"materialize: kernel {self.name!r} does not declare it (supports_materialize is False)")
+
+    def check_materialize_args(self, slot_ids, upto, dst_slot_ids, write_pos: list[int],
+                               ready: list[bool] | None = None) -> list[tuple[int, int, int]]:
+        """Validate a materialize call; returns (source slot, upto, destination slot) of each active
+        row.  ``write_pos``: each slot's committed history length (host list)."""
+        ids = self._check_slot_ids(slot_ids)
+        R = len(ids)
+        for name, t in (("upto", upto), ("dst_slot_ids", dst_slot_ids)):
+            if (not isinstance(t, torch.Tensor) or tuple(t.shape) != (R,) or t.is_floating_point()
+                    or t.dtype == torch.bool):
+                raise ValueError(f"{name}: expected an integer tensor of shape ({R},), got "
+                                 f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+            if t.device != self.device:
+                raise ValueError(f"{name}: expected device {self.device}, got {t.device}")
+        ups, dsts = upto.tolist(), dst_slot_ids.tolist()
+        active = {s for s in ids if s != PAD_SLOT}
+        out, seen = [], set()
+        for r, (s, n, d) in enumerate(zip(ids, ups, dsts)):
+            if s == PAD_SLOT:
+                continue
+            if ready is not None and not ready[s]:
+                raise ValueError(f"slot_ids[{r}]: slot {s} was never reset")
+            if not 0 <= n <= write_pos[s]:
+                raise ValueError(f"upto[{r}]: expected 0 <= upto <= write_pos = {write_pos[s]} (the committed history "
+                                 f"of slot {s}), got {n}")
+            if not 0 <= d < self.num_slots or d in active or d in seen:
+                raise ValueError(f"dst_slot_ids[{r}]: expected a slot in [0, {self.num_slots}) that is no source and "
+                                 f"no other destination, got {d}")
+            seen.add(d)
+            out.append((s, n, d))
+        return out
+
+    def check_contiguous(self, name: str, t: torch.Tensor) -> None:
+        """Refuse a strided view ``name`` unless the kernel declares ``supports_strided_views``."""
+        if not self.supports_strided_views and not t.is_contiguous():
+            raise ValueError(f"{name}: expected a contiguous tensor, got shape {tuple(t.shape)} with strides "
+                             f"{t.stride()} (kernel {self.name!r} does not take strided views: "
+                             f"supports_strided_views is False)")
 
     def check_reset_args(self, slot_ids, initial_state, origin) -> list[int]:
         ids = self._check_slot_ids(slot_ids, allow_pad=True)
@@ -743,8 +809,7 @@ class KernelUnderTest(abc.ABC):
                                  f"got {t.dtype}")
             if t.device != self.device:
                 raise ValueError(f"inputs[{k!r}]: expected device {self.device}, got {t.device}")
-            if not t.is_contiguous():
-                raise ValueError(f"inputs[{k!r}]: expected a contiguous tensor, got strides {t.stride()}")
+            self.check_contiguous(f"inputs[{k!r}]", t)
         if out is not None:
             want = (*lead, *self.out_shape)
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
@@ -753,8 +818,7 @@ class KernelUnderTest(abc.ABC):
                 raise ValueError(f"out: expected dtype {self.mode.act_dtype}, got {out.dtype}")
             if out.device != self.device:
                 raise ValueError(f"out: expected device {self.device}, got {out.device}")
-            if not out.is_contiguous():
-                raise ValueError(f"out: expected a contiguous tensor, got strides {out.stride()}")
+            self.check_contiguous("out", out)
         if write_pos is not None:
             hi = self.decode.max_write_pos()
             for r, s in enumerate(ids):
@@ -779,8 +843,9 @@ class KernelUnderTest(abc.ABC):
             raise ValueError(f"accepted: expected an integer tensor of shape ({R},), got "
                              f"{getattr(accepted, 'dtype', type(accepted).__name__)} "
                              f"{tuple(getattr(accepted, 'shape', ()))}")
+        self.check_contiguous("accepted", accepted)
         ks = accepted.tolist()
-        lo = 0 if self.zero_accept == "noop" and self.decode.speculative else 1
+        lo = 0 if self.zero_accept in ("noop", "staged") and self.decode.speculative else 1
         for r, (s, k) in enumerate(zip(ids, ks)):
             if s == PAD_SLOT:
                 continue
@@ -788,7 +853,7 @@ class KernelUnderTest(abc.ABC):
             if not lo <= k <= hi:
                 what = f"T'_r = {hi} (the row's window length)" if hi != T else f"T' = {T}"
                 why = ("" if lo == 0 else " (the bonus token counts; this kernel refuses k = 0: zero_accept = "
-                       f"{self.zero_accept!r}{', standard decode' if self.zero_accept == 'noop' else ''})")
+                       f"{self.zero_accept!r}{', standard decode' if self.zero_accept != 'refuse' else ''})")
                 raise ValueError(f"accepted[{r}]: expected {lo} <= k <= {what}{why}, got {k}")
             if pending is not None and not pending[s]:
                 raise ValueError(f"slot_ids[{r}]: slot {s} has no verify to commit")

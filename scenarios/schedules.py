@@ -36,9 +36,15 @@ outputs), ``poison`` (``"nan"`` | ``"large"``: before a mid-run reset the recycl
 previous checkpoint and records are overwritten with NaN or with 2^100, so a kernel reading its
 previous tenant's storage cannot hide it; ``"none"``, the default, leaves them) and ``layout``
 (``"padded"``, the default, ``[R, T', ...]`` inputs; ``"packed"``: the tokens back to back with
-``query_start_loc``, for kernels declaring ``supports_packed_layout``).
+``query_start_loc``, for kernels declaring ``supports_packed_layout``; ``"views"``: the padded
+layout handed over as strided views of wider buffers, ``slot_ids`` a column of a block table,
+``out`` a view with canaries in its gaps, for kernels declaring ``supports_strided_views``:
+validators/engine_views.py), ``publish`` (a probability: after each commit every active row
+publishes its state after a prefix of its committed history into an unused slot with
+``materialize``, for kernels declaring ``supports_materialize``; the ``materialize`` check).
 
-Standard decode accepts k = 1 always.  Padding rows get k = 0 (kernels must ignore it).  The
+Standard decode accepts k = 1 always.  Padding rows get k = 0 in the plan (the engine hands the
+kernel garbage there: kernels must ignore it).  The
 explicit schedule may also give ``window_lens`` (one list per step of one T'_r per row, 0 for
 padding rows), k = 0 for active rows (speculative decode) and ``standard_steps`` (the steps that
 are standard steps on the speculative slots: every active row k = 1, no ``window_lens`` there).
@@ -66,7 +72,7 @@ class StepPlan:
     reset_origins: list[int] = field(default_factory=list)
     window_lens: list[int] | None = None  # T'_r per row (0 for padding rows); None: T' for every row
     standard: bool = False  # a standard step (one-token verify) on the speculative slots
-    layout: str = "padded"  # "padded" [R, T', ...] | "packed" (query_start_loc)
+    layout: str = "padded"  # "padded" [R, T', ...] | "packed" (query_start_loc) | "views" (strided views)
     perm: list[int] | None = None  # batch row i of this step's kernel calls is scenario row perm[i]
     poison: str = "none"  # what the recycled slots of this step's resets are filled with first
     # The reset rows are re-admitted through the interface's defaults: ``reset(slot_ids, None, None)``
@@ -77,9 +83,9 @@ class StepPlan:
 _DEFAULT_STEPS = {"random": 64, "per-row": 64, "always-1": 32, "always-T": 32, "fixed": 32, "slot-reuse": 96,
                   "long": 4096, "zero-accept": 48, "ragged": 48, "mixed": 48}
 POISONS = ("none", "nan", "large")
-LAYOUTS = ("padded", "packed")
+LAYOUTS = ("padded", "packed", "views")
 POISON_LARGE = 2.0 ** 100
-_COMMON = {"permute_rows", "poison", "layout"}
+_COMMON = {"permute_rows", "poison", "layout", "publish"}
 _PARAMS = {
     "exhaustive": set(),
     "random": {"k_weights"},
@@ -150,6 +156,10 @@ def check_schedule_params(sc) -> None:
         raise _fail(f"poison: expected one of {POISONS}, got {p['poison']!r}")
     if "layout" in p and p["layout"] not in LAYOUTS:
         raise _fail(f"layout: expected one of {LAYOUTS}, got {p['layout']!r}")
+    if "publish" in p:
+        q = p["publish"]
+        if not isinstance(q, (int, float)) or isinstance(q, bool) or not 0.0 < q <= 1.0:
+            raise _fail(f"publish: expected a probability in (0, 1], got {q!r}")
     if "switch_prob" in p:
         q = p["switch_prob"]
         if not isinstance(q, (int, float)) or isinstance(q, bool) or not 0.0 <= q <= 1.0:

@@ -257,15 +257,18 @@ def serving_options(kernel: type[KernelUnderTest] | None, decode: DecodeConfig, 
     (``window_lens`` per step and row, accepted counts clamped to them; speculative, T' >= 2,
     ``supports_ragged_windows``), rows accepting nothing (some k set to 0; speculative,
     ``zero_accept = "noop"``), ``permute_rows`` (two or more rows), ``poison`` (plans with
-    resets), the packed layout (``layout``, ``supports_packed_layout``) and standard steps on the
+    resets), the packed layout or strided views (``layout``, ``supports_packed_layout`` /
+    ``supports_strided_views``), ``publish`` (``supports_materialize``) and standard steps on the
     speculative slots (``standard_steps``: speculative, T' >= 2, ``supports_mixed_decode`` and
     both decode kinds declared).  The bookkeeping policy (host-owned cursors included) is the
     kernel's declaration: nothing to draw."""
     active = [r for r, s in enumerate(slot_ids) if s != PAD_SLOT]
     T = decode.window
     ragged_ok = decode.speculative and T >= 2 and (kernel is None or kernel.supports_ragged_windows)
-    zero_ok = decode.speculative and (kernel is None or kernel.zero_accept == "noop")
+    zero_ok = decode.speculative and (kernel is None or kernel.zero_accept in ("noop", "staged"))
     packed_ok = kernel is None or kernel.supports_packed_layout
+    views_ok = kernel is None or kernel.supports_strided_views
+    publish_ok = kernel is None or kernel.supports_materialize
     mixed_ok = decode.speculative and T >= 2 and (kernel is None or (
         kernel.supports_mixed_decode and "standard" in kernel.decodes))
 
@@ -300,6 +303,10 @@ def serving_options(kernel: type[KernelUnderTest] | None, decode: DecodeConfig, 
                     acc[s][r] = 1
                     if "window_lens" in out:
                         out["window_lens"][s][r] = 1
+        if views_ok and "layout" not in out and draw(st.booleans()):
+            out["layout"] = "views"
+        if publish_ok and draw(st.booleans()):
+            out["publish"] = 0.5
         return out
 
     return draw_options()

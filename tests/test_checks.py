@@ -25,7 +25,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
 NAMES = {"exception", "out-param", "unwritten-output", "non-finite", "padding-output", "unused-slot",
          "stored-precision", "flush-increment",
          "checkpoint-unchanged", "committed-ring-rows", "cursor", "output", "flush-checkpoint", "state", "repeat",
-         "window-tail", "zero-accept"}
+         "window-tail", "zero-accept", "inputs-unchanged", "accepted-range", "view-gaps", "staged-fold", "materialize"}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -85,10 +85,10 @@ class _CountsSnapshots:
 
 @pytest.mark.parametrize("kernel,every,want", [
     # canaries once, then per checked step (0, 2 and the last, 3): before and after the verify,
-    # after the commit
-    ("literal-replay", 2, 1 + 3 * 3),
+    # after the commit; one more after the accepted-range probe of the first step (no step flushes)
+    ("literal-replay", 2, 1 + 3 * 3 + 1),
     # a baseline has no check that needs the snapshot before the verify
-    ("literal-baseline", 2, 1 + 2 * 3),
+    ("literal-baseline", 2, 1 + 2 * 3 + 1),
     ("literal-replay", 0, 0),
 ], ids=["replay-every2", "baseline-every2", "replay-off"])
 def test_snapshots_are_taken_only_where_a_due_check_needs_them(kernel, every, want):

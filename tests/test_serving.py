@@ -359,7 +359,7 @@ def test_unknown_policy_names_are_refused():
      r"window_lens\[0\]\[0\]: expected a window length 1 <= T'_r <= T'max = 4, got 5"),
     ({"accepted": [[1, 0, 1]], "window_lens": [[1, 2, 3]]}, r"window_lens\[0\]\[1\]: row 1 is a padding row"),
     ({"accepted": [[1, 0, 1]], "poison": "zero"}, r"poison: expected one of"),
-    ({"accepted": [[1, 0, 1]], "layout": "ragged"}, r"layout: expected one of \('padded', 'packed'\)"),
+    ({"accepted": [[1, 0, 1]], "layout": "ragged"}, r"layout: expected one of \('padded', 'packed', 'views'\)"),
     ({"accepted": [[1, 0, 1], [2, 0, 1]], "standard_steps": [1]},
      r"accepted\[1\]\[0\]: step 1 is a standard step, expected k = 1, got 2"),
     ({"accepted": [[1, 0, 1]], "standard_steps": [3]}, r"standard_steps\[0\]: expected a step in \[0, 1\), got 3"),
@@ -430,7 +430,8 @@ def test_fuzz_runs_a_kernel_that_supports_one_decode_kind():
 
 
 
-@pytest.mark.parametrize("option", ["window_lens", "zero", "permute_rows", "poison", "layout", "standard_steps"])
+@pytest.mark.parametrize("option", ["window_lens", "zero", "permute_rows", "poison", "layout", "views",
+                                    "standard_steps"])
 def test_the_strategies_draw_serving_options_where_declared(option):
     slot_ids = (3, -1, 1)
     plan = {"accepted": [[2, 0, 1], [1, 0, 2], [2, 0, 2]], "resets": [[1, 0, 4]]}
@@ -441,6 +442,7 @@ def test_the_strategies_draw_serving_options_where_declared(option):
              "permute_rows": lambda p: p.get("permute_rows", False),
              "poison": lambda p: p.get("poison") in ("nan", "large"),
              "layout": lambda p: p.get("layout") == "packed",
+             "views": lambda p: p.get("layout") == "views",
              "standard_steps": lambda p: bool(p.get("standard_steps")) and all(
                  p["accepted"][s][r] == 1 for s in p["standard_steps"] for r in (0, 2))}
     find(strat, preds[option], settings=settings(max_examples=200, database=None))
@@ -450,7 +452,8 @@ def test_the_strategies_draw_serving_options_where_declared(option):
 
 @settings(max_examples=25, database=None, deadline=None, suppress_health_check=list(HealthCheck))
 @given(scenarios(kernel=type("Plain", (_NoRagged,), {"zero_accept": "refuse", "name": "plain",
-                                                    "supports_packed_layout": False, "supports_mixed_decode": False}),
+                                                    "supports_packed_layout": False, "supports_mixed_decode": False,
+                                                    "supports_strided_views": False}),
                  max_steps=6))
 def test_the_strategies_never_draw_what_a_kernel_does_not_declare(sc):
     p = sc.schedule_params

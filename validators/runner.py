@@ -46,6 +46,7 @@ checks off.
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 import traceback
 from collections import Counter
@@ -61,6 +62,7 @@ from replayssm.ops.literal import (
     LiteralFoldEveryCommitKernel,
     LiteralHostCursorsKernel,
 )
+from replayssm.ops.literal_staged import LiteralStagedFoldKernel
 from replayssm.registry import get, register
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
@@ -70,8 +72,11 @@ from replayssm.validators import mutants  # noqa: F401 - registers every mutant 
 from replayssm.validators.checks import CHECKS, HOOKS, RunContext, StepContext, ToleranceRule, checks_at
 from replayssm.validators.checks.fp64_bound import RunningBound, error_model, state_norm
 from replayssm.validators.checks.tolerance_rule import SR_WALK_CAP
+from replayssm.validators.engine_views import Gaps, column_view, strided_views
 from replayssm.validators.golden_truth import GoldenTruth, masked
 from replayssm.validators.metrics import error_metrics
+from replayssm.validators.poison_alloc import HOW as POISON_HOW
+from replayssm.validators.poison_alloc import poison_kernel_calls
 from replayssm.validators.result import Failure, ValidationResult
 
 CANARY_GENERATION = 1 << 40
@@ -137,6 +142,24 @@ def policy_literal_name(family_name: str, policy_name: str) -> str:
 for _fam in families():
     for _pol in POLICY_LITERALS:
         policy_literal_name(_fam, _pol)
+
+
+def staged_literal_name(family_name: str) -> str:
+    """The registered literal model of a staged fold (``zero_accept = "staged"``,
+    replayssm/ops/literal_staged.py) for the family: ``literal-replay-staged``."""
+    name = "literal-replay-staged"
+    try:
+        get(name, family_name)
+    except ValueError:
+        base = family(family_name).literal_replay
+        register(type(f"LiteralStagedFoldKernel_{family_name}", (LiteralStagedFoldKernel, base),
+                      {"name": name, "family": family_name, "__module__": LiteralStagedFoldKernel.__module__}),
+                 replace=True)
+    return name
+
+
+for _fam in families():
+    staged_literal_name(_fam)
 
 
 def declared_policy(cls: type[KernelUnderTest]) -> str:
@@ -208,9 +231,14 @@ class Lockstep:
 
     def __init__(self, sc: Scenario, kernel, *, device="cpu", literal_every: int = 1, invariants_every: int = 1,
                  state_every: int = 1, max_failures: int = 200, record_metrics: bool = True, digest: bool = True,
-                 steps: list[StepPlan] | None = None, truth: str = "reference") -> None:
+                 steps: list[StepPlan] | None = None, truth: str = "reference",
+                 poison_allocations: str | None = None) -> None:
         if truth not in ("reference", "golden"):
             raise ValueError(f"truth: expected 'reference' or 'golden', got {truth!r}")
+        if poison_allocations not in (None, *POISON_HOW):
+            raise ValueError(f"poison_allocations (--poison-allocations): expected one of {list(POISON_HOW)}, got "
+                             f"{poison_allocations!r}")
+        self.poison_allocations = poison_allocations
         self.golden = GoldenTruth.load(sc) if truth == "golden" else None
         for name, v in (("literal_every", literal_every), ("invariants_every", invariants_every),
                         ("state_every", state_every)):
@@ -275,7 +303,10 @@ class Lockstep:
         # The declared policy of the kernel's class (an instance may have swapped its own rule).
         self.dec = sc.decode_config.with_policy(declared_policy(type(self.kernel)))
         self.ragged = any(p.window_lens is not None for p in self.plans)
-        self.zero_noop = self.kernel.zero_accept == "noop" and self.dec.speculative
+        self.zero_noop = self.kernel.zero_accept in ("noop", "staged") and self.dec.speculative
+        # A staged fold (zero_accept "staged"): a flush's checkpoint is judged after the commit, on the
+        # rows that accepted k >= 1; commit(0) moves no cursor.
+        self.staged = self.kernel.zero_accept == "staged" and self.dec.speculative
         if self.ragged and self.golden is not None:
             raise ValueError("truth: golden: the plan has ragged windows; the golden scenarios have none")
         if self.ragged:
@@ -286,6 +317,10 @@ class Lockstep:
                                      f"(supports_ragged_windows is False)")
         for what, attr, used in (("the packed layout (query_start_loc)", "supports_packed_layout",
                                   any(p.layout == "packed" for p in self.plans)),
+                                 ("strided views of wider buffers (layout 'views')", "supports_strided_views",
+                                  any(p.layout == "views" for p in self.plans)),
+                                 ("publishing with materialize (publish)", "supports_materialize",
+                                  bool(sc.schedule_params.get("publish"))),
                                  ("standard steps on a speculative slot", "supports_mixed_decode",
                                   any(p.standard for p in self.plans))):
             if used and not getattr(self.kernel, attr, False):
@@ -297,6 +332,17 @@ class Lockstep:
         self.host_cursors = self.dec.host_owned
         self.cursor_table = [[0, 0] for _ in range(sc.num_slots)]  # the caller's cursors (host-cursors policy)
         self._pack_idx: torch.Tensor | None = None
+        # The tensors handed to the kernel's last verify / commit, with their bits before the call
+        # when the inputs-unchanged check is due (``watch_inputs``): call -> name -> (given, copy).
+        self.watch_inputs = False
+        self.view_gaps: dict[str, list[Gaps]] = {}  # layout "views": the wider buffers' gaps, per call
+        # ``publish`` (the materialize check): per row, the fp64 reference state after each token of
+        # the committed history, the checkpoint's first (at most max write_pos + 1 kept)
+        self.publish = float(sc.schedule_params.get("publish", 0.0)) if self.golden is None else 0.0
+        self.ref_hist: list[list[torch.Tensor]] = []
+        self.published: set[int] = set()  # slots materialize published into (the repeat run skips them)
+        self.ref_tokens: torch.Tensor | None = None
+        self.given: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {}
         if any(p.poison != "none" and p.reset_rows for p in self.plans) and not self.kernel.supports_restore:
             self.notes.append("the kernel cannot restore a snapshot: recycled slots were not poisoned before reuse")
         # A mutant built on a baseline says so in ``base_kind`` (its kind is "mutant").
@@ -320,6 +366,8 @@ class Lockstep:
         # Stochastic rounding: the literal model's error is one random draw of the mode's noise; the
         # bound uses the running maximum (literal and replicas) per row since the row's last reset.
         self.lit_env = self.rule.envelope
+        if poison_allocations:  # (validators/poison_alloc.py) every empty-like buffer of the kernel's calls
+            poison_kernel_calls(self.kernel, poison_allocations, self.coverage)
 
     # ---- schedules --------------------------------------------------------------------------------------
     def _enabled(self, schedule: str) -> bool:
@@ -409,6 +457,7 @@ class Lockstep:
         if self.bound is not None and self.active:
             self.bound.reset(self.active, init)
         self.ref = init.clone()
+        self.ref_hist = [[init[r]] for r in range(sc.rows)]
         self.wp = [0] * sc.rows
         self.origin = self._origins(sc.resolved_origins)
         if unused and any("canaries" in c.needs and self._enabled(c.schedule)
@@ -478,6 +527,8 @@ class Lockstep:
             self.bound.reset(list(p.reset_rows), init)
         for r in p.reset_rows:
             self.ref[r] = init[r]
+            if self.ref_hist:
+                self.ref_hist[r] = [init[r]]
             self.wp[r], self.origin[r] = 0, orig[r]
             self.cursor_table[self.ids_list[r]] = [0, orig[r]]
             for env in self.lit_env.values():
@@ -559,7 +610,15 @@ class Lockstep:
             pads = [i for i, r in enumerate(p.perm) if r in self.pad_rows]
         out = inv.poisoned_out(sc.rows, T, self.kernel.out_shape, sc.precision.act_dtype, pads, dev)
         cur = self.cursor_kw(self.kernel)
+        self.view_gaps["verify"] = []
+        if p.layout == "views":
+            inputs, g_in = strided_views("inputs", inputs, inv.PAD_CANARY)
+            views, g_out = strided_views("out", {"out": out}, inv.PAD_CANARY)
+            out = views["out"]
+            ids, g_ids = column_view("slot_ids", ids, 0, self.sc.unused_slots or [PAD_SLOT])
+            self.view_gaps["verify"] = [g_in, g_out, g_ids]
         if p.layout != "packed":
+            self._keep_given("verify", slot_ids=ids, inputs=inputs, **kw, **cur)
             return out, self.kernel.verify(ids, inputs, out=out, **kw, **cur)
         # Packed: every row's first T'_r tokens back to back, then the unused positions (the spare tail).
         call_ids = ids.tolist()
@@ -571,6 +630,7 @@ class Lockstep:
         qsl = torch.tensor([0, *torch.tensor(n_of).cumsum(0).tolist()], dtype=torch.int64, device=dev)
         packed = {n: v.flatten(0, 1).index_select(0, self._pack_idx).contiguous() for n, v in inputs.items()}
         pout = out.flatten(0, 1).index_select(0, self._pack_idx).contiguous()
+        self._keep_given("verify", slot_ids=ids, inputs=packed, query_start_loc=qsl, **cur)
         return pout, self.kernel.verify(ids, packed, out=pout, query_start_loc=qsl, **cur)
 
     def verify_outputs(self, p: StepPlan, got: torch.Tensor) -> torch.Tensor:
@@ -594,20 +654,57 @@ class Lockstep:
         """The kernel's outputs back in scenario row order."""
         return out.index_select(0, torch.argsort(self._perm(p))) if p.perm else out
 
+    def _keep_given(self, call: str, **given) -> None:
+        """Keep the tensors handed to the kernel's ``call`` (a dict of them flattened to
+        ``inputs['x']``) and, when ``watch_inputs``, a copy of their bits before the call."""
+        flat = {}
+        for name, v in given.items():
+            if isinstance(v, dict):
+                flat.update({f"{name}[{k!r}]": t for k, t in v.items()})
+            elif isinstance(v, torch.Tensor):
+                flat[name] = v
+        self.given[call] = {n: (t, t.clone()) for n, t in flat.items()} if self.watch_inputs else {}
+
+    def commit_counts(self, p: StepPlan) -> list[int]:
+        """The accepted counts handed to ``commit`` at step ``p`` (scenario order): the plan's for
+        active rows; padding rows carry garbage, as serving engines leave them (vLLM's RecoverSSM
+        tests fill them at random): negative, zero, past T', huge; drawn from the scenario's seed
+        and the step, so a rerun hands the same bits."""
+        if not self.pad_rows:
+            return list(p.accepted)
+        rng = random.Random(f"pad-counts-{self.sc.seed}-{p.step}")
+        T = self.sc.window
+        acc = list(p.accepted)
+        for r in self.pad_rows:
+            acc[r] = rng.choice((-1, 0, T + 1, 2 ** 31 - 1, -2 ** 31, rng.randrange(-2 ** 31, 2 ** 31)))
+        return acc
+
     def kernel_commit(self, p: StepPlan) -> torch.Tensor:
-        """Commit ``p.accepted`` (scenario order) to the kernel, rows permuted as at the verify;
-        returns the accepted tensor in scenario order."""
-        acc = torch.tensor(p.accepted, dtype=torch.int64, device=self.device)
+        """Commit ``p.accepted`` (scenario order; padding rows carry garbage, :meth:`commit_counts`)
+        to the kernel, rows permuted as at the verify; returns the accepted tensor in scenario order."""
+        acc = torch.tensor(self.commit_counts(p), dtype=torch.int64, device=self.device)
+        ids, pacc = self.ids, acc
         if p.perm:
             idx = self._perm(p)
-            self.kernel.commit(self.ids.index_select(0, idx), acc.index_select(0, idx))
-        else:
-            self.kernel.commit(self.ids, acc)
+            ids, pacc = self.ids.index_select(0, idx), acc.index_select(0, idx)
+        self.view_gaps["commit"] = []
+        if p.layout == "views":
+            ids, g_ids = column_view("slot_ids", ids, 0, self.sc.unused_slots or [PAD_SLOT])
+            pacc, g_acc = column_view("accepted", pacc, 1, [-1])
+            self.view_gaps["commit"] = [g_ids, g_acc]
+        self._keep_given("commit", slot_ids=ids, accepted=pacc)
+        self.kernel.commit(ids, pacc)
         for r in self.active:
             s = self.ids_list[r]
             w, o = self.cursor_table[s]
-            self.cursor_table[s] = list(self.dec.commit_cursor(w, o, self.dec.is_flush(w), p.accepted[r]))
+            self.cursor_table[s] = list(self.commit_cursor(w, o, self.dec.is_flush(w), p.accepted[r]))
         return acc
+
+    def commit_cursor(self, write_pos: int, origin: int, flushed: bool, k: int) -> tuple[int, int]:
+        """Cursors after commit(k) under the declared policy; a staged fold's commit(0) moves none."""
+        if self.staged and k == 0:
+            return write_pos, origin
+        return self.dec.commit_cursor(write_pos, origin, flushed, k)
 
     def _literal_verify(self, lit, p: StepPlan, inputs: dict[str, torch.Tensor], kw: dict) -> torch.Tensor:
         """A literal model's verify of step ``p`` (the same call shape as the kernel's: one-token
@@ -666,6 +763,7 @@ class Lockstep:
         outs, mags, toks = [], [], []
         kt = torch.tensor(accepted, device=self.device)
         after_first = None
+        self._toks_states: list[torch.Tensor] = []
         for t in range(T):
             tok = {n: v[:, t].to(torch.float64) for n, v in inputs.items()}
             toks.append(tok)
@@ -674,6 +772,8 @@ class Lockstep:
             mags.append(readout_magnitude(self.sc.family, st, tok, self.ref_params, self.sc.precision.scaled_state))
             if t == 0:
                 after_first = st
+            if self.publish:  # the state after each window position (the materialize check's truth)
+                self._toks_states.append(st)
             sel = (kt == t + 1).view(-1, *([1] * (st.dim() - 1)))
             new = torch.where(sel, st, new)
         self.ref_magnitude = torch.stack(mags, dim=1)
@@ -724,6 +824,7 @@ class Lockstep:
         inputs = make_inputs(sc, s, dev)
         due = self._due(s, last=self.step_idx == len(self.plans) - 1)
         needs = self._needs(due)
+        self.watch_inputs = "inputs" in needs
         use_lit = "literal" in due
         flush_rows = [r for r in self.active if self.dec.is_flush(self.wp[r])]
         for r in flush_rows:
@@ -756,6 +857,8 @@ class Lockstep:
         if "after-verify" in needs:
             ctx.snapshots["after-verify"] = self.snapshot()
         at_flush = bool(flush_rows) and any(c.schedule in due for c in self.hooks["at-flush"])
+        staged_flush = at_flush and self.staged
+        at_flush = at_flush and not staged_flush
         if at_flush and "checkpoint" in needs:
             ctx.checkpoint = k.checkpoint_state(self.ids)
 
@@ -793,14 +896,18 @@ class Lockstep:
         moves = self.dec.rule.checkpoint_moves_at_commit(self.dec)
         for r in self.active:
             held = self.wp[r] + p.accepted[r]
-            self.wp[r], self.origin[r] = self.dec.commit_cursor(self.wp[r], self.origin[r], r in flush_rows,
-                                                                p.accepted[r])
+            self.wp[r], self.origin[r] = self.commit_cursor(self.wp[r], self.origin[r], r in flush_rows,
+                                                            p.accepted[r])
             if moves and p.accepted[r] and self.wp[r] != held:  # the commit folded: one more checkpoint rounding
                 self.lit_env["flushes"][r] += 1
                 self.coverage["commit folds"] += 1
             self.tokens_accepted += p.accepted[r]
+        if staged_flush:
+            self._staged_flush_checks(ctx, p, flush_rows, due, needs, use_lit)
         if self.golden is None:
             self.ref = ctx.ref_state
+            if self.publish:
+                self._extend_ref_hist(p)
         if "after-commit" in needs:
             ctx.snapshots["after-commit"] = self.snapshot()
         self._run_hook("after-commit", ctx, due)
@@ -824,6 +931,27 @@ class Lockstep:
                 self.metrics[key].append(rec.get(key))
         self.step_idx += 1
         return rec
+
+    def _extend_ref_hist(self, p: StepPlan) -> None:
+        """Append each active row's reference states after its accepted tokens to ``ref_hist``
+        (the states of the committed history; the oldest beyond max write_pos + 1 dropped)."""
+        keep = self.dec.max_write_pos() + 1
+        for r in self.active:
+            hist = self.ref_hist[r] + [self._toks_states[t][r] for t in range(p.accepted[r])]
+            self.ref_hist[r] = hist[-keep:]
+
+    def _staged_flush_checks(self, ctx: StepContext, p: StepPlan, flush_rows: list[int], due: set[str], needs: set[str],
+                             use_lit: bool) -> None:
+        """A staged fold's flush checks, after the commit that applied it: the at-flush checks on
+        the flush rows that accepted k >= 1 (the rows with k = 0 discarded it: ``staged-fold``)."""
+        rows = [r for r in flush_rows if p.accepted[r] >= 1]
+        if not rows:
+            return
+        if "checkpoint" in needs:
+            ctx.checkpoint = self.kernel.checkpoint_state(self.ids)
+            if use_lit:
+                ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
+        self._run_hook("at-flush", dataclasses.replace(ctx, flush_rows=rows), due)
 
     def finish(self, kernel, step_digests: list[str], exception: dict | None = None, repeat: bool = True) -> None:
         """Run the end-of-run checks: ``kernel`` (a name or a class) builds the fresh instance of
@@ -930,6 +1058,9 @@ class Lockstep:
                       if c.applies(self.kind) and self._enabled(c.schedule)
                       and (c.schedule not in ("once", "repeat") or c.name in self.ran_at_end)]
         res.notes = list(self.notes)
+        if self.poison_allocations:
+            res.notes.append(f"allocations poisoned ({self.poison_allocations}): every torch.empty / empty_like / "
+                             f"new_empty buffer of the kernel's reset, verify and commit calls was filled")
         if not sc.unused_slots:
             res.notes.append("no unused slots: the canary (unused-slot) check had nothing to watch")
         if not self.pad_rows:
@@ -952,10 +1083,13 @@ def _exception_record(step: int, e: BaseException) -> dict:
 
 def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, repeat_check: bool = True,
                  literal_every: int = 1, invariants_every: int = 1, state_every: int = 1,
-                 stop_on_failure: bool = False, max_failures: int = 200, truth: str = "reference") -> ValidationResult:
+                 stop_on_failure: bool = False, max_failures: int = 200, truth: str = "reference",
+                 poison_allocations: str | None = None) -> ValidationResult:
     """Validate ``kernel`` (registered name, class, or a zero-argument factory of fresh instances is not
     needed: names and classes are rebuilt for the repeat run) on ``sc``; never raises for a kernel
-    error: exceptions are recorded in the result with the step they happened at."""
+    error: exceptions are recorded in the result with the step they happened at.  ``poison_allocations``
+    (``"nan"`` | ``"large"``): every empty-like buffer the kernel allocates in its reset / verify /
+    commit calls is filled with that poison (validators/poison_alloc.py), the repeat run's too."""
     if not isinstance(sc, Scenario):
         raise ValueError(f"sc: expected a Scenario, got {type(sc).__name__}")
     for name, v in (("invariants_every", invariants_every), ("state_every", state_every)):
@@ -966,7 +1100,8 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
         raise ValueError("kernel: pass a registered name or a class so the repeat check can build a fresh instance "
                          "(or repeat_check=False)")
     ls = Lockstep(sc, kernel, device=device, literal_every=literal_every, invariants_every=invariants_every,
-                  state_every=state_every, max_failures=max_failures, truth=truth)
+                  state_every=state_every, max_failures=max_failures, truth=truth,
+                  poison_allocations=poison_allocations)
     n = len(ls.plans)
     bar = None
     if progress:

@@ -108,6 +108,7 @@ class _LiteralBase(KernelUnderTest):
     supports_ragged_windows = True
     supports_packed_layout = True
     supports_mixed_decode = True
+    supports_strided_views = True  # every read and write goes through torch indexing, any strides
     # The bookkeeping policy this model's code implements (what it declares is ``bookkeeping``;
     # the two differ only in tests that check a wrong declaration is caught).
     implements: str = "spec"
@@ -370,6 +371,21 @@ class LiteralReplayKernel(_LiteralBase):
         self._load_cursors(ids, self.check_cursors(ids, cursors))
         return self._committed_by_own_cursors(slot_ids)
 
+    supports_materialize = True
+
+    def materialize(self, slot_ids, upto, dst_slot_ids) -> None:
+        """The fold of the checkpoint and the first ``upto[r]`` history records, stored as slot
+        ``dst_slot_ids[r]``'s checkpoint (a fresh sequence: write_pos 0, origin 0)."""
+        if not self.supports_materialize:  # a subclass that keeps no cursors of its own
+            return super().materialize(slot_ids, upto, dst_slot_ids)
+        for s, n, d in self.check_materialize_args(slot_ids, upto, dst_slot_ids, self.write_pos, self.ready):
+            st = self.math.fold(self._load_checkpoint(s), self._history(s, n), self.params, self.mode)
+            scale = None if self.ckpt_scale is None else self.ckpt_scale[d]
+            self._store_state(d, st, self.ckpt[d], scale)
+            self.write_pos[d], self.origin[d] = 0, 0
+            self.ready[d], self.pending[d], self.flushed[d] = True, False, False
+            self._reset_slot(d)
+
     def _committed_by_own_cursors(self, slot_ids) -> torch.Tensor:
         """The fold of each row's checkpoint and committed history by the cursors held now."""
         ids = self._check_slot_ids(slot_ids)
@@ -446,6 +462,7 @@ class LiteralHostCursorsKernel(LiteralReplayKernel):
 
     implements = "host-cursors"
     bookkeeping = "host-cursors"
+    supports_materialize = False  # its cursors are the caller's, passed to verify only
     description = "literal ReplaySSM, host-owned cursors (the caller passes its cursor table)"
 
     def commit(self, slot_ids, accepted) -> None:

@@ -17,6 +17,8 @@ docs/validation.md lists every check (tests/test_checks.py compares it with the 
 from replayssm.validators.checks.registry import (BOTH, CHECKS, HOOKS, KINDS, REPLAY, SCHEDULES, SNAPSHOTS, Check,
                                                   checks_at, register_check)
 from replayssm.validators.checks import out_param  # noqa: F401  (verify-returned)
+from replayssm.validators.checks import inputs_unchanged  # noqa: F401  (verify-returned, after-commit)
+from replayssm.validators.checks import view_gaps  # noqa: F401  (verify-returned, after-commit)
 from replayssm.validators.checks import window_tail  # noqa: F401  (after-verify)
 from replayssm.validators.checks import output_bits  # noqa: F401  (after-verify)
 from replayssm.validators.checks import output_tolerance  # noqa: F401  (after-verify)
@@ -25,9 +27,12 @@ from replayssm.validators.checks import stored_precision  # noqa: F401  (at-flus
 from replayssm.validators.checks import flush_checkpoint  # noqa: F401  (at-flush)
 from replayssm.validators.checks import flush_increment  # noqa: F401  (at-flush)
 from replayssm.validators.checks import zero_accept  # noqa: F401  (after-verify, after-commit)
+from replayssm.validators.checks import accepted_range  # noqa: F401  (after-verify)
+from replayssm.validators.checks import staged_fold  # noqa: F401  (after-commit)
 from replayssm.validators.checks import cursor  # noqa: F401  (after-commit)
 from replayssm.validators.checks import canaries  # noqa: F401  (after-verify, after-commit)
 from replayssm.validators.checks import committed_state  # noqa: F401  (after-commit)
+from replayssm.validators.checks import materialize  # noqa: F401  (after-commit)
 from replayssm.validators.checks import run_level  # noqa: F401  (end-of-run)
 # isort: on
 from replayssm.validators.checks.context import RunContext, StepContext

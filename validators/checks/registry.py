@@ -36,8 +36,8 @@ SCHEDULES = {
     "repeat": "once per run, when the repeat run is asked for (run_scenario's repeat_check) and no step raised",
 }
 # Snapshot points a check may need; the Lockstep takes a snapshot only when a check due at that
-# step needs it.
-SNAPSHOTS = ("canaries", "before-verify", "after-verify", "after-commit", "checkpoint")
+# step needs it ("inputs": a copy of every tensor handed to verify and commit, taken before the call).
+SNAPSHOTS = ("canaries", "before-verify", "after-verify", "after-commit", "checkpoint", "inputs")
 KINDS = ("replay", "baseline")
 BOTH = KINDS
 REPLAY = ("replay",)

@@ -13,6 +13,7 @@ Importing this package registers every mutant with the kernel registry (``kind =
 * ``bookkeeping.py``, ``arithmetic.py``, ``precision.py``: the gallery, by kind of slip;
 * ``interface.py``: interface slips, each the witness of one exact check (``validators/checks/``);
 * ``serving.py``: serving-engine mechanisms of public reports (docs/field_bugs.md);
+* ``seams.py``: the seams of issue 50 (inputs rewritten, counts out of range or garbage, transposed state);
 * ``family_mutants.py``: each family's own mutants (``Family.mutants``, written in its folder).
 
 To add one: write a mixin overriding the literal model's methods in the module of its kind, then
@@ -29,6 +30,7 @@ from replayssm.validators.mutants import arithmetic  # noqa: F401
 from replayssm.validators.mutants import precision  # noqa: F401
 from replayssm.validators.mutants import interface  # noqa: F401
 from replayssm.validators.mutants import serving  # noqa: F401
+from replayssm.validators.mutants import seams  # noqa: F401
 from replayssm.validators.mutants import family_mutants  # noqa: F401
 # isort: on
 from replayssm.validators.mutants.field_bugs import FIELD_BUGS

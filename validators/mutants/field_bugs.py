@@ -82,7 +82,7 @@ class ClampedAccept:
 
     def commit(self, slot_ids, accepted):
         cap = max(1, self.decode.window - 1)
-        super().commit(slot_ids, accepted.clamp(max=cap))
+        super().commit(slot_ids, torch.where(accepted == self.decode.window, cap, accepted))
 
 
 class StaleRingRowAfterShortWindow:

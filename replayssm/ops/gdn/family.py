@@ -67,6 +67,8 @@ class GatedDeltaNet(Family):
     geometry_cls = GDNGeometry
     presets = {
         "tiny": GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=8),
+        # K = V: a state transposed in memory has the same shape (SGLang #40398, mutant-transposed-state)
+        "tiny-square": GDNGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16),
         "qwen35-4b": GDNGeometry(num_k_heads=16, num_v_heads=32, head_k_dim=128, head_v_dim=128),
         "gdn-hv64": GDNGeometry(num_k_heads=16, num_v_heads=64, head_k_dim=128, head_v_dim=128),
     }

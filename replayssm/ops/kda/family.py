@@ -85,6 +85,8 @@ class KimiDeltaAttention(Family):
     presets = {
         "tiny": KDAGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=8),
         "tiny-mha": KDAGeometry(num_k_heads=2, num_v_heads=2, head_k_dim=16, head_v_dim=8),
+        # K = V: a state transposed in memory has the same shape (SGLang #40398, mutant-transposed-state)
+        "tiny-square": KDAGeometry(num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16),
         "kimi-linear-48b": KDAGeometry(num_k_heads=32, num_v_heads=32, head_k_dim=128, head_v_dim=128),
     }
     bench_geometry = "kimi-linear-48b"

@@ -1,0 +1,176 @@
+"""The seams where serving engines break kernels (issue 50): each new mutant caught by the default validation.
+
+Oracle: each mutant of ``validators/mutants/seams.py`` carries one bug at a seam (inputs rewritten
+in place, an out-of-range or garbage accepted count, a state transposed in memory); the default
+validation (``Scenario.tiny``: the exhaustive schedule, a padding row, unused slots; the
+``tiny-square`` geometry, K = V, for the transposed state) must fail it with the check
+docs/field_bugs.md names as its first failure, while the literal models and our Triton kernels
+pass the same scenarios.  A refused out-of-range count names the row and the range and leaves
+every slot bit-identical; padding rows' counts are garbage at every commit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from replayssm.registry import get
+from replayssm.scenarios import Scenario
+from replayssm.scenarios.inputs import make_initial_state, make_inputs
+from replayssm.validators import Lockstep, run_scenario
+from replayssm.validators import invariants as inv
+from replayssm.validators.runner import build_kernel
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FIELD_DOC = Path(__file__).resolve().parents[1] / "docs" / "field_bugs.md"
+
+ZERO_ACCEPT = {"schedule": "zero-accept", "steps": 16, "schedule_params": {"zero_prob": 0.5}}
+
+SEAMS = [
+    # (mutant, family, Scenario.tiny overrides, the check that catches it first)
+    ("mutant-input-rescaled-in-place", "mamba2", {}, "inputs-unchanged"),
+    ("mutant-input-rescaled-in-place", "gdn", {"decode": "standard"}, "inputs-unchanged"),
+    ("mutant-accepted-clamped", "mamba2", {}, "accepted-range"),
+    ("mutant-accepted-clamped", "gdn", {"decode": "standard"}, "accepted-range"),
+    ("mutant-padding-count-commits", "mamba2", {}, "unused-slot"),
+    ("mutant-unwritten-slab-adopted", "mamba2", {"poison_allocations": "nan"}, "non-finite"),
+    ("mutant-unwritten-slab-adopted", "gdn", {"poison_allocations": "large"}, "state"),
+    ("mutant-slot-ids-unit-stride", "gdn", {"schedule_params": {"layout": "views"}}, "unused-slot"),
+    ("mutant-out-assumes-contiguous", "mamba2", {"schedule_params": {"layout": "views"}}, "view-gaps"),
+    ("mutant-staged-fold-kept-at-zero", "mamba2", ZERO_ACCEPT, "staged-fold"),
+    ("mutant-materialize-off-by-one", "mamba2", {"schedule_params": {"publish": 1.0}}, "materialize"),
+    ("mutant-materialize-rewrites-source", "gdn", {"schedule_params": {"publish": 1.0}}, "materialize"),
+    ("mutant-transposed-state", "gdn", {"geometry": "tiny-square"}, "state"),
+    ("mutant-transposed-state", "kda", {"geometry": "tiny-square"}, "state"),
+]
+
+
+def _id(m, f, o):
+    poison = f"-poison-{o['poison_allocations']}" if "poison_allocations" in o else ""
+    sp = o.get("schedule_params", {})
+    layout = f"-{sp.get('layout', 'publish' if 'publish' in sp else o.get('schedule'))}" if sp else ""
+    return (f"{m.removeprefix('mutant-')}-{f}-{o.get('geometry', 'tiny')}-{o.get('decode', 'speculative')}"
+            f"{poison}{layout}")
+
+
+@pytest.mark.parametrize("mutant,family,overrides,check", SEAMS, ids=[_id(m, f, o) for m, f, o, _ in SEAMS])
+def test_seam_mutant_is_caught_by_the_default_validation(mutant, family, overrides, check):
+    kw = dict(overrides)
+    poison = kw.pop("poison_allocations", None)
+    res = run_scenario(Scenario.tiny(family, **kw), mutant, poison_allocations=poison)
+    assert not res.passed and res.first_failure.check == check, res.to_markdown()
+
+
+def test_the_field_catalogue_names_every_seam_mutant_and_check():
+    text = FIELD_DOC.read_text()
+    for mutant, _family, _o, check in SEAMS:
+        assert f"`{mutant}`" in text and f"`{check}`" in text, mutant
+
+
+@pytest.mark.parametrize("family,kernel,decode,geometry", [
+    ("gdn", "literal-replay", "speculative", "tiny-square"),
+    ("kda", "literal-replay", "speculative", "tiny-square"),
+    ("gdn", "literal-baseline", "speculative", "tiny-square"),
+    ("gdn", "triton-replay", "standard", "tiny-square"),
+    ("kda", "triton-baseline", "standard", "tiny-square"),
+    ("mamba2", "triton-replay", "speculative", "tiny"),
+], ids=lambda v: str(v))
+def test_our_kernels_pass_the_new_checks(family, kernel, decode, geometry):
+    """The new checks (inputs-unchanged, accepted-range, garbage padding counts) and the K = V
+    geometry raise no false alarm on our literal models and Triton kernels (interpreter)."""
+    res = run_scenario(Scenario.tiny(family, decode, geometry=geometry, steps=6), kernel, repeat_check=False)
+    assert res.passed, res.to_markdown()
+    assert res.coverage["out-of-range counts probed"] >= 1
+    assert any(c.startswith("inputs-unchanged") for c in res.checks)
+
+
+def test_the_square_geometry_has_k_equal_v():
+    for family in ("gdn", "kda"):
+        g = Scenario.tiny(family, geometry="tiny-square").geometry_obj
+        assert g.head_k_dim == g.head_v_dim and g.state_shape[-1] == g.state_shape[-2]
+
+
+@pytest.mark.parametrize("family,kernel", [("mamba2", "literal-replay"), ("gdn", "literal-baseline"),
+                                           ("gdn", "triton-replay")])
+@pytest.mark.parametrize("bad", ["past", "negative"])
+def test_an_out_of_range_count_is_refused_naming_the_row_and_the_range_before_anything_changes(family, kernel, bad):
+    sc = Scenario.tiny(family, steps=2)
+    k = build_kernel(kernel, sc, "cpu")
+    ids = torch.tensor(sc.resolved_slot_ids, dtype=torch.int64)
+    k.reset(ids, make_initial_state(sc, 0, "cpu"), torch.zeros(sc.rows, dtype=torch.int64))
+    k.verify(ids, make_inputs(sc, 0, "cpu"))
+    before = k.snapshot()
+    row = 2  # the second active row (row 1 is padding)
+    acc = [2, 12345, 3]
+    acc[row] = sc.window + 1 if bad == "past" else -1
+    with pytest.raises(ValueError, match=rf"accepted\[{row}\]: expected \d+ <= k <= T' = {sc.window}"):
+        k.commit(ids, torch.tensor(acc, dtype=torch.int64))
+    after = k.snapshot()
+    for slot in range(sc.num_slots):
+        assert not inv.changed_fields(inv.slot_view(before, slot), inv.slot_view(after, slot)), slot
+    k.commit(ids, torch.tensor([2, -7, 3], dtype=torch.int64))  # the refusal left the verify to commit
+
+
+def test_padding_rows_carry_garbage_counts_drawn_from_the_seed():
+    sc = Scenario.tiny("mamba2", steps=8)
+    ls = Lockstep(sc, "literal-replay")
+    pad = ls.pad_rows[0]
+    counts = [ls.commit_counts(p) for p in ls.plans]
+    garbage = {c[pad] for c in counts}
+    assert len(garbage) > 1 and any(not 0 <= g <= sc.window for g in garbage)
+    assert all(c[r] == p.accepted[r] for c, p in zip(counts, ls.plans) for r in ls.active)
+    assert counts == [Lockstep(sc, "literal-replay").commit_counts(p) for p in ls.plans]
+
+
+def test_inputs_unchanged_names_the_tensor_and_the_call():
+    res = run_scenario(Scenario.tiny("mamba2", steps=2), "mutant-input-rescaled-in-place", repeat_check=False)
+    first = res.first_failure
+    assert first.step == 0 and "verify changed its argument inputs[" in first.message
+
+
+# ---- the staged fold (zero_accept = "staged"): its literal model passes only under its own declaration -------
+@pytest.mark.parametrize("family,overrides", [("mamba2", ZERO_ACCEPT), ("gdn", ZERO_ACCEPT), ("kda", {"steps": 8})],
+                         ids=["mamba2-zero-accept", "gdn-zero-accept", "kda-exhaustive"])
+def test_the_staged_fold_literal_model_passes_under_its_declaration(family, overrides):
+    res = run_scenario(Scenario.tiny(family, **overrides), "literal-replay-staged")
+    assert res.passed, res.to_markdown()
+    if overrides is ZERO_ACCEPT:
+        assert res.coverage["k = 0 commits after a staged flush"] >= 1
+
+
+@pytest.mark.parametrize("base,declares,check", [("literal-replay-staged", "noop", "flush-checkpoint"),
+                                                 ("literal-replay", "staged", "staged-fold")],
+                         ids=["staged-declared-noop", "noop-declared-staged"])
+def test_a_literal_model_fails_under_the_other_declaration(base, declares, check):
+    cls = type("Misdeclared", (get(base, "mamba2"),), {"zero_accept": declares, "name": f"{base}-as-{declares}"})
+    res = run_scenario(Scenario.tiny("mamba2", **ZERO_ACCEPT), cls, repeat_check=False)
+    assert not res.passed and res.first_failure.check == check, res.to_markdown()
+
+
+def test_a_staged_commit_of_nothing_leaves_the_checkpoint_and_cursors_as_before_the_verify():
+    sc = Scenario.tiny("gdn", steps=2)
+    k = build_kernel("literal-replay-staged", sc, "cpu")
+    ids = torch.tensor([3], dtype=torch.int64)
+    k.reset(ids, make_initial_state(sc.replace(rows=1, slot_ids=(3,), origins=None), 0, "cpu"),
+            torch.zeros(1, dtype=torch.int64))
+    step = 0
+
+    def one():
+        return {n: v[:1] for n, v in make_inputs(sc, step, "cpu").items()}
+    while not k.decode.is_flush(k.write_pos[3]):  # fill the history until the next verify flushes
+        k.verify(ids, one())
+        k.commit(ids, torch.tensor([sc.window]))
+        step += 1
+    before = k.snapshot()
+    k.verify(ids, one())
+    assert torch.equal(k.ckpt[3], before.checkpoint[3]) and 3 in k.staged
+    k.commit(ids, torch.tensor([0]))
+    after = k.snapshot()
+    assert not [f for f in inv.changed_fields(inv.slot_view(before, 3), inv.slot_view(after, 3))
+                if not f.startswith("records.") and not f.startswith("extra.")]
+    k.verify(ids, one())
+    k.commit(ids, torch.tensor([2]))
+    assert not torch.equal(k.ckpt[3], before.checkpoint[3]) and (k.write_pos[3], 3 not in k.staged) == (2, True)

@@ -1,0 +1,85 @@
+"""Run one small validate per kernel under NVIDIA compute-sanitizer (initcheck and memcheck), caching allocator off.
+
+Oracle: compute-sanitizer's own: ``initcheck`` reports device reads of memory never written
+(a kernel reading an uninitialised slab: what ``--poison-allocations`` shows in values, seen at
+the byte level), ``memcheck`` out-of-bounds and misaligned accesses (an index derived from an
+accepted count, a padding row's slot -1, a strided column read with unit stride).  With
+``PYTORCH_NO_CUDA_MEMORY_CACHING=1`` every tensor is its own allocation, so an access past a
+tensor is past an allocation.  Each run: ``replayssm validate`` of one kernel on the tiny
+scenario (6 steps, speculative and standard), ``--device cuda``; the verdict is the sanitizer's
+``ERROR SUMMARY`` (0 errors) and the validate exit code (0).  GPU only: ``nox -s sanitize``
+(writes ``out/sanitize/summary.json``), or ``python tools/sanitize.py --out DIR [FAMILY:KERNEL ...]``
+(default: our Triton kernels of every family; an adapter needs its sources installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DEFAULT = [f"{fam}:{k}" for fam in ("mamba2", "gdn", "kda") for k in ("triton-replay", "triton-baseline")]
+TOOLS = ("initcheck", "memcheck")
+DECODES = ("speculative", "standard")
+_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+
+
+def command(tool: str, family: str, kernel: str, decode: str, out: Path) -> list[str]:
+    """The compute-sanitizer command line of one run."""
+    return ["compute-sanitizer", "--tool", tool, "--target-processes", "all", "--error-exitcode", "99",
+            sys.executable, "-m", "replayssm", "validate", "--kernel", kernel, "--family", family, "--decode", decode,
+            "--steps", "6", "--device", "cuda", "--no-repeat", "--quiet",
+            "--out", str(out / f"{family}-{kernel}-{decode}-{tool}")]
+
+
+def errors_of(text: str) -> int | None:
+    """The error count of the sanitizer's ``ERROR SUMMARY`` lines (summed over processes), None without one."""
+    found = [int(n) for n in _SUMMARY.findall(text)]
+    return sum(found) if found else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("targets", nargs="*", default=DEFAULT, metavar="FAMILY:KERNEL")
+    ap.add_argument("--out", default="out/sanitize", help="folder for the validate results and summary.json")
+    args = ap.parse_args(argv)
+    if shutil.which("compute-sanitizer") is None:
+        print("compute-sanitizer: not on PATH (it ships with the CUDA toolkit)", file=sys.stderr)
+        return 2
+    bad = [t for t in args.targets if t.count(":") != 1]
+    if bad:
+        print(f"targets: expected FAMILY:KERNEL, got {bad}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    runs, failed = [], 0
+    for target in args.targets:
+        family, kernel = target.split(":")
+        for decode in DECODES:
+            for tool in TOOLS:
+                t0 = time.perf_counter()
+                p = subprocess.run(command(tool, family, kernel, decode, out), env=env, capture_output=True,
+                                   text=True)
+                text = p.stdout + p.stderr
+                n = errors_of(text)
+                ok = p.returncode == 0 and n == 0
+                failed += not ok
+                runs.append({"family": family, "kernel": kernel, "decode": decode, "tool": tool,
+                             "exit_code": p.returncode, "errors": n, "passed": ok,
+                             "wall_s": round(time.perf_counter() - t0, 1), "tail": text[-2000:] if not ok else ""})
+                print(f"{'PASS' if ok else 'FAIL'} {tool:9s} {family}:{kernel} {decode}: exit {p.returncode}, "
+                      f"{n} sanitizer error(s)", flush=True)
+    (out / "summary.json").write_text(json.dumps({"runs": runs, "failed": failed}, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
