@@ -23,7 +23,7 @@ import sys
 import traceback
 
 from replayssm import __version__
-from replayssm.cli_guard import EnvironmentProblem
+from replayssm.guard import EnvironmentProblem
 
 COMMANDS = [
     "replayssm.cli_list",

@@ -14,7 +14,9 @@ import math
 import torch
 
 from replayssm import adapters
-from replayssm.cli_guard import (
+from replayssm.cli_list import use_vllm_src
+from replayssm.families import family, family_names, preset
+from replayssm.guard import (
     EnvironmentProblem,
     check_fits,
     check_record_path,
@@ -25,8 +27,6 @@ from replayssm.cli_guard import (
     ring_rows_of,
     token_elems,
 )
-from replayssm.cli_list import use_vllm_src
-from replayssm.families import family, family_names, preset
 from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import bench_records, source
 from replayssm.registry import kernels

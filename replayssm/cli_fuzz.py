@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 from replayssm.cli import check_device
-from replayssm.cli_guard import check_record_path, check_writable, float_in, int_at_least, name_arg
 from replayssm.cli_list import load_kernels
 from replayssm.families import family, family_names
+from replayssm.guard import check_record_path, check_writable, float_in, int_at_least, name_arg
 from replayssm.precision import parse_mode
 from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import fuzz_records, source

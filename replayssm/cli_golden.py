@@ -27,8 +27,8 @@ import torch
 
 from replayssm import __version__, golden
 from replayssm.cli import check_device
-from replayssm.cli_guard import check_record_path, check_writable
 from replayssm.families import family, family_names
+from replayssm.guard import check_record_path, check_writable
 from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import golden_records, source
 from replayssm.scenarios.scenario import Scenario

@@ -20,6 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from replayssm.cli import UsageError, build_parser, check_device
+from replayssm.guard import check_record_path, check_writable
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -92,7 +95,6 @@ def check_step(step: Step, args: list[str]) -> None:
     """Parse a replayssm step with the real parser (ValueError naming the step otherwise)."""
     if step.kind != "replayssm":
         return
-    from replayssm.cli import UsageError, build_parser
     try:
         parsed = build_parser().parse_args(args)
     except (UsageError, SystemExit) as e:
@@ -125,8 +127,6 @@ def _rank(rc: int) -> int:
 
 
 def run(args) -> int:
-    from replayssm.cli import check_device
-    from replayssm.cli_guard import check_record_path, check_writable
     profiles = load_profiles()
     if args.list:
         for name, p in profiles.items():

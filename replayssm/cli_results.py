@@ -19,7 +19,7 @@ import json
 import os
 from pathlib import Path
 
-from replayssm.cli_guard import check_writable
+from replayssm.guard import check_writable
 from replayssm.records import RecordError, load
 from replayssm.records.gate import THRESHOLDS, from_pytest_benchmark, gate
 from replayssm.records.index import Index, ratio

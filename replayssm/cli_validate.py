@@ -16,7 +16,9 @@ from pathlib import Path
 
 from replayssm.adapters import availability
 from replayssm.cli import check_device
-from replayssm.cli_guard import (
+from replayssm.cli_list import load_kernels, use_vllm_src
+from replayssm.families import family_names, preset
+from replayssm.guard import (
     EXHAUSTIVE_STEPS_PER_PAIR,
     check_fits,
     check_name,
@@ -31,8 +33,6 @@ from replayssm.cli_guard import (
     output_lock,
     ring_rows_of,
 )
-from replayssm.cli_list import load_kernels, use_vllm_src
-from replayssm.families import family_names, preset
 from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import source, validate_record
 from replayssm.registry import get
@@ -41,6 +41,7 @@ from replayssm.scenarios.schedules import _DEFAULT_STEPS, default_steps
 from replayssm.validators import compile_check
 from replayssm.validators.fuzz_artifacts import kernel_of_file, module_of_file
 from replayssm.validators.golden_truth import GoldenTruth
+from replayssm.validators.mixer.cli import run_validate
 from replayssm.validators.runner import run_scenario
 
 # Flags that map onto scenario fields (dest -> field).  Their argparse default is None so an
@@ -162,7 +163,7 @@ def _flagged(make, flags: dict[str, str]):
 def _check_size(geo, *, decode: str, window: int, buffer: int, rows: int, active: int, slots: int,
                 steps: int | None, schedule: str, flags: dict[str, str], device: str) -> None:
     """Refuse (exit 3) before the scenario's plan or any tensor exists: the run's memory estimate
-    (``cli_guard.footprint``) and the time the exhaustive schedule's plan takes to build.  A cause
+    (``guard.footprint``) and the time the exhaustive schedule's plan takes to build.  A cause
     that is a product (slots x record rows, rows x window, rows x steps) is blamed on the factor
     furthest above its default (3 rows, 5 slots, T' = 4, B = 12 / L = 8, 64 steps)."""
     spec = decode == "speculative"
@@ -254,7 +255,6 @@ def import_command(module: str, scenario: str, kernel: str | None = None) -> str
 
 def run(args) -> int:
     if getattr(args, "level", "ssm") == "mixer":
-        from replayssm.validators.mixer.cli import run_validate
         return run_validate(args)
 
     sc = scenario_from_args(args)

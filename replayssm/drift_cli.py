@@ -30,7 +30,9 @@ from pathlib import Path
 
 from replayssm import __version__, adapters
 from replayssm.cli import EXIT_CONTRACT
-from replayssm.cli_guard import (
+from replayssm.cli_list import use_vllm_src
+from replayssm.families import preset
+from replayssm.guard import (
     EnvironmentProblem,
     check_fits,
     check_name,
@@ -42,11 +44,10 @@ from replayssm.cli_guard import (
     output_lock,
     ring_rows_of,
 )
-from replayssm.cli_list import use_vllm_src
-from replayssm.families import preset
 from replayssm.precision import parse_mode
 from replayssm.records import Recorder, add_record_argument, append, describe_commit, git_state
 from replayssm.records.jobs import drift_records, source
+from replayssm.registry import get
 from replayssm.validators import drift as D
 from replayssm.validators.drift import SweepConfig, default_devices
 from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
@@ -285,7 +286,7 @@ def _flagged(call):
 
 
 def sweep_footprint(cfg: SweepConfig, workers: int) -> list[tuple[str, int, int, str]]:
-    """The memory estimate of ``workers`` cells running side by side (``cli_guard.footprint``; the
+    """The memory estimate of ``workers`` cells running side by side (``guard.footprint``; the
     largest geometry and ring of the sweep; a cell's plan is at most about 2 x --tokens steps, the
     doubling search of the random schedules), each cause charged to its flag, plus the log-spaced
     state-sample targets (four int64/float64 arrays of --state-samples entries per cell)."""
@@ -356,7 +357,6 @@ def run(args) -> int:
             budgets.get_budget(f, m)  # a missing entry fails here, before any work
     devices = _devices(args.device)
     if devices[0] == "cpu":  # kernels written elsewhere the Triton interpreter cannot run faithfully: refused now
-        from replayssm.registry import get
         for c in cells:
             refusal = getattr(get(c.kernel, c.family), "interpreter_refusal", lambda m: None)(parse_mode(c.mode))
             if refusal:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import torch
 
 from replayssm.conventions import conv_kwargs
+from replayssm.guard import check_name
 from replayssm.interface import DecodeConfig, Geometry
 from replayssm.ops.triton.row_copy import copy_rows
 from replayssm.precision import PrecisionMode
@@ -258,8 +259,6 @@ def register_family(fam: Family, *, replace: bool = False) -> Family:
         raise ValueError(f"fam: expected a Family instance, got {fam!r}")
     if not fam.name:
         raise ValueError(f"fam: {type(fam).__name__} must set the class attribute name")
-    from replayssm.cli_guard import check_name
-
     check_name(fam.name, "name")  # family names become parts of file names
     unknown = set(fam.capabilities) - set(CAPABILITIES)
     if unknown:

@@ -6,15 +6,15 @@ Triton kernels when it is imported, which the first lookup here does.  Outside k
     from replayssm.registry import register
     register(MyKernel)            # a KernelUnderTest subclass with name and family set
 
-Names are letters, digits, ``_ . -`` (``cli_guard.check_name``): they become parts of file names.
+Names are letters, digits, ``_ . -`` (``guard.check_name``): they become parts of file names.
 
 and are then usable everywhere by name (CLI ``--kernel``, the runner, the fuzzer, drift).
 """
 
 from __future__ import annotations
 
-from replayssm.cli_guard import check_name
 from replayssm.families import families
+from replayssm.guard import check_name
 from replayssm.interface import KernelConfig, KernelUnderTest
 
 _REGISTRY: dict[tuple[str, str], type[KernelUnderTest]] = {}

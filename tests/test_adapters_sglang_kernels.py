@@ -59,9 +59,17 @@ CASES = [  # family, kernel, mode, scenario arguments
 @pytest.mark.parametrize("family,name,mode,kw", CASES, ids=[
     "gdn-sglang-replay-s32a32tf32-L4", "gdn-sglang-replay-s32a32-T2-B2", "gdn-sglang-replay-serving-s32a32tf32-T2-B2",
     "gdn-sglang-replay-serving-fold-every-commit-s32a32tf32-T2-B2", "mamba2-sglang-baseline-s32a32-L1",
-    "mamba2-sglang-baseline-s32a32-T2-B2"])
+    "mamba2-sglang-baseline-s32a32-T2-B2-softplus-finding"])
 def test_sglang_kernels_pass_the_engine(sglang_kernels, one_thread, family, name, mode, kw):
-    _assert_passes(run_scenario(Scenario.tiny(family, mode=mode, **kw), name))
+    res = run_scenario(Scenario.tiny(family, mode=mode, **kw), name)
+    if name == "sglang-baseline" and kw["schedule"] == "exhaustive":
+        # The exhaustive schedule's zero-state resets (issue 46) let the kernel's softplus loss
+        # (log(exp(x) + 1), docs/findings.md finding 9; tests/test_findings_softplus.py shows it by
+        # intervention) show in the state check; every exact invariant holds: a precision finding.
+        assert not res.passed and {f.check for f in res.failures} == {"state"}, res.failures[:3]
+        assert "lower effective precision" in res.failures[0].message
+        return
+    _assert_passes(res)
 
 
 def test_sglang_refuses_what_it_does_not_implement(sglang_kernels):

@@ -191,13 +191,14 @@ def sglang():
 
 
 @pytest.mark.parametrize("name, mode, spec", [
-    ("sglang-replay", "s32a32-tf32", False), ("sglang-replay-fold", "s32a32", True), ("fla-baseline", "s32a16", False)],
-                         ids=["kda-sglang-replay-std-L2", "kda-sglang-replay-fold-spec-T2", "kda-fla-baseline-s32a16"])
+    ("sglang-replay", "s32a32-tf32", False), ("sglang-replay-fold", "s32a32", True), ("fla-baseline", "s32a32", False)],
+                         ids=["kda-sglang-replay-std-L2", "kda-sglang-replay-fold-spec-T2", "kda-fla-baseline-s32a32"])
 def test_kda_timed_step_moves_the_state_as_verify_and_commit(sglang, fla, one_thread, name, mode, spec):
     """The external KDA kernels through ``timed_step``: after the same steps, checkpoint, records and
     the fold's raw window are bit-identical to the interface path's (a flush included at L = 2; FLA's
-    in-place serving launch with bf16 activations; not a 16-bit state: the interpreter's fp32 -> bf16
-    cast truncates, measured, where torch's cast in verify rounds to nearest, as the GPU's does)."""
+    in-place serving launch at fp32 activations: the kernel refuses bf16 activations on the CPU, where
+    the interpreter's bf16 tl.dot is wrong; not a 16-bit state: the interpreter's fp32 -> bf16 cast
+    truncates, measured, where torch's cast in verify rounds to nearest, as the GPU's does)."""
     decode = DecodeConfig("speculative", 2, 2) if spec else DecodeConfig("standard", 1, 2)
     (a, b), g = _pair("kda", name, mode, decode, 2)
     gen = torch.Generator().manual_seed(5)

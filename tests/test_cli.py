@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from replayssm import cli
-from replayssm.cli_guard import LOCK_NAME
+from replayssm.guard import LOCK_NAME
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

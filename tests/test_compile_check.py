@@ -99,7 +99,7 @@ def test_validate_compile_for_a_run_without_triton_is_not_a_pass(capsys, tmp_pat
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--compile-for", "60"], "--compile-for: expected a CUDA compute capability >= 70"),
+    (["--compile-for", "60"], "--compile-for: expected an integer >= 70, got 60 (a CUDA compute capability)"),
     (["--compile-for", "90", "--device", "cuda"], "--compile-for: needs --device cpu"),
 ], ids=["sm60", "on-cuda"])
 def test_validate_compile_for_refused_before_any_work(capsys, tmp_path, argv, needle):

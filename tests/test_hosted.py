@@ -143,3 +143,18 @@ def test_interpreter_only_where_the_kernel_runs_on_the_cpu(argv, interpret):
     its first fuzz scenario on the H200, 2026-12-04)."""
     from replayssm.cli import wants_interpreter
     assert wants_interpreter(argv) is interpret
+
+
+def test_hosted_forwards_every_operation_of_the_interface():
+    """Each operation a kernel implements (``KernelUnderTest``'s public methods that are not argument
+    checks) is forwarded to the hosted instance: one left out would run the class's own code on an
+    empty shell (the materialisation operation once did: ``AttributeError: ... write_pos``)."""
+    import inspect
+
+    from replayssm.interface import KernelUnderTest
+
+    ops = {n for n, f in inspect.getmembers(KernelUnderTest, inspect.isfunction)
+           if not n.startswith(("_", "check_", "unsupported_", "call_"))}
+    assert {"reset", "verify", "commit", "materialize"} <= ops
+    shell = hosted(get("literal-replay", "gdn"), "cpu")
+    assert sorted(n for n in ops if n not in vars(shell)) == []

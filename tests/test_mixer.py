@@ -98,7 +98,12 @@ def test_triton_mixer_passes_tiny():
 
 @pytest.mark.skipif(not VLLM.is_dir(), reason="no vLLM 0.33.0 tree at ../shared/peers/vllm-0.33.0")
 def test_vllm_causal_conv1d_update_adapter_passes(monkeypatch):
-    """fp32 activations on CPU: bf16 under the interpreter is refused with its reason (the GPU runs it)."""
+    """fp32 activations on CPU: bf16 under the interpreter is refused with its reason (the GPU runs it).
+    The release's conv loads beside the fork's kernels when a test before it (same process) loaded them."""
+    fork = VLLM.parent / "vllm-replayssm"
+    if fork.is_dir():
+        from replayssm.adapters import _vllm_source
+        _vllm_source.load(str(fork))
     monkeypatch.setenv("REPLAYSSM_VLLM_SRC", str(VLLM))
     res = validate_mixer("mixer-vllm-conv", mixer_preset("tiny", "gdn"), "s32a32", default_plan(4, steps=6))
     assert res.passed, res.verdict()

@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from replayssm import records as R
-from replayssm.cli_guard import EnvironmentProblem, check_record_path
+from replayssm.guard import EnvironmentProblem, check_record_path
 
 PROV = dict(commit="0123456789ab", dirty=False, device_info_={"kind": "cpu", "name": "test cpu", "driver": None},
             versions_={"python": "3", "torch": "2", "triton": "3", "replayssm": "0.1.0"})

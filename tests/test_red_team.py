@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from replayssm.cli import EXIT_ENV, EXIT_USAGE, main
-from replayssm.cli_guard import output_lock
+from replayssm.guard import output_lock
 from replayssm.scenarios import Scenario
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -311,7 +311,7 @@ def test_an_unusable_checkpoint_is_set_aside_and_its_cell_recomputed(drift_done,
 # directory in the tmp folder, whose files and folders must be unchanged afterwards.
 # ================================================================================================
 
-from replayssm import cli_guard  # noqa: E402
+from replayssm import guard  # noqa: E402
 from replayssm.validators.fuzz_artifacts import FailureRecord, artifact_json  # noqa: E402
 
 HUGE = str(10**10)
@@ -357,7 +357,7 @@ def env46(env, monkeypatch):
         "class Evil(get('literal-replay', 'mamba2')):\n"
         "    name = '../evil'\n"
         "register(Evil)\n")
-    monkeypatch.setattr(cli_guard, "available_memory", lambda: FAKE_MEMORY)
+    monkeypatch.setattr(guard, "available_memory", lambda: FAKE_MEMORY)
     monkeypatch.chdir(env)
     return env
 
@@ -465,39 +465,39 @@ def test_the_exhaustive_plan_is_the_same_with_one_walk_per_order():
 def test_check_writable_probes_instead_of_trusting_permissions(tmp_path):
     """os.access says yes to root everywhere; the probe creates (and removes) a file, so a folder
     that refuses files is refused and a writable one is left unchanged."""
-    cli_guard.check_writable(tmp_path / "new" / "deeper", "--out")
-    cli_guard.check_writable(tmp_path, "--out")
+    guard.check_writable(tmp_path / "new" / "deeper", "--out")
+    guard.check_writable(tmp_path, "--out")
     assert list(tmp_path.iterdir()) == []
     if Path("/proc/self").is_dir():
-        with pytest.raises(cli_guard.EnvironmentProblem, match="--out"):
-            cli_guard.check_writable("/proc/replayssm-probe/out", "--out")
+        with pytest.raises(guard.EnvironmentProblem, match="--out"):
+            guard.check_writable("/proc/replayssm-probe/out", "--out")
 
 
 def test_out_path_keeps_every_file_under_its_folder(tmp_path):
     from replayssm.validators import drift as D
 
-    assert cli_guard.out_path(tmp_path, "mamba2-literal-replay-s32a16.json", "--kernel").parent == tmp_path
+    assert guard.out_path(tmp_path, "mamba2-literal-replay-s32a16.json", "--kernel").parent == tmp_path
     for bad in ("../x.json", "a/b.json", "..", "/etc/passwd", ""):
         with pytest.raises(ValueError, match="--kernel"):
-            cli_guard.out_path(tmp_path, bad, "--kernel")
+            guard.out_path(tmp_path, bad, "--kernel")
     with pytest.raises(ValueError, match="cell id"):
         D.cell_path(tmp_path, "mamba2.../../../x.s32a32.mild.standard")
     for bad in ("../x", "a/b", "..", "a b", ""):
         with pytest.raises(ValueError, match="--kernel"):
-            cli_guard.check_name(bad, "--kernel")
+            guard.check_name(bad, "--kernel")
 
 
 def test_check_fits_names_the_largest_cause_on_host_and_gpu():
     terms = [("--batch", 10, 2**30, "rows"), ("--slots", 10, 40 * 2**30, "slots"), ("--steps", 2**30, 0, "plan")]
-    cli_guard.check_fits(terms, "cpu", available=100 * 2**30)
-    with pytest.raises(cli_guard.EnvironmentProblem, match=r"^--slots: .* of host memory .* lower --slots$"):
-        cli_guard.check_fits(terms, "cpu", available=40 * 2**30)
+    guard.check_fits(terms, "cpu", available=100 * 2**30)
+    with pytest.raises(guard.EnvironmentProblem, match=r"^--slots: .* of host memory .* lower --slots$"):
+        guard.check_fits(terms, "cpu", available=40 * 2**30)
     # on a GPU the tensors count against the device, the plan against the host
-    cli_guard.check_fits(terms, "cuda:0", available=2 * 2**30, device_available=100 * 2**30)
-    with pytest.raises(cli_guard.EnvironmentProblem, match=r"^--slots: .* of GPU memory on cuda:0"):
-        cli_guard.check_fits(terms, "cuda:0", available=100 * 2**30, device_available=40 * 2**30)
-    with pytest.raises(cli_guard.EnvironmentProblem, match=r"^--steps: .* of host memory"):
-        cli_guard.check_fits(terms, "cuda:0", available=2**30, device_available=100 * 2**30)
+    guard.check_fits(terms, "cuda:0", available=2 * 2**30, device_available=100 * 2**30)
+    with pytest.raises(guard.EnvironmentProblem, match=r"^--slots: .* of GPU memory on cuda:0"):
+        guard.check_fits(terms, "cuda:0", available=100 * 2**30, device_available=40 * 2**30)
+    with pytest.raises(guard.EnvironmentProblem, match=r"^--steps: .* of host memory"):
+        guard.check_fits(terms, "cuda:0", available=2**30, device_available=100 * 2**30)
 
 
 def test_a_reproducer_that_cannot_be_written_is_printed(env, capsys, monkeypatch):

@@ -19,8 +19,8 @@ import sys
 import time
 
 from replayssm import adapters
-from replayssm.cli_guard import check_record_path
 from replayssm.families import family
+from replayssm.guard import check_record_path
 from replayssm.records import Recorder, append
 from replayssm.records.jobs import validate_record
 from replayssm.scenarios.scenario import Scenario

@@ -48,8 +48,8 @@ import numpy as np
 import torch
 
 from replayssm import __version__, adapters
-from replayssm.cli_guard import out_path
 from replayssm.families import family_names, preset
+from replayssm.guard import out_path
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
 from replayssm.registry import get, kernels
@@ -61,6 +61,7 @@ from replayssm.validators.drift_analysis import BinnedCurve
 from replayssm.validators.drift_fast import FastCell, qualifies
 from replayssm.validators.metrics import row_rel_l2
 from replayssm.validators.runner import Lockstep, reference_step
+from replayssm.validators.scaleout.shards import shard_of
 
 CONFIG_SCHEMA = 1
 CELL_SCHEMA = 2  # 2: provenance (cell config digest, kernel code digest, versions, device) and history
@@ -308,7 +309,6 @@ def shard_cells(cells: list[CellSpec], shard: tuple[int, int], cfg: SweepConfig 
     first, :func:`replayssm.validators.scaleout.shards.balanced_shards`); without, every n-th cell."""
     i, n = shard
     if cfg is not None:
-        from replayssm.validators.scaleout.shards import shard_of
         return shard_of(cells, shard, cfg)
     return [c for j, c in enumerate(cells) if j % n == i]
 

@@ -3,7 +3,7 @@
 ``hosted(cls, "cuda")`` is ``cls`` (same name, family, declarations and capabilities: a subclass)
 whose instances build the real kernel on the GPU and forward every call of the kernel interface
 (``reset``, ``verify``, ``commit``, ``committed_state``, ``checkpoint_state``, ``snapshot``,
-``restore``), moving tensor arguments to the kernel's device and results back to the engine's.
+``restore``, ``materialize``), moving tensor arguments to the kernel's device and results back to the engine's.
 The engine, the literal model and the fp64 reference then run on the CPU, where tiny fuzz
 scenarios are cheaper than thousands of small GPU launches and host syncs per scenario (the
 nightly GPU set: ~3 s per scenario with everything on an H200, docs/fuzzing.md).
@@ -87,6 +87,9 @@ def hosted(cls: type[KernelUnderTest], kernel_device) -> type[KernelUnderTest]:
 
         def restore(self, snapshot):
             self.inner.restore(snapshot)
+
+        def materialize(self, slot_ids, upto, dst_slot_ids):
+            self.inner.materialize(_to(slot_ids, kdev), _to(upto, kdev), _to(dst_slot_ids, kdev))
 
     Hosted.__name__ = Hosted.__qualname__ = f"{cls.__name__}On{kdev.type.capitalize()}"
     Hosted.__module__ = cls.__module__

@@ -106,8 +106,9 @@ _LOADED: dict[str, types.ModuleType] | None = None
 _ROOT: Path | None = None
 
 
-def _import_from_tree(root: Path) -> dict[str, types.ModuleType]:
-    """Import REQUIRED from ``root`` and give ``sys.modules`` back as it was (see the module doc)."""
+def _import_from_tree(root: Path, names=tuple(REQUIRED)) -> dict[str, types.ModuleType]:
+    """Import ``names`` (default REQUIRED) from ``root`` and give ``sys.modules`` back as it was (see the
+    module doc): a tree loaded so can sit beside another vLLM source in one process."""
     before = {k: v for k, v in sys.modules.items() if k.startswith("vllm.model_executor")}
     attrs = [(sys.modules[k], leaf, getattr(sys.modules[k], leaf, None))
              for k in ("vllm", "vllm.model_executor", "vllm.model_executor.layers",
@@ -124,7 +125,7 @@ def _import_from_tree(root: Path) -> dict[str, types.ModuleType]:
             sys.modules[name] = mod
             parent, _, leaf = name.rpartition(".")
             setattr(sys.modules[parent], leaf, mod)
-        return {name: importlib.import_module(name) for name in REQUIRED}
+        return {name: importlib.import_module(name) for name in names}
     finally:
         for k in [k for k in sys.modules if k.startswith("vllm.model_executor")]:
             if k not in before:

@@ -138,6 +138,19 @@ class Vllm033Dispatch(SlotAdapter):
                    "checkpointing_ssu, GPU) driven by its device-side ring trackers (reset / update / delayed "
                    "commit with prev_query_len)")
     ring_pad = 0  # extra ring rows (the padded-ring mutant sets T')
+    gpu_only = True  # FlashInfer's CUDA JIT kernel: no CPU path at all (the trackers alone run on the CPU)
+
+    @classmethod
+    def interpreter_refusal(cls, mode):
+        """On the CPU the GPU-only kernel is refused first: no mode helps (the interpreter's traps come second)."""
+        if cls.gpu_only:
+            return cls.device_refusal("cpu")
+        return super().interpreter_refusal(mode)
+
+    @classmethod
+    def device_refusal(cls, device) -> str:
+        return (f"device: {cls.name} runs FlashInfer's checkpointing_ssu (CUDA JIT, GPU only), got {device}; on a "
+                f"CPU, vllm033-trackers validates the same trackers")
 
     @classmethod
     def ring_reason(cls, decode):
@@ -197,8 +210,7 @@ class Vllm033Dispatch(SlotAdapter):
 
     def check_device(self):
         if self.device.type != "cuda":
-            raise ValueError(f"device: vllm033-dispatch runs FlashInfer's checkpointing_ssu (CUDA JIT, GPU only), got "
-                             f"{self.device}; on a CPU, vllm033-trackers validates the same trackers")
+            raise ValueError(self.device_refusal(self.device))
 
     def kernel(self):
         """What ``ssu_dispatch._flashinfer_replayssm_kernel`` is during a call (vLLM sets it at start-up)."""
@@ -333,6 +345,7 @@ class Vllm033Trackers(Vllm033Dispatch):
     name = "vllm033-trackers"
     description = ("vLLM 0.33.0 release: ssu_dispatch's ring trackers and ReplaySSM wrapper around a literal "
                    "stand-in for FlashInfer checkpointing_ssu (validates the release's bookkeeping; CPU capable)")
+    gpu_only = False
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):

@@ -12,7 +12,6 @@ interpreter (``TRITON_INTERPRET=1``); without a tree the kernel is refused with 
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -20,6 +19,8 @@ from pathlib import Path
 import torch
 
 from replayssm.adapters import _vllm_source as src
+from replayssm.adapters._vllm033_source import _import_from_tree as import_from_tree
+from replayssm.adapters._vllm033_source import _vllm_installed
 from replayssm.interface import PAD_SLOT
 from replayssm.mixer.kernel import ComposedMixer, register_mixer_kernel
 from replayssm.ops.conv.literal import LazyOffsetStore
@@ -41,19 +42,14 @@ def load_conv(path: str | None = None):
     if not (root / src._rel(MODULE)).is_file():
         raise src.SourceUnavailable(f"vLLM causal_conv1d_update: {src._rel(MODULE)} not found under {given!r} "
                                     f"({src.ENV})")
-    if src._ROOT is not None and src._ROOT != root:
-        raise src.SourceUnavailable(f"vLLM causal_conv1d_update: vLLM kernels already loaded from {src._ROOT}; one "
-                                    f"vLLM source per process")
-    if not src.vllm_installed():
+    if not _vllm_installed():
         src._install_stand_ins()
         src._stand_in("vllm.v1.attention.backends.utils", PAD_SLOT_ID=PAD_SLOT)
         plat = sys.modules["vllm.platforms"].current_platform
         plat.is_arch_support_pdl = lambda: False
         plat.is_cpu = lambda: False  # the Triton kernel, not vLLM's CPU substitute
-    if MODULE not in sys.modules:
-        src._install_tree(root)
-    try:
-        _CONV = importlib.import_module(MODULE)
+    try:  # imported beside whatever vLLM source this process already loaded (sys.modules given back)
+        _CONV = import_from_tree(root, (MODULE,))[MODULE]
     except Exception as e:  # one line, never a traceback
         raise src.SourceUnavailable(f"vLLM causal_conv1d_update from {root}: import failed "
                                     f"({type(e).__name__}: {e})") from None

@@ -204,8 +204,6 @@ def register_mixer_kernel(cls: type[MixerKernel], *, replace: bool = False) -> t
 
 
 def mixer_kernels() -> dict[str, type[MixerKernel]]:
-    import replayssm.adapters.vllm_conv  # noqa: F401  (registers the adapters)
-    import replayssm.validators.mixer.mutants  # noqa: F401  (registers the broken mixers)
     return dict(sorted(MIXER_KERNELS.items()))
 
 

@@ -6,7 +6,7 @@ reports what it measured and judged, and what ``replayssm results`` reads.
   schema-valid record (config digest, created, id filled in).
 - :func:`add_record_argument` (``--record FILE``), :func:`append` (JSON lines, ``O_APPEND``, one
   write per line, fsync), :func:`load`; the CLI checks the path before any work with
-  :func:`replayssm.cli_guard.check_record_path` (exit 3 naming ``--record``).
+  :func:`replayssm.guard.check_record_path` (exit 3 naming ``--record``).
 - :func:`validate` / :func:`errors` (the schema and the id rule), :func:`digest`, :func:`canonical`.
 - :func:`git_state` (``(commit, dirty)``), :func:`describe_commit`, :func:`device_info`, :func:`versions`:
   the one provenance implementation.

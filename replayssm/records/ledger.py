@@ -4,7 +4,7 @@ work that its ``--record`` path can be written.
 Appending is safe for concurrent writers on a local file system: the file is opened with
 ``O_APPEND``, each record is one ``write`` of one line, and the file is fsynced before return, so
 a reader sees whole lines (never half of one).  A job checks its ``--record`` path before any work
-with :func:`replayssm.cli_guard.check_record_path`.  Every record is validated before the first write:
+with :func:`replayssm.guard.check_record_path`.  Every record is validated before the first write:
 a bad record refuses the whole call and the file is left unchanged.
 """
 

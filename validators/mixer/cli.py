@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-from replayssm.cli_guard import check_writable, out_path
+from replayssm.guard import check_writable, out_path
 from replayssm.mixer.kernel import mixer_kernel
 from replayssm.mixer.spec import mixer_preset
 from replayssm.validators.mixer.runner import default_plan, validate_mixer

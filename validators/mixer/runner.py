@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+import replayssm.adapters.vllm_conv  # noqa: F401  (registers the vLLM conv adapter)
 from replayssm.families import family
 from replayssm.interface import PAD_SLOT, DecodeConfig
 from replayssm.mixer.kernel import ComposedMixer, MixerConfig, MixerKernel, mixer_kernel
@@ -28,7 +29,10 @@ from replayssm.ops.conv.policies import conv_policy
 from replayssm.precision import parse_mode
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.validators.invariants import _slot_fields
-from replayssm.validators.mixer import checks
+from replayssm.validators.mixer import (
+    checks,
+    mutants,  # noqa: F401  (registers the broken mixers)
+)
 
 LITERAL = "mixer-literal-compact-at-commit"
 

@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from filelock import FileLock, Timeout
 
-from replayssm.cli_guard import out_path
+from replayssm.guard import LOCK_NAME, EnvironmentProblem, out_path
 from replayssm.validators import drift as D
 from replayssm.validators.scaleout.shards import longest_first
 
@@ -293,12 +294,8 @@ def _json(text: str | None) -> dict | None:
 
 @contextlib.contextmanager
 def report_lock(out: str | Path, timeout_s: float = 600.0):
-    """The one-writer lock of ``out`` (``cli_guard.output_lock``'s file), waited for up to
+    """The one-writer lock of ``out`` (``guard.output_lock``'s file), waited for up to
     ``timeout_s``: claimants finishing together write the report one after the other."""
-    from filelock import FileLock, Timeout
-
-    from replayssm.cli_guard import LOCK_NAME, EnvironmentProblem
-
     lock = FileLock(str(Path(out) / LOCK_NAME), timeout=timeout_s)
     try:
         lock.acquire()

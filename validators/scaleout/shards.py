@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from replayssm.families import preset
 from replayssm.registry import get
+from replayssm.validators.drift_fast import raw_path
 
 SPECULATIVE_FACTOR = 2.5
 EAGER_FACTOR = 14.0
@@ -88,8 +89,6 @@ def shard_from_env(env: Mapping[str, str] | None = None) -> tuple[int, int]:
 def eager(spec) -> bool:
     """Whether ``spec``'s kernel lacks the raw launch path (:func:`drift_fast.raw_path`): such a cell
     runs eagerly (no CUDA graphs), about 14x slower per token."""
-    from replayssm.validators.drift_fast import raw_path
-
     cls = get(spec.kernel, spec.family)
     try:
         return not raw_path(cls.__new__(cls))
