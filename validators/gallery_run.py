@@ -148,7 +148,7 @@ def table(reports: list[FuzzReport], total_s: float) -> str:
         "A scenario where a mutant only raises is a catch only for a mutant that declares raising as its",
         "bug (`register_mutant(..., raises=True)`: mutant-ring-index-unwrapped).",
         "",
-        f"Run: {time.strftime('%Y-%m-%d', time.gmtime())}, commit {_commit()}, {platform.processor() or 'cpu'}, "
+        f"Run: commit {_commit()}, {platform.processor() or 'cpu'}, "
         f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}, "
         f"total {total_s:.0f} s for {len(reports)} kernels.",
         "",
