@@ -68,16 +68,12 @@ def gpu_slow(session):
     _gpu_tests(session, "gpu and slow and not bench")
 
 
-# The regression gate of `nox -s bench -- --baseline DIR`: a benchmark fails when its median is more
-# than this many percent slower than the baseline's (pytest-benchmark --benchmark-compare-fail takes
-# whole percents).  Chosen from the run-to-run noise measured by the bench-gate profile on one H200
-# (records rec:03c87d1ae72464e2 and rec:aa199ad1422fd1c1 of docs/reports/ledger.jsonl): 3 x the worst change
-# between two runs of one commit, and never below 5.
-KERNEL_THRESHOLD_PCT = 5  # kernel cases (CUDA-graph replays): worst same-commit change 0.15 % over 18 cases
-SUITE_THRESHOLD_PCT = 63  # the suite's speed (host-bound drift chunks): worst same-commit change 20.9 %, IQR to 58 %
-BENCH_PARTS = {  # JSON name -> (test module, threshold)
-    "kernels": ("tests/bench/test_bench_kernels.py", KERNEL_THRESHOLD_PCT),
-    "suite": ("tests/bench/test_bench_suite_speed.py", SUITE_THRESHOLD_PCT),
+# The parts of the benchmark suite: JSON name -> test module.  The regression gate of `nox -s bench
+# -- --baseline DIR` is `replayssm results gate` on the two runs' records (its thresholds per part are
+# replayssm/records/gate.py THRESHOLDS, with the measurement they come from).
+BENCH_PARTS = {
+    "kernels": "tests/bench/test_bench_kernels.py",
+    "suite": "tests/bench/test_bench_suite_speed.py",
 }
 
 
@@ -110,8 +106,9 @@ def bench(session):
     ``nox -s bench -- [--gate] [--out DIR] [--baseline DIR] [pytest args]``: writes DIR/kernels.json
     (kernel cases) and DIR/suite.json (the suite's own speed), default DIR out/bench.  ``--gate``: the
     gate's subset of cases (REPLAYSSM_BENCH_GATE=1).  ``--baseline DIR`` (the DIR of an earlier run,
-    e.g. main's): compare against it and fail when a benchmark's median is slower by more than
-    KERNEL_THRESHOLD_PCT / SUITE_THRESHOLD_PCT.  A failure in one part still runs the other."""
+    e.g. main's): then ``replayssm results gate`` reads both runs as records and fails when a
+    benchmark's median is slower than the baseline's by more than its part's threshold.  A failure in
+    one part still runs the other."""
     try:
         opts, rest = _bench_args(list(session.posargs))
     except ValueError as e:
@@ -124,17 +121,22 @@ def bench(session):
         env["REPLAYSSM_BENCH_GATE"] = "1"
     Path(opts["out"]).mkdir(parents=True, exist_ok=True)
     failed = []
-    for name, (module, threshold) in BENCH_PARTS.items():
+    for name, module in BENCH_PARTS.items():
         cmd = ["python", "-m", "pytest", module, "-q", "-m", "bench", "-p", "no:xdist", "-p", "no:cacheprovider",
                "--benchmark-only", "--benchmark-columns=min,median,iqr,rounds", "--benchmark-sort=name",
                f"--benchmark-json={opts['out']}/{name}.json"]
-        if opts["baseline"] is not None:
-            cmd += [f"--benchmark-compare={opts['baseline']}/{name}.json",
-                    f"--benchmark-compare-fail=median:{threshold}%"]
         try:
             session.run(*cmd, *rest, env=env)
         except nox.command.CommandFailed:
             failed.append(name)
+    if opts["baseline"] is not None:
+        runs = [f"{d}/{name}.json" for d in (opts["baseline"], opts["out"]) for name in BENCH_PARTS
+                if Path(d, f"{name}.json").is_file()]
+        try:
+            session.run("python", "-m", "replayssm", "results", "gate", opts["baseline"], opts["out"], "--by", "source",
+                        *[a for run in runs for a in ("--ledger", run)], env=env)
+        except nox.command.CommandFailed:
+            failed.append("gate")
     if failed:
         session.error(f"bench: {', '.join(failed)} failed (a failing case, or slower than the baseline beyond "
                       f"the threshold: see the comparison above)")

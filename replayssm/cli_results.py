@@ -5,8 +5,10 @@ index of one or more JSON-lines files (default: the committed ledger ``docs/repo
 - ``latest``: the newest record per case and device.
 - ``compare A B --by commit|device``: the newest record of each case on both sides, side by side,
   with the ratio B / A of every numeric metric.
-- ``gate A B --by commit|device``: the benchmark gate: per timed case in both, the change of the
-  median, failing (exit 1) beyond the part's threshold (``--threshold kernels=5``).
+- ``gate A B --by commit|device|source``: the benchmark gate: per timed case in both, the change of
+  the median, failing (exit 1) beyond the part's threshold (``--threshold kernels=5``); ``--by
+  source`` takes two files or folders of records (``nox -s bench`` gates its run's folder against
+  the baseline's so).
 - ``page OUT.html``: the static results page (verdicts, state bits, kernel times, suite
   throughput by commit x GPU x kernel, with plots).
 
@@ -45,7 +47,9 @@ def add_parser(subparsers):
     for q in (c, g):
         q.add_argument("a", metavar="A", help="a commit (prefix) or a device name (part of it)")
         q.add_argument("b", metavar="B")
-        q.add_argument("--by", choices=["commit", "device"], default="commit")
+        q.add_argument("--by", choices=["commit", "device", "source"], default="commit",
+                       help="what A and B name: commits, devices, or the files / folders of pytest-benchmark runs "
+                            "given with --ledger")
     c.add_argument("--job", default=None, help="only this job's records")
     g.add_argument("--threshold", action="append", default=[], metavar="PART=PCT",
                    help=f"slowdown threshold of a part in percent (default {THRESHOLDS})")
@@ -76,7 +80,7 @@ def read(paths: list[Path]) -> Index:
             with open(p, encoding="utf-8") as fh:
                 head = fh.read(4096).lstrip()
             if head.startswith("{") and '"benchmarks"' in head and "\n{" not in head.rstrip():
-                recs = from_pytest_benchmark(json.loads(p.read_text()), source=str(p))
+                recs = from_pytest_benchmark(json.loads(p.read_text()), source=os.path.normpath(p))
             else:
                 recs = load(p)
         except RecordError as e:
@@ -117,7 +121,8 @@ def _sides(index: Index, args) -> tuple[dict, dict]:
     a, b = index.side(args.by, args.a), index.side(args.by, args.b)
     for name, side in ((args.a, a), (args.b, b)):
         if not side:
-            known = ", ".join(index.values("commit_id" if args.by == "commit" else "device_name")[:12])
+            column = {"commit": "commit_id", "device": "device_name"}.get(args.by, "source")
+            known = ", ".join(index.values(column)[:12])
             raise ValueError(f"{'A' if side is a else 'B'}: no record of {args.by} {name!r} (known: {known})")
     return a, b
 
@@ -137,7 +142,7 @@ def compare(index: Index, args) -> int:
             rows.append([key[0], key[1], k, fmt(ma[k]), fmt(mb[k]), "-" if q is None else f"{q:.3f}"])
         if ra["verdict"] != rb["verdict"]:
             rows.append([key[0], key[1], "verdict", ra["verdict"], rb["verdict"], "-"])
-    other = "device" if args.by == "commit" else "commit"
+    other = "commit" if args.by == "device" else "device"
     print(_table(["case", other, "metric", f"A {args.a}", f"B {args.b}", "B / A"], rows))
     only = sorted(set(a) ^ set(b))
     print(f"\n{len(set(a) & set(b))} case(s) on both sides; {len(only)} on one side only")

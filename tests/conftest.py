@@ -2,7 +2,6 @@
 
 import os
 
-import progress_log
 import pytest
 import torch
 
@@ -33,8 +32,3 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def pytest_runtest_logreport(report):
-    """``REPLAYSSM_TEST_LOG=PATH``: one JSON line per finished test (tests/progress_log.py)."""
-    progress_log.write(report)

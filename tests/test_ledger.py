@@ -10,6 +10,7 @@ record id the docs cite is in it.
 import hashlib
 import json
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,43 @@ def test_generated_tables_match_the_ledger():
     for path in docs:
         text = path.read_text()
         assert tables.regenerate(text, recs) == text, f"{path.name}: run python tools/ledger_tables.py --update {path}"
+
+
+PACKAGE_DIRS = ("replayssm", "validators", "scenarios", "golden", "tools")
+ISO_DATE = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b")
+# Comments and docstrings that must keep an ISO date, each with its reason ("path": "why"); none today:
+# a measurement is a record (cited as rec:<id>) or a method statement without a date.
+DATED_COMMENTS_ALLOWED: dict[str, str] = {}
+
+
+def _package_sources():
+    files = [ROOT / "noxfile.py"]
+    for d in PACKAGE_DIRS:
+        files += sorted(p for p in (ROOT / d).rglob("*.py") if "__pycache__" not in p.parts)
+    return files
+
+
+def _prose_tokens(path: Path):
+    """The comments and string literals (docstrings among them) of a source file, with their line."""
+    with open(path, "rb") as fh:
+        for tok in tokenize.tokenize(fh.readline):
+            if tok.type in (tokenize.COMMENT, tokenize.STRING) or tok.type == getattr(tokenize, "FSTRING_MIDDLE", -1):
+                yield tok.start[0], tok.string
+
+
+def test_every_record_id_the_package_cites_is_in_the_ledger():
+    ids = {rec["id"] for rec in _records()}
+    cited = {(m, str(p.relative_to(ROOT))) for p in _package_sources()
+             for m in re.findall(r"rec:([0-9a-f]{16})", p.read_text())}
+    assert cited, "no rec:<id> citation found in the package: the scan is looking in the wrong place"
+    missing = sorted((path, m) for m, path in cited if m not in ids)
+    assert not missing, missing
+
+
+def test_package_comments_carry_no_dates():
+    """Dated prose in comments and docstrings is a lab notebook: the measurement is a record (rec:<id>)
+    or, without one, a method statement (what was measured and the constant it gave)."""
+    dated = [f"{p.relative_to(ROOT)}:{line}: {m.group()}" for p in _package_sources()
+             if str(p.relative_to(ROOT)) not in DATED_COMMENTS_ALLOWED
+             for line, text in _prose_tokens(p) for m in ISO_DATE.finditer(text)]
+    assert not dated, dated

@@ -3,8 +3,9 @@
 Oracle: a ledger written here from known numbers (two commits x two GPUs; timings, drift bits,
 verdicts): ``latest`` must pick the newest per case and device, ``compare`` must divide the two
 sides' metrics, the gate must pass a same-speed pair and fail the slowed kernel's cases only (the
-logic of the former tools/bench_gate_report.py), the page must show every verdict row escaped,
-byte-identical on a second render, and a real headless Chromium must read its rows back.
+logic of the former tools/bench_gate_report.py; ``nox -s bench -- --baseline`` decides through it),
+the page must show every verdict row escaped, byte-identical on a second render, and a real headless
+Chromium must read its rows back.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from replayssm import cli
 from replayssm.records import Recorder, append
 from replayssm.records.gate import THRESHOLDS, compare, from_pytest_benchmark
 from replayssm.records.index import Index
-from replayssm.validators.bench_table import compare as run_compare
 from replayssm.validators.results_page import page
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,11 +123,67 @@ def test_a_bad_threshold_is_refused_naming_the_flag(capsys, tmp_path):
     assert code == 2 and "--threshold" in err
 
 
-def test_the_gate_thresholds_are_the_noxfile_ones():
-    text = (ROOT / "noxfile.py").read_text()
-    for part, var in (("kernels", "KERNEL_THRESHOLD_PCT"), ("suite", "SUITE_THRESHOLD_PCT")):
-        line = next(ln for ln in text.splitlines() if ln.startswith(f"{var} ="))
-        assert THRESHOLDS[part] == float(line.split("=")[1].split("#")[0])
+def test_nox_bench_gates_through_results_gate(tmp_path, monkeypatch):
+    """``nox -s bench -- --gate --baseline DIR``: pytest-benchmark only writes the runs; the decision is
+    ``replayssm results gate`` on the two folders' records (no threshold of its own in the noxfile)."""
+    from nox.command import CommandFailed
+
+    import noxfile
+
+    base, out = tmp_path / "main", tmp_path / "new"
+    for d in (base, out):
+        d.mkdir()
+        for name in noxfile.BENCH_PARTS:
+            (d / f"{name}.json").write_text("{}")
+    calls = []
+
+    class Session:
+        posargs = ["--gate", "--out", str(out), "--baseline", str(base)]
+
+        def run(self, *args, **kw):
+            calls.append(args)
+            if kw.get("silent"):
+                return "1"  # a CUDA device is visible
+            if args[:5] == ("python", "-m", "replayssm", "results", "gate"):
+                raise CommandFailed("slower")
+
+        def install(self, *args):
+            pass
+
+        def create_tmp(self):
+            return str(tmp_path)
+
+        def error(self, msg):
+            raise RuntimeError(msg)
+
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(RuntimeError, match="gate"):
+        noxfile.bench.func(Session())
+    pytest_runs = [c for c in calls if c[:3] == ("python", "-m", "pytest")]
+    assert len(pytest_runs) == 2 and not any("compare" in a for c in pytest_runs for a in c)
+    gate = calls[-1]
+    assert gate[:9] == ("python", "-m", "replayssm", "results", "gate", str(base), str(out), "--by", "source")
+    assert [gate[i + 1] for i, a in enumerate(gate) if a == "--ledger"] == [
+        f"{d}/{n}.json" for d in (base, out) for n in noxfile.BENCH_PARTS]
+    assert not re.search(r"THRESHOLD_PCT\s*=", (ROOT / "noxfile.py").read_text())
+    assert THRESHOLDS == {"kernels": 5.0, "suite": 63.0}  # rec:03c87d1ae72464e2, rec:aa199ad1422fd1c1
+
+
+def test_two_runs_of_one_commit_are_gated_by_their_folders(capsys, tmp_path):
+    """``--by source``: the sides are the files under two folders (one commit, one device: the
+    bench-gate profile's runs A and B, or C slowed)."""
+    names = ("test_kernel[triton-baseline]", "test_kernel[triton-replay]")
+    for side, medians in (("a", (20e-6, 10e-6)), ("b", (20.1e-6, 10.05e-6)), ("c", (20e-6, 14e-6))):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "kernels.json").write_text(json.dumps(_pytest_benchmark_run(dict(zip(names, medians)))))
+    ledgers = [a for s in "abc" for a in ("--ledger", tmp_path / s / "kernels.json")]
+    code, out, _ = run(capsys, "results", "gate", tmp_path / "a", tmp_path / "b", "--by", "source", *ledgers)
+    assert code == 0 and "2 compared" in out and "**gate PASS**" in out
+    code, out, _ = run(capsys, "results", "gate", tmp_path / "a", tmp_path / "c", "--by", "source", *ledgers)
+    assert code == 1 and "test_kernel[triton-replay] |" in out and "test_kernel[triton-baseline] |" in out
+    assert re.findall(r"\| (test_kernel\[[a-z-]+\]) \|[^\n]*\*\*over\*\*", out) == [names[1]]
+    code, _, err = run(capsys, "results", "gate", tmp_path / "a", tmp_path / "none", "--by", "source", *ledgers)
+    assert code == 2 and "no record of source" in err
 
 
 def _pytest_benchmark_run(medians: dict[str, float], commit="abc1234def56") -> dict:
@@ -148,10 +204,9 @@ def test_a_pytest_benchmark_run_is_read_as_records_by_the_gate(capsys, tmp_path)
     names = ("test_kernel[triton-baseline]", "test_kernel[triton-replay]")
     a = _pytest_benchmark_run(dict(zip(names, (20e-6, 10e-6))))
     b = _pytest_benchmark_run(dict(zip(names, (20e-6, 15e-6))), commit="fedcba987654")
-    text, summary = run_compare(a, b, 5)  # validators.bench_table.compare: a thin caller of the records' gate
+    _, summary = compare(from_pytest_benchmark(a), from_pytest_benchmark(b), 5)
     assert summary["compared"] == 2 and summary["over"] == [names[1]]
     assert summary["worst_slowdown"] == pytest.approx(50.0)
-    assert text == compare(from_pytest_benchmark(a), from_pytest_benchmark(b), 5)[0]
     pa, pb = tmp_path / "a.json", tmp_path / "b.json"
     pa.write_text(json.dumps(a))
     pb.write_text(json.dumps(b))

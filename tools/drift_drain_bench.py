@@ -1,5 +1,5 @@
 """The drift drain's host time for one chunk of a speculative cell: ``BinnedCurve.add`` per pending item
-against ``BinnedCurve.add_groups`` once per curve (what ``CellRun._drain`` does since 2026-12-06; the same
+against ``BinnedCurve.add_groups`` once per curve (what ``CellRun._drain`` does; the same
 bits, tests/test_drift_analysis.py).
 
     python tools/drift_drain_bench.py

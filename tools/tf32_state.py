@@ -7,8 +7,8 @@ tf32 dot under 16-bit activations: it implements s32a16-tf32, not s32a16).
 
 Prints one JSON line per run (verdict, worst output and state bound ratios, failure counts, the first
 failures with value / bound) and a table at the end; ``--json FILE`` writes all records.  The
-expectation (issue 47): vllm-replay speculative fails at s32a16-tf32 (flush-checkpoint 2.19x on
-2026-12-01; it passed at 0.055x once the tf32 dot's u entered the state unit), triton-replay passes.
+expectation (issue 47): vllm-replay speculative fails at s32a16-tf32 (flush-checkpoint measured at
+2.19x the bound; it passed at 0.055x once the tf32 dot's u entered the state unit), triton-replay passes.
 
 Usage: python tools/tf32_state.py [--vllm-src PATH] [--json FILE] [--device cuda]
 """

@@ -1,12 +1,11 @@
-"""The tables of docs/benchmarks.md from saved benchmark runs (pytest-benchmark JSON of tests/bench,
-``nox -s bench``), and the per-case comparison of two runs (run-to-run noise, regressions).
+"""The tables of docs/benchmarks.md from a saved benchmark run (pytest-benchmark JSON of tests/bench,
+``nox -s bench``, or a ``replayssm bench --json`` result: the launch-sweep tables, baseline against
+replay per row).
 
     python -m replayssm.validators.bench_table RUN.json                  # Markdown tables
-    python -m replayssm.validators.bench_table RUN.json --compare BASE.json [--threshold 10]
 
-``RUN.json`` is a pytest-benchmark run (``--benchmark-json``) or a ``replayssm bench --json`` result
-(the launch-sweep tables of docs/benchmarks.md: baseline against replay per row); ``--compare`` takes
-two pytest-benchmark runs.
+Two runs are compared, and gated, as records: ``replayssm results gate BASE NEW --by source
+--ledger BASE/kernels.json --ledger NEW/kernels.json`` (what ``nox -s bench -- --baseline`` runs).
 
 Oracle of the numbers: nothing is recomputed from a model here except the ratio and the model limit;
 every time is the run's own median (pytest-benchmark ``stats.median``, seconds per decode step for a
@@ -23,7 +22,6 @@ import json
 import sys
 from pathlib import Path
 
-from replayssm.records import gate
 from replayssm.validators.bench import table
 
 OURS = ("triton-baseline", "triton-replay")  # the ratio column: baseline µs over replay µs
@@ -43,21 +41,18 @@ def is_bench_result(data: dict) -> bool:
     return isinstance(data.get("rows"), list) and {"family", "copy", "env"} <= set(data)
 
 
-def load_runs(paths, pytest_benchmark_only: bool = False) -> list[dict]:
-    """The JSON of each path: a pytest-benchmark run or (unless ``pytest_benchmark_only``) a
-    ``replayssm bench`` result; ValueError naming a file that is neither."""
+def load_runs(paths) -> list[dict]:
+    """The JSON of each path: a pytest-benchmark run or a ``replayssm bench`` result; ValueError
+    naming a file that is neither."""
     runs = []
     for p in paths:
         try:
             data = json.loads(Path(p).read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise ValueError(f"run: cannot read {p} as JSON ({e})") from None
-        ok = isinstance(data, dict) and (isinstance(data.get("benchmarks"), list)
-                                         or (not pytest_benchmark_only and is_bench_result(data)))
-        if not ok:
+        if not (isinstance(data, dict) and (isinstance(data.get("benchmarks"), list) or is_bench_result(data))):
             raise ValueError(f"run: {p} is not pytest-benchmark JSON (no 'benchmarks' list; save one with "
-                             f"--benchmark-json)" + ("" if pytest_benchmark_only else
-                                                     " nor a replayssm bench --json result"))
+                             f"--benchmark-json) nor a replayssm bench --json result")
         runs.append(data)
     return runs
 
@@ -166,34 +161,17 @@ def render(run: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def compare(base: dict, new: dict, threshold_pct: float | None = None) -> tuple[str, dict]:
-    """Per benchmark present in both runs: both medians, the change in percent (slower positive) and
-    the base run's IQR over its median; and a summary: ``worst_slowdown``, ``worst_abs`` (largest
-    change either way: the run-to-run noise of a same-commit pair), ``over`` (names beyond
-    ``threshold_pct``), ``compared`` (how many benchmarks both runs hold).  The runs become records
-    and the gate of ``replayssm results gate`` compares them (:func:`replayssm.records.gate.compare`)."""
-    return gate.compare(gate.from_pytest_benchmark(base), gate.from_pytest_benchmark(new), threshold_pct)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m replayssm.validators.bench_table", description=__doc__.split("\n")[0])
-    p.add_argument("run", help="pytest-benchmark JSON (nox -s bench writes out/bench/bench.json)")
-    p.add_argument("--compare", default=None, metavar="BASE", help="another run: print the change per benchmark")
-    p.add_argument("--threshold", type=float, default=None, help="with --compare: mark changes above this percent")
+    p.add_argument("run", help="pytest-benchmark JSON (nox -s bench writes out/bench/kernels.json) or a "
+                                "replayssm bench --json result")
     args = p.parse_args(argv)
     try:
-        paths = [args.run] + ([args.compare] if args.compare else [])
-        runs = load_runs(paths, pytest_benchmark_only=bool(args.compare))
+        runs = load_runs([args.run])
     except ValueError as e:
         print(f"bench_table: {e}", file=sys.stderr)
         return 2
-    if args.compare:
-        text, summ = compare(runs[1], runs[0], args.threshold)
-        print(text + f"\n{summ['compared']} benchmarks compared; largest slowdown {summ['worst_slowdown']:+.2f} %, "
-                     f"largest change either way {summ['worst_abs']:.2f} %"
-              + (f"; over {args.threshold:g} %: {', '.join(summ['over'])}" if summ["over"] else ""))
-    else:
-        print(render(runs[0]), end="")
+    print(render(runs[0]), end="")
     return 0
 
 

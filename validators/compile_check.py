@@ -3,8 +3,8 @@
 Under ``TRITON_INTERPRET=1`` a Triton kernel runs as NumPy, so the compiler's own rules never apply:
 a ``tl.dot`` whose contracted axis is under 16 (8 in Triton >= 3.9), a block shape that is not a
 power of two, a type the backend cannot lower -- code that passes every interpreted test and then
-fails to compile on the GPU (the nightly GPU fuzz of 2026-12-01 found kda ``triton-replay``
-failing so at K < 16 in ``s32a16-tf32``: docs/fuzzing.md, run 6).
+fails to compile on the GPU (the nightly GPU fuzz found kda ``triton-replay`` failing so at K < 16
+in ``s32a16-tf32``: docs/fuzzing.md, run 6).
 
 ``record()`` notes every kernel launch the interpreter runs (its function, the type of each tensor
 argument, the value of each scalar and constexpr, ``num_warps`` / ``num_stages``); ``compile_all``

@@ -526,7 +526,7 @@ class CellRun:
         parts = np.split(flat, np.cumsum([e.numel() for e in vals])[:-1]) if errs else []
         host = iter([p[e[1]] if isinstance(e, tuple) else p for p, e in zip(parts, errs)])
         # each item one group of its curve's add_groups (add() item by item, bit for bit, in one pass per curve:
-        # an add per item was ~140 us of host time per speculative step on a GPU, 2026-12-06)
+        # an add per item measured ~140 us of host time per speculative step on a GPU)
         adds: dict[str, list[tuple]] = {"flush": [], "flush_local": [], "state": []}
         for item in self.pending:
             kind = item[0]
@@ -718,8 +718,8 @@ def default_chunk(device, rows: int, speculative: bool = False) -> int:
     64 on a CPU; on a GPU at least 2,048 row-steps per chunk in standard decode (a power of two times
     64, so graph pieces repeat from chunk to chunk), since each chunk boundary waits for the device;
     64 in a speculative schedule, whose pieces are mostly one step (up to four graphs per chunk
-    step: with 256 steps a cell was still capturing after 8 s on an H200, 2026-12-04, KDA 3,177
-    validated tokens/s against 6,743 with 64; docs/benchmarks.md) and whose steps take
+    step: with 256 steps a cell was still capturing after 8 s on an H200, KDA 3,177 validated
+    tokens/s against 6,743 with 64) and whose steps take
     milliseconds, beside which a chunk boundary's wait is small."""
     if torch.device(device).type != "cuda" or speculative:
         return 64
@@ -800,10 +800,11 @@ def _worker(wid: int, device: str, cfg_dict: dict, out: str, tasks, events, ckpt
 def dispatch_order(cells: list[CellSpec]) -> list[CellSpec]:
     """The order worker processes take ``cells`` in: the speculative schedules' first, each group in the
     configuration's order.  On a GPU a speculative cell takes about 2.5x a standard one's time (alone on
-    an H100 at 041a19a, 8 rows: 18,090-18,966 against 45,246-48,696 validated tokens/s,
-    rec:ef02ae3dceb5fa92 of docs/reports/ledger.jsonl); taken last, they left the full report's final minutes
-    to a few processes (its third call at 041a19a: 11 cells, 20,211 tokens/s against 34,130 in the
-    first).  No cell's numbers depend on the order."""
+    an H100, 8 rows: 18,090-18,966 against 45,246-48,696 validated tokens/s, rec:8c86bd2733d4d900,
+    rec:670d3bcc7ed69522, rec:ef02ae3dceb5fa92, rec:87ef5234ff23deec of docs/reports/ledger.jsonl); taken
+    last, they left the full report's final minutes to a few processes (its third call, of the same
+    commit: 11 cells, 20,211 tokens/s against 34,130 in the first; the whole report rec:bc468fe524d00830).
+    No cell's numbers depend on the order."""
     return sorted(cells, key=lambda c: not c.speculative)
 
 

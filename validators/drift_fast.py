@@ -217,8 +217,8 @@ class FastCell:
         # without a flush.  The keys of a spec-random cell of 10^6 tokens at 8 rows, chunks of 64
         # (tools/drift_graph_keys.py, the host logic alone): 526 in 50,156 steps; with room for 4 per chunk step
         # (256) 3.7 % of the pieces ran eagerly, with 8 per step (512) 1.2 %, the first occurrences.  (One step
-        # a piece, so that every key fits in 4 per step, was tried: 97 % replays, but it ran no faster,
-        # 2026-12-06, H100.)
+        # a piece, so that every key fits in 4 per step, was tried: 97 % replays, but it ran no faster on an
+        # H100.)
         self.max_graphs = max(MAX_GRAPHS, 8 * self.K) if self.spec else MAX_GRAPHS
         g = sc.geometry_obj
         K, R, T, dev = self.K, self.R, self.T, self.dev

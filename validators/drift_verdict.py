@@ -20,7 +20,7 @@ cells; H100 and H200, 8 rows x 125,000 tokens, nano4b / qwen35-4b / kimi-linear-
 standard and speculative, long-memory) is 2^5.88 u (mamba2 triton-replay s32a32 spec-random,
 3.43e-6, a bounded plateau); 2^2.70 u at the bf16-activation modes (mamba2 s16a16 spec-random,
 0.0254); 2^4.48 u at sfp8a16 (mamba2 spec-random, 1.39: a correct fp8 state loses everything).
-The literal models on this 2-core CPU (2026-12-07, tiny, 2 rows x 512 tokens, standard decode,
+The literal models on a 2-core CPU (tiny, 2 rows x 512 tokens, standard decode,
 all six scenarios, s32a32 and sfp8a16, mamba2 / gdn / kda; 2 x 1,024 tokens at s16a16 for gdn)
 reach 2^6.62 u at most (mamba2 s32a32 large-delta, state 5.9e-6).  So the bound is x42 above the
 worst correct fp32 error, x20 above the worst bf16-mode one, x5.7 above the worst fp8 one, and it

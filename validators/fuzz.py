@@ -65,7 +65,7 @@ CI_EXAMPLES = 20
 CI_EXAMPLES_INTERPRETED = 3
 # The alternate literal kernels (each bookkeeping policy's literal model and the legitimate
 # variants: every ``literal-*`` kernel but literal-replay and literal-baseline) get fewer, for
-# ./dev test's 10 minutes (2026-12-01: 19 of them took ~20 s each of a loaded 2-core run); the
+# ./dev test's 10 minutes (measured: 19 of them took ~20 s each of a loaded 2-core run); the
 # nightly profile runs 2,000 each (docs/fuzzing.md).
 CI_EXAMPLES_ALTERNATE = 8
 

@@ -33,9 +33,9 @@ from replayssm.validators.mutants import all_mutants
 from replayssm.validators.runner import run_scenario
 
 CATCH_LIMIT_EXAMPLES = PROFILES["ci"]["max_examples"]
-# Scenarios run while shrinking, after the first failure.  Measured (docs/mutation_gallery.md,
-# 2026-12-01): every mutant's shrinking ends by itself within 81 scenarios (bookkeeping ones
-# within 67), so 150 bounds the work without cutting any of them short.
+# Scenarios run while shrinking, after the first failure.  Measured over the gallery's run of every
+# mutant (docs/mutation_gallery.md): every mutant's shrinking ends by itself within 81 scenarios
+# (bookkeeping ones within 67), so 150 bounds the work without cutting any of them short.
 SHRINK_EXAMPLES = 150
 BOOKKEEPING_MAX_ROWS = 2
 BOOKKEEPING_MAX_STEPS = 8
@@ -148,7 +148,7 @@ def table(reports: list[FuzzReport], total_s: float) -> str:
         "A scenario where a mutant only raises is a catch only for a mutant that declares raising as its",
         "bug (`register_mutant(..., raises=True)`: mutant-ring-index-unwrapped).",
         "",
-        f"Run: {time.strftime('%Y-%m-%d', time.gmtime())}, commit {_commit()}, {platform.processor() or 'cpu'}, "
+        f"Run: commit {_commit()}, {platform.processor() or 'cpu'}, "
         f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}, "
         f"total {total_s:.0f} s for {len(reports)} kernels.",
         "",

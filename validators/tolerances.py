@@ -25,7 +25,7 @@ replay with an independent stochastic-rounding stream) reach at most 0.67 of the
 state stored one format lower (fp32->bf16, 16-bit->fp8, fp8->fp4) reaches 1.1 to 10^6 of it --
 except GDN at s32a16, whose bf16 d records already carry bf16-level state error (0.78).
 The Triton kernels (mamba2 triton-replay, -state, -baseline; gdn triton-baseline and
-triton-replay), run through the Triton interpreter on CPU on 2026-11-29, reached at most 0.70 of
+triton-replay), run through the Triton interpreter on CPU, reached at most 0.70 of
 the bound (s32a32, per-row schedule, 20 steps); tf32 readouts and the GPU's approximate exp are
 not covered by that measurement: a GPU run must confirm the fp32 rows.
 """

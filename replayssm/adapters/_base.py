@@ -106,8 +106,8 @@ def interpreter_reason(mode: PrecisionMode, traps=tuple(INTERPRETER_TRAPS)) -> t
     """Why a Triton kernel written elsewhere that does ``traps`` (names of :data:`INTERPRETER_TRAPS`)
     cannot be judged at ``mode`` under the Triton interpreter (we cannot widen their code as ours
     does): ``("state", why)`` for a bf16 state stored through a cast (every store rounds toward
-    zero, an error that grows with the flushes -- a 5.3 u "failure" of vLLM's Mamba-2 baseline after
-    5 stores, fuzzed 2026-12-01), ``("act", why)`` for bf16 activations read by a bf16 ``tl.dot``
+    zero, an error that grows with the flushes -- the fuzzer drew a 5.3 u "failure" of vLLM's Mamba-2
+    baseline after 5 stores), ``("act", why)`` for bf16 activations read by a bf16 ``tl.dot``
     (vLLM's Mamba-2 replay kernel at s32a16: a 1.4e10 error on the CPU, 2.6e-3 on the GPU) or
     written through a cast, None otherwise.  The engine refuses both on a CPU
     (:class:`SlotAdapter`); the fuzzer draws neither there."""

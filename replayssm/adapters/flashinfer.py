@@ -20,17 +20,17 @@ invariants).  Expected: the literal model's error within its small factor at eve
 Bridges (besides the poisoned output scratch of ``_base.py``): padding rows are ``pad_slot_id = -1``
 (our slot s is cache slot s + 1; slot 0 unused); the per-head parameters are stride-0 views of the
 ``[H]`` vectors, ``A`` as ``[H, P, N]`` and ``dt_bias`` / ``D`` as ``[H, P]`` with strides ``(1, 0)``,
-and ``dt`` as ``[..., H, P]`` with strides ``(..., 1, 0)``: the kernels' validators accept nothing
-else (tie_hdim; ``validate_D_tensor`` and friends in ``csrc/selective_state_update.cu``, the
-``(tie_hdim)`` checks of ``csrc/checkpointing_ssu.cu``; a contiguous ``D`` was refused on the H200,
-2026-12-01).  ``selective_state_update`` takes ``dt``, ``D`` and ``dt_bias`` in one dtype (its
-"weight" type), so the baseline passes ``dt`` upcast to fp32 beside the fp32 parameters (exact: the
-same values); ``checkpointing_ssu`` types ``dt`` apart and gets the raw input.  Both add the bias
-and apply softplus themselves (``dt_cache`` holds the processed Δ in fp32, the family's record).  The ring is the
-kernel's ``RING = B + T'`` rows indexed modulo RING, so B + T' must be a power of two (the spec's
-ring of next_pow2(B + T') rows is then the same ring); B <= 16 (``max_window``).  Standard decode of
-``flashinfer-replay`` is its T' = 1 case: the ``flush-when-full`` bookkeeping (flush when L records
-are held, folding the history only), L + 1 a power of two.
+and ``dt`` as ``[..., H, P]`` with strides ``(..., 1, 0)``: the kernels' validators accept nothing else
+(tie_hdim; ``validate_D_tensor`` and friends in ``csrc/selective_state_update.cu``, the ``(tie_hdim)``
+checks of ``csrc/checkpointing_ssu.cu``; a contiguous ``D`` was refused on an H200).
+``selective_state_update`` takes ``dt``, ``D`` and ``dt_bias`` in one dtype (its "weight" type), so the
+baseline passes ``dt`` upcast to fp32 beside the fp32 parameters (exact: the same values);
+``checkpointing_ssu`` types ``dt`` apart and gets the raw input. Both add the bias and apply softplus
+themselves (``dt_cache`` holds the processed Δ in fp32, the family's record). The ring is the kernel's
+``RING = B + T'`` rows indexed modulo RING, so B + T' must be a power of two (the spec's ring of
+next_pow2(B + T') rows is then the same ring); B <= 16 (``max_window``). Standard decode of
+``flashinfer-replay`` is its T' = 1 case: the ``flush-when-full`` bookkeeping (flush when L records are
+held, folding the history only), L + 1 a power of two.
 
 Modes, read from the code (``flashinfer/data/include/flashinfer/mamba``):
 ``checkpointing_ssu``: 2-byte inputs only (bf16 / fp16; its products are m16n8k16 MMAs on them,

@@ -98,7 +98,7 @@ class SGLangGDNReplayServing(SlotAdapter):
             return (f"a {mode.state} checkpoint is cast to the key dtype for its dots (16-bit operands): declared "
                     f"only with {mode.state} activations and ieee")
         if mode.act != "fp32" and decode.ring_rows < 16:
-            # H200, 2026-12-02 (docs/findings.md): Triton refuses the fold's 16-bit dot over an 8-row ring
+            # on an H200 (docs/findings.md): Triton refuses the fold's 16-bit dot over an 8-row ring
             return (f"with {mode.act} records its commit fold is a tl.dot over the ring's rows, which Triton "
                     f"compiles for the GPU only from 16 rows (the server's ring, linear_replayssm_cache_len, "
                     f"defaults to 16): got a ring of {decode.ring_rows} rows")

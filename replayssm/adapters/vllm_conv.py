@@ -95,7 +95,7 @@ class VLLMConvMixer(ComposedMixer):
         if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
             return "no CUDA device: run with TRITON_INTERPRET=1 (the Triton interpreter)"
         if os.environ.get("TRITON_INTERPRET") == "1" and mode.act_dtype == torch.bfloat16:
-            # measured 2026-12-07: NaN outputs at s32a16 under the interpreter (its bf16 arithmetic, spec 9),
+            # measured: NaN outputs at s32a16 under the interpreter (its bf16 arithmetic, spec 9),
             # the stored conv window still exact; the GPU runs bf16
             return "bf16 activations under the Triton interpreter (its bf16 arithmetic is wrong); use a GPU or s32a32"
         return None

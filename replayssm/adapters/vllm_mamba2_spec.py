@@ -67,7 +67,7 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
     def unsupported_geometry(cls, geometry, decode=None):
         # _fused_scatter_precompute_kernel: bc = tl.dot(B [window, next_pow2(dstate)], C^T), the
         # contraction over dstate; Triton on NVIDIA compiles a dot only with K >= 16 for 16-bit
-        # operands (>= 8 for fp32): a CompilationError on the H200 at dstate 2 (GPU fuzz, 2026-12-04).
+        # operands (>= 8 for fp32): a CompilationError on an H200 at dstate 2 (found by the GPU fuzz).
         # A compiler limit: under the Triton interpreter (the CPU) the kernel runs there.
         if decode is not None and decode.speculative and geometry.dstate < 9 and not triton_interpreted():
             return ("the fork's speculative kernel contracts dstate with tl.dot on a tile of next_pow2(dstate) "

@@ -15,8 +15,12 @@ import math
 
 from replayssm.records.record import Recorder
 
-# The thresholds of the gate (noxfile.py KERNEL_THRESHOLD_PCT / SUITE_THRESHOLD_PCT; a test keeps
-# them equal): 3 x the worst change between two runs of one commit on one H200, never below 5.
+# The thresholds of the gate (`nox -s bench -- --baseline DIR` and `replayssm results gate`): a part
+# fails when a median is this many percent slower than the baseline's.  Chosen from the run-to-run
+# noise that the bench-gate profile measured on one H200 (rec:03c87d1ae72464e2, rec:aa199ad1422fd1c1):
+# 3 x the worst change between two runs of one commit, and never below 5.  Kernel cases (CUDA-graph
+# replays): worst same-commit change 0.15 % over 18 cases; the suite's speed (host-bound drift
+# chunks): worst same-commit change 20.9 %, IQR to 58 %.
 THRESHOLDS = {"kernels": 5.0, "suite": 63.0}
 OURS = ("triton-baseline", "triton-replay")  # our kernels: the findings' control
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 
 SCALARS = ("id", "job", "case_id", "family", "kernel", "mode", "geometry", "config_digest", "commit_id", "dirty",
@@ -74,13 +75,20 @@ class Index:
     def side(self, by: str, value: str) -> dict[tuple, dict]:
         """The newest record per key of one side of a comparison: ``by="commit"``: the records of
         commits starting with ``value``, keyed by (case, device); ``by="device"``: the records of
-        devices whose name contains ``value``, keyed by (case, commit)."""
-        if by == "commit":
+        devices whose name contains ``value``, keyed by (case, commit); ``by="source"``: the records
+        read from the file ``value`` or from files under the folder ``value`` (two runs of one commit
+        on one device, e.g. the two folders of ``nox -s bench``), keyed by (case, device)."""
+        if by == "source":
+            value = os.path.normpath(value)
+            folder = value.rstrip("/") + "/"
+            where, params, key = "(source = ? OR substr(source, 1, ?) = ?)", (value, len(folder), folder), \
+                ("case_id", "device_name")
+        elif by == "commit":
             where, params, key = "commit_id LIKE ?", (value.lower() + "%",), ("case_id", "device_name")
         elif by == "device":
             where, params, key = "device_name LIKE ?", ("%" + value + "%",), ("case_id", "commit_id")
         else:
-            raise ValueError(f"--by: expected commit or device, got {by!r}")
+            raise ValueError(f"--by: expected commit, device or source, got {by!r}")
         out: dict[tuple, dict] = {}
         for r in self.rows(where, params):
             out[tuple(r[k] for k in key)] = r  # ordered by created: the newest wins

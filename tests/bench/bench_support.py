@@ -4,8 +4,8 @@ into pytest-benchmark (used by tests/bench/conftest.py and the benchmark modules
 pytest-benchmark times a callable with its own clock; our kernel times are CUDA-event times of CUDA
 graph replays (validators/bench.py), so the ``measured`` fixture hands pytest-benchmark a
 :class:`MeasuredClock` that advances by exactly one measured sample per round: its statistics (min,
-median, IQR, ...) and the comparison against a saved run (``--benchmark-compare-fail``) are those of
-the measured samples.
+median, IQR, ...), and so the regression gate's comparison against a saved run (``replayssm results
+gate``), are those of the measured samples.
 
 Environment: ``REPLAYSSM_BENCH_GATE=1`` the regression gate's subset of cases
 (``validators.bench.bench_cases(gate=True)``); ``REPLAYSSM_BENCH_REP_MS`` the ``do_bench`` time per case

@@ -10,7 +10,7 @@ bench harness's (``validators.bench.time_kernel_samples``: CUDA graph of whole c
 rotated input/state sets, L2 cleared before each replay, CUDA events): every replay is one round of
 the pytest-benchmark statistics (seconds per decode step).  ``extra_info`` carries the modelled bytes
 per step, the achieved bandwidth and the copy ceiling measured in the same run.  Nothing here asserts
-a time: the regression gate is ``nox -s bench`` (``--benchmark-compare-fail``).
+a time: the regression gate is ``nox -s bench -- --baseline DIR`` (``replayssm results gate``).
 """
 
 from __future__ import annotations

@@ -17,9 +17,10 @@ readout dot left out (a ``-tf32`` mode does not loosen it), except where the flu
 position 0 of a family whose records read the state through the dot (GDN, KDA standard decode: that
 record is computed in the window, S k at the dot's precision): there the limit adds
 ``FACTOR x K_DOT x u_dot / u_s x |S_v|_2 / scale``, the dot's rounding of that one record.  Measured reason
-for M (nightly run 5, 2026-12-01, kda tiny K=2 V=1, s32a32, prefill initial state, seed 602029): the literal
+for M (nightly run 5, kda tiny K=2 V=1, s32a32, prefill initial state, seed 602029; its reproducer is
+golden/regressions/kda-literal-replay-flush-increment-s32a32-seed602029.json): the literal
 model's own flush added 15.6 u against 13 u relative to the result's maximum (the delta rule's
-update cancelling the state along k).  Measured 2026-12-01 on tiny (literal replay models, both
+update cancelling the state along k).  Measured on tiny (literal replay models, both
 families, s32a32 / s32a16 / s16a16 / sfp16a16 / sfp8a16 / si8a16 / s16a16-sr, five input
 distributions, speculative and standard, 30 steps) at most 0.22 of the threshold (0.44 before
 FACTOR); the Triton kernels under the interpreter (triton-replay, both families, s32a32 /

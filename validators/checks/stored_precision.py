@@ -11,7 +11,7 @@ when the share is at least ``MAX_SHARE`` over at least ``MIN_VALUES`` values, an
 checkpoint) only once the row has flushed ``MIN_FLUSHES`` times since its reset (with a zero
 initial state and one record, the first folds can be products of few coarse inputs).
 
-Measured 2026-12-01 (tiny, both families, s32a32 / s32a16 / s16a16 / sfp16a16, the five input
+Measured (tiny, both families, s32a32 / s32a16 / s16a16 / sfp16a16, the five input
 distributions, speculative and standard, 30 steps): for the literal models the largest share
 over checkpoints after 2 flushes is 0.02 (bf16-exact of fp32 states) and over record buffers
 0.31 (fp8-exact of bf16 inputs with ``near-fp16-limit``); a checkpoint rounded to bf16 in its fp32
@@ -54,7 +54,7 @@ def sample(values: torch.Tensor) -> torch.Tensor:
 def evenly_spaced(n: int, k: int, device=None) -> torch.Tensor:
     """``k`` evenly spaced indices into ``n`` elements, first and last included, in int64
     arithmetic (a float32 ``linspace`` rounds past ``n - 1`` once ``n`` exceeds 2^24: the
-    device-side index assertion of KDA at batch 256 and 512 on the H200, 2026-12-01)."""
+    device-side index assertion of KDA at batch 256 and 512 on an H200)."""
     return torch.arange(k, dtype=torch.int64, device=device) * (n - 1) // max(k - 1, 1)
 
 

@@ -6,7 +6,7 @@ the literal model shares with the kernel) plus the floor: the literal model is o
 order; a correct
 kernel with another (decay weights from cumulative sums of A Δ, running products, fp64 weights,
 the recurrent in-window solve: the variants registered beside the literal models) may exceed 2x
-its error.  Measured 2026-12-01, tiny, 20 steps, five input distributions, exhaustive / always-1
+its error.  Measured on tiny, 20 steps, five input distributions, exhaustive / always-1
 / per-row: mamba2 ``literal-replay-cumsum-exp`` failed the literal rule alone in 6 of 24 runs at
 s32a32 (6.0x the bound) and 5 of 24 at s32a16 (12.4x; ``large-delta``, ``fast-forget``), and
 gdn ``triton-replay`` (interpreter, 10 steps) failed it at s32a32 ``large-delta`` (39 u); with the
@@ -36,7 +36,8 @@ SR_WALK_CAP = 8
 # While a row has seen at most SR_WARMUP_FLUSHES flushes since its reset, its state floor is at
 # least the worst case of those stochastic roundings: one ulp (SR_STATE_ULP = 2 u) each; later the
 # replicas' running envelope has seen the noise and the random-walk floor applies.  Measured reason
-# (nightly run 5, 2026-12-01, gdn tiny K=2 V=1, sfp8a16-sr, L=1, seed 1860798): the literal model
+# (nightly run 5, gdn tiny K=2 V=1, sfp8a16-sr, L=1, seed 1860798; the reproducer in golden/regressions/):
+# the literal model
 # itself failed its own rule at step 1 (two flushes), 3.75 u x scale against a bound of 2 x
 # literal (0.52 u) + 1.73 u x scale.  Not beyond the warm-up: the 2 u per rounding would hide
 # gdn mutant-sr-biased (caught at 1.004 x the bound after 48 flushes at s16a16-sr).

@@ -159,12 +159,12 @@ class GatedDeltaNet(Family):
             return [{"block_v": 8, "num_warps": 1}, {"block_v": 32, "num_warps": 4}]
         if decode.speculative:  # + the pre-pass on 4 warps (on one it is register-limited at 19 % occupancy, 11 %
             # of a verify at batch 512: docs/benchmarks.md; the ieee dot and split readouts, slower there, are
-            # left out; the two-launch path below 16 rows too: batch 8 39.3 us against 30.0, 2026-12-02)
-            # + the pair with programmatic dependent launch (equal from 128 rows, slower at 8: 2026-12-04)
+            # left out; the two-launch path below 16 rows too: batch 8 39.3 us against 30.0)
+            # + the pair with programmatic dependent launch (measured equal from 128 rows, slower at 8)
             return [{}, {"prepass": False, "block_v": 16, "num_warps": 1}, {"coef_warps": 4},
                     {"prepass": True, "pdl": True}]
-        # (the one launch with 4 or 16 value blocks per program, KDA's default, is slower here: 2026-12-04,
-        # docs/benchmarks.md, "Gated DeltaNet's one launch with several value blocks per program")
+        # (the one launch with 4 or 16 value blocks per program, KDA's default, measured slower here:
+        # ops/gdn/replay.py decode_tiles)
         # (the default: the pair with programmatic dependent launch from 8 rows; pdl=False: the pair without it
         # from 16 rows, the single kernel below)
         return [{}, {"prepass": False, "block_v": 8, "num_warps": 1}, {"pdl": False},

@@ -51,8 +51,7 @@ class TritonGDNReplay(TritonGDNBase):
 
     def __init__(self, config) -> None:
         # speculative verify: 16 value rows per one-warp program measured fastest on an H200 (the
-        # single kernel, below 16 rows: 30.1 us at batch 8 on one warp against 55.8 on two, 2026-12-02,
-        # docs/benchmarks.md)
+        # single kernel, below 16 rows: 30.1 us at batch 8 on one warp against 55.8 on two)
         self.DEFAULT_BLOCK_V = 16 if config.decode.speculative else 8
         if config.decode.speculative and self.SPEC_ONE_WARP:
             self.DEFAULT_NUM_WARPS = 1
@@ -82,8 +81,8 @@ class TritonGDNReplay(TritonGDNBase):
         self.key_chunk = int_choice(opts, "key_chunk", (16, 32, 64, 128), 32)
         # pdl: the pair's launches overlap (programmatic dependent launch, ops/triton/pdl.py; sm_90+, compiled).
         # Default on in standard decode, where the pair with it measured 2-4 % faster at batch 8-128 on an H200
-        # and equal at 512 (and from 8 rows faster than the single kernel: 13.2 against 13.7 us); off in the
-        # speculative verify (equal from 128 rows, slower at 8; 2026-12-04, docs/benchmarks.md).  KDA's
+        # and equal at 512 (and from 8 rows faster than the single kernel: 13.3 us, rec:16dd127585ac80f4, against
+        # 13.7); off in the speculative verify (equal from 128 rows, slower at 8).  KDA's
         # launches take no PDL (its class sets PDL_DEFAULT False).
         self.pdl_active = pdl_active(pdl_option(opts, self.PDL_DEFAULT and not config.decode.speculative),
                                      self.device, self.interpret)
@@ -118,7 +117,7 @@ class TritonGDNReplay(TritonGDNBase):
     def decode_tiles(self, rows: int, nvb: int) -> int:
         """Value blocks per program of the one-launch standard decode (``replay_decode.py``: the history's
         coefficients once per program): the ``tiles`` option, else one.  More blocks per program measured
-        slower on an H200 (2026-12-04, qwen35-4b, us per step, 1 / 4 / 16 blocks: batch 8 13.7 / 14.2 / 36.0,
+        slower on an H200 (qwen35-4b, us per step, 1 / 4 / 16 blocks: batch 8 13.7 / 14.2 / 36.0,
         batch 128 152 / 110 / 103 against the pair's 89, batch 512 697 / 448 / 395 against 340): a scalar
         gate's coefficients are cheap, so fewer programs only lose parallelism (KDA's per-channel ones
         are not: its one launch takes a whole value head from 128 rows)."""

@@ -13,7 +13,7 @@ registers beside the tile (127-255 registers).  Here the pre-pass computes every
 touch the state once per (row, key head) for its value heads and writes it as per-(row, value head)
 coefficients, and the window's normalised k and scaled q once per (row, key head) (fp32, the
 kernel's ``window_vectors``: the stream renormalised them for every tile of value rows before;
-docs/benchmarks.md, 2026-12-02); the stream program reads its checkpoint tile, the d records,
+measured faster on an H200); the stream program reads its checkpoint tile, the d records,
 those vectors and the coefficients.
 
 With ``S_h = exp(G) S_0 + sum_{j<w} w_j d_j k_j^T`` (the committed history), window tokens

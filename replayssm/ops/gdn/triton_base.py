@@ -293,7 +293,7 @@ class TritonGDNBase(ServingLayouts):
         self.readout = config.options.get("readout", "reduce")
         # a dot readout contracts the key axis, and a compiled tl.dot needs 16 there: pad the key tile
         # (masked past K); the interpreter takes any width, so only a GPU run saw K < 16 fail to compile
-        # (the nightly GPU fuzz, 2026-12-01: kda s32a16-tf32 at K = 2..8, docs/fuzzing.md)
+        # (the nightly GPU fuzz found it: kda s32a16-tf32 at K = 2..8, docs/fuzzing.md)
         dot = self.mode.dot != "ieee" or self.readout in ("dot", "split")
         self.BK = max(next_pow2(self.K), 16) if dot else next_pow2(self.K)
         self.interpret = INTERPRET or dev.type != "cuda"

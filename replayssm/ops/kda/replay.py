@@ -75,31 +75,31 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
         else:
             self.jb = next_pow2(max(self.decode.buffer - 1, 1))
             self.coef_layout = coef_layout(self.jb, self.BK)
-        # one warp per pre-pass program: its [K] rows reduce inside a warp (H200, batch 512, 2026-12-04: the
-        # standard pre-pass 57 us on 1 warp, 74 on 2, 136 on 4; the speculative one 200, 385, 608;
-        # docs/benchmarks.md)
+        # one warp per pre-pass program: its [K] rows reduce inside a warp (measured on one H200 at batch 512:
+        # the standard pre-pass 57 us on 1 warp, 74 on 2, 136 on 4; the speculative one 200, 385, 608)
         self.coef_warps = int_choice(config.options, "coef_warps", (1, 2, 4, 8), 1)
 
     def use_split(self, rows: int) -> bool:
         if self.readout != "reduce":
             return False
-        if self.decode.speculative:  # the two launches unless asked (H200, 2026-12-02: 40.3 us against the
-            # single kernel's 85.8 at batch 8, 1836 against 5118 at 512; docs/benchmarks.md)
+        if self.decode.speculative:  # the two launches unless asked (one H200: 40.3 us, rec:aa8c304a6d7f6efe,
+            # against the single kernel's 85.8 at batch 8; 1836, rec:c40240587ab591d1, against 5118 at 512)
             return self.prepass is not False
         if self.mode.dot != "ieee":
             return True  # only the pre-pass path reads out with tensor-core dots
         if self.prepass is not None:
             return self.prepass
-        # one launch at every batch size (H200, 2026-12-04, validated and timed by tools/kda_bench.py: 368 us
-        # against the pair's 390 at batch 512, 95 / 104 at 128, 31.2 / 35.8 at 32, 12.4 / 14.7 at 8;
-        # docs/benchmarks.md)
+        # one launch at every batch size (one H200, validated and timed by tools/kda_bench.py: 368 us against
+        # the pair's 390 at batch 512, 95 / 104 at 128, 31.2 / 35.8 at 32, 12.4 / 14.7 at 8; the one launch's
+        # records rec:f2b24f5109af56c7, rec:207cf36941659863, rec:7aa6fff439b7a2dd, rec:fce7b84315fe9147)
         return False
 
     def split_tiles(self, rows: int, nvb: int) -> int:
         """Value blocks per program: the ``tiles`` option, else in standard decode (both paths) a whole value
-        head from 128 rows up and 4 blocks below (H200, 2026-12-04, one launch: 4 blocks 31.2 us against
-        44.4 for 1 or whole heads at batch 32, 12.4 against 14.7 at batch 8; whole heads 368 against 464 for
-        4 blocks at batch 512); the speculative stream keeps the Gated DeltaNet rule (one block below 128 rows)."""
+        head from 128 rows up and 4 blocks below (one H200, one launch: 4 blocks 31.2 us, rec:7aa6fff439b7a2dd,
+        against 44.4 for 1 or whole heads at batch 32; 12.4, rec:fce7b84315fe9147, against 14.7 at batch 8; whole
+        heads 368, rec:f2b24f5109af56c7, against 464 for 4 blocks at batch 512); the speculative stream keeps the
+        Gated DeltaNet rule (one block below 128 rows)."""
         if self.decode.speculative or self.tiles_per_program is not None:
             return super().split_tiles(rows, nvb)
         return nvb if rows >= 128 or self.interpret else min(4, nvb)

@@ -6,13 +6,13 @@ Oracle: ``literal-replay`` (family kda) and the fp64 recurrence.  Expected error
 factor of the literal model's at the same precision mode (fp32 reduction order differs from the
 single-kernel path's); tests/test_kda_triton.py.
 
-Not the default since 2026-12-04 (``options={"prepass": True}``; always with the tf32 readouts):
+Not the default in standard decode (``options={"prepass": True}``; always with the tf32 readouts):
 the one-launch kernel (``replay_decode.py``) walks the history once per program and keeps the
-coefficients in registers over a whole value head, and measured faster at every batch size on the
-H200 (docs/benchmarks.md, "Kimi Delta Attention").  Here the pre-pass does everything that does not
-touch the state once per (row, value head) (the history walked back one ``[K]`` row at a time:
-``history_coefficients``) and writes per-(row, value head) coefficients; the stream program reads
-its checkpoint tile, the d records and those coefficients.
+coefficients in registers over a whole value head, and measured faster at every batch size on an
+H200 (``ops/kda/replay.py``, ``use_split``; docs/benchmarks.md, "KDA: replay against baseline").
+Here the pre-pass does everything that does not touch the state once per (row, value head) (the
+history walked back one ``[K]`` row at a time: ``history_coefficients``) and writes per-(row, value
+head) coefficients; the stream program reads its checkpoint tile, the d records and those coefficients.
 
 With ``KW_j = k_j * e^(G - G_j)`` (the decay-weighted history keys), the current token's
 ``alpha = e^g [K]``, ``beta``, normalised ``k`` and scaled ``q``:

@@ -165,9 +165,9 @@ def fold_weighted(s, d_rec_ptr, wf_ptr, slot, origin, w, h, offs_v, mv, offs_k,
     """``s + sum_{j < w} d_j WF_j^T`` with the pre-pass's weighted keys ``WF [JB, BK]`` at ``wf_ptr``
     and the d records at rows ``(origin + j) mod RING``: rank-1 updates, FU records per trip (their
     loads independent: one memory round trip per FU records).  The update sits in a ``where``: one FMA per
-    element without it made the speculative stream slower on the H200 (batch 512, 2026-12-04: a non-flush
-    verify's stream 986 us against 796, a flush verify 2939 against 2781), though the standard pair's
-    flush was faster (1234 us against 1330)."""
+    element without it made the speculative stream slower on an H200 (batch 512: a non-flush verify's
+    stream 986 us against 796, a flush verify 2939 against 2781), though the standard pair's flush was
+    faster (1234 us against 1330)."""
     for jq in range(0, (w + FU - 1) // FU):
         for ju in tl.static_range(FU):
             jj = jq * FU + ju

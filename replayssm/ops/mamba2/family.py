@@ -168,7 +168,8 @@ class Mamba2(Family):
         if kind == "baseline":
             return [{"block_p": 16, "num_warps": 4}, {"block_p": 32, "num_warps": 4}][:1 if decode.speculative else 2]
         if decode.speculative:  # + every window readout as one ieee fp32 dot (the stream's, from 8 rows), and
-            # the readouts in 4 dstate chunks from 32 rows (the default before 2026-12-02, slower since)
+            # the readouts in 4 dstate chunks from 32 rows (the former default, measured slower than whole-dstate
+            # readouts: ops/mamba2/replay.py)
             # (the default: the pre-pass path with programmatic dependent launch at every batch; pdl=False: the
             # pair without it from 8 rows, the fused kernel below)
             return [{}, {"prepass": False}, {"vector_readout": True}, {"pdl": False}] + (

@@ -406,9 +406,9 @@ class _TritonReplay(TritonMamba2Base):
         self.coef_warps = int_choice(opts, "coef_warps", (1, 2, 4, 8), 2)
         # pdl: the pair's launches overlap (programmatic dependent launch, ops/triton/pdl.py; sm_90+, compiled).
         # Default on in the speculative verify, where the pair with it measured 0.5-1 % faster from batch 8 and
-        # faster than the single kernel at batch 1 (17.5 us against 18.7 at k = 4, 16.6 against 18.3 at k = 2);
-        # off in standard decode (equal from 32 rows, slower at 8: 18.8 against 17.6; H200, 2026-12-04,
-        # docs/benchmarks.md)
+        # faster than the single kernel at batch 1 on an H200 (17.5 us, rec:25fb67bf488603d2, against 18.7 at
+        # k = 4; 16.6, rec:cc40516931f9cf66, against 18.3 at k = 2); off in standard decode (equal from 32 rows,
+        # slower at 8: 18.8 us against 17.6 without it, rec:5afe5f33cac2abf3)
         self.pdl_active = pdl_active(pdl_option(opts, d.speculative), self.device, INTERPRET)
         # stream launch defaults measured fastest on an H200 at batch 128-512 (docs/benchmarks.md):
         # one warp per 16-row tile; speculative windows read out over the whole dstate tile
@@ -423,9 +423,9 @@ class _TritonReplay(TritonMamba2Base):
             raise ValueError(f"options['split_readout']: the fp32-accurate tensor-core readout of the ieee modes' "
                              f"pre-pass path (needs dot=ieee, not vector_readout, prepass not False, the output_only "
                              f"route; kernel {self.name!r}, mode {m.id!r}, options {dict(opts)})")
-        # whole-dstate readouts by default: measured faster than 4 dstate chunks at every batch (H200,
-        # 2026-12-02, side by side at 88e1eeb, T' = 4, k = 4: batch 8 46.1 us against 57.1, 32 88.2 against
-        # 113.3, 512 1093 against 1505; k = 2 alike; docs/benchmarks.md)
+        # whole-dstate readouts by default: measured faster than 4 dstate chunks at every batch (one H200,
+        # both timed side by side in one run, T' = 4, k = 4: batch 8 46.1 us against 57.1, 32 88.2 against
+        # 113.3, 512 1093 against 1505; k = 2 alike)
         self.kchunks = int(opts.get("kchunks", 1))
         if (self.stream_dot or self.split_readout) and self.kchunks != 1:
             raise ValueError("options['vector_readout' / 'split_readout']: the stream's dot readout takes the whole "
@@ -453,9 +453,9 @@ class _TritonReplay(TritonMamba2Base):
             return self.prepass
         if self.split_readout:
             return True  # the stream's readout
-        # from 8 rows (H200, 2026-12-02, docs/benchmarks.md): standard decode at batch 8 17.6 us against the
+        # from 8 rows (one H200): standard decode at batch 8 17.6 us (rec:5afe5f33cac2abf3) against the
         # single kernel's 23.4 (batch 1: 8.2 against 6.3); the speculative verify at batch 8 46.1 us (whole-dstate
-        # readouts) against 73.8, and with PDL at every batch (batch 1: 17.5 us against 18.7, 2026-12-04)
+        # readouts) against 73.8, and with PDL at every batch (batch 1: 17.5 us, rec:25fb67bf488603d2, against 18.7)
         return INTERPRET or rows >= 8 or (self.pdl_active and self.decode.speculative)
 
     def scratch(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
