@@ -231,6 +231,15 @@ class FuzzReport:
             del self.marginal_examples[KEEP_MARGINALS:]
         return ratio
 
+    def merge_marginals(self, earlier: FuzzReport) -> None:
+        """Fold the marginals of an ``earlier`` chunk of the same kernel into this report."""
+        self.marginals += earlier.marginals
+        self.marginal_examples = sorted(self.marginal_examples + earlier.marginal_examples,
+                                        key=lambda e: -e["ratio"])[:KEEP_MARGINALS]
+        if earlier.worst_ratio is not None:
+            self.worst_ratio = max(self.worst_ratio or 0.0, earlier.worst_ratio)
+        self.marginal_artifact = self.marginal_artifact or earlier.marginal_artifact
+
     @property
     def reproducer_rows(self) -> int | None:
         return None if self.scenario is None else len(self.scenario.active_rows)
@@ -378,10 +387,11 @@ def sweep_kernel(kernel, family: str | None = None, *, examples: int, seed: int,
     """Run ``examples`` Hypothesis-drawn scenarios on ``kernel`` without stopping or shrinking
     (the nightly false-alarm count): every scenario runs to its first failing step; returns
     ``{"kernel", "family", "seed", "planned", "scenarios", "failures", "checks", "examples_failed",
-    "wall_s", "stopped_by_budget", "marginals", "worst_ratio"}`` (marginal scenarios are no failures) with the first ``keep`` failing scenarios (JSON and headline)
-    under ``examples_failed``.  ``budget_s``: scenarios drawn after it are not run (counted out of
-    ``scenarios``).  ``kernel_device``: the kernel computes there while the engine, the literal
-    model and the reference run on ``device`` (``validators/hosted.py``; default: ``device``)."""
+    "wall_s", "stopped_by_budget", "marginals", "worst_ratio"}`` (marginal scenarios are no failures)
+    with the first ``keep`` failing scenarios (JSON and headline) under ``examples_failed``.
+    ``budget_s``: scenarios drawn after it are not run (counted out of ``scenarios``).
+    ``kernel_device``: the kernel computes there while the engine, the literal model and the
+    reference run on ``device`` (``validators/hosted.py``; default: ``device``)."""
     cls = _resolve(kernel, family)
     skw, kernel_arg = _target(cls, device, kernel_device, strategy)
     out = {"kernel": cls.name, "family": cls.family, "seed": seed, "device": device,
