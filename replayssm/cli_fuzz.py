@@ -50,7 +50,9 @@ def add_parser(subparsers):
     p.add_argument("--max-examples", type=int_at_least(1), help="examples per kernel (per chunk with --budget-s)")
     p.add_argument("--budget-s", type=float_in(0, what="a number of seconds"),
                    help="total time budget in seconds, shared by the kernels")
-    p.add_argument("--seed", type=int_at_least(0), help="Hypothesis seed (default: random; ci is derandomized)")
+    p.add_argument("--seed", type=int_at_least(0),
+                   help="Hypothesis seed (default: random; ci is derandomized; not applied with --example-db, whose "
+                        "database Hypothesis ignores under a seed)")
     p.add_argument("--device", default="cpu", help="cpu (Triton kernels through the interpreter) or cuda[:N]")
     p.add_argument("--kernel-device", dest="kernel_device",
                    help="run the kernel there (cuda[:N]) while the engine, literal model and fp64 reference run on "

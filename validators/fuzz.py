@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+import unittest
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -278,7 +279,8 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
 
     ``strict``: a marginal scenario is a failure (else it is recorded and the search goes on);
     ``example_db``: a folder for the example database (:func:`example_database`; the profile's
-    derandomization is then off: Hypothesis refuses both); ``marginal_factor``: run_scenario's band.
+    derandomization and ``seed`` are then off: Hypothesis uses no database under either);
+    ``marginal_factor``: run_scenario's band.
 
     ``exceptions_fail`` False: a scenario whose only failing check is ``exception`` (the kernel raised)
     counts as passing (``report.raised`` counts them): a mutant whose declared bug is not raising
@@ -352,12 +354,16 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
         hyp.update(database=example_database(example_db, cls), derandomize=False)
     test = given(scenarios(kernel=cls, **skw))(bounded)
     test = fuzz_settings(name, **hyp)(test)
-    if seed is not None:
+    if seed is not None and example_db is None:
         test = hypothesis_seed(seed)(test)
+    elif seed is not None:  # Hypothesis does not read or write the database of a test given a seed
+        report.notes.append(f"seed {seed} not applied: an explicit seed turns the example database off")
     try:
         test()
     except AssertionError:
         report.caught = True
+    except unittest.SkipTest:  # no phase could run an example (a replay-only run of an empty database)
+        report.notes.append("no scenario ran: the phases given generate none and the example database has none")
     report.wall_s = time.perf_counter() - t0
     if not report.caught and report.marginal_examples and failures_dir is not None:
         worst = report.marginal_examples[0]

@@ -79,7 +79,7 @@ from replayssm.validators.metrics import error_metrics
 from replayssm.validators.poison_alloc import HOW as POISON_HOW
 from replayssm.validators.poison_alloc import poison_kernel_calls
 from replayssm.validators.result import Failure, ValidationResult
-from replayssm.validators.tolerances import MARGINAL_FACTOR
+from replayssm.validators.tolerances import marginal_factor as band_of
 
 CANARY_GENERATION = 1 << 40
 # The per-step metrics (``Lockstep.metrics``, the result's ``worst <metric>`` summary).
@@ -246,7 +246,7 @@ class Lockstep:
             raise ValueError(f"poison_allocations (--poison-allocations): expected one of {list(POISON_HOW)}, got "
                              f"{poison_allocations!r}")
         self.poison_allocations = poison_allocations
-        self.marginal_factor = MARGINAL_FACTOR if marginal_factor is None else float(marginal_factor)
+        self.marginal_factor = band_of(sc.precision) if marginal_factor is None else float(marginal_factor)
         if not self.marginal_factor >= 1.0:
             raise ValueError(f"marginal_factor: expected a number >= 1 (1: no marginal band), got {marginal_factor!r}")
         self.golden = GoldenTruth.load(sc) if truth == "golden" else None
@@ -1135,8 +1135,8 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
     error: exceptions are recorded in the result with the step they happened at.  ``poison_allocations``
     (``"nan"`` | ``"large"``): every empty-like buffer the kernel allocates in its reset / verify /
     commit calls is filled with that poison (validators/poison_alloc.py), the repeat run's too.
-    ``marginal_factor``: the marginal band of the banded checks (default ``tolerances.MARGINAL_FACTOR``;
-    1: none, every error above the bound fails)."""
+    ``marginal_factor``: the marginal band of the banded checks (default ``tolerances.marginal_factor``
+    of the mode; 1: none, every error above the bound fails)."""
     if not isinstance(sc, Scenario):
         raise ValueError(f"sc: expected a Scenario, got {type(sc).__name__}")
     for name, v in (("invariants_every", invariants_every), ("state_every", state_every)):
