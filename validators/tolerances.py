@@ -56,7 +56,7 @@ FACTOR = 2.0
 # factor is the verdict ``marginal``, not ``fail``; ``--strict`` makes it a failure.  Measured reason
 # (tools/margin_evidence.py, CPU, no band): every correct literal kernel of the three families (the
 # literal models, the policy literals, the operation-order variants) at s32a32 / s32a16 / s16a16 over
-# every input distribution at most 0.50 x the bound (rec:d0255e2b7e862cbf, kda literal-replay-cumprod);
+# every input distribution at most 0.50 x the bound (rec:3b7b0bba9a93e31c, kda literal-replay-cumprod);
 # the correct GDN implementations of issue 47 with another record rounding (not in the repository)
 # 1.02-1.13 x; the gallery's weakest catch at a round-to-nearest mode 1.116 x (mamba2
 # mutant-int8-truncation, si8a16, rec:9d151686a164c5e6; then 1.22 and 1.39 x for gdn and kda, every other
