@@ -11,6 +11,11 @@ it registers can be named with ``--kernel``.  ``--debug`` (anywhere) prints the 
 Exit codes (every subcommand, :data:`EXIT_CONTRACT`): 0 pass, 1 a verdict failed, 2 bad usage or
 input, 3 environment (a user module failed to import, output not writable, device missing, the run
 would not fit in memory).  Errors are one line on stderr, no traceback unless ``--debug``.
+
+A ``marginal`` verdict (an error above the tolerance rule's bound by at most the marginal band,
+docs/validation.md "Verdicts") exits 0 with a MARGINAL line, and 1 under ``--strict``: the band is
+where correct implementations with another rounding land, so a marginal is a result to read, not a
+red build; a distinct code would turn every ``replayssm ... && next`` into a strict run.
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ COMMANDS = [
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
 
-EXIT_CONTRACT = ("exit codes: 0 pass; 1 a verdict failed; 2 bad usage or input; 3 environment (an --import "
-                 "module failed to import, output not writable, device missing, the run would not fit in "
-                 "memory). Errors are one line; --debug prints the traceback. --import MODULE|FILE.py "
+EXIT_CONTRACT = ("exit codes: 0 pass, or marginal (an error above the tolerance bound within the marginal band: "
+                 "a MARGINAL line; --strict makes it 1); 1 a verdict failed; 2 bad usage or input; 3 environment "
+                 "(an --import module failed to import, output not writable, device missing, the run would not "
+                 "fit in memory). Errors are one line; --debug prints the traceback. --import MODULE|FILE.py "
                  "(repeatable) first imports outside code that registers kernels.")
 
 

@@ -6,6 +6,12 @@ validate --scenario FILE`` replays.  ``--budget-s`` spreads a time budget over t
 runs each in chunks of examples with fresh seeds until its share is spent (Hypothesis itself has
 no time limit).  Exit codes: :data:`replayssm.cli.EXIT_CONTRACT` (0 when nothing failed, 1 when some
 kernel failed; ``--failures`` and ``--json`` are checked writable before the budget is spent).
+
+A marginal scenario (docs/validation.md, "Verdicts") is counted, its worst one saved as
+``<failures>/<family>-<kernel>-marginal.json``, and the search goes on (exit 0 when nothing failed);
+``--strict`` makes it a failure.  Hypothesis is told each scenario's worst error / bound
+(``target``); ``--example-db DIR`` keeps the failing and best-targeted scenarios per kernel and
+replays them first on the next run with the same DIR (docs/fuzzing.md, "Example database").
 """
 
 from __future__ import annotations
@@ -44,7 +50,9 @@ def add_parser(subparsers):
     p.add_argument("--max-examples", type=int_at_least(1), help="examples per kernel (per chunk with --budget-s)")
     p.add_argument("--budget-s", type=float_in(0, what="a number of seconds"),
                    help="total time budget in seconds, shared by the kernels")
-    p.add_argument("--seed", type=int_at_least(0), help="Hypothesis seed (default: random; ci is derandomized)")
+    p.add_argument("--seed", type=int_at_least(0),
+                   help="Hypothesis seed (default: random; ci is derandomized; not applied with --example-db, whose "
+                        "database Hypothesis ignores under a seed)")
     p.add_argument("--device", default="cpu", help="cpu (Triton kernels through the interpreter) or cuda[:N]")
     p.add_argument("--kernel-device", dest="kernel_device",
                    help="run the kernel there (cuda[:N]) while the engine, literal model and fp64 reference run on "
@@ -57,6 +65,14 @@ def add_parser(subparsers):
                                    "supports); a kernel supporting none of them is left out, with a line saying so")
     p.add_argument("--failures", default="failures", help="folder for shrunk failure artifacts (default failures/)")
     p.add_argument("--json", metavar="FILE", help="write the per-kernel reports as JSON")
+    p.add_argument("--strict", action="store_true",
+                   help="a marginal scenario (an error above the tolerance bound within the marginal band) is a "
+                        "failure; by default it is recorded and the search goes on")
+    p.add_argument("--example-db", dest="example_db", metavar="DIR",
+                   help="Hypothesis example database (one subfolder per kernel): failing and best-targeted "
+                        "scenarios are saved there and replayed first by the next run given the same DIR (the "
+                        "nightly run saves it as a CI artifact, a merge run replays it; turns off the profile's "
+                        "derandomization)")
     add_record_argument(p)
     return p
 
@@ -66,7 +82,11 @@ def _report_dict(r) -> dict:
             "caught": r.caught, "time_to_first_failure_s": r.time_to_first_failure_s, "wall_s": round(r.wall_s, 3),
             "reproducer_rows": r.reproducer_rows, "reproducer_steps": r.reproducer_steps,
             "failure": None if r.record is None else r.record.to_dict(),
-            "artifact": None if r.artifact is None else str(r.artifact), "seeds": getattr(r, "seeds", [])}
+            "artifact": None if r.artifact is None else str(r.artifact), "seeds": getattr(r, "seeds", []),
+            "strict": r.strict, "worst_ratio": r.worst_ratio, "marginals": r.marginals,
+            "marginal_examples": [{"ratio": e["ratio"], "headline": e["headline"], "margin": e["margin"],
+                                   "scenario": e["scenario"].to_dict()} for e in r.marginal_examples],
+            "marginal_artifact": None if r.marginal_artifact is None else str(r.marginal_artifact)}
 
 
 def run(args) -> int:
@@ -86,6 +106,8 @@ def run(args) -> int:
     dev = check_device(args.device)
     kdev = None if args.kernel_device is None else check_device(args.kernel_device, "--kernel-device")
     check_writable(args.failures, "--failures")
+    if args.example_db:
+        check_writable(args.example_db, "--example-db")
     if args.json:
         check_writable(args.json, "--json", is_dir=False)
     check_record_path(args.record)
@@ -116,7 +138,9 @@ def run(args) -> int:
         _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports)
     n_fail = sum(r.caught for r in reports)
     total = sum(r.examples for r in reports)
+    n_marg = sum(bool(r.marginals) and not r.caught for r in reports)
     print(f"fuzz ({profile}, {dev}): {len(reports)} kernel(s), {total} scenarios, {n_fail} failing, "
+          f"{n_marg} marginal{' (--strict: marginals fail)' if args.strict else ''}, "
           f"{time.perf_counter() - t_start:.0f} s" + (f"; reproducers in {args.failures}/" if n_fail else ""))
     compiled_ok = True
     if args.compile_for is not None:
@@ -127,7 +151,8 @@ def run(args) -> int:
         Path(args.json).write_text(json.dumps([_report_dict(r) for r in reports], indent=2) + "\n")
     if args.record:
         options = {"max_examples": args.max_examples, "budget_s": args.budget_s, "modes": args.mode_ids,
-                   "kernel_device": kdev, "include_mutants": args.include_mutants}
+                   "kernel_device": kdev, "include_mutants": args.include_mutants, "strict": args.strict,
+                   "example_db": args.example_db}
         append(args.record, fuzz_records(Recorder("fuzz", device=kdev or dev, source=source(args)), reports, options))
     return 1 if n_fail or not compiled_ok else 0
 
@@ -199,11 +224,13 @@ def _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports) -> None:
             r = fuzz_kernel(cls, profile=profile, device=dev, kernel_device=kdev, failures_dir=args.failures,
                             seed=seed, max_examples=n,
                             strategy=None if args.mode_ids is None else {"modes": args.mode_ids},
-                            overrides={"derandomize": False} if share is not None else None)
+                            overrides={"derandomize": False} if share is not None else None,
+                            strict=args.strict, example_db=args.example_db)
             seeds.append(seed)
             if merged is not None:
                 r.examples += merged.examples
                 r.wall_s += merged.wall_s
+                r.merge_marginals(merged)
                 if r.time_to_first_failure_s is not None:
                     r.time_to_first_failure_s += merged.wall_s
             merged = r

@@ -2,8 +2,10 @@
 
 Builds the scenario from flags (or ``--scenario FILE``, flags given explicitly override its
 fields), runs :func:`replayssm.validators.run_scenario`, writes ``<out>/<stem>.json`` and
-``<stem>.md``, prints the verdict and the throughput.  Exit codes: :data:`replayssm.cli.EXIT_CONTRACT`
-(the output folder's writability and the run's memory are checked before any work).
+``<stem>.md``, prints the verdict (PASS, MARGINAL or FAIL: docs/validation.md, "Verdicts"), the margin
+and the throughput.  Exit codes: :data:`replayssm.cli.EXIT_CONTRACT` (a marginal exits 0 with its
+MARGINAL line, 1 with ``--strict``; the output folder's writability and the run's memory are checked
+before any work).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from pathlib import Path
 
 from replayssm.adapters import availability
-from replayssm.cli import check_device
+from replayssm.cli import EXIT_FAIL, EXIT_PASS, check_device
 from replayssm.cli_list import load_kernels, use_vllm_src
 from replayssm.families import family_names, preset
 from replayssm.guard import (
@@ -71,7 +73,9 @@ MAX_SCENARIO_BYTES = 16 << 20
 
 def add_parser(subparsers):
     p = subparsers.add_parser("validate", help="validate a kernel against the fp64 reference on a scenario",
-                              description="Validate one kernel on one scenario. Exit 0 pass, 1 mismatch, 2 usage.")
+                              description="Validate one kernel on one scenario. Exit 0 pass (or marginal: an error "
+                                          "above the tolerance bound within the marginal band, printed as a "
+                                          "MARGINAL line), 1 fail (or marginal with --strict), 2 usage.")
     p.add_argument("--kernel", type=name_arg,
                    help="registered kernel name (see `replayssm list kernels`; a kernel of your own: "
                         "--import FILE.py|MODULE first); optional with a --scenario failure artifact "
@@ -125,6 +129,9 @@ def add_parser(subparsers):
                         "reset, verify and commit calls with NaN or 2^100, so a buffer it never writes shows "
                         "(default: off; validators/poison_alloc.py)")
     p.add_argument("--stop-on-failure", action="store_true", help="stop after the first failing step")
+    p.add_argument("--strict", action="store_true",
+                   help="a marginal verdict (an error above the tolerance rule's bound by at most the marginal band, "
+                        "docs/validation.md) fails: exit 1 instead of 0")
     p.add_argument("--progress", action="store_true", default=None, help="progress bar (default: long runs on a tty)")
     p.add_argument("--threads", type=int_at_least(1, os.cpu_count() or 1, why="at most one per CPU"),
                    help="CPU threads for torch (default: 1 for small geometries, whose ops are too small to split "
@@ -324,7 +331,7 @@ def run(args) -> int:
                        "invariants_every": args.invariants_every, "state_every": args.state_every}
             append(args.record, [validate_record(Recorder("validate", device=dev, source=source(args)), res,
                                                  options)])
-        print(res.headline())
+        print(res.headline() + (" (--strict: a failure)" if args.strict and res.verdict == "marginal" else ""))
         compiled_ok = True
         if args.compile_for is not None:
             compiled_ok, lines = compile_check.report(launches, args.compile_for)
@@ -337,9 +344,12 @@ def run(args) -> int:
             if not res.passed:
                 for c, k in sorted(res.failure_counts.items()):
                     print(f"  {c}: {k} failure(s)")
+            for c, k in sorted(res.marginal_counts.items()):
+                print(f"  {c}: {k} marginal error(s)")
+            print(res.margin_line())
             print(f"throughput: {res.rate} tokens/s ({res.tokens_accepted} accepted tokens, "
                   f"{res.tokens_verified} verified, {res.steps_run} steps in {res.wall_s:.2f} s on {dev}, "
                   f"including the fp64 reference and checks)")
             print(f"result: {pj}  summary: {pm}")
-        return 0 if res.passed and compiled_ok else 1
+        return EXIT_PASS if res.ok(args.strict) and compiled_ok else EXIT_FAIL
 

@@ -44,8 +44,8 @@ def test_ledger_records_have_their_ids_and_digests():
         body = {k: v for k, v in rec.items() if k != "id"}
         assert _canonical_digest(body) == rec["id"]
         assert _canonical_digest(rec["config"]) == rec["config_digest"], rec["id"]
-        # a migrated report, or the command line of a job run with --record, from committed code
-        assert rec["source"].startswith(("docs/reports/", "replayssm ")), rec["id"]
+        # a migrated report, or the command line of a job or a committed tools/ script, from committed code
+        assert rec["source"].startswith(("docs/reports/", "replayssm ", "tools/")), rec["id"]
         assert rec["dirty"] is False, f"{rec['id']}: measured on a working tree with uncommitted changes"
         assert rec["id"] not in ids
         ids.add(rec["id"])

@@ -18,6 +18,14 @@ the property reports the engine's first failure (step, row, window position, che
   stops improving and reports the best failing scenario found so far (a real failure, replayed).
 * ``replayssm fuzz`` (``replayssm/cli_fuzz.py``) and the nox ``fuzz`` session run it over every
   registered kernel for a time budget.
+* Verdicts (docs/validation.md): a ``marginal`` scenario (an error above the tolerance rule's bound
+  within the marginal band, no failure) is recorded in the report (count, the worst ones, an
+  artifact ``<family>-<kernel>-marginal.json``) and the search goes on for a real failure;
+  ``strict`` makes a marginal a failure.  Every scenario run reports its worst ratio of error to
+  bound to Hypothesis (``target(ratio, label=TARGET_LABEL)``), so the search moves toward the
+  margin; ``example_db`` (a folder, ``DirectoryBasedExampleDatabase``, one subfolder per kernel)
+  keeps the failing and the best-targeted scenarios of one run and replays them first in the next
+  (docs/fuzzing.md: the nightly run saves it, a merge run replays it).
 """
 
 from __future__ import annotations
@@ -25,11 +33,13 @@ from __future__ import annotations
 import functools
 import os
 import time
+import unittest
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, settings, target
 from hypothesis import seed as hypothesis_seed
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from replayssm.adapters._base import interpreter_reason
 from replayssm.interface import KernelUnderTest
@@ -73,6 +83,20 @@ CI_EXAMPLES_ALTERNATE = 8
 STRATEGY = {"max_steps": 64, "max_rows": 3, "max_dim": 8}
 INTERPRETED_STRATEGY = {"max_steps": 6, "max_rows": 2, "max_dim": 4, "max_window": 3, "max_extra_buffer": 3,
                         "max_standard_buffer": 4, "max_resets": 1}
+
+
+# The label of the Hypothesis target: the worst ratio of error to bound of the banded checks.
+TARGET_LABEL = "worst bound ratio"
+# Marginal scenarios a report keeps (the worst first).
+KEEP_MARGINALS = 3
+
+
+def example_database(folder, cls: type[KernelUnderTest]) -> DirectoryBasedExampleDatabase:
+    """The example database of ``cls`` under ``folder``: ``<folder>/<family>/<kernel>`` (one per
+    kernel: Hypothesis keys examples by the property's source, which every kernel shares)."""
+    if folder is None or not str(folder).strip():
+        raise ValueError(f"example_db: expected a folder, got {folder!r}")
+    return DirectoryBasedExampleDatabase(Path(folder) / cls.family / cls.name)
 
 
 def profile_name(name: str | None = None) -> str:
@@ -152,16 +176,17 @@ def _kernel_arg(cls: type[KernelUnderTest]):
 
 
 def check_scenario(sc: Scenario, kernel, *, device: str = "cpu", failures_dir=None, repeat_check: bool = True,
-                   stop_on_failure: bool = True):
+                   stop_on_failure: bool = True, strict: bool = False):
     """The fuzz property: ``kernel`` passes the engine's validation on ``sc``.
 
     Runs ``run_scenario`` (stopping at the first failing step, as ``replayssm validate
     --stop-on-failure`` does) and returns its result; on failure saves a failure artifact into
-    ``failures_dir`` (when given) and raises ``AssertionError`` with the engine's first failure."""
+    ``failures_dir`` (when given) and raises ``AssertionError`` with the engine's first failure
+    (``strict``: a marginal result too)."""
     cls = _resolve(kernel, sc.family)
     res = run_scenario(sc, _kernel_arg(cls), device=device, repeat_check=repeat_check,
                        stop_on_failure=stop_on_failure)
-    if not res.passed:
+    if not res.ok(strict):
         path = None
         if failures_dir is not None:
             path = save_failure(failures_dir, sc, record_of(res, cls.name))
@@ -188,6 +213,33 @@ class FuzzReport:
     artifact: Path | None = None
     notes: list[str] = field(default_factory=list)
     raised: int = 0  # scenarios that only raised, not counted as failures (fuzz_kernel's exceptions_fail)
+    strict: bool = False  # a marginal was a failure
+    marginals: int = 0  # scenarios judged marginal (the search went on)
+    marginal_examples: list[dict] = field(default_factory=list)  # the worst KEEP_MARGINALS: ratio, headline, scenario
+    marginal_artifact: Path | None = None
+    worst_ratio: float | None = None  # the largest ratio of error to bound of any scenario run (the target)
+
+    def observe(self, sc: Scenario, res) -> float:
+        """Keep the margin of ``res`` (the scenario ``sc``); returns its ratio (0 without one)."""
+        ratio = float(res.margin["ratio"]) if res.margin else 0.0
+        if self.worst_ratio is None or ratio > self.worst_ratio:
+            self.worst_ratio = ratio
+        if res.verdict == "marginal":
+            self.marginals += 1
+            self.marginal_examples.append({"ratio": ratio, "headline": res.headline(), "margin": res.margin,
+                                           "scenario": sc, "result": res})
+            self.marginal_examples.sort(key=lambda e: -e["ratio"])
+            del self.marginal_examples[KEEP_MARGINALS:]
+        return ratio
+
+    def merge_marginals(self, earlier: FuzzReport) -> None:
+        """Fold the marginals of an ``earlier`` chunk of the same kernel into this report."""
+        self.marginals += earlier.marginals
+        self.marginal_examples = sorted(self.marginal_examples + earlier.marginal_examples,
+                                        key=lambda e: -e["ratio"])[:KEEP_MARGINALS]
+        if earlier.worst_ratio is not None:
+            self.worst_ratio = max(self.worst_ratio or 0.0, earlier.worst_ratio)
+        self.marginal_artifact = self.marginal_artifact or earlier.marginal_artifact
 
     @property
     def reproducer_rows(self) -> int | None:
@@ -201,8 +253,15 @@ class FuzzReport:
 
     def summary(self) -> str:
         if not self.caught:
+            worst = "" if self.worst_ratio is None else f", worst {self.worst_ratio:.3f} x the bound"
+            if self.marginals:
+                best = self.marginal_examples[0]
+                return (f"MARGINAL {self.kernel} [{self.family}]: {self.examples} scenarios, {self.wall_s:.1f} s "
+                        f"({self.profile}), no failure; {self.marginals} marginal scenario(s), the worst "
+                        f"{best['ratio']:.3f} x the bound at [{best['margin']['check']}] step {best['margin']['step']}"
+                        + (f" -> {self.marginal_artifact}" if self.marginal_artifact else ""))
             return (f"PASS {self.kernel} [{self.family}]: {self.examples} scenarios, {self.wall_s:.1f} s "
-                    f"({self.profile})")
+                    f"({self.profile}{worst})")
         r = self.record
         return (f"FAIL {self.kernel} [{self.family}]: first failure after {self.time_to_first_failure_s:.1f} s, "
                 f"shrunk to {self.reproducer_rows} active row(s) x {self.reproducer_steps} step(s), "
@@ -214,8 +273,14 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
                 failures_dir=None, max_examples: int | None = None, seed: int | None = None,
                 shrink_budget_s: float | None = 20.0, shrink_budget_examples: int | None = None,
                 strategy: dict | None = None, overrides: dict | None = None,
-                kernel_device: str | None = None, exceptions_fail: bool = True) -> FuzzReport:
+                kernel_device: str | None = None, exceptions_fail: bool = True, strict: bool = False,
+                example_db=None, marginal_factor: float | None = None) -> FuzzReport:
     """Fuzz one kernel with Hypothesis under ``profile``; never raises for a kernel failure.
+
+    ``strict``: a marginal scenario is a failure (else it is recorded and the search goes on);
+    ``example_db``: a folder for the example database (:func:`example_database`; the profile's
+    derandomization and ``seed`` are then off: Hypothesis uses no database under either);
+    ``marginal_factor``: run_scenario's band.
 
     ``exceptions_fail`` False: a scenario whose only failing check is ``exception`` (the kernel raised)
     counts as passing (``report.raised`` counts them): a mutant whose declared bug is not raising
@@ -229,7 +294,7 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
     cls = _resolve(kernel, family)
     name = profile_name(profile)
     skw, kernel_arg = _target(cls, device, kernel_device, strategy)
-    report = FuzzReport(kernel=cls.name, family=cls.family, profile=name)
+    report = FuzzReport(kernel=cls.name, family=cls.family, profile=name, strict=strict)
     failing: dict[str, object] = {}
     state: dict = {"last": None}
     t0 = time.perf_counter()
@@ -244,8 +309,9 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
                 report.shrink_stopped_by_budget = True
                 return
             report.examples += 1
-            res = run_scenario(sc, kernel_arg, device=device, stop_on_failure=True)
-            if res.passed:
+            res = run_scenario(sc, kernel_arg, device=device, stop_on_failure=True, marginal_factor=marginal_factor)
+            target(report.observe(sc, res), label=TARGET_LABEL)
+            if res.ok(strict):
                 return
             if report.time_to_first_failure_s is None:
                 report.time_to_first_failure_s = time.perf_counter() - t0
@@ -284,15 +350,30 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
     hyp = dict(overrides or {})
     if max_examples is not None:
         hyp["max_examples"] = max_examples
+    if example_db is not None:
+        hyp.update(database=example_database(example_db, cls), derandomize=False)
     test = given(scenarios(kernel=cls, **skw))(bounded)
     test = fuzz_settings(name, **hyp)(test)
-    if seed is not None:
+    if seed is not None and example_db is None:
         test = hypothesis_seed(seed)(test)
+    elif seed is not None:  # Hypothesis does not read or write the database of a test given a seed
+        report.notes.append(f"seed {seed} not applied: an explicit seed turns the example database off")
     try:
         test()
     except AssertionError:
         report.caught = True
+    except unittest.SkipTest:  # no phase could run an example (a replay-only run of an empty database)
+        report.notes.append("no scenario ran: the phases given generate none and the example database has none")
     report.wall_s = time.perf_counter() - t0
+    if not report.caught and report.marginal_examples and failures_dir is not None:
+        worst = report.marginal_examples[0]
+        try:
+            report.marginal_artifact = save_failure(failures_dir, worst["scenario"],
+                                                    record_of(worst["result"], cls.name),
+                                                    stem=f"{cls.family}-{cls.name}-marginal")
+        except OSError as e:
+            report.notes.append(f"the marginal scenario could not be written to {failures_dir}: "
+                                f"{e.strerror or type(e).__name__}")
     if report.caught and state["last"] is not None:
         sc, res = state["last"]
         report.scenario = sc
@@ -312,16 +393,18 @@ def sweep_kernel(kernel, family: str | None = None, *, examples: int, seed: int,
     """Run ``examples`` Hypothesis-drawn scenarios on ``kernel`` without stopping or shrinking
     (the nightly false-alarm count): every scenario runs to its first failing step; returns
     ``{"kernel", "family", "seed", "planned", "scenarios", "failures", "checks", "examples_failed",
-    "wall_s", "stopped_by_budget"}`` with the first ``keep`` failing scenarios (JSON and headline)
-    under ``examples_failed``.  ``budget_s``: scenarios drawn after it are not run (counted out of
-    ``scenarios``).  ``kernel_device``: the kernel computes there while the engine, the literal
-    model and the reference run on ``device`` (``validators/hosted.py``; default: ``device``)."""
+    "wall_s", "stopped_by_budget", "marginals", "worst_ratio"}`` (marginal scenarios are no failures)
+    with the first ``keep`` failing scenarios (JSON and headline) under ``examples_failed``.
+    ``budget_s``: scenarios drawn after it are not run (counted out of ``scenarios``).
+    ``kernel_device``: the kernel computes there while the engine, the literal model and the
+    reference run on ``device`` (``validators/hosted.py``; default: ``device``)."""
     cls = _resolve(kernel, family)
     skw, kernel_arg = _target(cls, device, kernel_device, strategy)
     out = {"kernel": cls.name, "family": cls.family, "seed": seed, "device": device,
            "kernel_device": kernel_device or device,
            "planned": examples,
-           "scenarios": 0, "failures": 0, "checks": {}, "examples_failed": [], "stopped_by_budget": False}
+           "scenarios": 0, "failures": 0, "checks": {}, "examples_failed": [], "stopped_by_budget": False,
+           "marginals": 0, "worst_ratio": None}
     t0 = time.perf_counter()
 
     def prop(sc: Scenario) -> None:
@@ -330,6 +413,9 @@ def sweep_kernel(kernel, family: str | None = None, *, examples: int, seed: int,
             return
         res = run_scenario(sc, kernel_arg, device=device, stop_on_failure=True)
         out["scenarios"] += 1
+        ratio = float(res.margin["ratio"]) if res.margin else 0.0
+        out["worst_ratio"] = ratio if out["worst_ratio"] is None else max(out["worst_ratio"], ratio)
+        out["marginals"] += res.verdict == "marginal"
         if not res.passed:
             out["failures"] += 1
             check = res.first_failure.check if res.first_failure is not None else "exception"
@@ -344,6 +430,7 @@ def sweep_kernel(kernel, family: str | None = None, *, examples: int, seed: int,
     return out
 
 
-__all__ = ["CI_EXAMPLES", "CI_EXAMPLES_ALTERNATE", "CI_EXAMPLES_INTERPRETED", "FuzzReport", "INTERPRETED_STRATEGY",
-           "PROFILES", "PROFILE_ENV", "STRATEGY", "check_scenario", "ci_examples", "fuzz_kernel", "fuzz_settings",
-           "fuzzable_kernels", "is_interpreted", "profile_name", "sweep_kernel"]
+__all__ = ["CI_EXAMPLES", "CI_EXAMPLES_ALTERNATE", "CI_EXAMPLES_INTERPRETED", "KEEP_MARGINALS", "TARGET_LABEL",
+           "FuzzReport", "INTERPRETED_STRATEGY", "PROFILES", "PROFILE_ENV", "STRATEGY", "check_scenario", "ci_examples",
+           "example_database", "fuzz_kernel", "fuzz_settings", "fuzzable_kernels", "is_interpreted", "profile_name",
+           "sweep_kernel"]

@@ -96,8 +96,11 @@ def module_to_import(cls) -> str | None:
 
 def record_of(result, kernel_name: str, **extra) -> FailureRecord:
     """The failure record of a failed :class:`ValidationResult` (with the module to import when the
-    kernel is registered from outside replayssm)."""
+    kernel is registered from outside replayssm); of a marginal one, its first marginal error."""
     f = result.first_failure
+    if f is None and getattr(result, "marginals", None):  # a marginal (judged --strict, or kept by the fuzzer)
+        f = min(result.marginals, key=lambda x: x.sort_key)
+        extra.setdefault("note", f"marginal: {result.margin_line()}")
     if f is None:
         raise ValueError("result: it has no failure to record")
     if "module" not in extra:

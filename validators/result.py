@@ -3,6 +3,12 @@
 Oracle: a record of what the runner saw, nothing computed here.  ``first_failure`` is the
 failure with the smallest (step, row, window position); a kernel that raised mid-run keeps the
 metrics of the steps before and records the step and the exception.
+
+Verdicts (docs/validation.md, "Verdicts"): ``fail`` when a check failed (or the kernel raised);
+``marginal`` when nothing failed but a banded check's error exceeded the tolerance rule's bound by
+at most the marginal band (``marginals``); else ``pass``.  ``margin`` is the worst ratio of error to
+bound over the banded checks, with the check and the step (and row, window position) it came from.
+``passed`` is "not failed"; :meth:`ValidationResult.ok` with ``strict`` also refuses a marginal.
 """
 
 from __future__ import annotations
@@ -28,6 +34,13 @@ class Failure:
     slot: int | None = None
     value: float | None = None
     bound: float | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        """``value / bound`` where both are reported and finite (None otherwise)."""
+        if self.value is None or self.bound is None or not (math.isfinite(self.value) and math.isfinite(self.bound)):
+            return None
+        return self.value / self.bound if self.bound > 0 else (math.inf if self.value > 0 else None)
 
     @property
     def sort_key(self):
@@ -77,6 +90,11 @@ class ValidationResult:
     notes: list[str] = field(default_factory=list)
     device: str = "cpu"
     conventions: str = ""  # the recurrence's conventions the kernel was measured against (replayssm/conventions.py)
+    verdict: str = "pass"  # pass | marginal | fail (VERDICTS)
+    margin: dict | None = None  # worst error / bound of the banded checks: ratio, check, step (row, position)
+    marginals: list[Failure] = field(default_factory=list)
+    marginal_counts: dict[str, int] = field(default_factory=dict)
+    marginal_factor: float | None = None  # the band the run was judged with
 
     # ---- derived -----------------------------------------------------------------------------------
     @property
@@ -98,7 +116,25 @@ class ValidationResult:
     def label(self) -> str:
         return f"{self.kernel} [{self.family}, {self.mode}]"
 
+    def ok(self, strict: bool = False) -> bool:
+        """Not failed; with ``strict`` (``--strict``) a marginal is a failure too."""
+        return self.verdict == "pass" or (self.verdict == "marginal" and not strict)
+
+    def margin_line(self) -> str:
+        """The margin for a reader: worst ratio of error to bound, which check, where."""
+        m = self.margin
+        if not m:
+            return "margin: no banded check measured an error against the bound"
+        where = [f"step {m['step']}"] + [f"{k} {m[k]}" for k in ("row", "position") if m.get(k) is not None]
+        band = "" if self.marginal_factor is None else f"; marginal band up to {self.marginal_factor:g} x"
+        return f"margin: worst {m['ratio']:.3f} x the bound, [{m['check']}] at {', '.join(where)}{band}"
+
     def headline(self) -> str:
+        if self.verdict == "marginal":
+            m = self.margin or {}
+            return (f"MARGINAL {self.label}: error {m.get('ratio', float('nan')):.3f} x the bound at "
+                    f"[{m.get('check')}] step {m.get('step')}, within the marginal band "
+                    f"({sum(self.marginal_counts.values())} marginal error(s), no failure; --strict fails it)")
         if self.passed:
             return (f"PASS {self.label}: {self.steps_run} steps, {self.tokens_accepted} tokens, "
                     f"{self.rate} tokens/s")
@@ -120,7 +156,7 @@ class ValidationResult:
         s = self.scenario
         geo = s.get("geometry") if isinstance(s.get("geometry"), str) else "custom"
         lines = [
-            f"# {'PASS' if self.passed else 'FAIL'}: {self.label}",
+            f"# {self.verdict.upper()}: {self.label}",
             "",
             f"- scenario: family `{s.get('family')}`, geometry `{geo}`, "
             f"decode `{s.get('decode')}` (T' = {s.get('window')}, buffer = {s.get('buffer')}), rows {s.get('rows')}, "
@@ -133,8 +169,13 @@ class ValidationResult:
             f"verified {self.tokens_verified}, {self.wall_s:.2f} s, **{self.rate} tokens/s** "
             f"on {self.device}",
         ]
+        lines.append(f"- {self.margin_line()}")
         if self.first_failure is not None:
             lines += ["", f"**First failure:** {self.first_failure.describe()}"]
+        if self.marginals:
+            lines += ["", f"Marginal errors (above the bound, within the band; first "
+                          f"{min(max_failures, len(self.marginals))} of {sum(self.marginal_counts.values())}):", ""]
+            lines += [f"- {f.describe()}" for f in self.marginals[:max_failures]]
         if self.exception:
             e = self.exception
             lines += ["", f"**Exception at step {e['step']}:** `{e['type']}: {e['message']}`"]
@@ -175,7 +216,11 @@ class ValidationResult:
         d.pop("first_failure", None)
         d.pop("tokens_per_s", None)
         d["failures"] = [Failure(**f) for f in d.get("failures", [])]
+        d["marginals"] = [Failure(**f) for f in d.get("marginals", [])]
+        d.setdefault("verdict", "pass" if d.get("passed", True) else "fail")
         return cls(**d)
 
 
-__all__ = ["CHECKS", "Failure", "ValidationResult"]
+VERDICTS = ("pass", "marginal", "fail")
+
+__all__ = ["CHECKS", "VERDICTS", "Failure", "ValidationResult"]

@@ -46,6 +46,7 @@ checks off.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import time
 import traceback
@@ -78,8 +79,14 @@ from replayssm.validators.metrics import error_metrics
 from replayssm.validators.poison_alloc import HOW as POISON_HOW
 from replayssm.validators.poison_alloc import poison_kernel_calls
 from replayssm.validators.result import Failure, ValidationResult
+from replayssm.validators.tolerances import marginal_factor as band_of
 
 CANARY_GENERATION = 1 << 40
+# The per-step metrics (``Lockstep.metrics``, the result's ``worst <metric>`` summary).
+METRICS = ("max_abs", "rel_l2", "rms_ratio", "in_u", "literal_max_abs", "bound_ratio", "state_err",
+           "state_bound_ratio", "checkpoint_bound_ratio")
+# The ratio of error to bound each banded check records per step (the run's margin).
+BANDED_METRICS = {"bound_ratio": "output", "state_bound_ratio": "state", "checkpoint_bound_ratio": "flush-checkpoint"}
 # With stochastic rounding the literal model's error is a random draw: the bound uses the running
 # maximum over the literal and this many replicas with other rounding seeds (fp8 SR with long
 # memory: independent streams drift several ulps apart, docs/fuzzing.md).
@@ -232,13 +239,16 @@ class Lockstep:
     def __init__(self, sc: Scenario, kernel, *, device="cpu", literal_every: int = 1, invariants_every: int = 1,
                  state_every: int = 1, max_failures: int = 200, record_metrics: bool = True, digest: bool = True,
                  steps: list[StepPlan] | None = None, truth: str = "reference",
-                 poison_allocations: str | None = None) -> None:
+                 poison_allocations: str | None = None, marginal_factor: float | None = None) -> None:
         if truth not in ("reference", "golden"):
             raise ValueError(f"truth: expected 'reference' or 'golden', got {truth!r}")
         if poison_allocations not in (None, *POISON_HOW):
             raise ValueError(f"poison_allocations (--poison-allocations): expected one of {list(POISON_HOW)}, got "
                              f"{poison_allocations!r}")
         self.poison_allocations = poison_allocations
+        self.marginal_factor = band_of(sc.precision) if marginal_factor is None else float(marginal_factor)
+        if not self.marginal_factor >= 1.0:
+            raise ValueError(f"marginal_factor: expected a number >= 1 (1: no marginal band), got {marginal_factor!r}")
         self.golden = GoldenTruth.load(sc) if truth == "golden" else None
         for name, v in (("literal_every", literal_every), ("invariants_every", invariants_every),
                         ("state_every", state_every)):
@@ -354,9 +364,10 @@ class Lockstep:
         self.digest = inv.RunDigest() if digest else None
         self.failures: list[Failure] = []
         self.failure_counts: Counter = Counter()
-        self.metrics: dict[str, list] = {k: [] for k in (
-            "step", "max_abs", "rel_l2", "rms_ratio", "in_u", "literal_max_abs", "bound_ratio", "state_err",
-            "state_bound_ratio")}
+        # Errors of banded checks above the bound by at most ``marginal_factor`` (not failures).
+        self.marginals: list[Failure] = []
+        self.marginal_counts: Counter = Counter()
+        self.metrics: dict[str, list] = {k: [] for k in ("step", *METRICS)}
         self.coverage: Counter = Counter()
         self.phases: set = set()
         self.tokens_accepted = 0
@@ -417,9 +428,19 @@ class Lockstep:
 
     # ---- failures ---------------------------------------------------------------------------------------
     def fail(self, step: int, check: str, message: str, **where) -> None:
+        """Report a failure of ``check``; one of a banded check within the marginal band
+        (``value / bound <= marginal_factor``) is kept as a marginal instead."""
+        f = Failure(step=step, check=check, message=message, **where)
+        marginal = CHECKS[check].banded if check in CHECKS else False
+        ratio = f.ratio
+        if marginal and ratio is not None and ratio <= self.marginal_factor:
+            self.marginal_counts[check] += 1
+            if len(self.marginals) < self.max_failures:
+                self.marginals.append(f)
+            return
         self.failure_counts[check] += 1
         if len(self.failures) < self.max_failures:
-            self.failures.append(Failure(step=step, check=check, message=message, **where))
+            self.failures.append(f)
 
     # ---- setup --------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -982,6 +1003,7 @@ class Lockstep:
             "canary": {s: {k: v.cpu() for k, v in d.items()} for s, d in self.canary.items()},
             "digest": None if self.digest is None else self.digest.hex,
             "failures": [vars(f) for f in self.failures], "failure_counts": dict(self.failure_counts),
+            "marginals": [vars(f) for f in self.marginals], "marginal_counts": dict(self.marginal_counts),
             "metrics": {k: list(v) for k, v in self.metrics.items()},
             "coverage": dict(self.coverage), "phases": sorted(self.phases),
             "tokens": (self.tokens_accepted, self.tokens_verified), "notes": list(self.notes),
@@ -1015,7 +1037,9 @@ class Lockstep:
             self.digest = inv.RunDigest(d["digest"] or "")
         self.failures = [Failure(**f) for f in d["failures"]]
         self.failure_counts = Counter(d["failure_counts"])
-        self.metrics = {k: list(v) for k, v in d["metrics"].items()}
+        self.marginals = [Failure(**f) for f in d.get("marginals", [])]
+        self.marginal_counts = Counter(d.get("marginal_counts", {}))
+        self.metrics = {k: [] for k in ("step", *METRICS)} | {k: list(v) for k, v in d["metrics"].items()}
         self.coverage = Counter(d["coverage"])
         self.phases = {tuple(x) for x in d["phases"]}
         self.tokens_accepted, self.tokens_verified = d["tokens"]
@@ -1044,8 +1068,7 @@ class Lockstep:
                                conventions=self.conv.label(family(sc.family).conventions))
         res.metrics = {k: v for k, v in self.metrics.items() if any(x is not None for x in v)}
         summ = {}
-        for key in ("max_abs", "rel_l2", "rms_ratio", "in_u", "literal_max_abs", "bound_ratio", "state_err",
-                    "state_bound_ratio"):
+        for key in METRICS:
             vals = [x for x in self.metrics.get(key, []) if x is not None]
             if vals:
                 summ[f"worst {key}"] = max(vals)
@@ -1072,8 +1095,30 @@ class Lockstep:
             res.notes.append(f"truth: golden {g.stem} (golden/trajectories, sha256-checked): outputs and committed "
                              f"states judged at steps {', '.join(map(str, g.steps))} on the stored elements "
                              f"(at most {g.keep} per row); flush checkpoints and the other steps have no stored truth")
-        res.passed = not self.failure_counts and exception is None
+        res.marginals = sorted(self.marginals, key=lambda f: f.sort_key)
+        res.marginal_counts = dict(self.marginal_counts)
+        res.margin = self.margin()
+        res.marginal_factor = self.marginal_factor
+        res.verdict = "fail" if self.failure_counts or exception is not None else (
+            "marginal" if self.marginal_counts else "pass")
+        res.passed = res.verdict != "fail"
         return res
+
+    def margin(self) -> dict | None:
+        """The worst ratio of error to bound over the banded checks (``{"ratio", "check", "step"}``,
+        with ``row`` and ``position`` where a reported error gives them), or None when no banded
+        check measured a ratio: the steps' recorded ratios and the reported errors, the worst."""
+        best = None
+        for key, check in BANDED_METRICS.items():
+            for step, r in zip(self.metrics["step"], self.metrics.get(key, [])):
+                if r is not None and math.isfinite(r) and (best is None or r > best["ratio"]):
+                    best = {"ratio": float(r), "check": check, "step": step}
+        for f in (*self.marginals, *self.failures):
+            r = f.ratio
+            if r is not None and CHECKS.get(f.check) is not None and CHECKS[f.check].banded and (
+                    best is None or r >= best["ratio"]):
+                best = {"ratio": r, "check": f.check, "step": f.step, "row": f.row, "position": f.position}
+        return best
 
 
 def _exception_record(step: int, e: BaseException) -> dict:
@@ -1084,12 +1129,14 @@ def _exception_record(step: int, e: BaseException) -> dict:
 def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, repeat_check: bool = True,
                  literal_every: int = 1, invariants_every: int = 1, state_every: int = 1,
                  stop_on_failure: bool = False, max_failures: int = 200, truth: str = "reference",
-                 poison_allocations: str | None = None) -> ValidationResult:
+                 poison_allocations: str | None = None, marginal_factor: float | None = None) -> ValidationResult:
     """Validate ``kernel`` (registered name, class, or a zero-argument factory of fresh instances is not
     needed: names and classes are rebuilt for the repeat run) on ``sc``; never raises for a kernel
     error: exceptions are recorded in the result with the step they happened at.  ``poison_allocations``
     (``"nan"`` | ``"large"``): every empty-like buffer the kernel allocates in its reset / verify /
-    commit calls is filled with that poison (validators/poison_alloc.py), the repeat run's too."""
+    commit calls is filled with that poison (validators/poison_alloc.py), the repeat run's too.
+    ``marginal_factor``: the marginal band of the banded checks (default ``tolerances.marginal_factor``
+    of the mode; 1: none, every error above the bound fails)."""
     if not isinstance(sc, Scenario):
         raise ValueError(f"sc: expected a Scenario, got {type(sc).__name__}")
     for name, v in (("invariants_every", invariants_every), ("state_every", state_every)):
@@ -1101,7 +1148,7 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
                          "(or repeat_check=False)")
     ls = Lockstep(sc, kernel, device=device, literal_every=literal_every, invariants_every=invariants_every,
                   state_every=state_every, max_failures=max_failures, truth=truth,
-                  poison_allocations=poison_allocations)
+                  poison_allocations=poison_allocations, marginal_factor=marginal_factor)
     n = len(ls.plans)
     bar = None
     if progress:

@@ -51,6 +51,31 @@ class Tolerance:
 # activation format change u, not the rule.
 FACTOR = 2.0
 
+# The marginal band (docs/validation.md, "Verdicts"): an error above the bound of a banded check
+# (``output``, ``state``, ``flush-checkpoint``: ``register_check(banded=True)``) by at most this
+# factor is the verdict ``marginal``, not ``fail``; ``--strict`` makes it a failure.  Measured reason
+# (tools/margin_evidence.py, CPU, no band): every correct literal kernel of the three families (the
+# literal models, the policy literals, the operation-order variants) at s32a32 / s32a16 / s16a16 over
+# every input distribution at most 0.50 x the bound (rec:3b7b0bba9a93e31c, kda literal-replay-cumprod);
+# the correct GDN implementations of issue 47 with another record rounding (not in the repository)
+# 1.02-1.13 x; the gallery's weakest catch at a round-to-nearest mode 1.116 x (mamba2
+# mutant-int8-truncation, si8a16, rec:9d151686a164c5e6; then 1.22 and 1.39 x for gdn and kda, every other
+# mutant >= 17.6 x or caught by a check without a band); and field bug mutant-low-precision-state (a state
+# stored one format lower) at gdn si8a16 1.093 x at its first bad step (tests/test_runner.py::
+# test_tolerance_table_separates_legit_variants, per-row, seed 3: with a band of 1.10 its first failure moved
+# from step 0 to step 3).  1.05 stays below both, with 4 % to spare, and takes in the low end of the
+# false-alarm range.  With stochastic rounding the gallery's mutants are caught at 1.004-1.039 x
+# (mutant-sr-stale-seed mamba2 rec:5c5bc1effce306cc, mutant-sr-biased gdn rec:1759e95dc12dc451, kda
+# rec:e0802937ee58d56b, mamba2 rec:66ed267b0c927618, all s16a16-sr): no band there
+# (``MARGINAL_FACTOR_SR``; the rule's envelope of the replicas already carries the rounding noise).
+MARGINAL_FACTOR = 1.05
+MARGINAL_FACTOR_SR = 1.0
+
+
+def marginal_factor(mode: PrecisionMode | str) -> float:
+    """The marginal band of ``mode``: ``MARGINAL_FACTOR``, or with stochastic rounding ``MARGINAL_FACTOR_SR``."""
+    return MARGINAL_FACTOR_SR if parse_mode(mode).rounding == "stochastic" else MARGINAL_FACTOR
+
 
 def tolerance_for(mode: PrecisionMode | str) -> Tolerance:
     m = parse_mode(mode)
@@ -79,4 +104,5 @@ def bound(mode: PrecisionMode | str, err_literal, scale, *, state: bool = False)
     return t.factor * err_literal + t.floor_u * u * scale
 
 
-__all__ = ["FACTOR", "Tolerance", "bound", "output_unit", "state_unit", "tolerance_for"]
+__all__ = ["FACTOR", "MARGINAL_FACTOR", "MARGINAL_FACTOR_SR", "marginal_factor",
+           "Tolerance", "bound", "output_unit", "state_unit", "tolerance_for"]

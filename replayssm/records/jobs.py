@@ -30,7 +30,8 @@ def _geometry_name(geometry) -> str:
 def validate_record(recorder: Recorder, res, options: dict | None = None) -> dict:
     """One record of a ``validate`` run (a :class:`ValidationResult`): the worst value of each
     summary metric (``worst_bound_ratio``, ``worst_state_bound_ratio``, ...), the failure count
-    (total and per check), throughput; verdict pass/fail, the first failure as the reason."""
+    (total and per check), the margin (worst error / bound of the banded checks) and the marginal
+    errors, throughput; verdict pass / marginal / fail, the first failure (or the margin) as the reason."""
     sc = res.scenario
     geo = _geometry_name(sc.get("geometry"))
     metrics = {_key(k): v for k, v in res.summary.items()}
@@ -38,34 +39,48 @@ def validate_record(recorder: Recorder, res, options: dict | None = None) -> dic
                     "tokens_accepted": res.tokens_accepted, "tokens_verified": res.tokens_verified,
                     "steps_run": res.steps_run, "steps_planned": res.steps_planned, "wall_s": res.wall_s})
     metrics.update({f"failures_{_key(c)}": n for c, n in res.failure_counts.items()})
-    reason = None
+    verdict = getattr(res, "verdict", "pass" if res.passed else "fail")
+    margin = getattr(res, "margin", None)
+    if margin:
+        metrics.update({"margin_ratio": margin["ratio"], "margin_check": margin["check"],
+                        "margin_step": margin["step"]})
+    counts = getattr(res, "marginal_counts", {}) or {}
+    metrics["marginals"] = sum(counts.values())
+    reason = res.margin_line() if verdict == "marginal" else None
     if not res.passed:
         f = res.first_failure
         reason = f.describe() if f is not None else (
             f"exception: {res.exception.get('type')}" if res.exception else "failed")
     return recorder.record(f"{res.family}/{res.kernel}/{res.mode}/{geo}/{sc.get('schedule')}", metrics=metrics,
-                           verdict="pass" if res.passed else "fail", reason=reason,
+                           verdict=verdict, reason=reason,
                            config={"scenario": sc, "kernel": res.kernel, **(options or {})},
                            family=res.family, kernel=res.kernel, mode=res.mode, geometry=geo)
 
 
 def fuzz_records(recorder: Recorder, reports, options: dict | None = None) -> list[dict]:
     """One record per fuzzed kernel (a :class:`FuzzReport`): scenarios tried, whether a failing one
-    was found, time and scenarios to it, the shrunk reproducer's size; verdict fail when caught."""
+    was found, time and scenarios to it, the shrunk reproducer's size, the marginal scenarios and the
+    worst error / bound seen; verdict fail when caught, marginal when only marginals were found."""
     out = []
     for r in reports:
         metrics = {"examples": r.examples, "caught": r.caught, "wall_s": r.wall_s,
                    "scenarios_per_s": r.examples / r.wall_s if r.wall_s > 0 else None,
                    "time_to_first_failure_s": r.time_to_first_failure_s,
                    "examples_to_first_failure": r.examples_to_first_failure,
-                   "reproducer_rows": r.reproducer_rows, "reproducer_steps": r.reproducer_steps}
+                   "reproducer_rows": r.reproducer_rows, "reproducer_steps": r.reproducer_steps,
+                   "marginals": getattr(r, "marginals", 0), "worst_ratio": getattr(r, "worst_ratio", None)}
         reason = None
         if r.caught and r.record is not None:
             reason = f"[{r.record.check}] at step {r.record.first_bad_step}" + (
                 f"; reproducer {r.artifact}" if r.artifact else "")
+        elif getattr(r, "marginals", 0):
+            best = r.marginal_examples[0]
+            reason = (f"{r.marginals} marginal scenario(s), the worst {best['ratio']:.3f} x the bound at "
+                      f"[{best['margin']['check']}] step {best['margin']['step']}")
         sc = r.scenario
+        verdict = "fail" if r.caught else ("marginal" if getattr(r, "marginals", 0) else "pass")
         out.append(recorder.record(
-            f"{r.family}/{r.kernel}/fuzz-{r.profile}", metrics=metrics, verdict="fail" if r.caught else "pass",
+            f"{r.family}/{r.kernel}/fuzz-{r.profile}", metrics=metrics, verdict=verdict,
             reason=reason, config={"profile": r.profile, "seeds": list(getattr(r, "seeds", []) or []),
                                    **(options or {})},
             family=r.family, kernel=r.kernel, mode=None if sc is None else sc.mode))

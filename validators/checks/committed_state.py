@@ -12,7 +12,7 @@ from __future__ import annotations
 from replayssm.validators.checks.registry import BOTH, register_check
 
 
-@register_check("state", hooks="after-commit", schedule="state", kinds=BOTH,
+@register_check("state", banded=True, hooks="after-commit", schedule="state", kinds=BOTH,
                 catches="after a commit the committed state differs from the reference after the accepted prefix "
                         "by more than the tolerance rule allows",
                 mutant="mutant-exclusive-cumsum")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from replayssm.validators.checks.registry import REPLAY, register_check
 
 
-@register_check("flush-checkpoint", hooks="at-flush", schedule="every-flush", kinds=REPLAY,
+@register_check("flush-checkpoint", banded=True, hooks="at-flush", schedule="every-flush", kinds=REPLAY,
                 needs=("checkpoint",),
                 catches="at a flush the checkpoint differs from the reference state at the folded token count",
                 mutant="mutant-late-flush")
@@ -23,9 +23,11 @@ def flush_checkpoint(ctx) -> None:
     folded = ctx.ref_first if ctx.run.dec.flush_folds_first else ctx.ref_state_before
     if folded is None:  # golden truth: no state at the folded count is stored
         return
-    ctx.rule.check_states(ctx, "flush-checkpoint", ctx.checkpoint, folded, ctx.lit_checkpoints, ctx.flush_rows,
-                          None if ctx.fp64 is None else ctx.fp64["checkpoint"],
-                          None if ctx.fp64 is None else ctx.fp64["checkpoint_arith"])
+    _, ratio = ctx.rule.check_states(ctx, "flush-checkpoint", ctx.checkpoint, folded, ctx.lit_checkpoints,
+                                     ctx.flush_rows, None if ctx.fp64 is None else ctx.fp64["checkpoint"],
+                                     None if ctx.fp64 is None else ctx.fp64["checkpoint_arith"])
+    if ratio is not None:
+        ctx.record["checkpoint_bound_ratio"] = max(ctx.record.get("checkpoint_bound_ratio", 0.0), ratio)
 
 
 __all__ = ["flush_checkpoint"]

@@ -20,7 +20,7 @@ from replayssm.validators.metrics import error_metrics
 from replayssm.validators.tolerances import bound
 
 
-@register_check("output", hooks="after-verify", schedule="every-step", kinds=BOTH,
+@register_check("output", banded=True, hooks="after-verify", schedule="every-step", kinds=BOTH,
                 catches="a window output further from the fp64 reference than factor x the literal model's error "
                         "+ the floor (wrong arithmetic, or a lower precision than declared)",
                 mutant="mutant-readout-without-skip")

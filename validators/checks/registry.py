@@ -48,7 +48,10 @@ class Check:
     """One registered check.  ``run(ctx)`` reports failures through ``ctx.fail``; ``flag(ctx)``, when
     given, is a device boolean computed before the hook's one host sync: ``run`` is only called when
     it is True.  ``witness`` are ``Scenario.tiny`` overrides on which ``mutant`` (of its first
-    registered family, or ``witness["family"]``) fails this check first."""
+    registered family, or ``witness["family"]``) fails this check first.  ``banded``: the check
+    compares an error with the tolerance rule's bound and reports ``value`` and ``bound``; an error
+    above the bound by at most ``tolerances.MARGINAL_FACTOR`` is a marginal, not a failure
+    (docs/validation.md, "Verdicts")."""
 
     name: str
     hooks: tuple[str, ...]
@@ -60,6 +63,7 @@ class Check:
     flag: Callable | None = None
     needs: tuple[str, ...] = ()
     witness: dict = field(default_factory=dict)
+    banded: bool = False
 
     def applies(self, kind: str) -> bool:
         return kind in self.kinds
@@ -69,7 +73,7 @@ CHECKS: dict[str, Check] = {}
 
 
 def register_check(name: str, *, hooks, schedule: str, catches: str, kinds=BOTH, mutant: str, flag=None,
-                   needs=(), witness=None):
+                   needs=(), witness=None, banded: bool = False):
     """Decorator: register the decorated ``run(ctx)`` function as check ``name``."""
     hooks = (hooks,) if isinstance(hooks, str) else tuple(hooks)
     bad = [h for h in hooks if h not in HOOKS]
@@ -88,7 +92,7 @@ def register_check(name: str, *, hooks, schedule: str, catches: str, kinds=BOTH,
 
     def deco(fn):
         CHECKS[name] = Check(name, hooks, schedule, catches, tuple(kinds), mutant, fn, flag, tuple(needs),
-                             dict(witness or {}))
+                             dict(witness or {}), bool(banded))
         return fn
 
     return deco
