@@ -1,0 +1,129 @@
+"""The model level (``replayssm model``, validators/model/): a tiny random qwen3_next whose GDN layers
+decode through the kernel under test, judged by teacher forcing against its fp64-recurrence prefill.
+
+Oracles: transformers' own PyTorch fallback of the GDN layer (the adapter reproduces the model's
+logits to its fp32 arithmetic); the fp64 teacher (the literal replay at s64a64 matches it to the
+model's fp32 norms); the ``[model.gdn]`` budgets of golden/tolerances.toml (correct kernels inside,
+the late-by-one mutant far outside).  Sizes: 4 layers (GDN, attention, GDN, GDN), K = 16, V = 8,
+32 to 48 positions, so each run takes seconds on the CPU (the Triton one through the interpreter).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from replayssm.cli import main  # noqa: E402
+from replayssm.records.record import validate  # noqa: E402
+from replayssm.validators.model import forcing, hf  # noqa: E402
+from replayssm.validators.model.job import ModelJob, check_engagement, load_model_budgets, run  # noqa: E402
+
+
+def _job(**kw) -> ModelJob:
+    base = {"modes": ("s32a32",), "schedules": ("random", "always-1"), "tokens": 32}
+    return ModelJob(**{**base, **kw})
+
+
+def test_adapter_reproduces_the_torch_fallback(monkeypatch):
+    """The GDN adapter's logits against transformers' own layer with its PyTorch fallback forced (the
+    module resolved FLA's Triton kernels at import where fla is installed; ``__wrapped__`` is the
+    torch function): equal to the fallback's fp32 recurrence."""
+    import transformers.models.qwen3_next.modeling_qwen3_next as M
+    for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
+                 "causal_conv1d_update"):
+        monkeypatch.setattr(M, name, getattr(getattr(M, name), "__wrapped__", getattr(M, name)))
+    ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(3))
+    theirs, _ = hf.build_random("qwen3_next", "tiny", 0)
+    ours, arch = hf.build_random("qwen3_next", "tiny", 0)
+    mixers = forcing.mixers_of(ours, arch)
+    assert len(mixers) == 3
+    with torch.no_grad():
+        want = theirs(ids).logits[0]
+    got, _ = forcing.teacher_logits(ours, mixers, ids[0])
+    assert (got - want).abs().max() < 1e-4 * want.abs().max()
+
+
+def test_s64a64_student_equals_teacher():
+    rep = run(_job(modes=("s64a64",), schedules=("random",)))
+    m = rep["runs"][0]["metrics"]
+    assert m["max_abs_dlogprob"] < 1e-5 and m["top1_agreement"] == 1.0
+    assert rep["teacher_dtype"] == "float64"
+    assert 0.4 * rep["entropy_max"] < rep["entropy"] < 0.6 * rep["entropy_max"]
+
+
+@pytest.mark.parametrize("kernel,schedules", [("literal-replay", ("random", "always-1", "always-T",
+                                                                   "reject-then-accept")),
+                                              ("triton-replay", ("random",))], ids=["literal", "triton"])
+def test_correct_kernel_inside_budget(kernel, schedules):
+    rep = run(_job(kernel=kernel, schedules=schedules, tokens=32 if kernel == "literal-replay" else 16))
+    assert rep["verdict"] == "pass", [r["failures"] for r in rep["runs"]]
+    assert all(r["verdict"] == "pass" for r in rep["runs"])
+    assert sum(r["engagement"]["flushes"] for r in rep["runs"]) > 0
+    assert sum(r["engagement"]["rejected_tokens"] for r in rep["runs"]) > 0
+
+
+def test_late_by_one_mutant_outside_budget():
+    rep = run(_job(mutant="late-by-one", schedules=("random",)))
+    assert rep["verdict"] == "fail"
+    assert any("p95_abs_dlogprob" in f for f in rep["runs"][0]["failures"])
+
+
+def test_every_mode_has_a_budget_with_provenance():
+    b = load_model_budgets()
+    for mode in ("s32a32", "s32a16", "s16a16", "sfp16a16", "sfp8a16"):
+        assert ("gdn", mode) in b, mode
+        assert b[("gdn", mode)]["provenance"]["commit"]
+
+
+@pytest.mark.parametrize("kw,arg", [
+    ({"tokens": 0}, "--tokens"), ({"window": 8, "buffer": 4}, "--window/--buffer"),
+    ({"schedules": ("sometimes",)}, "--schedules"), ({"modes": ("s99a1",)}, "precision mode"),
+    ({"mutant": "nope"}, "--mutant"), ({"size": "huge"}, "size"), ({"arch": "gpt2"}, "arch"),
+    ({"entropy_fraction": 1.5}, "--entropy-fraction"), ({"kernel": "nope"}, "kernel"),
+], ids=["tokens", "buffer", "schedule", "mode", "mutant", "size", "arch", "entropy", "kernel"])
+def test_bad_input_refused(kw, arg):
+    with pytest.raises(ValueError, match=arg.replace("-", r"\-").replace("/", "/")):
+        run(_job(**kw))
+
+
+def test_a_plan_without_rejections_is_refused():
+    with pytest.raises(ValueError, match="--tokens.*not exercise ReplaySSM"):
+        check_engagement(_job(schedules=("always-T",)))
+    with pytest.raises(ValueError, match="--tokens.*no flush"):
+        check_engagement(_job(tokens=2, schedules=("always-1",)))
+
+
+def test_local_checkpoint(tmp_path, capsys):
+    """A checkpoint the test writes with save_pretrained loads with no network and runs through the
+    CLI (report, schema-valid records); a missing or foreign directory is one line, exit 2."""
+    model, _ = hf.build_random("qwen3_next", "tiny", 1, torch.float32)
+    model.save_pretrained(tmp_path / "ckpt")
+    out, rec = tmp_path / "out", tmp_path / "rec.jsonl"
+    rc = main(["model", "--weights", str(tmp_path / "ckpt"), "--precision", "s32a32", "--schedules", "random",
+               "--tokens", "24", "--out", str(out), "--record", str(rec)])
+    assert rc == 0, capsys.readouterr()
+    rep = json.loads((out / "model.json").read_text())
+    assert rep["source"] == str(tmp_path / "ckpt") and rep["head_scale"] is None
+    assert (out / "model.md").read_text().startswith("# replayssm model: qwen3_next")
+    for line in rec.read_text().splitlines():
+        r = validate(json.loads(line))
+        assert r["job"] == "model" and r["verdict"] == "pass"
+    capsys.readouterr()
+    assert main(["model", "--weights", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "--weights" in capsys.readouterr().err
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    assert main(["model", "--weights", str(tmp_path / "foreign"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--weights" in err and "gpt2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_without_transformers_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(hf, "transformers", None)
+    assert main(["model", "--out", str(tmp_path)]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "transformers" in err and "replayssm[model]" in err

@@ -1,0 +1,151 @@
+"""Building the model: a small random config of a registered architecture, or a local checkpoint.
+
+Oracle: none (construction).  transformers is optional (``pip install replayssm[model]``): without
+it :func:`require` raises :class:`EnvironmentProblem` (one line, exit 3).  Nothing here reaches the
+network: a random model is built from its config class, a checkpoint with ``local_files_only``.
+
+Architectures (:data:`ARCHITECTURES`): ``qwen3_next`` (Gated DeltaNet layers between full-attention
+layers), at ``tiny`` (CPU tests) or ``real`` (Qwen3.5-4B's GDN head shapes, few layers) sizes.  Its
+dense MLP is used on every layer (``mlp_only_layers``): transformers' grouped MoE matmul refuses fp64.
+
+The random weights are drawn with ``initializer_range`` 0.2 (not the config's 0.02, under which every
+layer's contribution to the residual stream is a rounding error) and the LM head is then scaled so
+the teacher's mean next-token entropy is ``entropy_fraction`` of ln(vocab) (:func:`calibrate_head`;
+a near-uniform distribution would hide any change): how, and the entropy, go in the report.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from replayssm.guard import EnvironmentProblem
+
+try:
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
+except ImportError:  # the optional extra is not installed
+    transformers = None
+
+TRANSFORMERS_SPEC = "transformers>=5.23,<6"
+INIT_RANGE = 0.2
+
+
+@dataclass(frozen=True)
+class Architecture:
+    name: str
+    family: str
+    config_class: str
+    layer_class: str
+    sizes: dict
+
+    def config(self, size: str, seed: int):
+        if size not in self.sizes:
+            raise ValueError(f"size: expected one of {sorted(self.sizes)} for {self.name}, got {size!r}")
+        kw = dict(self.sizes[size])
+        cls = getattr(transformers, self.config_class)
+        n = len(kw["layer_types"])
+        return cls(num_hidden_layers=n, mlp_only_layers=list(range(n)), initializer_range=INIT_RANGE,
+                   attn_implementation="eager", **kw)
+
+
+# One attention layer between GDN layers: every GDN layer after it reads hidden states that depend
+# on the attention cache (what a rollback through a scratch cache gets wrong, rMLX #436).
+_QWEN3_NEXT_TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                        num_key_value_heads=1, head_dim=16, linear_num_key_heads=1, linear_num_value_heads=2,
+                        linear_key_head_dim=16, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                        layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"])
+# Qwen3.5-4B's GDN layer (16 key / 32 value heads of 128 x 128, d_conv 4) and hidden size, 4 layers.
+_QWEN3_NEXT_REAL = dict(vocab_size=4096, hidden_size=2560, intermediate_size=4096, num_attention_heads=16,
+                        num_key_value_heads=4, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32,
+                        linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+                        layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"])
+
+ARCHITECTURES = {
+    "qwen3_next": Architecture("qwen3_next", "gdn", "Qwen3NextConfig", "Qwen3NextGatedDeltaNet",
+                               {"tiny": _QWEN3_NEXT_TINY, "real": _QWEN3_NEXT_REAL}),
+}
+
+
+def available() -> bool:
+    return transformers is not None
+
+
+def require() -> None:
+    """EnvironmentProblem (exit 3) naming the extra when transformers is not installed."""
+    if transformers is None:
+        raise EnvironmentProblem(f"replayssm model needs transformers ({TRANSFORMERS_SPEC}): "
+                                 f"pip install 'replayssm[model]'")
+
+
+def architecture(name: str) -> Architecture:
+    if name not in ARCHITECTURES:
+        raise ValueError(f"arch: expected one of {sorted(ARCHITECTURES)}, got {name!r}")
+    return ARCHITECTURES[name]
+
+
+def build_random(arch: str, size: str, seed: int, dtype: torch.dtype = torch.float64):
+    """A random model of ``arch`` at ``size`` (weights from ``seed``), in ``dtype``, eval mode."""
+    require()
+    a = architecture(arch)
+    cfg = a.config(size, seed)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg)
+    return model.to(dtype).eval(), a
+
+
+def load_local(path: str | Path, dtype: torch.dtype = torch.float64):
+    """The checkpoint in directory ``path`` (no network); ValueError naming ``--weights`` when it is
+    missing, not a checkpoint, or of an architecture without an adapter."""
+    require()
+    p = Path(path)
+    if not p.is_dir():
+        raise ValueError(f"--weights: {path} is not a directory")
+    if not (p / "config.json").is_file():
+        raise ValueError(f"--weights: {path} has no config.json (expected a directory written by save_pretrained)")
+    try:
+        cfg = AutoConfig.from_pretrained(p, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable config is one line
+        raise ValueError(f"--weights: {path}: config.json unreadable: {' '.join(str(e).split())[:200]}") from e
+    mt = getattr(cfg, "model_type", None)
+    if mt not in ARCHITECTURES:
+        raise ValueError(f"--weights: {path} holds a {mt!r} model; supported: {sorted(ARCHITECTURES)}")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype,
+                                                     attn_implementation="eager")
+    except Exception as e:  # noqa: BLE001 - a checkpoint that does not load is one line
+        raise ValueError(f"--weights: {path}: the checkpoint does not load: {' '.join(str(e).split())[:200]}") from e
+    return model.eval(), ARCHITECTURES[mt]
+
+
+def new_cache(model):
+    """An empty KV cache of ``model`` (its attention layers; the mixers keep their own state)."""
+    return DynamicCache(config=model.config)
+
+
+def mean_entropy(logits: torch.Tensor) -> float:
+    lp = torch.log_softmax(logits.to(torch.float64), dim=-1)
+    return float(-(lp.exp() * lp).sum(-1).mean())
+
+
+def calibrate_head(model, hidden: torch.Tensor, fraction: float) -> tuple[float, float]:
+    """Scale the LM head's weight so the mean entropy of ``lm_head(hidden)`` is ``fraction`` x
+    ln(vocab) (bisection on the scale, monotone); returns ``(scale, entropy)``."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"entropy_fraction: expected a number in (0, 1), got {fraction!r}")
+    head = model.get_output_embeddings()
+    with torch.no_grad():
+        base = head(hidden)
+        target = fraction * math.log(base.shape[-1])
+        lo, hi = 1e-3, 1e3
+        for _ in range(60):
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if mean_entropy(base * mid) > target else (lo, mid)
+        s = math.sqrt(lo * hi)
+        head.weight.mul_(s)
+        if getattr(head, "bias", None) is not None:
+            head.bias.mul_(s)
+    return s, mean_entropy(base * s)
