@@ -39,6 +39,15 @@ def tests(session):
                 env={"TRITON_INTERPRET": "1"})
 
 
+@nox.session(venv_params=VENV)
+def tests_slow(session):
+    """The slow CPU tier (marker slow, no CUDA): longer variants of tests the quick run keeps one of;
+    nightly, so ``./dev test`` stays under ten minutes on two cores."""
+    _install(session)
+    session.run("python", "-m", "pytest", "-q", "-m", "slow and not gpu and not bench", *session.posargs,
+                env={"TRITON_INTERPRET": "1"})
+
+
 def _gpu_tests(session, marker: str) -> None:
     # pytest-xdist workers share the one GPU (tests/gpu_tiers.py: the big-memory tests run one at a time)
     workers = os.environ.get("REPLAYSSM_GPU_WORKERS", "4")

@@ -374,7 +374,8 @@ def test_fused_rows_sum_in_the_pairwise_order(J):
         assert not torch.equal(y, prod.cumsum(-1)[..., -1])
 
 
-@pytest.mark.parametrize("cell", [CELLS[0], CELLS[3]], ids=["mamba2-s32a16-standard", "gdn-sfp16a16-spec-always-T"])
+@pytest.mark.parametrize("cell", [CELLS[0], pytest.param(CELLS[3], marks=pytest.mark.slow)],
+                         ids=["mamba2-s32a16-standard", "gdn-sfp16a16-spec-always-T"])
 def test_fused_fast_path_is_bit_identical(cell):
     """The fast path with the fused fp64 reference (what a GPU runs), eager and in graph-sized pieces."""
     slow = _result(cell, "slow", tokens=64)
@@ -427,6 +428,7 @@ def test_delta_rule_raw_launches_are_the_interface_calls(fam, decode):
 
 
 # KDA's kernel takes the same launch methods from GDN's (its launches swapped as class attributes);
+@pytest.mark.slow  # the costliest test of the quick run (24 s of a loaded 2-core run); nox -s tests_slow
 def test_speculative_flush_reseeds_the_shadow_in_the_piece():
     """A speculative replay's flush is measured, re-seeds and advances the shadow inside the graph piece
     (Triton GDN, raw checkpoint read): the slow path's cell result bit for bit, and the route was taken."""

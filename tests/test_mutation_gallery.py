@@ -97,6 +97,7 @@ def test_statistical_mutants_on_named_scenarios(family):
     assert not res.passed and res.failures[0].check in ("flush-checkpoint", "flush-increment", "state")
 
 
+@pytest.mark.slow  # 21 s of a loaded 2-core run; nox -s tests_slow
 def test_shrinking_stops_after_its_scenario_budget():
     # The count bound the gallery relies on: after the first failure at most the budget of new
     # scenarios runs (0 here, so the first failing scenario is the reproducer).
