@@ -34,6 +34,7 @@ COMMANDS = [
     "replayssm.cli_golden",
     "replayssm.cli_profile",
     "replayssm.cli_results",
+    "replayssm.cli_calibrate",
 ]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3

@@ -356,7 +356,7 @@ class Lockstep:
         self.failure_counts: Counter = Counter()
         self.metrics: dict[str, list] = {k: [] for k in (
             "step", "max_abs", "rel_l2", "rms_ratio", "in_u", "literal_max_abs", "bound_ratio", "state_err",
-            "state_bound_ratio")}
+            "state_bound_ratio", "flush_checkpoint_ratio", "flush_increment_ratio")}
         self.coverage: Counter = Counter()
         self.phases: set = set()
         self.tokens_accepted = 0
@@ -1045,7 +1045,7 @@ class Lockstep:
         res.metrics = {k: v for k, v in self.metrics.items() if any(x is not None for x in v)}
         summ = {}
         for key in ("max_abs", "rel_l2", "rms_ratio", "in_u", "literal_max_abs", "bound_ratio", "state_err",
-                    "state_bound_ratio"):
+                    "state_bound_ratio", "flush_checkpoint_ratio", "flush_increment_ratio"):
             vals = [x for x in self.metrics.get(key, []) if x is not None]
             if vals:
                 summ[f"worst {key}"] = max(vals)

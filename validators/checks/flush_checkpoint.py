@@ -23,9 +23,11 @@ def flush_checkpoint(ctx) -> None:
     folded = ctx.ref_first if ctx.run.dec.flush_folds_first else ctx.ref_state_before
     if folded is None:  # golden truth: no state at the folded count is stored
         return
-    ctx.rule.check_states(ctx, "flush-checkpoint", ctx.checkpoint, folded, ctx.lit_checkpoints, ctx.flush_rows,
-                          None if ctx.fp64 is None else ctx.fp64["checkpoint"],
-                          None if ctx.fp64 is None else ctx.fp64["checkpoint_arith"])
+    _, ratio = ctx.rule.check_states(ctx, "flush-checkpoint", ctx.checkpoint, folded, ctx.lit_checkpoints,
+                                     ctx.flush_rows, None if ctx.fp64 is None else ctx.fp64["checkpoint"],
+                                     None if ctx.fp64 is None else ctx.fp64["checkpoint_arith"])
+    if ratio is not None:  # the step's worst error / bound (the calibration's margin, validators/calibration.py)
+        ctx.record["flush_checkpoint_ratio"] = max(ctx.record.get("flush_checkpoint_ratio", 0.0), ratio)
 
 
 __all__ = ["flush_checkpoint"]
