@@ -47,8 +47,7 @@ def add_parser(subparsers):
     p.add_argument("--families", help="comma-separated families (default: every registered family)")
     p.add_argument("--scenarios", type=int_at_least(1), default=100,
                    help="scenarios per family (default 100; the target of issue 47 is 10000)")
-    p.add_argument("--steps", type=int_at_least(1), help="verify/commit steps per scenario (default 12; 16 with "
-                                                          "--resolving)")
+    p.add_argument("--steps", type=int_at_least(1), default=12, help="verify/commit steps per scenario (default 12)")
     p.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the scenario draw (default 0)")
     p.add_argument("--modes", help="comma-separated precision modes (default: validators.calibration.MODES, or "
                                    "RESOLVING_MODES with --resolving)")
@@ -105,7 +104,7 @@ def run(args) -> int:
     fams = _names(args.families, "--families", family_names())
     modes = _names(args.modes, "--modes")
     if args.resolving:
-        rep = resolving_power(fams, steps=args.steps or 16, seed=args.seed, modes=modes,
+        rep = resolving_power(fams, steps=args.steps, seed=args.seed, modes=modes,
                               losses=_names(args.losses, "--losses"), device=dev, progress=print)
         bad = _print_resolving(rep)
         recs = lambda r: resolving_records(r, rep)  # noqa: E731
@@ -114,7 +113,7 @@ def run(args) -> int:
             raise ValueError("--losses: only with --resolving")
         kern = _names(args.kernels, "--kernels")
         pop = None if kern is None else {f: tuple(kern) for f in (fams or family_names())}
-        rep = calibrate(fams, n=args.scenarios, steps=args.steps or 12, seed=args.seed, modes=modes, device=dev,
+        rep = calibrate(fams, n=args.scenarios, steps=args.steps, seed=args.seed, modes=modes, device=dev,
                         kernels_=pop, progress=print)
         bad = _print_population(rep)
         recs = lambda r: calibration_records(r, rep)  # noqa: E731

@@ -108,3 +108,9 @@ def test_the_cli_refuses_bad_flags(capsys):
     assert "--families" in capsys.readouterr().err
     assert main(["calibrate", "--scenarios", "0"]) == 2
     assert main(["calibrate", "--losses", "state-one-lower"]) == 2
+
+
+def test_a_state_stored_below_fp8_is_judged_at_the_fp4_unit_roundoff():
+    rep = resolving_power(["gdn"], steps=2, modes=["sfp8a16"], losses=["state-one-lower"])
+    (case,) = rep["cases"]
+    assert case["lost_u"] == 0.25 and case["scenarios"] == 12, case
