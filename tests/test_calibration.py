@@ -86,7 +86,7 @@ def test_resolving_power_reports_unresolved_and_resolved():
     assert verdicts["resolving/mamba2/no-loss/s32a32"][0] == "fail"
     assert verdicts["resolving/mamba2/no-loss/s32a32"][1].startswith("unresolved")
     doc = update_doc(f"intro\n{BEGIN}\nold\n{END}\nend\n", recs)
-    assert "**unresolved**" in doc and "old" not in doc and f"rec:{recs[0]['id']}" in doc
+    assert "**unresolved** | no check failed" in doc and "old" not in doc and f"rec:{recs[0]['id']}" in doc
     assert render_tables(recs).count("| mamba2 |") == 2
 
 

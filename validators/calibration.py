@@ -389,15 +389,15 @@ def render_tables(records, ledger: str = "reports/ledger.jsonl") -> str:
                          f"{_num(m['worst_ratio'])} | {_rec(r, ledger)} |")
     res = [r for case, r in sorted(latest.items()) if case.startswith("resolving/")]
     lines += ["", "### Resolving power: which check catches each loss", "",
-              "Per check: fewest steps to its first failure, error / bound there (— for an exact check), "
-              "scenarios caught.", "",
+              "Per check: the fewest steps to its first failure, the error / bound ratio there (— for an exact "
+              "check), the scenarios it failed.", "",
               "| family | loss | mode | verdict | caught by | scenarios caught | record |",
               "|---|---|---|---|---|---|---|"]
     for r in res:
         m = r["metrics"]
-        by = "; ".join(f"`{c}` {m.get('steps_' + c.replace('-', '_'))} steps, "
-                       f"{_num(m.get('ratio_' + c.replace('-', '_')))}x, {m.get('scenarios_' + c.replace('-', '_'))}"
-                       for c in m["caught_by"]) or "**unresolved**"
+        by = "; ".join(f"`{c}`: {m.get('steps_' + c.replace('-', '_'))} steps, ratio "
+                       f"{_num(m.get('ratio_' + c.replace('-', '_')))}, {m.get('scenarios_' + c.replace('-', '_'))} "
+                       f"scenarios" for c in m["caught_by"]) or "no check failed"
         lines.append(f"| {r['family']} | {r['config']['loss']} | {r['mode']} | "
                      f"{'resolved' if m['resolved'] else '**unresolved**'} | {by} | "
                      f"{m['scenarios_caught']}/{m['scenarios']} | {_rec(r, ledger)} |")
