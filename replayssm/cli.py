@@ -40,6 +40,7 @@ COMMANDS = [
     "replayssm.cli_profile",
     "replayssm.cli_results",
     "replayssm.cli_model",
+    "replayssm.cli_calibrate",
 ]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3

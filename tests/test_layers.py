@@ -21,7 +21,7 @@ FOLDERS = {"replayssm": "replayssm", "validators": "replayssm.validators", "scen
 LAYERS = ["core", "scenarios", "engine", "jobs", "top"]
 JOBS = ("fuzz", "drift", "drift_fast", "drift_analysis", "drift_budgets", "drift_report", "svg_plot", "bench",
         "bench_table", "bench_against", "gallery_run", "regressions", "results_page", "drift_verdict", "scaleout",
-        "model")
+        "model", "calibration")
 TOP = ("replayssm.cli", "replayssm.cli_list", "replayssm.cli_validate", "replayssm.cli_fuzz", "replayssm.cli_bench",
        "replayssm.drift_cli", "replayssm.__main__", "replayssm.validators.pytest_plugin")
 LAZY_OK = {"replayssm.validators.pytest_plugin"}

@@ -2,7 +2,8 @@
 
 Oracle: replayssm/records/record.schema.json (validated with jsonschema where installed; the
 required keys, the id and the configuration digest always): ``id`` and ``config_digest`` are the
-first 16 hex digits of the SHA-256 of the canonical JSON (sorted keys, separators ``,`` ``:``) of
+first 16 hex digits of the SHA-256 of the canonical JSON (sorted keys, separators ``,`` ``:``, UTF-8
+not escaped: ``replayssm.records.record.canonical``) of
 the record without ``id`` and of ``config``.  The ledger stays within its size budget, and every
 record id the docs cite is in it.
 """
@@ -22,7 +23,8 @@ BUDGET_LINES = 2000
 
 
 def _canonical_digest(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _records():

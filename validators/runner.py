@@ -84,7 +84,7 @@ from replayssm.validators.tolerances import marginal_factor as band_of
 CANARY_GENERATION = 1 << 40
 # The per-step metrics (``Lockstep.metrics``, the result's ``worst <metric>`` summary).
 METRICS = ("max_abs", "rel_l2", "rms_ratio", "in_u", "literal_max_abs", "bound_ratio", "state_err",
-           "state_bound_ratio", "checkpoint_bound_ratio")
+           "state_bound_ratio", "checkpoint_bound_ratio", "flush_increment_ratio")
 # The ratio of error to bound each banded check records per step (the run's margin).
 BANDED_METRICS = {"bound_ratio": "output", "state_bound_ratio": "state", "checkpoint_bound_ratio": "flush-checkpoint"}
 # With stochastic rounding the literal model's error is a random draw: the bound uses the running

@@ -174,6 +174,56 @@ def golden_records(recorder: Recorder, worst: dict, bad: list[str], tolerance: f
     return out
 
 
+def calibration_records(recorder: Recorder, report: dict, options: dict | None = None) -> list[dict]:
+    """Records of a ``calibrate`` population run (``validators.calibration.calibrate``'s dict): per family
+    one of the scenarios (``calibration/<family>``: scenarios, those with a false alarm, the 95 % upper
+    bound on that rate) and one per check (``calibration/<family>/<check>``: runs, false alarms, rate,
+    upper bound, worst error / bound ratio); verdict fail where a correct kernel failed."""
+    st = report["settings"]
+    out = []
+    for fam, r in report["families"].items():
+        config = {"settings": st, "population": r["population"], **(options or {})}
+        first = next((c["first_false_alarm"] for c in r["checks"].values() if c["first_false_alarm"]), None)
+        out.append(recorder.record(
+            f"calibration/{fam}", metrics={"scenarios": r["scenarios"], "skipped": r["skipped"],
+                                           "false_alarm_scenarios": r["false_alarm_scenarios"],
+                                           "upper_95": r["upper_95"], "wall_s": r["wall_s"],
+                                           "kernels": len(r["population"])},
+            verdict="fail" if r["false_alarm_scenarios"] else "pass", reason=first, config=config, family=fam,
+            geometry=st.get("geometry")))
+        for check, c in r["checks"].items():
+            out.append(recorder.record(
+                f"calibration/{fam}/{check}", metrics={k: c[k] for k in ("runs", "false_alarms", "rate", "upper_95",
+                                                                         "worst_ratio")},
+                verdict="fail" if c["false_alarms"] else "pass", reason=c["first_false_alarm"], config=config,
+                family=fam, geometry=st.get("geometry")))
+    return out
+
+
+def resolving_records(recorder: Recorder, report: dict, options: dict | None = None) -> list[dict]:
+    """One record per case of a resolving-power run (``validators.calibration.resolving_power``'s dict):
+    ``resolving/<family>/<loss>/<mode>``, the checks that caught the loss (``caught_by``), per check the
+    scenarios, fewest steps and error / bound ratio at the catch; verdict pass when some check resolves
+    the loss, fail (reason ``unresolved``) when none does."""
+    st = report["settings"]
+    out = []
+    for c in report["cases"]:
+        m = {"resolved": c["verdict"] == "resolved", "caught_by": c["caught_by"], "scenarios": c["scenarios"],
+             "scenarios_caught": c["scenarios_caught"], "raised": c["raised"], "lost_u": c["lost_u"],
+             "declared_u": c["declared_u"]}
+        for check, p in c["checks"].items():
+            k = _key(check)
+            m.update({f"scenarios_{k}": p["scenarios"], f"steps_{k}": p["steps"], f"ratio_{k}": p["ratio"]})
+        reason = ("unresolved: no check failed in "
+                  f"{c['scenarios']} scenarios of {st['steps']} steps") if c["verdict"] != "resolved" else None
+        out.append(recorder.record(
+            f"resolving/{c['family']}/{c['loss']}/{c['mode']}", metrics=m,
+            verdict="pass" if c["verdict"] == "resolved" else "fail", reason=reason,
+            config={"settings": st, "loss": c["loss"], "what": c["what"], **(options or {})},
+            family=c["family"], kernel=c["kernel"], mode=c["mode"], geometry=st.get("geometry")))
+    return out
+
+
 def source(args) -> str:
     """The command line that wrote the records (``replayssm <argv>``), for the record's ``source``."""
     import shlex
@@ -181,4 +231,5 @@ def source(args) -> str:
     return "replayssm " + (shlex.join(argv) if argv else getattr(args, "command", "") or "")
 
 
-__all__ = ["bench_records", "drift_records", "fuzz_records", "golden_records", "source", "validate_record"]
+__all__ = ["bench_records", "calibration_records", "drift_records", "fuzz_records", "golden_records",
+           "resolving_records", "source", "validate_record"]

@@ -20,7 +20,8 @@ from importlib import resources
 from replayssm.records.provenance import device_info, git_state, versions
 
 SCHEMA_ID = "replayssm.record/1"
-JOBS = ("validate", "fuzz", "drift", "bench", "golden", "gallery", "findings", "mixer", "model", "profile")
+JOBS = ("validate", "fuzz", "drift", "bench", "golden", "gallery", "findings", "mixer", "model", "profile",
+        "calibration")
 VERDICTS = ("pass", "fail", "marginal", "none")
 
 

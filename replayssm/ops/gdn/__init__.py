@@ -2,4 +2,4 @@
 registration (family.py) and the kernels under test beside them: Triton baseline (baseline.py) and
 ReplaySSM (replay.py: replay_decode.py, replay_spec.py)."""
 
-from replayssm.ops.gdn import baseline, family, literal, naive, replay  # noqa: F401
+from replayssm.ops.gdn import baseline, family, literal, naive, replay, variants  # noqa: F401

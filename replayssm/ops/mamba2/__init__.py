@@ -2,4 +2,4 @@
 (family.py) and the kernels under test beside them: Triton "triton-baseline" (baseline.py),
 "triton-replay" / "triton-replay-state" (replay.py)."""
 
-from replayssm.ops.mamba2 import baseline, family, literal, naive, replay  # noqa: F401
+from replayssm.ops.mamba2 import baseline, family, literal, naive, replay, variants  # noqa: F401
