@@ -174,3 +174,15 @@ def test_a_staged_commit_of_nothing_leaves_the_checkpoint_and_cursors_as_before_
     k.verify(ids, one())
     k.commit(ids, torch.tensor([2]))
     assert not torch.equal(k.ckpt[3], before.checkpoint[3]) and (k.write_pos[3], 3 not in k.staged) == (2, True)
+
+
+def test_staged_fold_discarded_by_commit_zero_keeps_the_running_bound():
+    """The calibration population's one false alarm (rec:a6982faee2f1ac5a, reproducer below): a
+    staged fold's commit(0) throws the flush's fold away, so the next flush folds the whole history
+    again; the fp64 running-error bound had counted the discarded fold as stored and sized the next
+    flush's arithmetic for the records since it (flush-increment at 2x its limit, 7x for GDN)."""
+    sc = Scenario.tiny("kda", "speculative", mode="s32a16", schedule="zero-accept", distribution="fast-forget",
+                 seed=921777637, steps=12, initial_state="random")
+    res = run_scenario(sc, "literal-replay-staged", repeat_check=False)
+    assert res.passed, [(f.step, f.check, f.message) for f in res.failures[:3]]
+    assert res.summary["worst flush_increment_ratio"] < 1.0

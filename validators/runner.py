@@ -810,7 +810,10 @@ class Lockstep:
 
         def readout(s_abs, tok):
             return readout_magnitude(self.sc.family, s_abs, tok, self.ref_params, False)
-        self.fp64 = self.bound.window(toks, self.ref_params, fl, self.dec.speculative, kt, like, readout)
+        # a staged fold's commit(0) discards the flush's fold: the bound keeps the fold it had
+        discard = (fl & (kt == 0)) if self.staged else None
+        self.fp64 = self.bound.window(toks, self.ref_params, fl, self.dec.speculative, kt, like, readout,
+                                      discard=discard)
 
     def _golden_window(self, ctx: StepContext, inputs: dict[str, torch.Tensor], p: StepPlan, flush_rows):
         """The truth of step ``p`` from the golden data (no reference recurrence): on a stored step

@@ -191,7 +191,7 @@ class RunningBound:
 
     def window(self, toks: list[dict], params: dict, flush: torch.Tensor, speculative: bool,
                accepted: torch.Tensor | None, like: torch.Tensor, readout, weights=None,
-               outputs_only: bool = False) -> dict[str, torch.Tensor]:
+               outputs_only: bool = False, discard: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Advance over the window tokens ``toks`` (fp64, all rows); ``flush`` [R] marks the rows
         whose verify stores a checkpoint; ``like`` is a state (for its shape); ``readout(s_abs,
         tok)`` the family's readout magnitude.  Keeps the bound after each row's ``accepted``
@@ -202,8 +202,10 @@ class RunningBound:
         bound ``u_c (K_SUM n + K_EXP L) M`` (largest over heads).  ``weights``: the tokens' output
         weights from :meth:`weights` (``[T', R, H]``; None: computed here, token by token, the same
         values); ``outputs_only``: return ``output`` alone (what drift's fast path reads);
-        ``accepted`` None: every row keeps the whole window (no selection)."""
-        st = self.cur
+        ``accepted`` None: every row keeps the whole window (no selection); ``discard`` [R] (a staged
+        fold's commit(0), ``zero_accept = "staged"``): those rows keep the bound they had before the
+        verify, their flush's fold thrown away as the kernel throws it away."""
+        st = start = self.cur
         ckpt = terms = fold_abs = None
         if self.replay and speculative:
             terms, fold_abs, st = self._store_fold(st, flush)
@@ -232,6 +234,8 @@ class RunningBound:
             else:
                 sel = (accepted == t + 1)[:, None]
                 kept = {k: torch.where(sel, st[k], kept[k]) for k in st}
+        if discard is not None:
+            kept = {k: torch.where(discard.view(-1, *([1] * (kept[k].dim() - 1))), start[k], kept[k]) for k in kept}
         self.cur = kept
         if outputs_only:
             return {"output": FACTOR * torch.stack(out, dim=1)}
