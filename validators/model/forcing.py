@@ -2,7 +2,7 @@
 test under forced acceptance schedules; its next-token distributions are compared with the teacher's.
 
 Oracle: the teacher is the same model's prefill of the same stream with every recurrent mixer's
-recurrence in fp64 (``gdn.py``'s ``"reference"``; every other layer in the model's dtype, fp64 where
+recurrence in fp64 (``mixer.py``'s ``"reference"``; every other layer in the model's dtype, fp64 where
 the model runs in it).  The student runs the same weights, the attention layers through their own KV
 cache (cropped to the committed length after each commit), each mixer through the kernel's
 ``verify`` on a window of T' stream tokens and ``commit(k)`` with the schedule's k; the student's
@@ -27,7 +27,7 @@ import torch
 
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
-from replayssm.validators.model import gdn, hf
+from replayssm.validators.model import gdn, hf, mamba2
 
 SCHEDULES = {
     "always-1": "k = 1 (every draft rejected, the bonus token kept)",
@@ -35,7 +35,7 @@ SCHEDULES = {
     "always-T": "k = T' (every draft accepted)",
     "reject-then-accept": "k = 1 for the first half of the stream, then k = T'",
 }
-ADAPTERS = {"gdn": gdn}
+ADAPTERS = {"gdn": gdn, "mamba2": mamba2}
 
 
 def schedule_k(name: str, rng: np.random.Generator, window: int, pos: int, tokens: int) -> int:
@@ -108,7 +108,7 @@ def teacher_logits(model, mixers, ids: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 def _attention_layers(model) -> list[int]:
-    return [i for i, t in enumerate(model.config.layer_types) if t != "linear_attention"]
+    return [i for i, t in enumerate(model.config.layer_types) if t == "full_attention"]
 
 
 def student_logits(model, mixers, ids: torch.Tensor, tokens: int, kernel: str, mode, decode: DecodeConfig,
