@@ -69,7 +69,19 @@ class LateByOne:
         self.prev = self.last[k - 1:k]
 
 
-MUTANTS = {"late-by-one": LateByOne}
+class ScratchKVRollback:
+    """Mutant (rMLX #436): on a rollback the mixers discard the window (``commit(0)``) and are advanced
+    again by replaying the kept prefix through the model with a scratch, empty KV cache in place of
+    the attention layers' own: every mixer after the first attention layer advances on a hidden state
+    computed without the context.  The verify's logits and the attention layers' own cache stay right.
+    The replay runs the whole window (a kernel verifies T' tokens) and commits k: causal, so the kept
+    prefix's states see only the kept prefix."""
+
+    name = "scratch-kv-rollback"
+
+
+MUTANTS = {"late-by-one": LateByOne, "scratch-kv-rollback": ScratchKVRollback}
+HOOKS = ("late-by-one",)
 
 
 @dataclass
@@ -118,7 +130,7 @@ def student_logits(model, mixers, ids: torch.Tensor, tokens: int, kernel: str, m
     T = decode.window
     for m in mixers:
         m.start(kernel, mode, decode, device, options)
-        m.hook = MUTANTS[mutant]() if mutant else None
+        m.hook = MUTANTS[mutant]() if mutant in HOOKS else None
     cache = hf.new_cache(model)
     attn = _attention_layers(model)
     rng = np.random.default_rng(seed)
@@ -132,6 +144,10 @@ def student_logits(model, mixers, ids: torch.Tensor, tokens: int, kernel: str, m
             flush = decode.is_flush(wp)
             pos = torch.arange(n, n + T)[None]
             logits = model(ids[None, n:n + T], past_key_values=cache, position_ids=pos, use_cache=True).logits[0]
+            if mutant == ScratchKVRollback.name and k < T:
+                for m in mixers:
+                    m.commit(0)
+                model(ids[None, n:n + T], past_key_values=hf.new_cache(model), position_ids=pos, use_cache=True)
             for m in mixers:
                 m.commit(k)
                 if m.hook is not None:
