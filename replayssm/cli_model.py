@@ -24,8 +24,10 @@ from replayssm.validators.model.job import run as run_job
 def add_parser(subparsers):
     p = subparsers.add_parser("model", help="teacher-forced next-token check of a hybrid model (transformers) "
                               "whose mixers decode through the kernel", description=__doc__.split("\n\n")[0])
-    p.add_argument("--arch", default="qwen3_next", help=f"random model architecture: {sorted(hf.ARCHITECTURES)} "
-                   "(default qwen3_next)")
+    p.add_argument("--family", choices=sorted(hf.FAMILY_ARCH), help="the recurrent family under test: its "
+                   f"architecture {hf.FAMILY_ARCH} unless --arch names one (default gdn)")
+    p.add_argument("--arch", help=f"random model architecture: {sorted(hf.ARCHITECTURES)} (default: the "
+                   "--family's)")
     p.add_argument("--size", default="tiny", help="random model size: tiny (CPU) or real (a real model's mixer "
                    "shapes, few layers)")
     p.add_argument("--weights", metavar="DIR", help="a local checkpoint directory (save_pretrained; no network) "
@@ -59,7 +61,8 @@ def run(args) -> int:
     check_writable(args.out, "--out")
     if dev == "cpu":
         torch.set_num_threads(1)
-    job = ModelJob(arch=args.arch, size=args.size, weights=args.weights, kernel=args.kernel,
+    arch = args.arch or hf.FAMILY_ARCH[args.family or "gdn"]
+    job = ModelJob(arch=arch, family=args.family, size=args.size, weights=args.weights, kernel=args.kernel,
                    modes=_split(args.precision), schedules=_split(args.schedules), tokens=args.tokens,
                    window=args.window, buffer=args.buffer, seed=args.seed, entropy_fraction=args.entropy_fraction,
                    device=dev, mutant=args.mutant, budgets=args.budgets)

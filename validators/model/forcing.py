@@ -2,7 +2,7 @@
 test under forced acceptance schedules; its next-token distributions are compared with the teacher's.
 
 Oracle: the teacher is the same model's prefill of the same stream with every recurrent mixer's
-recurrence in fp64 (``gdn.py``'s ``"reference"``; every other layer in the model's dtype, fp64 where
+recurrence in fp64 (``mixer.py``'s ``"reference"``; every other layer in the model's dtype, fp64 where
 the model runs in it).  The student runs the same weights, the attention layers through their own KV
 cache (cropped to the committed length after each commit), each mixer through the kernel's
 ``verify`` on a window of T' stream tokens and ``commit(k)`` with the schedule's k; the student's
@@ -27,7 +27,7 @@ import torch
 
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
-from replayssm.validators.model import gdn, hf
+from replayssm.validators.model import gdn, hf, mamba2
 
 SCHEDULES = {
     "always-1": "k = 1 (every draft rejected, the bonus token kept)",
@@ -35,7 +35,7 @@ SCHEDULES = {
     "always-T": "k = T' (every draft accepted)",
     "reject-then-accept": "k = 1 for the first half of the stream, then k = T'",
 }
-ADAPTERS = {"gdn": gdn}
+ADAPTERS = {"gdn": gdn, "mamba2": mamba2}
 
 
 def schedule_k(name: str, rng: np.random.Generator, window: int, pos: int, tokens: int) -> int:
@@ -69,7 +69,19 @@ class LateByOne:
         self.prev = self.last[k - 1:k]
 
 
-MUTANTS = {"late-by-one": LateByOne}
+class ScratchKVRollback:
+    """Mutant (rMLX #436): on a rollback the mixers discard the window (``commit(0)``) and are advanced
+    again by replaying the kept prefix through the model with a scratch, empty KV cache in place of
+    the attention layers' own: every mixer after the first attention layer advances on a hidden state
+    computed without the context.  The verify's logits and the attention layers' own cache stay right.
+    The replay runs the whole window (a kernel verifies T' tokens) and commits k: causal, so the kept
+    prefix's states see only the kept prefix."""
+
+    name = "scratch-kv-rollback"
+
+
+MUTANTS = {"late-by-one": LateByOne, "scratch-kv-rollback": ScratchKVRollback}
+HOOKS = ("late-by-one",)
 
 
 @dataclass
@@ -108,7 +120,7 @@ def teacher_logits(model, mixers, ids: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 def _attention_layers(model) -> list[int]:
-    return [i for i, t in enumerate(model.config.layer_types) if t != "linear_attention"]
+    return [i for i, t in enumerate(model.config.layer_types) if t == "full_attention"]
 
 
 def student_logits(model, mixers, ids: torch.Tensor, tokens: int, kernel: str, mode, decode: DecodeConfig,
@@ -118,7 +130,7 @@ def student_logits(model, mixers, ids: torch.Tensor, tokens: int, kernel: str, m
     T = decode.window
     for m in mixers:
         m.start(kernel, mode, decode, device, options)
-        m.hook = MUTANTS[mutant]() if mutant else None
+        m.hook = MUTANTS[mutant]() if mutant in HOOKS else None
     cache = hf.new_cache(model)
     attn = _attention_layers(model)
     rng = np.random.default_rng(seed)
@@ -132,6 +144,10 @@ def student_logits(model, mixers, ids: torch.Tensor, tokens: int, kernel: str, m
             flush = decode.is_flush(wp)
             pos = torch.arange(n, n + T)[None]
             logits = model(ids[None, n:n + T], past_key_values=cache, position_ids=pos, use_cache=True).logits[0]
+            if mutant == ScratchKVRollback.name and k < T:
+                for m in mixers:
+                    m.commit(0)
+                model(ids[None, n:n + T], past_key_values=hf.new_cache(model), position_ids=pos, use_cache=True)
             for m in mixers:
                 m.commit(k)
                 if m.hook is not None:

@@ -5,8 +5,9 @@ it :func:`require` raises :class:`EnvironmentProblem` (one line, exit 3).  Nothi
 network: a random model is built from its config class, a checkpoint with ``local_files_only``.
 
 Architectures (:data:`ARCHITECTURES`): ``qwen3_next`` (Gated DeltaNet layers between full-attention
-layers), at ``tiny`` (CPU tests) or ``real`` (Qwen3.5-4B's GDN head shapes, few layers) sizes.  Its
-dense MLP is used on every layer (``mlp_only_layers``): transformers' grouped MoE matmul refuses fp64.
+layers; its dense MLP on every layer, ``mlp_only_layers``: transformers' grouped MoE matmul refuses
+fp64) and ``nemotron_h`` (Mamba-2 mixers, an attention and an MLP layer), at ``tiny`` (CPU tests) or
+``real`` (Qwen3.5-4B's GDN / Nemotron-3-Nano-4B's Mamba-2 head shapes, few layers) sizes.
 
 The random weights are drawn with ``initializer_range`` 0.2 (not the config's 0.02, under which every
 layer's contribution to the residual stream is a rounding error) and the LM head is then scaled so
@@ -48,8 +49,7 @@ class Architecture:
         kw = dict(self.sizes[size])
         cls = getattr(transformers, self.config_class)
         n = len(kw["layer_types"])
-        return cls(num_hidden_layers=n, mlp_only_layers=list(range(n)), initializer_range=INIT_RANGE,
-                   attn_implementation="eager", **kw)
+        return cls(num_hidden_layers=n, initializer_range=INIT_RANGE, attn_implementation="eager", **kw)
 
 
 # One attention layer between GDN layers: every GDN layer after it reads hidden states that depend
@@ -57,17 +57,37 @@ class Architecture:
 _QWEN3_NEXT_TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_attention_heads=2,
                         num_key_value_heads=1, head_dim=16, linear_num_key_heads=1, linear_num_value_heads=2,
                         linear_key_head_dim=16, linear_value_head_dim=8, linear_conv_kernel_dim=4,
-                        layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"])
+                        layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+                        mlp_only_layers=[0, 1, 2, 3])
 # Qwen3.5-4B's GDN layer (16 key / 32 value heads of 128 x 128, d_conv 4) and hidden size, 4 layers.
 _QWEN3_NEXT_REAL = dict(vocab_size=4096, hidden_size=2560, intermediate_size=4096, num_attention_heads=16,
                         num_key_value_heads=4, head_dim=256, linear_num_key_heads=16, linear_num_value_heads=32,
                         linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
-                        layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"])
+                        layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+                        mlp_only_layers=[0, 1, 2, 3])
+# Nemotron-H's pattern (Mamba-2, attention, Mamba-2, MLP, Mamba-2): the attention layer again before two
+# of the three mixers.  Δ's initial range is widened from Mamba-2's [1e-3, 1e-1] to [1e-2, 1] so the
+# state, not only the D x skip, carries the mixer's output at 64 positions (decays exp(A Δ) down to e^-4).
+_NEMOTRON_H_LAYERS = ["linear_attention", "full_attention", "linear_attention", "mlp", "linear_attention"]
+_NEMOTRON_H_TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                        num_key_value_heads=1, head_dim=16, mamba_num_heads=4, mamba_head_dim=8, ssm_state_size=16,
+                        n_groups=2, conv_kernel=4, time_step_min=0.01, time_step_max=1.0,
+                        layer_types=_NEMOTRON_H_LAYERS)
+# Nemotron-3-Nano-4B's Mamba-2 layer (the nano4b preset: 96 heads x 80, dstate 128, 8 groups, d_conv 4)
+# and hidden size, 5 layers.
+_NEMOTRON_H_REAL = dict(vocab_size=4096, hidden_size=3072, intermediate_size=4096, num_attention_heads=32,
+                        num_key_value_heads=8, head_dim=128, mamba_num_heads=96, mamba_head_dim=80,
+                        ssm_state_size=128, n_groups=8, conv_kernel=4, time_step_min=0.01, time_step_max=1.0,
+                        layer_types=_NEMOTRON_H_LAYERS)
 
 ARCHITECTURES = {
     "qwen3_next": Architecture("qwen3_next", "gdn", "Qwen3NextConfig", "Qwen3NextGatedDeltaNet",
                                {"tiny": _QWEN3_NEXT_TINY, "real": _QWEN3_NEXT_REAL}),
+    "nemotron_h": Architecture("nemotron_h", "mamba2", "NemotronHConfig", "NemotronHMamba2Mixer",
+                               {"tiny": _NEMOTRON_H_TINY, "real": _NEMOTRON_H_REAL}),
 }
+# The architecture a family runs on when only ``--family`` is given.
+FAMILY_ARCH = {"gdn": "qwen3_next", "mamba2": "nemotron_h"}
 
 
 def available() -> bool:

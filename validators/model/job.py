@@ -42,6 +42,7 @@ class ModelJob:
     """Every setting of one ``replayssm model`` run (checked by :meth:`check`)."""
 
     arch: str = "qwen3_next"
+    family: str | None = None
     size: str = "tiny"
     weights: str | None = None
     kernel: str = "literal-replay"
@@ -75,8 +76,13 @@ class ModelJob:
             raise ValueError(f"--schedules: unknown {bad}; expected names from {list(forcing.SCHEDULES)}")
         if self.mutant is not None and self.mutant not in forcing.MUTANTS:
             raise ValueError(f"--mutant: expected one of {sorted(forcing.MUTANTS)}, got {self.mutant!r}")
+        if self.family is not None and self.family not in hf.FAMILY_ARCH:
+            raise ValueError(f"--family: expected one of {sorted(hf.FAMILY_ARCH)}, got {self.family!r}")
         if self.weights is None:
-            hf.architecture(self.arch).config(self.size, self.seed)
+            a = hf.architecture(self.arch)
+            a.config(self.size, self.seed)
+            if self.family is not None and a.family != self.family:
+                raise ValueError(f"--family: {self.family} does not match --arch {self.arch} (a {a.family} model)")
         if not 0 < self.entropy_fraction < 1:
             raise ValueError(f"--entropy-fraction: expected a number in (0, 1), got {self.entropy_fraction!r}")
         self.decode()
@@ -192,6 +198,8 @@ def run(job: ModelJob, progress=None) -> dict:
     budgets = load_model_budgets(job.budgets)
     t0 = time.perf_counter()
     model, arch, mixers, dtype = build_model(job)
+    if job.family is not None and arch.family != job.family:
+        raise ValueError(f"--family: {job.family} does not match the checkpoint's {arch.name} (a {arch.family} model)")
     get(job.kernel, arch.family)
     g = torch.Generator().manual_seed(job.seed)
     ids = torch.randint(0, model.config.vocab_size, (job.tokens + job.window,), generator=g)
