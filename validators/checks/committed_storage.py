@@ -52,7 +52,8 @@ def checkpoint_unchanged(ctx) -> None:
     for r in run.active:
         slot = run.ids_list[r]
         if r not in folds and inv.checkpoint_changed(before, after, slot):
-            what = "a verify owing no fold (fold_at = 'next-verify')" if ctx.fold_rows is not None else "non-flush verify"
+            what = ("a verify owing no fold (fold_at = 'next-verify')" if ctx.fold_rows is not None
+                    else "non-flush verify")
             ctx.fail("checkpoint-unchanged", f"{what} at write_pos {run.wp[r]} changed the checkpoint",
                      row=r, slot=slot)
 
