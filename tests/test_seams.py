@@ -192,8 +192,10 @@ def test_staged_fold_discarded_by_commit_zero_keeps_the_running_bound():
 
 # ---- the fold at the next verify (fold_at = "next-verify"): passes only under its own declaration ------------
 @pytest.mark.parametrize("family,overrides", [("mamba2", {}), ("gdn", ZERO_ACCEPT), ("kda", {"steps": 8}),
-                                              ("mamba2", {"decode": "standard"})],
-                         ids=["mamba2-exhaustive", "gdn-zero-accept", "kda-exhaustive", "mamba2-standard"])
+                                              ("mamba2", {"decode": "standard"}),
+                                              ("gdn", {"window": 4, "buffer": 4, "steps": 8})],
+                         ids=["mamba2-exhaustive", "gdn-zero-accept", "kda-exhaustive", "mamba2-standard",
+                              "gdn-B4-T4-every-verify-flushes"])
 def test_the_next_verify_fold_literal_model_passes_under_its_declaration(family, overrides):
     res = run_scenario(Scenario.tiny(family, **overrides), "literal-replay-fold-at-next-verify")
     assert res.passed, res.to_markdown()

@@ -907,11 +907,11 @@ class Lockstep:
             self.coverage["standard steps on speculative slots"] += 1
         self.tokens_verified += (sum(lens[r] for r in self.active) if lens is not None
                                  else len(self.active) * sc.window)
-        if "after-verify" in needs:
-            ctx.snapshots["after-verify"] = self.snapshot()
         at_flush = bool(flush_rows) and any(c.schedule in due for c in self.hooks["at-flush"])
         staged_flush = at_flush and self.staged
         deferred_flush = at_flush and self.next_verify
+        if "after-verify" in needs or (deferred_flush and "before-verify" in needs):
+            ctx.snapshots["after-verify"] = self.snapshot()
         at_flush = at_flush and not (staged_flush or deferred_flush)
         if at_flush and "checkpoint" in needs:
             ctx.checkpoint = k.checkpoint_state(self.ids)
@@ -1028,6 +1028,10 @@ class Lockstep:
         if not rows:
             return
         kw: dict = {"flush_rows": rows}
+        if "after-verify" in fctx.snapshots:
+            # the storage the owed fold starts from: the flush verify's (the fold its own verify owed applied,
+            # the committed history and cursors as before it)
+            kw["snapshots"] = {**fctx.snapshots, "before-verify": fctx.snapshots["after-verify"]}
         if "checkpoint" in needs:
             kw["checkpoint"] = self.kernel.checkpoint_state(self.ids)
             lits = None
@@ -1064,6 +1068,7 @@ class Lockstep:
             "replica_snapshots": [inv.snapshot_to_dict(x.snapshot()) for x in self.replicas],
             "ref": self.ref.detach().cpu(),
             "wp": list(self.wp), "origin": list(self.origin),
+            "owed": sorted(self.owed),  # (a fold at the next verify; the owed folds' checks are not kept)
             "canary": {s: {k: v.cpu() for k, v in d.items()} for s, d in self.canary.items()},
             "digest": None if self.digest is None else self.digest.hex,
             "failures": [vars(f) for f in self.failures], "failure_counts": dict(self.failure_counts),
@@ -1096,6 +1101,7 @@ class Lockstep:
         self.step_idx = int(d["step_idx"])
         self.ref = d["ref"].to(self.device)
         self.wp, self.origin = list(d["wp"]), list(d["origin"])
+        self.owed, self.deferred = set(d.get("owed", [])), None
         self.canary = {int(s): dict(v) for s, v in d["canary"].items()}
         if self.digest is not None:
             self.digest = inv.RunDigest(d["digest"] or "")
