@@ -23,6 +23,25 @@ What a kernel declares, as class attributes (the engine tests each declared beha
   applies it and moves the cursors by the policy's rule, commit(0) discards it: checkpoint,
   scales and cursors stay exactly as they were before the verify (the engine judges the
   checkpoint of a flush after the commit, on the rows with k >= 1; the ``staged-fold`` check).
+* ``fold_at`` ``"flush"`` (default) | ``"next-verify"``: where the fold a flush needs lands
+  (speculative decode; standard decode and the policies with no flushing verify, whose commit
+  folds, fold as their rule says and refuse ``"next-verify"``).  ``"flush"``: the flush verify
+  folds the committed history into the checkpoint (the spec).  ``"next-verify"`` (ROCm/ATOM): the
+  flush verify computes its outputs from checkpoint + history + window and leaves the checkpoint
+  as it was; its commit(k) only moves the cursors by the policy's rule (k = 0 too under
+  ``"noop"``), so between that commit and the slot's next verify the checkpoint is the unfolded
+  one and the ring still holds the history the flush should have folded (the ``n`` = write_pos
+  records before the verify, behind the new origin: a caller must not touch them).  The next
+  verify of the slot first folds those ``n`` records into the checkpoint (and its scales), then
+  runs as its own write_pos says (a flush again defers its own fold).  ``committed_state`` is the
+  correct committed state at every moment (the deferred fold included); ``checkpoint_state``
+  (and the snapshot) the stored, not yet folded checkpoint.  ``reset`` drops a deferred fold.
+  The engine judges a deferred fold's checkpoint after the next verify of the slot against the
+  flush's reference (the at-flush checks, with the flush's window and storage), and lets exactly
+  that verify rewrite the checkpoint (``checkpoint-unchanged``).  A home of its own, not a
+  ``zero_accept`` value: the timing of the fold is orthogonal to what commit(0) does (a
+  next-verify kernel may refuse k = 0 or accept it as ``"noop"``), while ``"staged"`` is
+  defined by commit(0) discarding the fold and cannot be combined with it (refused).
 * ``supports_ragged_windows`` (default False): ``verify(..., window_lens=L)`` with ``L[r]`` in
   1..T' (T' = ``decode.window`` is then T'max) in the padded ``[R, T'max]`` layout: row r's
   positions ``L[r]..T'max-1`` of the inputs are padding (any values) and of the outputs must stay
@@ -103,6 +122,7 @@ class Geometry(Protocol):
 PAD_SLOT = -1
 DECODES = ("standard", "speculative")
 ZERO_ACCEPT = ("refuse", "noop", "staged")
+FOLD_AT = ("flush", "next-verify")
 
 
 def next_pow2(n: int) -> int:
@@ -479,6 +499,7 @@ class KernelUnderTest(abc.ABC):
     decodes: ClassVar[tuple[str, ...]] = ("speculative", "standard")  # what it implements (scenarios draw these)
     description: ClassVar[str] = ""
     zero_accept: ClassVar[str] = "refuse"  # what commit does with k = 0: "refuse" | "noop" (ZERO_ACCEPT)
+    fold_at: ClassVar[str] = "flush"  # where a flush's fold lands: "flush" | "next-verify" (FOLD_AT)
     supports_ragged_windows: ClassVar[bool] = False  # verify(..., window_lens=) in the padded layout
     supports_packed_layout: ClassVar[bool] = False  # verify(..., query_start_loc=): tokens packed back to back
     supports_mixed_decode: ClassVar[bool] = False  # one-token verifies (standard steps) on a speculative object
@@ -507,6 +528,14 @@ class KernelUnderTest(abc.ABC):
         if self.zero_accept not in ZERO_ACCEPT:
             raise ValueError(f"zero_accept: kernel {self.name!r} declares {self.zero_accept!r}, expected one of "
                              f"{ZERO_ACCEPT}")
+        if self.fold_at not in FOLD_AT:
+            raise ValueError(f"fold_at: kernel {self.name!r} declares {self.fold_at!r}, expected one of {FOLD_AT}")
+        if self.fold_at == "next-verify" and self.zero_accept == "staged":
+            raise ValueError(f"fold_at: kernel {self.name!r} declares 'next-verify' with zero_accept = 'staged' (a "
+                             f"staged fold lands at commit); declare one of them")
+        if self.fold_at == "next-verify" and policy(self.bookkeeping).checkpoint_moves_at_commit(config.decode):
+            raise ValueError(f"fold_at: kernel {self.name!r} declares 'next-verify' under the {self.bookkeeping!r} "
+                             f"bookkeeping, whose commit folds (no verify flushes); declare 'flush'")
         if config.decode.policy != policy(self.bookkeeping).name:
             raise ValueError(f"decode.policy: kernel {self.name!r} keeps its books by {self.bookkeeping!r}, "
                              f"got a decode config for {config.decode.policy!r}")

@@ -47,7 +47,8 @@ def test_each_family_population_holds_the_literal_models_and_variants():
     for fam in ("mamba2", "gdn", "kda"):
         pop = population(fam)
         assert {"literal-replay", "literal-baseline", "literal-replay-unfused-fold", "literal-replay-fp64-weights",
-                "literal-replay-ieee-dot", "literal-replay-staged"} <= set(pop), fam
+                "literal-replay-ieee-dot", "literal-replay-staged",
+                "literal-replay-fold-at-next-verify"} <= set(pop), fam
         assert not any(n.startswith("mutant-") for n in pop)
     assert {"literal-replay-fp32-records", "literal-replay-other-norm"} <= set(population("gdn"))
 

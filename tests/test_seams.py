@@ -41,6 +41,8 @@ SEAMS = [
     ("mutant-slot-ids-unit-stride", "gdn", {"schedule_params": {"layout": "views"}}, "unused-slot"),
     ("mutant-out-assumes-contiguous", "mamba2", {"schedule_params": {"layout": "views"}}, "view-gaps"),
     ("mutant-staged-fold-kept-at-zero", "mamba2", ZERO_ACCEPT, "staged-fold"),
+    ("mutant-next-verify-fold-skipped", "mamba2", {}, "flush-checkpoint"),
+    ("mutant-next-verify-fold-skipped", "gdn", {}, "flush-checkpoint"),
     ("mutant-materialize-off-by-one", "mamba2", {"schedule_params": {"publish": 1.0}}, "materialize"),
     ("mutant-materialize-rewrites-source", "gdn", {"schedule_params": {"publish": 1.0}}, "materialize"),
     ("mutant-transposed-state", "gdn", {"geometry": "tiny-square"}, "state"),
@@ -186,3 +188,64 @@ def test_staged_fold_discarded_by_commit_zero_keeps_the_running_bound():
     res = run_scenario(sc, "literal-replay-staged", repeat_check=False)
     assert res.passed, [(f.step, f.check, f.message) for f in res.failures[:3]]
     assert res.summary["worst flush_increment_ratio"] < 1.0
+
+
+# ---- the fold at the next verify (fold_at = "next-verify"): passes only under its own declaration ------------
+@pytest.mark.parametrize("family,overrides", [("mamba2", {}), ("gdn", ZERO_ACCEPT), ("kda", {"steps": 8}),
+                                              ("mamba2", {"decode": "standard"}),
+                                              ("gdn", {"window": 4, "buffer": 4, "steps": 8})],
+                         ids=["mamba2-exhaustive", "gdn-zero-accept", "kda-exhaustive", "mamba2-standard",
+                              "gdn-B4-T4-every-verify-flushes"])
+def test_the_next_verify_fold_literal_model_passes_under_its_declaration(family, overrides):
+    res = run_scenario(Scenario.tiny(family, **overrides), "literal-replay-fold-at-next-verify")
+    assert res.passed, res.to_markdown()
+    if overrides.get("decode") != "standard":
+        assert res.coverage["flush folds judged at the next verify"] >= 1
+
+
+@pytest.mark.parametrize("base,declares,check", [("literal-replay-fold-at-next-verify", "flush", "flush-checkpoint"),
+                                                 ("literal-replay", "next-verify", "checkpoint-unchanged")],
+                         ids=["next-verify-declared-flush", "flush-declared-next-verify"])
+def test_a_fold_timing_literal_model_fails_under_the_other_declaration(base, declares, check):
+    cls = type("Misdeclared", (get(base, "mamba2"),), {"fold_at": declares, "name": f"{base}-as-{declares}"})
+    res = run_scenario(Scenario.tiny("mamba2", steps=8), cls, repeat_check=False)
+    assert not res.passed and res.first_failure.check == check, res.to_markdown()
+
+
+def test_a_next_verify_fold_is_owed_across_the_commit_and_lands_at_the_next_verify():
+    sc = Scenario.tiny("gdn", steps=2)
+    k = build_kernel("literal-replay-fold-at-next-verify", sc, "cpu")
+    ids = torch.tensor([3], dtype=torch.int64)
+    k.reset(ids, make_initial_state(sc.replace(rows=1, slot_ids=(3,), origins=None), 0, "cpu"),
+            torch.zeros(1, dtype=torch.int64))
+    step = 0
+
+    def one():
+        return {n: v[:1] for n, v in make_inputs(sc, step, "cpu").items()}
+    while not k.decode.is_flush(k.write_pos[3]):  # fill the history until the next verify flushes
+        k.verify(ids, one())
+        k.commit(ids, torch.tensor([sc.window]))
+        step += 1
+    before, committed = k.snapshot(), k.committed_state(ids)
+    k.verify(ids, one())
+    k.commit(ids, torch.tensor([1]))
+    assert torch.equal(k.ckpt[3], before.checkpoint[3]) and k.owed[3] == (0, before.write_pos[3].item())
+    assert k.write_pos[3] == 1  # the cursors moved by the spec's rule; the fold is owed
+    assert torch.allclose(k.checkpoint_state(ids), before.checkpoint[3:4].to(torch.float64))
+    owed_state = k.committed_state(ids)  # the fold included, the storage untouched
+    assert torch.equal(k.ckpt[3], before.checkpoint[3]) and 3 in k.owed
+    assert not torch.allclose(owed_state, committed)
+    k.verify(ids, one())
+    assert 3 not in k.owed and not torch.equal(k.ckpt[3], before.checkpoint[3])
+    k.reset(ids, None, torch.zeros(1, dtype=torch.int64))
+    assert not k.owed and not k.flush_from
+
+
+@pytest.mark.parametrize("attrs,needle", [({"fold_at": "later"}, "fold_at"),
+                                          ({"fold_at": "next-verify", "zero_accept": "staged"}, "fold_at"),
+                                          ({"fold_at": "next-verify", "bookkeeping": "fold-at-commit"}, "fold_at")],
+                         ids=["unknown", "with-staged", "with-fold-at-commit"])
+def test_a_bad_fold_at_declaration_is_refused_naming_it(attrs, needle):
+    cls = type("Bad", (get("literal-replay", "mamba2"),), {"name": "bad", **attrs})
+    with pytest.raises(ValueError, match=needle):
+        build_kernel(cls, Scenario.tiny("mamba2"), "cpu")

@@ -63,6 +63,7 @@ from replayssm.ops.literal import (
     LiteralFoldEveryCommitKernel,
     LiteralHostCursorsKernel,
 )
+from replayssm.ops.literal_next_verify import LiteralNextVerifyFoldKernel
 from replayssm.ops.literal_staged import LiteralStagedFoldKernel
 from replayssm.registry import get, register
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
@@ -167,6 +168,24 @@ def staged_literal_name(family_name: str) -> str:
 
 for _fam in families():
     staged_literal_name(_fam)
+
+
+def next_verify_literal_name(family_name: str) -> str:
+    """The registered literal model of a fold at the next verify (``fold_at = "next-verify"``,
+    replayssm/ops/literal_next_verify.py) for the family: ``literal-replay-fold-at-next-verify``."""
+    name = "literal-replay-fold-at-next-verify"
+    try:
+        get(name, family_name)
+    except ValueError:
+        base = family(family_name).literal_replay
+        register(type(f"LiteralNextVerifyFoldKernel_{family_name}", (LiteralNextVerifyFoldKernel, base),
+                      {"name": name, "family": family_name, "__module__": LiteralNextVerifyFoldKernel.__module__}),
+                 replace=True)
+    return name
+
+
+for _fam in families():
+    next_verify_literal_name(_fam)
 
 
 def declared_policy(cls: type[KernelUnderTest]) -> str:
@@ -317,6 +336,12 @@ class Lockstep:
         # A staged fold (zero_accept "staged"): a flush's checkpoint is judged after the commit, on the
         # rows that accepted k >= 1; commit(0) moves no cursor.
         self.staged = self.kernel.zero_accept == "staged" and self.dec.speculative
+        # A fold at the next verify (fold_at "next-verify"): a flush's fold lands at the slot's next
+        # verify; only that verify may rewrite the checkpoint, and the flush's checks (its context kept
+        # until then: ``deferred``) judge the checkpoint after it.  ``owed``: rows whose next verify folds.
+        self.next_verify = getattr(self.kernel, "fold_at", "flush") == "next-verify" and self.dec.speculative
+        self.owed: set[int] = set()
+        self.deferred: tuple | None = None
         if self.ragged and self.golden is not None:
             raise ValueError("truth: golden: the plan has ragged windows; the golden scenarios have none")
         if self.ragged:
@@ -479,6 +504,7 @@ class Lockstep:
             self.bound.reset(self.active, init)
         self.ref = init.clone()
         self.ref_hist = [[init[r]] for r in range(sc.rows)]
+        self.owed, self.deferred = set(), None
         self.wp = [0] * sc.rows
         self.origin = self._origins(sc.resolved_origins)
         if unused and any("canaries" in c.needs and self._enabled(c.schedule)
@@ -546,6 +572,7 @@ class Lockstep:
             lit.reset(tids, init, torig)
         if self.bound is not None:
             self.bound.reset(list(p.reset_rows), init)
+        self.owed -= set(p.reset_rows)  # a reset drops a fold the slot owed
         for r in p.reset_rows:
             self.ref[r] = init[r]
             if self.ref_hist:
@@ -859,6 +886,8 @@ class Lockstep:
             if self.dec.uses_ring and r in flush_rows and self.origin[r] + self.wp[r] >= self.dec.ring_rows:
                 self.coverage["ring wraps"] += 1
         ctx = StepContext(self, p, inputs, flush_rows, use_literal=use_lit, record={"step": s})
+        if self.next_verify:  # the rows this verify may rewrite the checkpoint of: those owing a fold
+            ctx.fold_rows = [r for r in self.active if r in self.owed]
         ctx.zero_rows, ctx.probe_rows = zero_rows, probe_rows
         if "before-verify" in needs:
             ctx.snapshots["before-verify"] = self.snapshot()
@@ -878,11 +907,12 @@ class Lockstep:
             self.coverage["standard steps on speculative slots"] += 1
         self.tokens_verified += (sum(lens[r] for r in self.active) if lens is not None
                                  else len(self.active) * sc.window)
-        if "after-verify" in needs:
-            ctx.snapshots["after-verify"] = self.snapshot()
         at_flush = bool(flush_rows) and any(c.schedule in due for c in self.hooks["at-flush"])
         staged_flush = at_flush and self.staged
-        at_flush = at_flush and not staged_flush
+        deferred_flush = at_flush and self.next_verify
+        if "after-verify" in needs or (deferred_flush and "before-verify" in needs):
+            ctx.snapshots["after-verify"] = self.snapshot()
+        at_flush = at_flush and not (staged_flush or deferred_flush)
         if at_flush and "checkpoint" in needs:
             ctx.checkpoint = k.checkpoint_state(self.ids)
 
@@ -890,6 +920,11 @@ class Lockstep:
         ctx.lit_outs = [self._literal_verify(lit, p, inputs, lit_kw) for lit in self.literals] if use_lit else None
         if use_lit and ctx.checkpoint is not None:
             ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
+        self._deferred_flush_checks(ctx, use_lit)
+        lit_folded = None
+        if deferred_flush and use_lit and "checkpoint" in needs:  # the literal models that fold at the flush
+            lit_folded = [None if getattr(lit, "fold_at", "flush") == "next-verify" else lit.checkpoint_state(self.ids)
+                          for lit in self.literals]
         ctx.out_raw = ctx.out
         act = self.active_idx
         if self.golden is None:
@@ -928,6 +963,9 @@ class Lockstep:
             self.tokens_accepted += p.accepted[r]
         if staged_flush:
             self._staged_flush_checks(ctx, p, flush_rows, due, needs, use_lit)
+        if self.next_verify:
+            self.owed = set(flush_rows)
+            self.deferred = (ctx, due, needs, lit_folded) if deferred_flush else None
         if self.golden is None:
             self.ref = ctx.ref_state
             if self.publish:
@@ -977,6 +1015,33 @@ class Lockstep:
                 ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
         self._run_hook("at-flush", dataclasses.replace(ctx, flush_rows=rows), due)
 
+    def _deferred_flush_checks(self, ctx: StepContext, use_lit: bool) -> None:
+        """A fold at the next verify: the at-flush checks of the last flush step, now that this
+        verify (the next of its rows) has folded: the checkpoint after it, on the flush's rows that
+        still owed the fold (not reset since), with the flush's window, reference and storage; the
+        literal models that fold at the next verify too give their checkpoint now."""
+        if self.deferred is None:
+            return
+        fctx, due, needs, lit_folded = self.deferred
+        self.deferred = None
+        rows = [r for r in fctx.flush_rows if r in self.owed]
+        if not rows:
+            return
+        kw: dict = {"flush_rows": rows}
+        if "after-verify" in fctx.snapshots:
+            # the storage the owed fold starts from: the flush verify's (the fold its own verify owed applied,
+            # the committed history and cursors as before it)
+            kw["snapshots"] = {**fctx.snapshots, "before-verify": fctx.snapshots["after-verify"]}
+        if "checkpoint" in needs:
+            kw["checkpoint"] = self.kernel.checkpoint_state(self.ids)
+            lits = None
+            if lit_folded is not None and (use_lit or all(x is not None for x in lit_folded)):
+                lits = [x if x is not None else lit.checkpoint_state(self.ids)
+                        for x, lit in zip(lit_folded, self.literals)]
+            kw["lit_checkpoints"] = lits
+        self.coverage["flush folds judged at the next verify"] += len(rows)
+        self._run_hook("at-flush", dataclasses.replace(fctx, **kw), due)
+
     def finish(self, kernel, step_digests: list[str], exception: dict | None = None, repeat: bool = True) -> None:
         """Run the end-of-run checks: ``kernel`` (a name or a class) builds the fresh instance of
         the repeat run; ``step_digests`` are the chained output digests after each step run."""
@@ -1003,6 +1068,7 @@ class Lockstep:
             "replica_snapshots": [inv.snapshot_to_dict(x.snapshot()) for x in self.replicas],
             "ref": self.ref.detach().cpu(),
             "wp": list(self.wp), "origin": list(self.origin),
+            "owed": sorted(self.owed),  # (a fold at the next verify; the owed folds' checks are not kept)
             "canary": {s: {k: v.cpu() for k, v in d.items()} for s, d in self.canary.items()},
             "digest": None if self.digest is None else self.digest.hex,
             "failures": [vars(f) for f in self.failures], "failure_counts": dict(self.failure_counts),
@@ -1035,6 +1101,7 @@ class Lockstep:
         self.step_idx = int(d["step_idx"])
         self.ref = d["ref"].to(self.device)
         self.wp, self.origin = list(d["wp"]), list(d["origin"])
+        self.owed, self.deferred = set(d.get("owed", [])), None
         self.canary = {int(s): dict(v) for s, v in d["canary"].items()}
         if self.digest is not None:
             self.digest = inv.RunDigest(d["digest"] or "")

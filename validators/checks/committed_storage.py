@@ -2,7 +2,8 @@
 
 Oracle: docs/recurrences.md sections 2-4 under the kernel's declared bookkeeping policy, on bits (snapshots taken just
 before and just after the verify).  Only a flush verify (the policy's ``is_flush``) may rewrite a
-slot's checkpoint (and its scales); no verify may change a record row holding committed history
+slot's checkpoint (and its scales); under ``fold_at = "next-verify"`` only the verify right after a
+slot's flush (the one owing its fold); no verify may change a record row holding committed history
 (the policy's ``committed_rows``: logical positions 0..write_pos-1 from the origin).  Replay kernels only: a
 baseline rewrites its state every step and keeps no ring.
 Each flag compares the whole set (every non-flush row's checkpoint; every committed ring row) at
@@ -20,7 +21,8 @@ from replayssm.validators.checks.registry import REPLAY, register_check
 def _checkpoints_changed(ctx) -> torch.Tensor:
     run = ctx.run
     before, after = ctx.snapshots["before-verify"], ctx.snapshots["after-verify"]
-    slots = [run.ids_list[r] for r in run.active if r not in ctx.flush_rows]
+    folds = ctx.flush_rows if ctx.fold_rows is None else ctx.fold_rows
+    slots = [run.ids_list[r] for r in run.active if r not in folds]
     if not slots:
         return torch.zeros((), dtype=torch.bool, device=run.device)
     pairs = [(inv.gather(before.checkpoint, slots), inv.gather(after.checkpoint, slots))]
@@ -46,10 +48,13 @@ def _committed_rows_changed(ctx) -> torch.Tensor:
 def checkpoint_unchanged(ctx) -> None:
     run = ctx.run
     before, after = ctx.snapshots["before-verify"], ctx.snapshots["after-verify"]
+    folds = ctx.flush_rows if ctx.fold_rows is None else ctx.fold_rows
     for r in run.active:
         slot = run.ids_list[r]
-        if r not in ctx.flush_rows and inv.checkpoint_changed(before, after, slot):
-            ctx.fail("checkpoint-unchanged", f"non-flush verify at write_pos {run.wp[r]} changed the checkpoint",
+        if r not in folds and inv.checkpoint_changed(before, after, slot):
+            what = ("a verify owing no fold (fold_at = 'next-verify')" if ctx.fold_rows is not None
+                    else "non-flush verify")
+            ctx.fail("checkpoint-unchanged", f"{what} at write_pos {run.wp[r]} changed the checkpoint",
                      row=r, slot=slot)
 
 

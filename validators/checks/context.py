@@ -36,6 +36,9 @@ class StepContext:
     tail: torch.Tensor | None = None  # [R, T'] True past each active row's window length (ragged steps)
     zero_rows: list[int] = field(default_factory=list)  # rows committing k = 0 (zero_accept "noop")
     probe_rows: list[int] = field(default_factory=list)  # rows with k = 0 in the plan, refusing kernel
+    # rows whose checkpoint this verify may rewrite (None: the flush rows; a fold at the next verify: the
+    # rows owing one)
+    fold_rows: list[int] | None = None
     snapshots: dict[str, KernelSnapshot] = field(default_factory=dict)
     checkpoint: torch.Tensor | None = None  # kernel.checkpoint_state after a flush verify (fp64, all rows)
     lit_checkpoints: list[torch.Tensor] | None = None

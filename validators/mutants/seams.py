@@ -25,6 +25,10 @@ fail each one with the check docs/field_bugs.md names (tests/test_seams.py runs 
 * ``mutant-staged-fold-kept-at-zero``: a kernel declaring ``zero_accept = "staged"`` (the fold of
   a flush applied at commit) whose commit(0) keeps the fold as a ``"noop"`` kernel would
   (``staged-fold``: the checkpoint and cursors must be as before the verify).
+* ``mutant-next-verify-fold-skipped`` (ROCm/ATOM folds at the start of the next verify): a kernel
+  declaring ``fold_at = "next-verify"`` whose next verify drops the fold its slot owes instead of
+  applying it: the checkpoint never absorbs the flushed history (``flush-checkpoint``, judged
+  after that verify).
 * ``mutant-materialize-off-by-one``, ``mutant-materialize-rewrites-source`` (prefix-cache
   materialisation: FlashInfer ``replayssm_materialize``, vLLM RecoverSSM ``boundary_state_indices``,
   vLLM #55688, SGLang ``force_flush``): the published prefix has one token too many; the source
@@ -39,8 +43,22 @@ from __future__ import annotations
 import torch
 
 from replayssm.interface import PAD_SLOT
+from replayssm.ops.literal_next_verify import LiteralNextVerifyFoldKernel
 from replayssm.ops.literal_staged import LiteralStagedFoldKernel
 from replayssm.validators.mutants.registry import register_mutant
+
+
+class NextVerifyFoldSkipped(LiteralNextVerifyFoldKernel):
+    """A fold at the next verify (``fold_at = "next-verify"``) whose next verify forgets the fold its
+    slot owes: the owed history is dropped, the checkpoint stays the one before the flush."""
+
+    fold_at = "next-verify"
+
+    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None, cursors=None):
+        for s in slot_ids.tolist():
+            self.owed.pop(s, None)
+        return super().verify(slot_ids, inputs, out, window_lens=window_lens, query_start_loc=query_start_loc,
+                              cursors=cursors)
 
 
 class InputRescaledInPlace:
@@ -209,6 +227,9 @@ register_mutant(SlotIdsUnitStride, "mutant-slot-ids-unit-stride",
 register_mutant(StagedFoldKeptAtZero, "mutant-staged-fold-kept-at-zero",
                 "a staged fold's commit(0) after a flush keeps the fold (checkpoint and cursors move, as under 'noop')",
                 klass="bookkeeping", decodes=("speculative",), gallery=False)
+register_mutant(NextVerifyFoldSkipped, "mutant-next-verify-fold-skipped",
+                "a fold at the next verify never lands: the next verify drops the fold its slot owes (ROCm/ATOM's "
+                "deferred fold)", klass="bookkeeping", decodes=("speculative",), gallery=False)
 register_mutant(MaterializeOffByOne, "mutant-materialize-off-by-one",
                 "materialize publishes the state after upto + 1 history tokens (off-by-one prefix)",
                 klass="bookkeeping", gallery=False)

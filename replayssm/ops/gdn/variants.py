@@ -1,8 +1,9 @@
 """Gated DeltaNet's correct variants beside the literal replay model (the calibration population, docs/calibration.md).
 
 Oracle: ``replayssm/ops/variant_math.py`` (one changed operation order or format each over
-``GDNLiteralReplay``); the variants of ``literal.py`` (``-cumprod``, ``-recurrent``) and the
-staged fold (``literal-replay-staged``) are the others.
+``GDNLiteralReplay``); the variants of ``literal.py`` (``-cumprod``, ``-recurrent``), the
+staged fold (``literal-replay-staged``) and the fold at the next verify
+(``literal-replay-fold-at-next-verify``) are the others.
 Expected error: within the tolerance rule of the declared mode.
 """
 

@@ -2,7 +2,8 @@
 
 Oracle: ``replayssm/ops/variant_math.py`` (one changed operation order or format each over
 ``Mamba2LiteralReplay``); the variants of ``literal.py`` (``-state``, ``-cumprod``,
-``-cumsum-exp``) and the staged fold (``literal-replay-staged``) are the others.
+``-cumsum-exp``), the staged fold (``literal-replay-staged``) and the fold at the next verify
+(``literal-replay-fold-at-next-verify``) are the others.
 Expected error: within the tolerance rule of the declared mode.
 """
 
