@@ -149,7 +149,7 @@ def test_the_fuzzer_records_a_marginal_and_keeps_searching(tmp_path, monkeypatch
     monkeypatch.setattr(fuzz, "target", spy)
     # every error above the bound is in the band: each scenario is at worst marginal
     r = fuzz.fuzz_kernel(FAILING, "mamba2", max_examples=4, strategy=SMALL, failures_dir=tmp_path,
-                         marginal_factor=1e9)
+                         marginal_factor=1e9, profile="dev", seed=3)
     assert not r.caught and r.examples == 4 and r.marginals >= 1, r.summary()
     assert r.summary().startswith("MARGINAL ") and r.marginal_examples[0]["ratio"] > 1
     assert r.marginal_artifact is not None and r.marginal_artifact.name == "mamba2-failing-double-marginal.json"
