@@ -62,7 +62,7 @@ def _lockstep(decode: str, steps: int = 3) -> Lockstep:
 
 def _ctx(ls: Lockstep, before: KernelSnapshot, after: KernelSnapshot, hook: str, flush_rows=()):
     failures = []
-    ctx = types.SimpleNamespace(run=ls, hook=hook, flush_rows=list(flush_rows),
+    ctx = types.SimpleNamespace(run=ls, hook=hook, flush_rows=list(flush_rows), fold_rows=None,
                                 snapshots={"before-verify": before, "after-verify": after, hook: after},
                                 fail=lambda check, msg, **where: failures.append(check), plan=None)
     return ctx, failures
