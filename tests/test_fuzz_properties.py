@@ -39,7 +39,14 @@ def test_registry_has_kernels_of_every_family():
     assert all(cls.kind != "mutant" for cls in KERNELS)
 
 
-@pytest.mark.parametrize("cls", KERNELS, ids=[f"{c.family}-{c.name}" for c in KERNELS])
+# The calibration population's variants (replayssm/ops/<family>/variants.py) are drawn by `replayssm
+# calibrate` (tests/test_calibration.py, the calibration profile); their fuzz cases run in the slow tier.
+CALIBRATION_VARIANTS = {"literal-replay-fp32-records", "literal-replay-fp64-weights", "literal-replay-ieee-dot",
+                        "literal-replay-other-norm", "literal-replay-unfused-fold"}
+
+
+@pytest.mark.parametrize("cls", [pytest.param(c, marks=pytest.mark.slow) if c.name in CALIBRATION_VARIANTS else c
+                                 for c in KERNELS], ids=[f"{c.family}-{c.name}" for c in KERNELS])
 def test_validation_contract_holds_for_drawn_scenarios(cls):
     n = None  # dev / nightly: the profile's own count
     if profile_name() == "ci":

@@ -53,7 +53,8 @@ def test_gallery_has_at_least_fifteen_mutants_covering_the_classes():
 # golden/regressions (tests/test_regressions.py; checked below) and sr-stale-seed through its named
 # scenario too.
 SLOW_FUZZ = {("mutant-sr-stale-seed", "mamba2"), ("mutant-softplus-threshold", "gdn"),
-             ("mutant-softplus-threshold", "mamba2"), ("mutant-sr-biased", "mamba2"), ("mutant-sr-biased", "gdn")}
+             ("mutant-softplus-threshold", "mamba2"), ("mutant-sr-biased", "mamba2"), ("mutant-sr-biased", "gdn"),
+             ("mutant-sr-biased", "kda"), ("mutant-int8-truncation", "kda")}
 
 
 def _case(name, family):
