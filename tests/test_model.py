@@ -50,10 +50,16 @@ def test_adapter_reproduces_the_torch_fallback(monkeypatch):
     assert (got - want).abs().max() < 1e-4 * want.abs().max()
 
 
-def test_mamba2_adapter_reproduces_the_torch_fallback():
-    """The Mamba-2 adapter's logits against transformers' own ``NemotronHMamba2Mixer`` (its PyTorch
-    chunk scan; no mamba_ssm on the CPU), with the prefill's Δ floor (``time_step_limit``) at 0 as in
+def test_mamba2_adapter_reproduces_the_torch_fallback(monkeypatch):
+    """The Mamba-2 adapter's logits against transformers' own ``NemotronHMamba2Mixer`` with its PyTorch
+    chunk scan forced (the module resolves mamba_ssm's Triton kernels at import wherever mamba_ssm is
+    importable, as on CI once the mamba_ssm adapter's source is on the path, and those need CUDA;
+    ``__wrapped__`` is the torch function), with the prefill's Δ floor (``time_step_limit``) at 0 as in
     transformers' decode step and every replayssm kernel: equal to the fallback's fp32 scan."""
+    import transformers.models.nemotron_h.modeling_nemotron_h as M
+    for name in ("causal_conv1d_fn", "causal_conv1d_update", "mamba2_split_conv1d_scan_combined",
+                 "mamba2_selective_state_update", "mamba2_chunk_scan"):
+        monkeypatch.setattr(M, name, getattr(getattr(M, name), "__wrapped__", getattr(M, name)))
     ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(3))
     theirs, _ = hf.build_random("nemotron_h", "tiny", 0)
     for mod in theirs.modules():
