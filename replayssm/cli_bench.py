@@ -1,8 +1,8 @@
 """``replayssm bench``: time a family's Triton baseline and ReplaySSM kernels on a CUDA GPU against
-the copy bandwidth and the bytes model (the job is ``replayssm.validators.bench``); with
+the copy bandwidth and the bytes model (the job is ``replayssm.validators.jobs.bench.run``); with
 ``--against NAME[,NAME]`` our replay and baseline beside an external source's (an adapter kernel
 such as ``vllm-replay``, whose source's baseline ``vllm-baseline`` comes along) in one run, on the
-same inputs (``replayssm.validators.bench_against``), JSON and a Markdown table under ``--out``.
+same inputs (``replayssm.validators.jobs.bench.against``), JSON and a Markdown table under ``--out``.
 
 Exit codes: :data:`replayssm.cli.EXIT_CONTRACT` (3 without a CUDA device or with an unwritable ``--json``)."""
 
@@ -30,8 +30,8 @@ from replayssm.guard import (
 from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import bench_records, source
 from replayssm.registry import kernels
-from replayssm.validators.bench import bench_family, table
-from replayssm.validators.bench_against import bench_against, markdown, write
+from replayssm.validators.jobs.bench.against import bench_against, markdown, write
+from replayssm.validators.jobs.bench.run import bench_family, table
 
 
 def add_parser(subparsers):

@@ -31,9 +31,9 @@ from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import fuzz_records, source
 from replayssm.registry import get
 from replayssm.scenarios.strategies import FUZZ_MODES, supported_decodes
-from replayssm.validators import compile_check
-from replayssm.validators.fuzz import drawable_modes, fuzz_kernel, fuzzable_kernels, profile_name
-from replayssm.validators.fuzz_artifacts import artifact_json
+from replayssm.validators.engine import compile_check
+from replayssm.validators.engine.fuzz_artifacts import artifact_json
+from replayssm.validators.jobs.fuzz.run import drawable_modes, fuzz_kernel, fuzzable_kernels, profile_name
 
 
 def add_parser(subparsers):

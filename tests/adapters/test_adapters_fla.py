@@ -11,7 +11,7 @@ import pytest
 
 from replayssm import adapters
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 pytest.importorskip("fla", reason="flash-linear-attention not installed (pip install 'replayssm[adapters]')")
 

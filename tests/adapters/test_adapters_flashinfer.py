@@ -1,7 +1,7 @@
 """The FlashInfer adapters' declarations (replayssm/adapters/flashinfer.py), on CPU: FlashInfer's
 kernels are CUDA JIT, so what runs here is what must hold without a GPU -- the modes each kernel
 declares and refuses (read from its CUDA sources), its ring constraints, and one-line availability.
-The kernels themselves run in ``tests/test_adapters_gpu.py`` (the ``flashinfer`` profile).
+The kernels themselves run in ``tests/adapters/test_adapters_gpu.py`` (the ``flashinfer`` profile).
 
 Oracle: the kernels' own constraints as written in ``flashinfer/data/include/flashinfer/mamba``
 (2-byte inputs for ``checkpointing_ssu``'s MMAs; stochastic rounding into fp16 / fp8 / int8 only;
@@ -23,7 +23,7 @@ from replayssm.adapters._base import SlotAdapter, broadcast_last
 from replayssm.families import preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
-from replayssm.validators.fuzz import is_interpreted
+from replayssm.validators.jobs.fuzz.run import is_interpreted
 
 SPEC = DecodeConfig("speculative", 4, 12)
 

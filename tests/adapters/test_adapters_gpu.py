@@ -23,11 +23,11 @@ from gpu_tiers import BIG_MEMORY, tiered
 from replayssm import adapters
 from replayssm.adapters import _vllm_source
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 PEERS = pathlib.Path(os.environ.get(_vllm_source.ENV)
-                     or pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm")
+                     or pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "peers" / "vllm-replayssm")
 # The checks whose failure says the kernel computes or stores below its declared precision: findings
 # about the kernel (docs/findings.md: vLLM's and SGLang's flush-increment, FlashInfer's sfp16 fold, the
 # softplus), reported by the run's headline; every other check (cursors, rings, slots, padding,

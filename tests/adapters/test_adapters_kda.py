@@ -8,7 +8,7 @@ kernel's kind and bookkeeping at the same mode for the tolerance rule, exact inv
 rows and canary slots untouched, every output written, checkpoint bit-identical over a non-flush
 verify, committed ring rows kept, cursors by the declared policy, bit-identical repeat).
 fp32-activation modes only (bf16 ``tl.dot`` is wrong under the interpreter; the GPU tests in
-tests/test_adapters_gpu.py run the 16-bit ones).  Each source skips cleanly when not installed.
+tests/adapters/test_adapters_gpu.py run the 16-bit ones).  Each source skips cleanly when not installed.
 Expected (measured, tiny geometry): every case passes.
 """
 
@@ -18,8 +18,8 @@ import pytest
 
 from replayssm import adapters
 from replayssm.scenarios.scenario import Scenario
+from replayssm.validators.engine.runner import run_scenario
 from replayssm.validators.pytest_plugin import assert_kernel_valid
-from replayssm.validators.runner import run_scenario
 
 HAVE = {"fla": importlib.util.find_spec("fla") is not None, "sglang": importlib.util.find_spec("sglang") is not None}
 HOW = {"fla": "pip install 'replayssm[adapters]'", "sglang": "pip install --no-deps sglang==0.5.23"}

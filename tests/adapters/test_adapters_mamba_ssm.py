@@ -16,9 +16,9 @@ import pytest
 from replayssm import adapters
 from replayssm.adapters import mamba_ssm
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
-PEER = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "mamba_ssm-2.3.2.post1"
+PEER = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "peers" / "mamba_ssm-2.3.2.post1"
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def mamba_ssm_kernel():
 def test_mamba_ssm_baseline(mamba_ssm_kernel, one_thread, kw):
     """Every exact invariant holds; the exhaustive schedule's zero-state resets (issue 46) let the
     kernel's softplus loss (``log(exp(x) + 1)``, docs/findings.md finding 9, established by
-    intervention in tests/test_findings_softplus.py) show in the state check: a precision finding."""
+    intervention in tests/adapters/test_findings_softplus.py) show in the state check: a precision finding."""
     res = run_scenario(Scenario.tiny("mamba2", mode="s32a32", **kw), "mamba-ssm-baseline")
     if kw["schedule"] == "exhaustive":
         assert not res.passed and {f.check for f in res.failures} == {"state"}, res.failures[:3]

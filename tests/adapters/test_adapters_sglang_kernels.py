@@ -27,7 +27,7 @@ import triton.language as tl
 from replayssm import adapters
 from replayssm.adapters import _vllm_source
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 if importlib.util.find_spec("sglang") is None:  # not importorskip: its package __init__ needs the runtime
     pytest.skip("sglang not installed (pip install --no-deps sglang==0.5.23)", allow_module_level=True)
@@ -64,7 +64,7 @@ def test_sglang_kernels_pass_the_engine(sglang_kernels, one_thread, family, name
     res = run_scenario(Scenario.tiny(family, mode=mode, **kw), name)
     if name == "sglang-baseline" and kw["schedule"] == "exhaustive":
         # The exhaustive schedule's zero-state resets (issue 46) let the kernel's softplus loss
-        # (log(exp(x) + 1), docs/findings.md finding 9; tests/test_findings_softplus.py shows it by
+        # (log(exp(x) + 1), docs/findings.md finding 9; tests/adapters/test_findings_softplus.py shows it by
         # intervention) show in the state check; every exact invariant holds: a precision finding.
         assert not res.passed and {f.check for f in res.failures} == {"state"}, res.failures[:3]
         assert "lower effective precision" in res.failures[0].message

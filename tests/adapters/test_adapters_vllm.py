@@ -32,10 +32,10 @@ from replayssm.adapters import _vllm_source
 from replayssm.cli import main
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.fuzz import drawable_modes
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
+from replayssm.validators.jobs.fuzz.run import drawable_modes
 
-PEERS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm"
+PEERS = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "peers" / "vllm-replayssm"
 
 
 @pytest.fixture(scope="module")

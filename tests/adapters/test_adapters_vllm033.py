@@ -24,9 +24,9 @@ from replayssm.adapters import _vllm033_source, _vllm_source
 from replayssm.precision import parse_mode
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
-ROOT = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers"
+ROOT = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "peers"
 RELEASE = pathlib.Path(os.environ.get(_vllm033_source.ENV) or ROOT / "vllm-0.33.0").resolve()
 FORK = pathlib.Path(os.environ.get(_vllm_source.ENV) or ROOT / "vllm-replayssm").resolve()
 

@@ -25,10 +25,10 @@ from replayssm.families import family
 from replayssm.ops.kda import naive
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
+from replayssm.validators.engine.runner import build_kernel, run_scenario
 from replayssm.validators.pytest_plugin import assert_kernel_valid
-from replayssm.validators.runner import build_kernel, run_scenario
 
-ROOT = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers"
+ROOT = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "peers"
 RELEASE = pathlib.Path(os.environ.get(_vllm033_source.ENV) or ROOT / "vllm-0.33.0").resolve()
 MHA = {"family": "kda", "num_k_heads": 2, "num_v_heads": 2, "head_k_dim": 16, "head_v_dim": 8}
 

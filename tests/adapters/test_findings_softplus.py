@@ -26,10 +26,10 @@ from replayssm import adapters
 from replayssm.adapters import _vllm_source, mamba_ssm
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import literal_twin_name, run_scenario
+from replayssm.validators.engine.runner import literal_twin_name, run_scenario
 
-FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures" / "findings"
-PEERS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers"
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "findings"
+PEERS = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "peers"
 # the external modules whose Triton kernels call a module-level ``softplus`` (the interpreter resolves
 # a kernel's globals when it runs, so replacing the module attribute replaces the function it calls)
 SOFTPLUS_MODULES = ("vllm.model_executor.layers.mamba.ops", "sglang.kernels.ops.mamba", "mamba_ssm.ops")

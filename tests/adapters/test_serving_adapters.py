@@ -27,11 +27,11 @@ from replayssm.adapters.mamba_ssm import MambaSSMBaseline
 from replayssm.adapters.sglang_mamba2 import SGLangMamba2Baseline
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-PEERS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm"
+PEERS = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "peers" / "vllm-replayssm"
 
 
 @pytest.fixture(scope="module")

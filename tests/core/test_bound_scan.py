@@ -15,8 +15,8 @@ import torch
 from replayssm.ops.triton.bound_scan import bound_scan
 from replayssm.scenarios import Scenario
 from replayssm.scenarios.inputs import make_inputs_steps
-from replayssm.validators.checks.fp64_bound import RunningBound
-from replayssm.validators.runner import Lockstep, readout_magnitude
+from replayssm.validators.engine.checks.fp64_bound import RunningBound
+from replayssm.validators.engine.runner import Lockstep, readout_magnitude
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

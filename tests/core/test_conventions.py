@@ -2,7 +2,7 @@
 
 Oracle: ``replayssm/conventions.py`` (beta rounded to the activation dtype, the softplus
 threshold, the L2-norm epsilon and form) followed by the fp64 reference and the literal model
-(``validators/runner.py`` ``kernel_conventions``).  A correct kernel computing with a
+(``validators/engine/runner.py`` ``kernel_conventions``).  A correct kernel computing with a
 non-default convention (here: the literal replay model with its conventions fixed) fails when it
 does not declare it and passes when it does; declarations a family has no use for are refused.
 """
@@ -20,7 +20,7 @@ from replayssm.registry import get
 from replayssm.scenarios import Scenario
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.validators import run_scenario
-from replayssm.validators.runner import kernel_conventions, reference_step
+from replayssm.validators.engine.runner import kernel_conventions, reference_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,7 +10,7 @@ import pytest
 from replayssm.cli import main
 from replayssm.scenarios.scenario import Scenario
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "torch_baseline_mamba2.py"
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "torch_baseline_mamba2.py"
 
 
 def _load_example():

@@ -17,10 +17,10 @@ from replayssm import families as fam_registry
 from replayssm import registry
 from replayssm.cli import main
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.bench import bench_cases, bench_family, measure_case
-from replayssm.validators.drift import SweepConfig, run_sweep
-from replayssm.validators.fuzz import fuzz_kernel
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
+from replayssm.validators.jobs.bench.run import bench_cases, bench_family, measure_case
+from replayssm.validators.jobs.drift.sweep import SweepConfig, run_sweep
+from replayssm.validators.jobs.fuzz.run import fuzz_kernel
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ is not visible (a ``.pth`` line adds a directory to ``sys.path``; the editable f
 * ``replayssm`` and its golden data are imported from the new environment (``__file__`` checked);
 * ``replayssm drift --check`` (one tiny cell) checks the budget that ``golden/tolerances.toml``
   holds for that cell and passes;
-* ``python -m replayssm.validators.regressions check`` replays every corpus entry of the
+* ``python -m replayssm.validators.jobs.fuzz.regressions check`` replays every corpus entry of the
   repository's ``golden/regressions/`` and all hold.
 """
 
@@ -28,9 +28,9 @@ from pathlib import Path
 import pip
 import pytest
 
-from replayssm.validators.drift_budgets import load_budgets
+from replayssm.validators.jobs.drift.budgets import load_budgets
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # One wheel build and install for the module: its tests share one pytest-xdist worker.
 pytestmark = pytest.mark.xdist_group("install")
 if sys.version_info >= (3, 11):
@@ -138,7 +138,7 @@ def test_installed_drift_check_checks_the_packaged_budget(installed):
 
 def test_installed_regression_corpus_replays(installed):
     python, _, run_dir, env, _ = installed
-    p = _run([python, "-I", "-m", "replayssm.validators.regressions", "check"], run_dir, env)
+    p = _run([python, "-I", "-m", "replayssm.validators.jobs.fuzz.regressions", "check"], run_dir, env)
     names = sorted(f.name for f in (ROOT / "golden" / "regressions").glob("*.json"))
     assert names, "the repository has no regression corpus"
     assert sorted(re.findall(r"^ok   (\S+\.json):", p.stdout, re.M)) == names, p.stdout

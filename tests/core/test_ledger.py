@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LEDGER = ROOT / "docs" / "reports" / "ledger.jsonl"
 SCHEMA = ROOT / "replayssm" / "records" / "record.schema.json"
 BUDGET_LINES = 2000

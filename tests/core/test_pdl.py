@@ -6,7 +6,8 @@ arithmetic).  Under the
 Triton interpreter there is no grid dependency control, so the option compiles out there and these
 tests hold the option's checking and the reordered loads of the streams (the checkpoint tile before
 the cursor snapshot) to the engine; the GPU tests with ``pdl=True`` run the overlap itself
-(tests/test_gdn_gpu.py ``replay-prepass-pdl-*``, tests/test_mamba2_gpu.py ``test_replay_pdl_nano4b``).
+(tests/ops/gdn/test_gdn_gpu.py ``replay-prepass-pdl-*``,
+tests/ops/mamba2/test_mamba2_gpu.py ``test_replay_pdl_nano4b``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from replayssm.ops.triton.pdl import launch_kwargs, pdl_active, pdl_option
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None])
@@ -45,7 +46,8 @@ def test_kernel_refuses_a_bad_pdl_value(family):
 def test_pdl_pair_passes_the_engine(family):
     """s32a16-L4-T1 at tiny, one flush: the pair with the option accepted and judged (the streams'
     checkpoint tile loaded before the cursor snapshot; the speculative pairs run it in
-    tests/test_gdn_triton.py and tests/test_mamba2_triton.py, where the interpreter always takes them)."""
+    tests/ops/gdn/test_gdn_triton.py and tests/ops/mamba2/test_mamba2_triton.py, where the interpreter
+    always takes them)."""
     sc = Scenario.build(family, decode="standard", batch=2, geometry="tiny", mode="s32a16", buffer=4,
                         schedule="always-1", steps=5, kernel_options={"prepass": True, "pdl": True})
     res = run_scenario(sc, "triton-replay", repeat_check=False)

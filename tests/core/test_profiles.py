@@ -16,7 +16,7 @@ import pytest
 from replayssm import cli
 from replayssm.cli_profile import PROFILES, Step, check_step, expand, load_profiles
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALL = load_profiles()
 CASES = [(name, dev) for name, p in ALL.items() for dev in p.devices]
 

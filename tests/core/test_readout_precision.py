@@ -17,9 +17,9 @@ import pytest
 from replayssm.families import family
 from replayssm.precision import STANDARD_MODES, parse_mode
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.mutants import all_mutants
-from replayssm.validators.runner import run_scenario
-from replayssm.validators.tolerances import output_unit, state_unit
+from replayssm.validators.engine.mutants import all_mutants
+from replayssm.validators.engine.runner import run_scenario
+from replayssm.validators.engine.tolerances import output_unit, state_unit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -86,7 +86,7 @@ def test_golden_verify_records_each_trajectory(capsys, tmp_path):
 
 def test_bench_rows_become_schema_valid_records():
     """The bench job needs a GPU; its records are built from a result of the interpreter's bench."""
-    from replayssm.validators.bench import bench_family
+    from replayssm.validators.jobs.bench.run import bench_family
     res = bench_family("mamba2", "tiny", "s32a32", L=2, batches=(1,), spec_batches=(1,), window=2, spec_buffer=2,
                        device="cpu", sweep=False, copy={"tbps": 1.0, "bytes": 1, "ms": 1.0}, max_sets=2,
                        log=lambda s: None)

@@ -15,7 +15,7 @@ import torch
 import triton
 
 from replayssm.ops.triton.row_error import BLOCK, MAX_BLOCKS, _block, row_rel_l2_rows
-from replayssm.validators.metrics import TINY, row_rel_l2, row_rel_l2_masked
+from replayssm.validators.engine.metrics import TINY, row_rel_l2, row_rel_l2_masked
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

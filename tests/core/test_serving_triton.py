@@ -24,7 +24,7 @@ from replayssm.registry import get
 from replayssm.scenarios.inputs import make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.strategies import serving_options
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,7 +1,7 @@
 """The bf16-part tensor-core product (replayssm/ops/triton/split_dot.py) against fp64 matmul: three
 parts rebuild an fp32 value exactly, and the six kept part products give an fp32-accurate result
 (here under the interpreter, which multiplies the same parts; the GPU runs them on tensor cores:
-tests/test_gdn_triton.py's split readouts through the engine)."""
+tests/ops/gdn/test_gdn_triton.py's split readouts through the engine)."""
 
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ from replayssm.scenarios.strategies import (
     precision_modes,
     scenarios,
 )
-from replayssm.validators.fuzz import fuzz_settings
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
+from replayssm.validators.jobs.fuzz.run import fuzz_settings
 
 
 @fuzz_settings(max_examples=60)

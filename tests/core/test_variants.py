@@ -2,12 +2,12 @@
 
 Oracle: the variants registered beside the literal models (decay weights as running products,
 as exp of differences of cumulative sums of A Δ; GDN's in-window solve by stepping the
-delta rule) are correct implementations; the rule (``validators/checks/tolerance_rule.py``:
+delta rule) are correct implementations; the rule (``validators/engine/checks/tolerance_rule.py``:
 the larger of 2x the literal model's error and the fp64 arithmetic bound, + floor) must pass
 each.  The cumulative-sum variant exceeds 2x the literal model's error (the false alarm of
 issue 15, measured 12.4x at s32a16 before the envelope), so the envelope is what passes it.
 The sweep behind the constants (every variant x s32a32 / s32a16 / s16a16 x five distributions
-x three schedules, 20 steps: worst 0.50 of the bound) is in ``validators/checks/fp64_bound.py``.
+x three schedules, 20 steps: worst 0.50 of the bound) is in ``validators/engine/checks/fp64_bound.py``.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ import pytest
 
 from replayssm.scenarios import Scenario
 from replayssm.validators import Lockstep, run_scenario
-from replayssm.validators.checks import CHECKS, HOOKS, SCHEDULES
-from replayssm.validators.mutants import all_mutants
-from replayssm.validators.result import CHECKS as REPORT_CHECKS
+from replayssm.validators.engine.checks import CHECKS, HOOKS, SCHEDULES
+from replayssm.validators.engine.mutants import all_mutants
+from replayssm.validators.engine.result import CHECKS as REPORT_CHECKS
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "validation.md"
 # The failure names results, docs, tests and the fuzz corpus use: they must not change.
 NAMES = {"exception", "out-param", "unwritten-output", "non-finite", "padding-output", "unused-slot",
          "stored-precision", "flush-increment",

@@ -1,6 +1,6 @@
 """The Triton kernels launched by CPU (interpreter) runs compile for the H200 (sm_90).
 
-Oracle: the Triton compiler (``validators/compile_check.py``: every distinct launch recorded under
+Oracle: the Triton compiler (``validators/engine/compile_check.py``: every distinct launch recorded under
 the interpreter, compiled in a process without it, as the GPU would).  Expected: every
 specialisation compiles.  The default run compiles the replay kernels' launches (both decodes,
 ieee and tf32 readouts); the slow tier every Triton kernel's over the interpreted fuzz's draws.
@@ -13,8 +13,8 @@ import pytest
 
 from replayssm.registry import get, kernels
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.compile_check import compile_all, compile_one, record, spec_of
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.compile_check import compile_all, compile_one, record, spec_of
+from replayssm.validators.engine.runner import run_scenario
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -113,7 +113,7 @@ def test_validate_compile_for_refused_before_any_work(capsys, tmp_path, argv, ne
                                          if n.startswith("triton-")])
 def test_every_launch_of_the_interpreted_fuzz_compiles_for_sm90(family, name):
     """The shapes, modes and options the interpreted fuzz draws (20 scenarios), every launch compiled."""
-    from replayssm.validators.fuzz import sweep_kernel
+    from replayssm.validators.jobs.fuzz.run import sweep_kernel
 
     with record() as specs:
         res = sweep_kernel(name, family, examples=20, seed=7)

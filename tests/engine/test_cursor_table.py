@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from replayssm.interface import POLICIES, DecodeConfig
-from replayssm.validators.cursor_table import CursorTable
+from replayssm.validators.engine.cursor_table import CursorTable
 
 DECODES = [("standard", 1, 16), ("standard", 1, 5), ("speculative", 4, 16), ("speculative", 2, 2),
            ("speculative", 3, 7)]
@@ -27,7 +27,7 @@ def test_tables_walk_as_the_policy_does(policy, decode, T, B, tabulated, monkeyp
     except ValueError:
         pytest.skip("not a valid decode for this policy")
     if not tabulated:
-        monkeypatch.setattr("replayssm.validators.cursor_table.MAX_ENTRIES", 0)
+        monkeypatch.setattr("replayssm.validators.engine.cursor_table.MAX_ENTRIES", 0)
     tab = CursorTable(dec)
     assert tab.tabulated == tabulated
     rng = np.random.default_rng(7)

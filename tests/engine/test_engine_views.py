@@ -19,9 +19,9 @@ from replayssm.registry import get
 from replayssm.scenarios import Scenario
 from replayssm.scenarios.inputs import make_initial_state, make_inputs
 from replayssm.validators import Lockstep, run_scenario
-from replayssm.validators import invariants as inv
-from replayssm.validators.engine_views import column_view, strided_views
-from replayssm.validators.runner import build_kernel
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.engine_views import column_view, strided_views
+from replayssm.validators.engine.runner import build_kernel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

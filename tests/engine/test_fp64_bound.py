@@ -1,6 +1,6 @@
 """The fp64 running-error bound: on every step without the literal model the numerical checks still judge.
 
-Oracle: ``validators/checks/fp64_bound.py`` (a running-error analysis computed in fp64 beside the
+Oracle: ``validators/engine/checks/fp64_bound.py`` (a running-error analysis computed in fp64 beside the
 reference).  ``literal_every=0`` used to turn every numerical check off (mutant-stale-read and
 mutant-low-precision-state passed with exit 0); now both fail, while the literal models, judged
 by the same bound, stay well below it (the full measurement is in the module's docstring).

@@ -11,7 +11,7 @@ import pytest
 
 from replayssm.cli import main
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.fuzz_artifacts import FailureRecord, load_failure, parse_failure, save_failure
+from replayssm.validators.engine.fuzz_artifacts import FailureRecord, load_failure, parse_failure, save_failure
 
 SC = Scenario(family="mamba2", geometry={"family": "mamba2", "nheads": 2, "headdim": 2, "dstate": 4, "ngroups": 1},
               mode="s32a32", decode="speculative", window=2, buffer=2, rows=2, num_slots=3, slot_ids=(1, -1),
@@ -138,8 +138,8 @@ def test_artifact_of_a_user_kernel_records_its_module_and_replays_only_with_an_e
 
     from replayssm import registry
     from replayssm.cli import import_kernels
-    from replayssm.validators.fuzz_artifacts import module_of_file, record_of
-    from replayssm.validators.runner import run_scenario
+    from replayssm.validators.engine.fuzz_artifacts import module_of_file, record_of
+    from replayssm.validators.engine.runner import run_scenario
 
     src = tmp_path / "user_kernels.py"
     src.write_text(USER_KERNEL)
@@ -171,5 +171,5 @@ def test_artifact_of_a_user_kernel_records_its_module_and_replays_only_with_an_e
 
 def test_builtin_kernel_records_no_module():
     from replayssm.registry import get
-    from replayssm.validators.fuzz_artifacts import module_to_import
+    from replayssm.validators.engine.fuzz_artifacts import module_to_import
     assert module_to_import(get("literal-replay", "mamba2")) is None

@@ -21,7 +21,7 @@ from replayssm import golden
 from replayssm.cli import main
 from replayssm.cli_golden import canonical, verify
 from replayssm.validators import run_scenario
-from replayssm.validators.golden_truth import GoldenTruth
+from replayssm.validators.engine.golden_truth import GoldenTruth
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 FOLDER = golden.path("trajectories")

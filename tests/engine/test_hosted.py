@@ -1,4 +1,4 @@
-"""A hosted kernel (computing on one device behind the interface, validators/hosted.py) is judged
+"""A hosted kernel (computing on one device behind the interface, validators/engine/hosted.py) is judged
 exactly as the plain one.
 
 Oracle: the plain run of the same kernel on the same scenario.  Hosting moves tensors across the
@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.strategies import scenarios
-from replayssm.validators.checks import CHECKS
-from replayssm.validators.fuzz import STRATEGY, sweep_kernel
-from replayssm.validators.hosted import hosted
-from replayssm.validators.mutants import all_mutants
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.checks import CHECKS
+from replayssm.validators.engine.hosted import hosted
+from replayssm.validators.engine.mutants import all_mutants
+from replayssm.validators.engine.runner import run_scenario
+from replayssm.validators.jobs.fuzz.run import STRATEGY, sweep_kernel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -90,7 +90,7 @@ def test_triton_replay_on_the_gpu_judged_by_a_cpu_engine(family):
 
 def test_fuzz_kernel_and_the_cli_take_a_kernel_device(capsys, tmp_path):
     from replayssm import cli
-    from replayssm.validators.fuzz import fuzz_kernel
+    from replayssm.validators.jobs.fuzz.run import fuzz_kernel
 
     rep = fuzz_kernel("literal-replay", "kda", max_examples=2, kernel_device="cpu:0", failures_dir=tmp_path)
     assert rep.examples == 2 and not rep.caught
@@ -107,7 +107,7 @@ def test_fuzz_modes_restricts_the_draws_and_leaves_out_kernels_supporting_none(c
 
     from replayssm import cli, cli_fuzz
     from replayssm.registry import get
-    from replayssm.validators import fuzz
+    from replayssm.validators.jobs.fuzz import run as fuzz
 
     out = tmp_path / "r.json"
     rc = cli.main(["fuzz", "--family", "mamba2", "--kernel", "literal-replay", "--kernel", "triton-replay",

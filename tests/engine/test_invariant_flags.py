@@ -1,6 +1,6 @@
 """The snapshot checks' device flags raise exactly when the check they gate would report.
 
-Oracle: the per-field, per-slot comparisons of ``validators/invariants.py`` (``bits_equal``,
+Oracle: the per-field, per-slot comparisons of ``validators/engine/invariants.py`` (``bits_equal``,
 ``changed_fields``, ``checkpoint_changed``, ``changed_ring_rows``) and the checks' ``run``
 functions that use them.  A flag that stays down where ``run`` would report hides a failure (the
 engine calls ``run`` only when the flag is up); a flag that goes up where ``run`` reports nothing
@@ -22,8 +22,8 @@ from replayssm.ops.committed import committed_rows_fp64
 from replayssm.ops.mamba2.literal import Mamba2Math
 from replayssm.scenarios import Scenario
 from replayssm.validators import Lockstep
-from replayssm.validators import invariants as inv
-from replayssm.validators.checks import CHECKS
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks import CHECKS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -21,8 +21,8 @@ from replayssm.scenarios import Scenario
 from replayssm.scenarios.inputs import make_initial_state, make_inputs
 from replayssm.scenarios.strategies import serving_options
 from replayssm.validators import Lockstep, run_scenario
-from replayssm.validators import invariants as inv
-from replayssm.validators.runner import build_kernel
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.runner import build_kernel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

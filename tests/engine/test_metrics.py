@@ -1,4 +1,4 @@
-"""The mismatch metrics of validators/metrics.py against their definitions, written out in fp64.
+"""The mismatch metrics of validators/engine/metrics.py against their definitions, written out in fp64.
 
 Oracle: ``||a - b|| / ||b||`` with both sides upcast to fp64 first.  Expected difference: none, bit
 for bit -- a narrower operand is upcast exactly inside a mixed-dtype subtraction, so
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from replayssm.validators.metrics import rel_l2_into, row_rel_l2
+from replayssm.validators.engine.metrics import rel_l2_into, row_rel_l2
 
 
 def _written_out(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""The mixer level (replayssm/mixer/, replayssm/ops/conv/, validators/mixer/), on CPU at tiny shapes.
+"""The mixer level (replayssm/mixer/, replayssm/ops/conv/, validators/engine/mixer/), on CPU at tiny shapes.
 
 Oracles: the whole fp64 step against an independent composition (torch's conv1d over the padded
 sequence, then the family's naive sequence); the mixer runner's checks (fp64 whole-step reference,
@@ -19,8 +19,8 @@ from replayssm.cli import main  # noqa: E402
 from replayssm.mixer.kernel import LITERALS, ComposedMixer, MixerConfig, mixer_kernel  # noqa: E402
 from replayssm.mixer.spec import mixer_preset  # noqa: E402
 from replayssm.ops.conv.literal import STORES  # noqa: E402
-from replayssm.validators.mixer.mutants import MUTANTS  # noqa: E402
-from replayssm.validators.mixer.runner import default_plan, make_inputs, make_params, validate_mixer  # noqa: E402
+from replayssm.validators.engine.mixer.mutants import MUTANTS  # noqa: E402
+from replayssm.validators.engine.mixer.runner import default_plan, make_inputs, make_params, validate_mixer  # noqa: E402
 
 FAMILIES = ("mamba2", "gdn", "kda")
 # the project's shared folder beside the checkout (../shared), or beside the worktrees' folder

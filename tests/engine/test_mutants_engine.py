@@ -1,6 +1,6 @@
 """Every broken kernel fails, and the engine names exactly the first step where its bug shows.
 
-Oracle: each mutant's ``first_bad`` rule (validators/mutants.py) derives that step from the
+Oracle: each mutant's ``first_bad`` rule (validators/engine/mutants.py) derives that step from the
 scenario's plan and the spec's cursor rules alone, independently of the runner.
 """
 
@@ -11,8 +11,8 @@ import pytest
 from replayssm.registry import kernels
 from replayssm.scenarios import Scenario
 from replayssm.validators import run_scenario
-from replayssm.validators.mutants import FIELD_BUGS as MUTANTS
-from replayssm.validators.mutants import first_bad_step
+from replayssm.validators.engine.mutants import FIELD_BUGS as MUTANTS
+from replayssm.validators.engine.mutants import first_bad_step
 
 CASES = [(name, fam, dec) for name, spec in MUTANTS.items() for fam in ("mamba2", "gdn") for dec in spec.decodes]
 

@@ -18,7 +18,7 @@ from replayssm.cli import main
 from replayssm.scenarios import Scenario
 from replayssm.scenarios.schedules import POISON_LARGE
 from replayssm.validators import Lockstep, run_scenario
-from replayssm.validators.poison_alloc import PoisonAllocations
+from replayssm.validators.engine.poison_alloc import PoisonAllocations
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

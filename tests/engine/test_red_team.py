@@ -221,7 +221,7 @@ def _cut_short(drift_done, tmp_path):
     import shutil
     import time
 
-    from replayssm.validators import drift as D
+    from replayssm.validators.jobs.drift import sweep as D
     out = tmp_path / "out"
     shutil.copytree(drift_done[0], out)
     cfg = D.SweepConfig.from_dict(json.loads((out / "config.json").read_text()))
@@ -249,7 +249,7 @@ def _resumes_clean(capsys, out, drift_done, planted: Path, extra=()):
 def test_a_planted_pickle_in_a_resume_folder_is_never_unpickled(drift_done, tmp_path, capsys, where):
     import pickle
 
-    from replayssm.validators import drift as D
+    from replayssm.validators.jobs.drift import sweep as D
     out, spec, cp = _cut_short(drift_done, tmp_path)
     marker = tmp_path / "marker"
 
@@ -312,7 +312,7 @@ def test_an_unusable_checkpoint_is_set_aside_and_its_cell_recomputed(drift_done,
 # ================================================================================================
 
 from replayssm import guard  # noqa: E402
-from replayssm.validators.fuzz_artifacts import FailureRecord, artifact_json  # noqa: E402
+from replayssm.validators.engine.fuzz_artifacts import FailureRecord, artifact_json  # noqa: E402
 
 HUGE = str(10**10)
 FAKE_MEMORY = 64 << 30  # the estimate's limit, the same on every machine
@@ -474,7 +474,7 @@ def test_check_writable_probes_instead_of_trusting_permissions(tmp_path):
 
 
 def test_out_path_keeps_every_file_under_its_folder(tmp_path):
-    from replayssm.validators import drift as D
+    from replayssm.validators.jobs.drift import sweep as D
 
     assert guard.out_path(tmp_path, "mamba2-literal-replay-s32a16.json", "--kernel").parent == tmp_path
     for bad in ("../x.json", "a/b.json", "..", "/etc/passwd", ""):
@@ -503,7 +503,7 @@ def test_check_fits_names_the_largest_cause_on_host_and_gpu():
 def test_a_reproducer_that_cannot_be_written_is_printed(env, capsys, monkeypatch):
     """The --failures folder passed the check, then writing fails (disk full, folder removed): the
     shrunk reproducer is printed, not lost."""
-    from replayssm.validators import fuzz_artifacts
+    from replayssm.validators.engine import fuzz_artifacts
 
     def full(*a, **k):
         raise OSError(28, "No space left on device")
@@ -532,7 +532,7 @@ def test_the_lock_is_released_when_a_run_fails(env, capsys, monkeypatch, sub, ra
         monkeypatch.setattr(cli_validate, "run_scenario", boom)
         argv = [*VALIDATE, "--schedule", "random", "--steps", "2"]
     else:
-        from replayssm.validators import drift as D
+        from replayssm.validators.jobs.drift import sweep as D
         monkeypatch.setattr(D, "run_sweep", boom)
         argv = DRIFT
     assert main([_sub(env, a) for a in argv]) == code
@@ -559,10 +559,10 @@ def test_a_refused_run_leaves_no_lock_and_no_folder(env46, capsys):
 import os  # noqa: E402
 import sys  # noqa: E402
 
-from replayssm.validators.runner import run_scenario  # noqa: E402
+from replayssm.validators.engine.runner import run_scenario  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-_HERE = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+_HERE = Path(__file__).resolve().parents[2]
 VLLM_SRC = next((p for p in (Path(os.environ.get("REPLAYSSM_VLLM_SRC", "/nonexistent")),
                              _HERE.parent / "shared" / "peers" / "vllm-replayssm",
                              _HERE.parent.parent / "shared" / "peers" / "vllm-replayssm") if p.is_dir()), None)

@@ -1,7 +1,7 @@
 """The runner: literal models pass in every precision mode; each exact check fires on the kernel
 that breaks it and names the step, row and window position; results serialise; runs resume.
 
-Oracle: the literal models are the spec read line by line (tests/test_literal_models.py checks
+Oracle: the literal models are the spec read line by line (tests/core/test_literal_models.py checks
 them against the fp64 recurrence), so they must pass; each small broken kernel below violates
 exactly one rule of spec 6, so exactly that check must fire, at the step where it was broken.
 """
@@ -20,9 +20,9 @@ from replayssm.ops.mamba2.literal import Mamba2LiteralReplay, Mamba2LiteralRepla
 from replayssm.precision import STANDARD_MODES
 from replayssm.scenarios import Scenario
 from replayssm.validators import Lockstep, ValidationResult, run_scenario
-from replayssm.validators.invariants import int_view, poison_bits
-from replayssm.validators.mutants import MUTANTS, first_bad_step
-from replayssm.validators.tolerances import tolerance_for
+from replayssm.validators.engine.invariants import int_view, poison_bits
+from replayssm.validators.engine.mutants import MUTANTS, first_bad_step
+from replayssm.validators.engine.tolerances import tolerance_for
 
 FAMILIES = ("mamba2", "gdn")
 DECODES = ("speculative", "standard")

@@ -1,6 +1,6 @@
 """The seams where serving engines break kernels (issue 50): each new mutant caught by the default validation.
 
-Oracle: each mutant of ``validators/mutants/seams.py`` carries one bug at a seam (inputs rewritten
+Oracle: each mutant of ``validators/engine/mutants/seams.py`` carries one bug at a seam (inputs rewritten
 in place, an out-of-range or garbage accepted count, a state transposed in memory); the default
 validation (``Scenario.tiny``: the exhaustive schedule, a padding row, unused slots; the
 ``tiny-square`` geometry, K = V, for the transposed state) must fail it with the check
@@ -20,12 +20,12 @@ from replayssm.registry import get
 from replayssm.scenarios import Scenario
 from replayssm.scenarios.inputs import make_initial_state, make_inputs
 from replayssm.validators import Lockstep, run_scenario
-from replayssm.validators import invariants as inv
-from replayssm.validators.runner import build_kernel
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.runner import build_kernel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-FIELD_DOC = Path(__file__).resolve().parents[1] / "docs" / "field_bugs.md"
+FIELD_DOC = Path(__file__).resolve().parents[2] / "docs" / "field_bugs.md"
 
 ZERO_ACCEPT = {"schedule": "zero-accept", "steps": 16, "schedule_params": {"zero_prob": 0.5}}
 

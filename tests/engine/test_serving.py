@@ -28,8 +28,8 @@ from replayssm.scenarios.inputs import make_inputs as scenario_inputs
 from replayssm.scenarios.inputs import make_params as scenario_params
 from replayssm.scenarios.strategies import scenarios, serving_options
 from replayssm.validators import run_scenario
-from replayssm.validators.fuzz import fuzz_kernel, sweep_kernel
-from replayssm.validators.runner import policy_literal_name, reference_step
+from replayssm.validators.engine.runner import policy_literal_name, reference_step
+from replayssm.validators.jobs.fuzz.run import fuzz_kernel, sweep_kernel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -394,7 +394,7 @@ def test_the_nightly_sweep_counts_every_failing_scenario_without_stopping(kernel
     """Properties, not the counts a Hypothesis version happens to draw: every drawn scenario runs (a
     failure stops neither the sweep nor the scenarios after it), and the sweep's counts are exactly the
     scenarios whose own run fails, with the checks they fail."""
-    import replayssm.validators.fuzz as F
+    import replayssm.validators.jobs.fuzz.run as F
 
     ran = []
 
@@ -481,7 +481,7 @@ FIELD = [
     ("mutant-recycled-slot-keeps-state", "mamba2",
      {"schedule": "slot-reuse", "steps": 12, "schedule_params": {"reset_prob": 0.3, "poison": "large"}}, "state"),
 ]
-FIELD_DOC = Path(__file__).resolve().parents[1] / "docs" / "field_bugs.md"
+FIELD_DOC = Path(__file__).resolve().parents[2] / "docs" / "field_bugs.md"
 
 
 @pytest.mark.parametrize("mutant,family,overrides,check", FIELD,

@@ -1,7 +1,7 @@
 """Stored-precision checks: what a kernel really stores, and the error one flush adds.
 
-Oracle: exact representability (``validators/checks/stored_precision.py``) and the fp64 fold of
-the kernel's own storage (``validators/checks/flush_increment.py``).  A declared-fp32 checkpoint
+Oracle: exact representability (``validators/engine/checks/stored_precision.py``) and the fp64 fold of
+the kernel's own storage (``validators/engine/checks/flush_increment.py``).  A declared-fp32 checkpoint
 kept at bf16 precision used to pass at qwen35-4b geometry (its state error is within 2x the
 literal model's bf16-record-level error); both checks name it now, at tiny and at qwen35-4b.
 """
@@ -14,7 +14,7 @@ import torch
 from replayssm.precision import FORMATS, STATE_FORMATS, PrecisionMode, StorageFormat, lower_format
 from replayssm.scenarios import Scenario
 from replayssm.validators import run_scenario
-from replayssm.validators.checks.stored_precision import (
+from replayssm.validators.engine.checks.stored_precision import (
     MIN_VALUES,
     SAMPLE,
     coarser_formats,
@@ -22,8 +22,8 @@ from replayssm.validators.checks.stored_precision import (
     exact_shares,
     verdict,
 )
-from replayssm.validators.mutants import MUTANTS
-from replayssm.validators.mutants.field_bugs import store_one_lower
+from replayssm.validators.engine.mutants import MUTANTS
+from replayssm.validators.engine.mutants.field_bugs import store_one_lower
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,6 +1,6 @@
 """Three verdicts: pass, marginal, fail; ``--strict``; the exit codes; the fuzzer past a marginal.
 
-Oracle: the tolerance rule's bound (validators/checks/tolerance_rule.py) and the marginal band
+Oracle: the tolerance rule's bound (validators/engine/checks/tolerance_rule.py) and the marginal band
 ``tolerances.MARGINAL_FACTOR`` (docs/validation.md, "Verdicts").  The test double is the Mamba-2
 literal baseline with a deliberately perturbed rounding: every state it stores is scaled by
 ``1 + eps`` (in fp64, then rounded to the state format: a biased rounding of about eps / u_fp32 ulps).
@@ -21,10 +21,11 @@ from replayssm.records import Recorder, errors
 from replayssm.records.jobs import fuzz_records, validate_record
 from replayssm.registry import get
 from replayssm.scenarios import Scenario
-from replayssm.validators import Lockstep, fuzz, run_scenario
-from replayssm.validators.fuzz_artifacts import load_failure
-from replayssm.validators.result import ValidationResult
-from replayssm.validators.tolerances import MARGINAL_FACTOR, MARGINAL_FACTOR_SR, marginal_factor
+from replayssm.validators import Lockstep, run_scenario
+from replayssm.validators.engine.fuzz_artifacts import load_failure
+from replayssm.validators.engine.result import ValidationResult
+from replayssm.validators.engine.tolerances import MARGINAL_FACTOR, MARGINAL_FACTOR_SR, marginal_factor
+from replayssm.validators.jobs.fuzz import run as fuzz
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

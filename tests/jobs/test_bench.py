@@ -11,7 +11,7 @@ from replayssm.families import family, family_names, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
 from replayssm.registry import kernels
-from replayssm.validators.bench import (
+from replayssm.validators.jobs.bench.run import (
     GATE_BATCHES,
     GATE_KERNELS,
     GATE_SPEC_BATCHES,
@@ -27,7 +27,7 @@ from replayssm.validators.bench import (
     measure_case,
     slow_fraction,
 )
-from replayssm.validators.bench_table import load_runs, render
+from replayssm.validators.jobs.bench.table import load_runs, render
 
 
 # gdn's and kda's smoke runs are the slowest (77 s of a loaded 2-core run; kda 19 s idle, 2026-12-01):

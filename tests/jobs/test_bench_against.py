@@ -23,8 +23,8 @@ from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.precision import parse_mode
 from replayssm.registry import get
 from replayssm.scenarios.inputs import make_params
-from replayssm.validators.bench import check_scenario_of, random_inputs
-from replayssm.validators.bench_against import (
+from replayssm.validators.engine.runner import declared_policy
+from replayssm.validators.jobs.bench.against import (
     _verdict,
     against_kernels,
     bench_against,
@@ -33,9 +33,9 @@ from replayssm.validators.bench_against import (
     summary_rows,
     write,
 )
-from replayssm.validators.runner import declared_policy
+from replayssm.validators.jobs.bench.run import check_scenario_of, random_inputs
 
-PEERS = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "peers" / "vllm-replayssm"
+PEERS = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "peers" / "vllm-replayssm"
 COPY = {"tbps": 1.0, "bytes": 1, "ms": 1.0}
 
 

@@ -1,4 +1,4 @@
-"""The calibration job counts false alarms and resolves losses (validators/calibration.py, replayssm calibrate).
+"""The calibration job counts false alarms and resolves losses (validators/jobs/calibration.py, replayssm calibrate).
 
 Oracle: a correct kernel passes every check (its runs count, its false alarms stay 0); a mutant
 run as a member of the population is counted as a false alarm (the counter can fail); a loss
@@ -16,7 +16,7 @@ import pytest
 from replayssm.cli import main
 from replayssm.records import Recorder, validate
 from replayssm.records.jobs import calibration_records, resolving_records
-from replayssm.validators.calibration import (
+from replayssm.validators.jobs.calibration import (
     BEGIN,
     END,
     Loss,

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from replayssm.validators.drift_analysis import (
+from replayssm.validators.jobs.drift.analysis import (
     BinnedCurve,
     compare_speculative,
     effective_precision,
@@ -155,7 +155,7 @@ def test_effective_precision_flags_lost_bits():
 
 
 def test_binned_curve_streams_bit_for_bit_and_round_trips():
-    from replayssm.validators.drift_analysis import BinnedCurve
+    from replayssm.validators.jobs.drift.analysis import BinnedCurve
     e = noisy(np.sqrt(1e-8 + 1e-9 * t), 8)
     whole = BinnedCurve.new(T)
     parts = BinnedCurve.new(T)
@@ -199,7 +199,7 @@ def test_h200_fp32_checkpoint_error_that_rises_then_plateaus_is_bounded():
     bounded, with the plateau where the data flattens."""
     import pathlib
 
-    fixture = pathlib.Path(__file__).resolve().parent / "fixtures" / "drift_h200_nano4b_state_curve.json"
+    fixture = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "drift_h200_nano4b_state_curve.json"
     curve = json.loads(fixture.read_text())
     t, rms = np.array(curve["t"]), np.array(curve["rms"])
     fit = fit_growth(t, rms)

@@ -23,11 +23,11 @@ from replayssm.ops.ordered_sum import pairwise_sum
 from replayssm.ops.triton.reference import reference_rows
 from replayssm.scenarios.inputs import make_inputs, make_inputs_steps
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators import invariants as inv
-from replayssm.validators.drift import CellRun, SweepConfig
-from replayssm.validators.drift_analysis import BinnedCurve
-from replayssm.validators.drift_fast import FastCell, _ChunkReference, raw_path
-from replayssm.validators.runner import readout_magnitude
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.runner import readout_magnitude
+from replayssm.validators.jobs.drift.analysis import BinnedCurve
+from replayssm.validators.jobs.drift.fast import FastCell, _ChunkReference, raw_path
+from replayssm.validators.jobs.drift.sweep import CellRun, SweepConfig
 
 CELLS = ["mamba2.literal-replay.s32a16.long-memory.standard",
          "mamba2.literal-replay.sfp8a16-sr.long-memory.spec-random",
@@ -82,7 +82,7 @@ def test_fast_path_is_bit_identical_to_the_slow_path(cell):
 
 @pytest.mark.parametrize("cell", [CELLS[0], CELLS[1]], ids=["mamba2-standard", "mamba2-spec-random"])
 def test_fast_path_keeps_the_lockstep_bookkeeping(cell):
-    """The host's cursor walk over all rows at once (validators/cursor_table.py) leaves the Lockstep as
+    """The host's cursor walk over all rows at once (validators/engine/cursor_table.py) leaves the Lockstep as
     the row loop of ``Lockstep.step`` does: cursors, coverage (keys in the same order), phases, tokens."""
     cfg, spec = _cfg(cell, tokens=80, rows=5)
     runs = [_cell(spec, cfg, how) for how in ("slow", "fast")]
@@ -308,7 +308,7 @@ def test_reference_hoisted_over_a_chunk(fam):
 def test_fused_reference_live_rows(fam, live):
     """``reference_advance_fused(..., rows=mask)`` (drift's shadow: only armed rows are read) gives the
     masked rows' output and state of the unmasked step bit for bit (the other rows' are undefined:
-    the fast path never reads them; tests/test_drift_fast.py's static-fused cells check that)."""
+    the fast path never reads them; tests/jobs/test_drift_fast.py's static-fused cells check that)."""
     f, tok, params, st = _one_token(fam, 3)
     prep = f.reference_prepare(tok, params)
     mask = torch.tensor(live)

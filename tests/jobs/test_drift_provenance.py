@@ -18,7 +18,7 @@ import pytest
 from replayssm import registry
 from replayssm.cli import main
 from replayssm.ops.mamba2.literal import Mamba2LiteralReplay
-from replayssm.validators import drift as D
+from replayssm.validators.jobs.drift import sweep as D
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -159,7 +159,7 @@ def test_checkpoint_files_round_trip_bit_for_bit_and_refuse_what_they_cannot_pro
     import numpy as np
     import torch
 
-    from replayssm.validators import checkpoint_file as C
+    from replayssm.validators.engine import checkpoint_file as C
     g = torch.Generator().manual_seed(0)
     tree = {"floats": [1.5, math.nan, -math.inf, 0.1], "ints": (3, -(1 << 62)), 7: None, "flag": True,
             "np": np.arange(6, dtype=np.int64).reshape(2, 3), "npscalar": np.float64(0.3), "text": "é",

@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from replayssm.cli import main
-from replayssm.validators.drift import (
+from replayssm.validators.jobs.drift.budgets import load_budgets, parse_budgets
+from replayssm.validators.jobs.drift.sweep import (
     CellRun,
     SweepConfig,
     default_chunk,
@@ -31,7 +32,6 @@ from replayssm.validators.drift import (
     run_sweep,
     shard_cells,
 )
-from replayssm.validators.drift_budgets import load_budgets, parse_budgets
 
 SMALL = ["--families", "mamba2,gdn", "--modes", "s32a16,sfp8a16", "--schedules", "standard,spec-random",
          "--tokens", "256", "--rows", "2", "--no-progress", "--checkpoint-every", "0"]
@@ -225,7 +225,7 @@ def test_a_cell_out_of_device_memory_is_named_and_reruns_to_the_same_reports(ref
     """A cell that runs out of device memory (too many processes on one card, 2026-12-06 on the H200)
     gets no result while the others run; the report lists it as not run, the command exits 3 naming
     --workers; rerun on the same --out, only that cell runs, and the reports equal the uninterrupted run's."""
-    import replayssm.validators.drift as D
+    import replayssm.validators.jobs.drift.sweep as D
 
     cfg = SweepConfig.from_dict(json.loads((reference / "config.json").read_text()))
     victim = cfg.cells()[0][1].id
@@ -257,7 +257,7 @@ def test_worker_reports_out_of_memory_apart_from_other_errors(reference, tmp_pat
     which the parent lists, and any other error as ("error", id, traceback), which fails the sweep."""
     import queue
 
-    import replayssm.validators.drift as D
+    import replayssm.validators.jobs.drift.sweep as D
 
     cfg = SweepConfig.from_dict(json.loads((reference / "config.json").read_text()))
     ids = [c.id for c in cfg.cells()[0][:2]]
@@ -289,7 +289,7 @@ def test_worker_selects_an_indexed_device_only(device, selected, tmp_path, monke
     device; torch.cuda.set_device refuses a device without an index (a ValueError in every worker)."""
     import queue
 
-    import replayssm.validators.drift as D
+    import replayssm.validators.jobs.drift.sweep as D
 
     calls = []
     monkeypatch.setattr(torch.cuda, "set_device", calls.append)

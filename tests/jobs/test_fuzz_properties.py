@@ -3,7 +3,7 @@
 Oracle: the validation engine (``run_scenario``, the path of ``replayssm validate``) on
 scenarios drawn by ``replayssm.scenarios.strategies``: fp64 reference, the literal-model
 tolerance rule, the exact invariants and the repeat check.  Mutants are skipped (they must fail:
-tests/test_mutation_gallery.py).  Profile from ``REPLAYSSM_FUZZ_PROFILE`` (default ``ci``:
+tests/jobs/test_mutation_gallery.py).  Profile from ``REPLAYSSM_FUZZ_PROFILE`` (default ``ci``:
 derandomized; 20 scenarios per kernel in this run, 8 for the alternate literal kernels (policy
 literals, legitimate variants), Triton kernels run through the interpreter on CPU 3 tiny ones;
 ``dev`` 200, ``nightly`` 2,000).  A failure is shrunk and saved under failures/ for
@@ -17,7 +17,7 @@ from hypothesis import given
 
 from replayssm.families import family_names
 from replayssm.scenarios.strategies import scenarios
-from replayssm.validators.fuzz import (
+from replayssm.validators.jobs.fuzz.run import (
     check_scenario,
     ci_examples,
     fuzz_kernel,
@@ -26,7 +26,7 @@ from replayssm.validators.fuzz import (
     profile_name,
 )
 
-FAILURES = Path(__file__).resolve().parents[1] / "failures"
+FAILURES = Path(__file__).resolve().parents[2] / "failures"
 KERNELS = fuzzable_kernels()
 
 
@@ -40,7 +40,7 @@ def test_registry_has_kernels_of_every_family():
 
 
 # The calibration population's variants (replayssm/ops/<family>/variants.py) are drawn by `replayssm
-# calibrate` (tests/test_calibration.py, the calibration profile); their fuzz cases run in the slow tier.
+# calibrate` (tests/jobs/test_calibration.py, the calibration profile); their fuzz cases run in the slow tier.
 CALIBRATION_VARIANTS = {"literal-replay-fp32-records", "literal-replay-fp64-weights", "literal-replay-ieee-dot",
                         "literal-replay-other-norm", "literal-replay-unfused-fold"}
 

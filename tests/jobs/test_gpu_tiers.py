@@ -5,12 +5,22 @@ gets the rest, marked ``slow``, with the same ids.
 Oracle: the tier rule as the module docstring of tests/gpu_tiers.py states it.
 """
 
+import sys
+from pathlib import Path
+
 import pytest
-import test_adapters_gpu
-import test_gdn_gpu
-import test_kda_gpu
-import test_mamba2_gpu
 from gpu_tiers import BIG_MEMORY, FULL_MODE, MERGE_MODES, mode_path_in_merge_tier, tiered
+
+# The GPU test modules live in their groups' folders; pytest imports each under its basename with its
+# folder first on sys.path ("prepend" import mode), and so do these lines.
+_TESTS = Path(__file__).resolve().parents[1]
+for _d in ("adapters", "ops/gdn", "ops/kda", "ops/mamba2"):
+    if str(_TESTS / _d) not in sys.path:
+        sys.path.insert(0, str(_TESTS / _d))
+import test_adapters_gpu  # noqa: E402
+import test_gdn_gpu  # noqa: E402
+import test_kda_gpu  # noqa: E402
+import test_mamba2_gpu  # noqa: E402
 
 KINDS = {(n, d) for n in ("triton-replay", "triton-baseline") for d in ("standard", "speculative")}
 

@@ -1,4 +1,4 @@
-"""The model level (``replayssm model``, validators/model/): a tiny random qwen3_next whose GDN layers
+"""The model level (``replayssm model``, validators/jobs/model/): a tiny random qwen3_next whose GDN layers
 and a tiny random nemotron_h whose Mamba-2 mixers decode through the kernel under test, judged by
 teacher forcing against their fp64-recurrence prefill.
 
@@ -22,8 +22,8 @@ transformers = pytest.importorskip("transformers")
 
 from replayssm.cli import main  # noqa: E402
 from replayssm.records.record import validate  # noqa: E402
-from replayssm.validators.model import forcing, hf  # noqa: E402
-from replayssm.validators.model.job import ModelJob, check_engagement, load_model_budgets, run  # noqa: E402
+from replayssm.validators.jobs.model import forcing, hf  # noqa: E402
+from replayssm.validators.jobs.model.job import ModelJob, check_engagement, load_model_budgets, run  # noqa: E402
 
 
 def _job(**kw) -> ModelJob:

@@ -1,6 +1,6 @@
 """The fuzzer catches every broken kernel under the ``ci`` profile, in few scenarios, with a small reproducer.
 
-Oracle: the mutants (validators/mutants/) each carry one known
+Oracle: the mutants (validators/engine/mutants/) each carry one known
 bug, so the validation engine must fail each one; the fuzzer must find a failing scenario
 within the first 100 generated scenarios (the ``ci`` profile's bound; work, not wall clock:
 a loaded machine reaches the same verdict) and, with shrinking bounded to 150 more scenarios,
@@ -16,9 +16,10 @@ import pytest
 from replayssm.cli import main
 from replayssm.precision import STANDARD_MODES
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.fuzz import fuzz_kernel
-from replayssm.validators.fuzz_artifacts import load_failure
-from replayssm.validators.gallery_run import (
+from replayssm.validators.engine.fuzz_artifacts import load_failure
+from replayssm.validators.engine.mutants import all_mutants
+from replayssm.validators.engine.runner import run_scenario
+from replayssm.validators.jobs.fuzz.gallery import (
     DOT_FAMILIES,
     dot_modes,
     failure_class,
@@ -27,9 +28,8 @@ from replayssm.validators.gallery_run import (
     run_case,
     run_dot_case,
 )
-from replayssm.validators.mutants import all_mutants
-from replayssm.validators.regressions import CORPUS
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.jobs.fuzz.regressions import CORPUS
+from replayssm.validators.jobs.fuzz.run import fuzz_kernel
 
 CASES = gallery_cases()
 
@@ -50,7 +50,7 @@ def test_gallery_has_at_least_fifteen_mutants_covering_the_classes():
 
 # The five slowest fuzzer runs (2026-12-01, a loaded 2-core run: 52-238 s each) are in the slow tier
 # for ./dev test's 10 minutes; every run still catches each of them through its shrunk reproducer in
-# golden/regressions (tests/test_regressions.py; checked below) and sr-stale-seed through its named
+# golden/regressions (tests/jobs/test_regressions.py; checked below) and sr-stale-seed through its named
 # scenario too.
 SLOW_FUZZ = {("mutant-sr-stale-seed", "mamba2"), ("mutant-softplus-threshold", "gdn"),
              ("mutant-softplus-threshold", "mamba2"), ("mutant-sr-biased", "mamba2"), ("mutant-sr-biased", "gdn"),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location("nightly_fuzz", Path(__file__).resolve().parents[1] / "tools" /
+spec = importlib.util.spec_from_file_location("nightly_fuzz", Path(__file__).resolve().parents[2] / "tools" /
                                               "nightly_fuzz.py")
 nightly = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(nightly)

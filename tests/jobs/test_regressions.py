@@ -1,14 +1,14 @@
 """The regression corpus (golden/regressions/*.json) replays on every run.
 
-Oracle: each entry's recorded status (validators/regressions.py): ``fixed`` entries (failures
+Oracle: each entry's recorded status (validators/jobs/fuzz/regressions.py): ``fixed`` entries (failures
 found by the fuzzer and fixed since) must pass the full validation, ``mutant`` entries must still
 fail with the recorded check at the recorded first step.
 """
 
 import pytest
 
-from replayssm.validators.fuzz_artifacts import load_failure
-from replayssm.validators.regressions import CORPUS, add, replay
+from replayssm.validators.engine.fuzz_artifacts import load_failure
+from replayssm.validators.jobs.fuzz.regressions import CORPUS, add, replay
 
 ENTRIES = sorted(CORPUS.glob("*.json"))
 

@@ -22,9 +22,9 @@ from replayssm import cli
 from replayssm.records import Recorder, append
 from replayssm.records.gate import THRESHOLDS, compare, from_pytest_benchmark
 from replayssm.records.index import Index
-from replayssm.validators.results_page import page
+from replayssm.validators.jobs.results_page import page
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GPUS = ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
 COMMITS = ("aaaaaaa11111", "bbbbbbb22222")
 VERSIONS = {"python": "3.11", "torch": "2.9", "triton": "3.5", "replayssm": "0.1.0"}

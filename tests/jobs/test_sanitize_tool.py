@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-spec = importlib.util.spec_from_file_location("sanitize", Path(__file__).resolve().parents[1] / "tools" / "sanitize.py")
+spec = importlib.util.spec_from_file_location("sanitize", Path(__file__).resolve().parents[2] / "tools" / "sanitize.py")
 sanitize = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sanitize)
 

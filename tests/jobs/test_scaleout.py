@@ -2,7 +2,7 @@
 estimated cost, claim mode on a shared --out, the Ray backend on a local cluster.
 
 Every comparison of reports is byte equality of the JSON, Markdown and HTML files against the serial
-run of the same sweep (as tests/test_drift_runner.py).
+run of the same sweep (as tests/jobs/test_drift_runner.py).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from replayssm.cli import main
-from replayssm.validators.drift import CellSpec, SweepConfig
-from replayssm.validators.scaleout import claims as C
-from replayssm.validators.scaleout import shards as S
+from replayssm.validators.jobs.drift.sweep import CellSpec, SweepConfig
+from replayssm.validators.jobs.scaleout import claims as C
+from replayssm.validators.jobs.scaleout import shards as S
 
 TINY = ["--families", "mamba2,gdn", "--modes", "s32a16", "--schedules", "standard,spec-random",
         "--tokens", "256", "--rows", "2", "--no-progress", "--checkpoint-every", "0"]
@@ -108,7 +108,7 @@ def test_balanced_shards_partition_deterministically_within_the_lpt_bound(n):
 
 
 def test_example_workflow_uses_shard_auto():
-    text = (Path(__file__).resolve().parents[1] / ".github" / "workflows" / "gpu.yml").read_text()
+    text = (Path(__file__).resolve().parents[2] / ".github" / "workflows" / "gpu.yml").read_text()
     assert "--shard auto" in text and "REPLAYSSM_SHARD" in text
 
 

@@ -1,7 +1,7 @@
 """Drift checkpoints on disk in a format that cannot execute code, with a SHA-256 digest checked before use.
 
 A checkpoint is a tree of dicts, lists, tuples, numbers, strings, ``None``, torch tensors and NumPy
-arrays (:meth:`replayssm.validators.drift.CellRun.state_dict`).  Pickle (``torch.load`` with
+arrays (:meth:`replayssm.validators.jobs.drift.sweep.CellRun.state_dict`).  Pickle (``torch.load`` with
 ``weights_only=False``) would run whatever a planted file names, so the file is instead:
 
 * line 1: ``replayssm-checkpoint/1`` (anything else is a foreign file, an older pickled
@@ -15,8 +15,8 @@ arrays (:meth:`replayssm.validators.drift.CellRun.state_dict`).  Pickle (``torch
 Reading checks the magic line, the header, the payload's length and the digest, in that order,
 before any tensor is built; every failure raises :class:`CheckpointError` with one line saying
 what was wrong.  Oracle: round trip (``read(write(x)) == x`` bit for bit, every dtype the kernels
-store: fp64 to fp8, integers, bool) and the refusals above (tests/test_drift_provenance.py,
-tests/test_red_team.py).
+store: fp64 to fp8, integers, bool) and the refusals above (tests/jobs/test_drift_provenance.py,
+tests/engine/test_red_team.py).
 """
 
 from __future__ import annotations

@@ -175,7 +175,7 @@ def compile_all(specs: list[dict], arch: int = 90, timeout_s: float = 1200.0) ->
         inp.write_text(json.dumps(specs))
         env = dict(os.environ, TRITON_INTERPRET="0")  # "0", not unset: replayssm turns it on without CUDA
         env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-        proc = subprocess.run([sys.executable, "-m", "replayssm.validators.compile_check", str(inp), str(out),
+        proc = subprocess.run([sys.executable, "-m", "replayssm.validators.engine.compile_check", str(inp), str(out),
                                str(arch)], env=env, capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0 or not out.exists():
             raise RuntimeError(f"compile_check: the compiling process failed (exit {proc.returncode}): "

@@ -10,7 +10,7 @@ refused with the argument named, never looked up out of bounds.
 Why: drift's fast path walks the cursors of every row on the host at every step (which rows flush,
 where each cursor goes); per row and step that was a few Python calls through the policy, ~350 us
 of host time per step at 64 rows (docs/benchmarks.md), which bounded the step once the device
-work was graphed.  tests/test_cursor_table.py holds the tables to the policies on random walks.  A decode
+work was graphed.  tests/engine/test_cursor_table.py holds the tables to the policies on random walks.  A decode
 whose tables would exceed :data:`MAX_ENTRIES` entries (a history of thousands of records) is not
 tabulated: the same methods then ask the policy row by row.
 """

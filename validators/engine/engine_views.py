@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from replayssm.validators import invariants as inv
+from replayssm.validators.engine import invariants as inv
 
 GAP = 3  # canary elements between two views (and after the last)
 TABLE_COLS = 3

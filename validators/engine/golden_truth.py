@@ -10,7 +10,7 @@ other element of the kernel and the literal model is set to the truth's placehol
 no error to either); on the other steps, and for checkpoints (the golden data holds no state at
 a flush's folded count), no value check has a truth.  The exact invariants, the stored-precision
 and flush-increment checks (which need no reference) run as usual.  Expected: the same verdict as
-the recomputed truth on the stored steps (tests/test_golden.py).
+the recomputed truth on the stored steps (tests/engine/test_golden.py).
 
 A scenario that is not a golden entry's (compared as the digest of its JSON), or golden data
 that fails its sha256 manifest, is refused with one line (ValueError).

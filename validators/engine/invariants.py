@@ -1,7 +1,7 @@
 """Bitwise helpers of the exact invariant checks on a kernel's outputs and stored state.
 
 Oracle: docs/recurrences.md sections 2-4 and docs/validation.md.  The checks themselves are units of
-``validators/checks/``; the helpers here compare raw bits, never values with a tolerance:
+``validators/engine/checks/``; the helpers here compare raw bits, never values with a tolerance:
 
 * outputs are poisoned before each verify with a NaN of a fixed payload; an element still
   holding that exact bit pattern afterwards was never written;

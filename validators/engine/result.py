@@ -18,9 +18,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from replayssm.validators.checks import CHECKS as CHECK_REGISTRY
+from replayssm.validators.engine.checks import CHECKS as CHECK_REGISTRY
 
-# Check names and what each catches, in run order (the registry of validators/checks/).
+# Check names and what each catches, in run order (the registry of validators/engine/checks/).
 CHECKS = {name: c.catches for name, c in CHECK_REGISTRY.items()}
 
 

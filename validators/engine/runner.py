@@ -6,9 +6,9 @@ position s of every verify is compared with the reference run on committed prefi
 window[0..s], drafts included; after each commit the kernel's committed state is compared with
 the reference state after the accepted prefix; at every flush its checkpoint is compared with
 the reference state at the folded token count.  Tolerances come from
-``validators/tolerances.py`` (err <= factor x literal-model error at the same mode + floor); the
-exact invariants from ``validators/invariants.py``.  Every check is a registered unit of
-``validators/checks/``; this module only orchestrates: plan -> reset rows -> verify -> the checks
+``validators/engine/tolerances.py`` (err <= factor x literal-model error at the same mode + floor); the
+exact invariants from ``validators/engine/invariants.py``.  Every check is a registered unit of
+``validators/engine/checks/``; this module only orchestrates: plan -> reset rows -> verify -> the checks
 of each hook (verify-returned, after-verify, at-flush) -> commit -> the after-commit checks, and
 the end-of-run checks after the last step.
 
@@ -38,7 +38,7 @@ its literal model, one-token inputs (a request with drafting switched off).  Und
 The reference is batched over rows on the kernel's device in fp64 (no per-element Python loops).
 The literal model (per-row Python) is only needed for the tolerance rule: ``literal_every``
 samples it (0: never); on the steps it does not run, the fp64 running-error bound of
-``validators/checks/fp64_bound.py`` judges outputs, states and checkpoints instead (a family
+``validators/engine/checks/fp64_bound.py`` judges outputs, states and checkpoints instead (a family
 without an error model keeps the literal model on every step): no option turns the numerical
 checks off.
 """
@@ -69,18 +69,18 @@ from replayssm.registry import get, register
 from replayssm.scenarios.inputs import make_initial_state, make_inputs, make_params
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import POISON_LARGE, StepPlan, plan
-from replayssm.validators import invariants as inv
-from replayssm.validators import mutants  # noqa: F401 - registers every mutant by name
-from replayssm.validators.checks import CHECKS, HOOKS, RunContext, StepContext, ToleranceRule, checks_at
-from replayssm.validators.checks.fp64_bound import RunningBound, error_model, state_norm
-from replayssm.validators.checks.tolerance_rule import SR_WALK_CAP
-from replayssm.validators.engine_views import Gaps, column_view, strided_views
-from replayssm.validators.golden_truth import GoldenTruth, masked
-from replayssm.validators.metrics import error_metrics
-from replayssm.validators.poison_alloc import HOW as POISON_HOW
-from replayssm.validators.poison_alloc import poison_kernel_calls
-from replayssm.validators.result import Failure, ValidationResult
-from replayssm.validators.tolerances import marginal_factor as band_of
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine import mutants  # noqa: F401 - registers every mutant by name
+from replayssm.validators.engine.checks import CHECKS, HOOKS, RunContext, StepContext, ToleranceRule, checks_at
+from replayssm.validators.engine.checks.fp64_bound import RunningBound, error_model, state_norm
+from replayssm.validators.engine.checks.tolerance_rule import SR_WALK_CAP
+from replayssm.validators.engine.engine_views import Gaps, column_view, strided_views
+from replayssm.validators.engine.golden_truth import GoldenTruth, masked
+from replayssm.validators.engine.metrics import error_metrics
+from replayssm.validators.engine.poison_alloc import HOW as POISON_HOW
+from replayssm.validators.engine.poison_alloc import poison_kernel_calls
+from replayssm.validators.engine.result import Failure, ValidationResult
+from replayssm.validators.engine.tolerances import marginal_factor as band_of
 
 CANARY_GENERATION = 1 << 40
 # The per-step metrics (``Lockstep.metrics``, the result's ``worst <metric>`` summary).
@@ -246,11 +246,11 @@ class Lockstep:
     states themselves use (drift, the golden trajectories, the repeat run); :func:`run_scenario`
     refuses 0 for either.  ``max_failures``: failures kept in full (all are counted).
     ``truth``: ``"reference"`` (the fp64 reference, recomputed) or ``"golden"`` (read from the
-    golden fp64 trajectories of a canonical scenario, ``validators/golden_truth.py``: the value
+    golden fp64 trajectories of a canonical scenario, ``validators/engine/golden_truth.py``: the value
     checks judge the stored elements at the stored steps; ValueError naming ``truth`` when the
     scenario is no golden entry's or the data fails its sha256 manifest).
 
-    The checks are the registered units of ``validators/checks/`` (``CHECKS``): each runs at its
+    The checks are the registered units of ``validators/engine/checks/`` (``CHECKS``): each runs at its
     hooks on the steps its schedule names, for the kernel kinds it lists; a snapshot is taken only
     when a check due at that step needs it.
     """
@@ -402,7 +402,7 @@ class Lockstep:
         # Stochastic rounding: the literal model's error is one random draw of the mode's noise; the
         # bound uses the running maximum (literal and replicas) per row since the row's last reset.
         self.lit_env = self.rule.envelope
-        if poison_allocations:  # (validators/poison_alloc.py) every empty-like buffer of the kernel's calls
+        if poison_allocations:  # (validators/engine/poison_alloc.py) every empty-like buffer of the kernel's calls
             poison_kernel_calls(self.kernel, poison_allocations, self.coverage)
 
     # ---- schedules --------------------------------------------------------------------------------------
@@ -1204,7 +1204,7 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
     needed: names and classes are rebuilt for the repeat run) on ``sc``; never raises for a kernel
     error: exceptions are recorded in the result with the step they happened at.  ``poison_allocations``
     (``"nan"`` | ``"large"``): every empty-like buffer the kernel allocates in its reset / verify /
-    commit calls is filled with that poison (validators/poison_alloc.py), the repeat run's too.
+    commit calls is filled with that poison (validators/engine/poison_alloc.py), the repeat run's too.
     ``marginal_factor``: the marginal band of the banded checks (default ``tolerances.marginal_factor``
     of the mode; 1: none, every error above the bound fails)."""
     if not isinstance(sc, Scenario):

@@ -19,7 +19,7 @@ A kernel that breaks the rule computes or stores something at a lower effective 
 its declared mode (or is wrong): the report says so.
 
 Factor and floor were measured on tiny, 40-60 steps, every standard mode, both families
-(tests/test_runner.py::test_tolerance_table_separates_legit_variants): legitimate alternative
+(tests/engine/test_runner.py::test_tolerance_table_separates_legit_variants): legitimate alternative
 implementations (the Mamba-2 state_and_output route against the output_only literal; the literal
 replay with an independent stochastic-rounding stream) reach at most 0.67 of the bound, while a
 state stored one format lower (fp32->bf16, 16-bit->fp8, fp8->fp4) reaches 1.1 to 10^6 of it --
@@ -61,7 +61,7 @@ FACTOR = 2.0
 # 1.02-1.13 x; the gallery's weakest catch at a round-to-nearest mode 1.116 x (mamba2
 # mutant-int8-truncation, si8a16, rec:9d151686a164c5e6; then 1.22 and 1.39 x for gdn and kda, every other
 # mutant >= 17.6 x or caught by a check without a band); and field bug mutant-low-precision-state (a state
-# stored one format lower) at gdn si8a16 1.093 x at its first bad step (tests/test_runner.py::
+# stored one format lower) at gdn si8a16 1.093 x at its first bad step (tests/engine/test_runner.py::
 # test_tolerance_table_separates_legit_variants, per-row, seed 3: with a band of 1.10 its first failure moved
 # from step 0 to step 3).  1.05 stays below both, with 4 % to spare, and takes in the low end of the
 # false-alarm range.  With stochastic rounding the gallery's mutants are caught at 1.004-1.039 x

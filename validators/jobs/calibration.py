@@ -38,8 +38,8 @@ from replayssm.precision import FORMATS, FP4_E2M1, lower_format, parse_mode
 from replayssm.registry import get, kernels
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.mutants.registry import MUTANTS
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.mutants.registry import MUTANTS
+from replayssm.validators.engine.runner import run_scenario
 
 # The precision modes the population is drawn over (every state format, stochastic rounding, tf32 dots).
 MODES = ("s32a32", "s32a16", "s32afp16", "s16a16", "s16a16-sr", "sfp16a16", "sfp16a16-sr", "sfp8a16", "sfp8a16-sr",

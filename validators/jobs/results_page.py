@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from replayssm.records.gate import findings
 from replayssm.records.index import Index
-from replayssm.validators.svg_plot import PALETTE, Plot, Series, render
+from replayssm.validators.jobs.drift.svg_plot import PALETTE, Plot, Series, render
 
 
 def environment() -> Environment:

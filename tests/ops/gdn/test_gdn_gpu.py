@@ -1,6 +1,6 @@
 """GDN Triton kernels on a GPU, through the validation engine (issue 5).
 
-Oracle: ``replayssm.validators.runner.run_scenario``: the fp64 token-by-token recurrence on the
+Oracle: ``replayssm.validators.engine.runner.run_scenario``: the fp64 token-by-token recurrence on the
 GPU, the literal model at the same precision mode (tolerance rule), and the exact invariants.
 Geometries qwen35-4b (16 key / 32 value heads, K = V = 128) and gdn-hv64 (16 / 64 heads);
 every supported precision mode; batch 1 to 512.  At batch 512 the literal model (per-row Python)
@@ -8,7 +8,7 @@ and the snapshot invariants are off: the run checks every output for poison/non-
 and bounds the worst error in units of the mode's u by what the small-batch runs reach.
 
 Expected error: the tolerance rule (<= 2 x literal + 4 u x scale) on every output and state.
-Run: ``nox -s gpu`` or ``pytest -m gpu tests/test_gdn_gpu.py`` (skips without CUDA).
+Run: ``nox -s gpu`` or ``pytest -m gpu tests/ops/gdn/test_gdn_gpu.py`` (skips without CUDA).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from gpu_tiers import BIG_MEMORY, scenario_in_merge_tier, tiered
 
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

@@ -1,6 +1,6 @@
 """GDN Triton kernels on the CPU (Triton interpreter): the kernels through the validation engine,
 snapshot/restore, the raw launch path and bad input (their rounding helpers are
-tests/test_triton_rounding.py's).
+tests/core/test_triton_rounding.py's).
 
 Oracles: ``run_scenario`` (fp64 reference, literal model at the same mode with the tolerance rule,
 exact invariants, repeat bit-identity).
@@ -16,7 +16,7 @@ import torch
 from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 GEO = {"family": "gdn", "num_k_heads": 1, "num_v_heads": 2, "head_k_dim": 16, "head_v_dim": 8}
 SUPPORTED = ("s32a32", "s32a16", "s32afp16", "s16a16", "s16a16-sr", "sfp16a16", "sfp16a16-sr", "sfp16afp16",
@@ -254,7 +254,7 @@ def test_bad_input_raises_before_any_change(name):
 
 
 def _assert_same(a, b):
-    from replayssm.validators.invariants import bits_equal
+    from replayssm.validators.engine.invariants import bits_equal
     assert bits_equal(a.checkpoint, b.checkpoint)
     assert all(bits_equal(a.records[n], b.records[n]) for n in a.records)
     for f in ("write_pos", "origin", "is_flush"):

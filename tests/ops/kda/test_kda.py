@@ -7,9 +7,9 @@ flash-linear-attention's ``naive_recurrent_kda`` when it is installed (fp32: 1e-
 ReplaySSM and baseline models at s64a64 equal the recurrence to 1e-12 (``core_drive.drive``); at the
 serving modes they pass the validation engine; each KDA mutant fails it while the literal model
 passes the same scenario.  All at the ``tiny`` preset, a few steps.  The fuzzer runs the KDA
-kernels through tests/test_fuzz_properties.py and fuzzes the KDA mutants in
-tests/test_mutation_gallery.py (both iterate the registries), the golden trajectories cover KDA
-(tests/test_golden.py).
+kernels through tests/jobs/test_fuzz_properties.py and fuzzes the KDA mutants in
+tests/jobs/test_mutation_gallery.py (both iterate the registries), the golden trajectories cover KDA
+(tests/engine/test_golden.py).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from replayssm.ops.gdn.naive import gdn_step
 from replayssm.ops.kda import naive
 from replayssm.ops.kda.literal import kda_window_solve
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.bench import bench_family
-from replayssm.validators.drift import SweepConfig, run_sweep
-from replayssm.validators.mutants import all_mutants
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.mutants import all_mutants
+from replayssm.validators.engine.runner import run_scenario
+from replayssm.validators.jobs.bench.run import bench_family
+from replayssm.validators.jobs.drift.sweep import SweepConfig, run_sweep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TOL = 1e-12

@@ -1,6 +1,6 @@
 """KDA Triton kernels on a GPU, through the validation engine, at the real preset.
 
-Oracle: ``replayssm.validators.runner.run_scenario``: the fp64 token-by-token KDA recurrence on the
+Oracle: ``replayssm.validators.engine.runner.run_scenario``: the fp64 token-by-token KDA recurrence on the
 GPU, the family's literal model at the same precision mode (tolerance rule), and the exact
 invariants.  Geometry kimi-linear-48b (32 heads, K = V = 128); every supported precision mode;
 both paths (single kernel, pre-pass + stream) of standard decode and speculative verify; batch 1
@@ -9,7 +9,7 @@ literal model (per-row Python) and the snapshot invariants are off: the run chec
 for poison/non-finite values and bounds the worst error in units of the mode's u.
 
 Expected error: the tolerance rule (<= 2 x literal + 4 u x scale) on every output and state.
-Run: ``pytest -m gpu tests/test_kda_gpu.py`` (skips without CUDA); the gpu-merge-tier profile runs it.
+Run: ``pytest -m gpu tests/ops/kda/test_kda_gpu.py`` (skips without CUDA); the gpu-merge-tier profile runs it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from gpu_tiers import BIG_MEMORY, scenario_in_merge_tier, tiered
 
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 

@@ -17,7 +17,7 @@ from replayssm.families import geometry_from_dict
 from replayssm.interface import DecodeConfig, KernelConfig
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 GEO = {"family": "kda", "num_k_heads": 1, "num_v_heads": 2, "head_k_dim": 16, "head_v_dim": 8}
 KERNELS = ("triton-replay", "triton-baseline")

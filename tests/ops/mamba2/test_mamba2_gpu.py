@@ -6,7 +6,7 @@ for CUDA graphs, the same kernel run eagerly.  Expected: every check passes; a t
 a measurably larger error than ieee (the GPU really rounds the dot operands) and stays inside the
 literal tf32 model's bound; a captured graph replays bit-identically.
 
-Skipped without CUDA (CI has none; the interpreter runs of tests/test_mamba2_triton.py cover the
+Skipped without CUDA (CI has none; the interpreter runs of tests/ops/mamba2/test_mamba2_triton.py cover the
 bookkeeping there).  Large batches sample the per-row literal model (``literal_every``) and skip
 the full-state snapshots (``invariants_every=steps``: the first and last step); the exact invariants run at batch 4-8.
 """
@@ -139,7 +139,7 @@ def test_batch_sizes(geometry, batch, name, decode):
 
 
 def _run_errors(mode, steps=12):
-    from replayssm.validators.runner import run_scenario
+    from replayssm.validators.engine.runner import run_scenario
     res = run_scenario(_sc("nano4b", "speculative", 4, mode, steps=steps), "triton-replay", device="cuda",
                        repeat_check=False)
     assert res.passed, res.headline()

@@ -9,7 +9,7 @@ passes; the stored bf16/fp8 bytes equal torch's round-to-nearest-even casts of t
 fp32 values up to the few elements where the fp32 arithmetic differs by an ulp.
 
 The GPU numerics (tf32 readouts, the GPU's exp/log, the launch configurations of the benchmark)
-are tested by tests/test_mamba2_gpu.py.
+are tested by tests/ops/mamba2/test_mamba2_gpu.py.
 """
 
 import pytest

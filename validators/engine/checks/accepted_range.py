@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.validators import invariants as inv
-from replayssm.validators.checks.registry import BOTH, register_check
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks.registry import BOTH, register_check
 
 
 def _call_window(ctx) -> int:

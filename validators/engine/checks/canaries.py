@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.validators import invariants as inv
-from replayssm.validators.checks.registry import BOTH, register_check
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks.registry import BOTH, register_check
 
 _WHEN = {"after-verify": "verify", "after-commit": "commit"}
 

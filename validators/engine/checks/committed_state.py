@@ -1,7 +1,7 @@
 """Check ``state``: after each commit the committed state equals the reference after the accepted prefix.
 
 Oracle: the fp64 token-by-token recurrence on the accepted stream and the tolerance rule
-(:class:`~replayssm.validators.checks.tolerance_rule.ToleranceRule`: factor x the literal
+(:class:`~replayssm.validators.engine.checks.tolerance_rule.ToleranceRule`: factor x the literal
 model's state error + floor, relative to the reference state's size; on steps without the literal
 model, the fp64 running-error bound of ``checks/fp64_bound.py`` + floor).  A non-finite state
 fails as ``non-finite``.
@@ -9,7 +9,7 @@ fails as ``non-finite``.
 
 from __future__ import annotations
 
-from replayssm.validators.checks.registry import BOTH, register_check
+from replayssm.validators.engine.checks.registry import BOTH, register_check
 
 
 @register_check("state", banded=True, hooks="after-commit", schedule="state", kinds=BOTH,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.validators import invariants as inv
-from replayssm.validators.checks.registry import REPLAY, register_check
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks.registry import REPLAY, register_check
 
 
 def _checkpoints_changed(ctx) -> torch.Tensor:

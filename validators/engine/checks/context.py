@@ -16,12 +16,12 @@ import torch
 
 from replayssm.interface import KernelSnapshot
 from replayssm.scenarios.schedules import StepPlan
-from replayssm.validators import invariants as inv
+from replayssm.validators.engine import invariants as inv
 
 
 @dataclass(eq=False)
 class StepContext:
-    """One step.  ``run`` is the :class:`~replayssm.validators.runner.Lockstep` (scenario, rows,
+    """One step.  ``run`` is the :class:`~replayssm.validators.engine.runner.Lockstep` (scenario, rows,
     cursors ``wp`` / ``origin`` after the commit, the tolerance rule ``rule``, canaries)."""
 
     run: Any

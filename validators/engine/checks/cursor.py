@@ -8,7 +8,7 @@ commit must hold the same (write_pos, origin, is_flush).  Replay kernels only (a
 
 from __future__ import annotations
 
-from replayssm.validators.checks.registry import REPLAY, register_check
+from replayssm.validators.engine.checks.registry import REPLAY, register_check
 
 
 @register_check("cursor", hooks="after-commit", schedule="invariants", kinds=REPLAY, needs=("after-commit",),

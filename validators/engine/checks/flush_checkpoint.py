@@ -1,7 +1,7 @@
 """Check ``flush-checkpoint``: at a flush the checkpoint equals the reference at the folded count.
 
 Oracle: the fp64 token-by-token recurrence on the accepted stream and the tolerance rule
-(:class:`~replayssm.validators.checks.tolerance_rule.ToleranceRule`: factor x the literal
+(:class:`~replayssm.validators.engine.checks.tolerance_rule.ToleranceRule`: factor x the literal
 model's checkpoint error + floor, relative to the reference state's size; on steps without the
 literal model, the fp64 running-error bound of ``checks/fp64_bound.py`` + floor).  The folded count is
 what the declared policy's flush folds: the committed prefix, or the prefix plus window position 0
@@ -12,7 +12,7 @@ as ``non-finite``.
 
 from __future__ import annotations
 
-from replayssm.validators.checks.registry import REPLAY, register_check
+from replayssm.validators.engine.checks.registry import REPLAY, register_check
 
 
 @register_check("flush-checkpoint", banded=True, hooks="at-flush", schedule="every-flush", kinds=REPLAY,

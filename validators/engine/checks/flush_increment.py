@@ -39,8 +39,8 @@ from replayssm.families import family
 from replayssm.interface import PAD_SLOT
 from replayssm.precision import parse_mode
 from replayssm.rounding import dequantize_state
-from replayssm.validators.checks.fp64_bound import FACTOR, K_EXP, K_SUM
-from replayssm.validators.checks.registry import REPLAY, register_check
+from replayssm.validators.engine.checks.fp64_bound import FACTOR, K_EXP, K_SUM
+from replayssm.validators.engine.checks.registry import REPLAY, register_check
 
 # One rounding to the state format is <= 1 u of the element (<= 2 u with stochastic rounding);
 # 4 u leaves room for a row whose maximum moved by a flush.

@@ -30,7 +30,7 @@ family's readout magnitude of that state bound (``runner.readout_magnitude`` on 
 per-head bound values), plus the tolerance rule's floor.  ``fold_terms`` (``K_SUM n + K_EXP L`` of
 a flush's fold) and ``fold_abs`` (the same times ``u_c M``, in absolute terms: it holds where the
 fold's contributions cancel) size the arithmetic the ``flush-increment`` check allows.
-Expected: a correct kernel stays below it at every mode (measured in ``tests/test_fp64_bound.py``);
+Expected: a correct kernel stays below it at every mode (measured in ``tests/engine/test_fp64_bound.py``);
 a state stored one format coarser than declared exceeds it wherever the declared format's u
 dominates the bound (an fp32 state whose records are exact inputs: Mamba-2; GDN's own bf16 d
 records make its state bound bf16-level at s32a16, where the stored-precision checks name the
@@ -54,7 +54,7 @@ from replayssm.precision import PrecisionMode
 # literal-baseline reach at most 0.31 of it; the legitimate variants registered beside the
 # literal models (literal-replay-state, -cumprod, -cumsum-exp, gdn -recurrent, and weights in
 # fp64, measured then unregistered to keep CI small), s32a32 / s32a16 / s16a16, three schedules,
-# 20 steps, at most 0.34 (tests/test_fp64_bound.py and tests/test_variants.py keep a subset).
+# 20 steps, at most 0.34 (tests/engine/test_fp64_bound.py and tests/core/test_variants.py keep a subset).
 K_SUM = 2.0  # relative error of an n-term fp32 sum of non-negative-bounded terms: ~n u (gamma_n)
 K_EXP = 2.0  # exp(x + dx) = exp(x)(1 + dx): |dx| <= u L for each of the two cumulative sums
 K_STORE = 1.0  # one rounding to the state format (relative to the element, <= the head norm)

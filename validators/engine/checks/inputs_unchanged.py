@@ -11,8 +11,8 @@ compares every tensor at once where it lives; the per-tensor message runs only w
 
 from __future__ import annotations
 
-from replayssm.validators import invariants as inv
-from replayssm.validators.checks.registry import BOTH, register_check
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks.registry import BOTH, register_check
 
 _CALL = {"verify-returned": "verify", "after-commit": "commit"}
 

@@ -21,8 +21,8 @@ import random
 import torch
 
 from replayssm.interface import PAD_SLOT
-from replayssm.validators import invariants as inv
-from replayssm.validators.checks.registry import REPLAY, register_check
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks.registry import REPLAY, register_check
 
 
 def _uptos(run, r: int, rng: random.Random, turn: int) -> int:

@@ -6,7 +6,7 @@ returns it or None; a different tensor means the caller's buffer was never writt
 
 from __future__ import annotations
 
-from replayssm.validators.checks.registry import BOTH, register_check
+from replayssm.validators.engine.checks.registry import BOTH, register_check
 
 
 @register_check("out-param", hooks="verify-returned", schedule="every-step", kinds=BOTH,

@@ -1,7 +1,7 @@
 """Checks ``padding-output``, ``unwritten-output``, ``non-finite``: the raw bits of the window outputs.
 
 Oracle: docs/validation.md's exact output rules, on bits, never values.  Before each verify the output
-buffer holds a NaN of a fixed payload in active rows and :data:`~replayssm.validators.invariants.PAD_CANARY`
+buffer holds a NaN of a fixed payload in active rows and :data:`~replayssm.validators.engine.invariants.PAD_CANARY`
 in padding rows (``invariants.poisoned_out``): a padding row must keep its canary, no active
 element may still hold the poison, and an output may be non-finite only where the literal model's
 is too (the mode's range overflowed: counted in the coverage, not failed).  The three share one
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.validators import invariants as inv
-from replayssm.validators.checks.registry import BOTH, register_check
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks.registry import BOTH, register_check
 
 
 def _pad_changed(ctx) -> torch.Tensor:

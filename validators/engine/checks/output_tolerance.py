@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.validators.checks.registry import BOTH, register_check
-from replayssm.validators.metrics import error_metrics
-from replayssm.validators.tolerances import bound
+from replayssm.validators.engine.checks.registry import BOTH, register_check
+from replayssm.validators.engine.metrics import error_metrics
+from replayssm.validators.engine.tolerances import bound
 
 
 @register_check("output", banded=True, hooks="after-verify", schedule="every-step", kinds=BOTH,

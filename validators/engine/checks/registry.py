@@ -4,9 +4,9 @@ Oracle: none here; this records what each check is.  A check is registered once,
 failure name (what results, docs and the fuzz corpus call it), the hooks of a step it runs at,
 the step schedule it follows, what it catches (one sentence), which kernel kinds it applies to,
 the snapshots it needs, and the gallery mutant that witnesses it: a broken kernel whose first
-failure, on the witness scenario, is this check (tests/test_checks.py runs every one).
+failure, on the witness scenario, is this check (tests/engine/test_checks.py runs every one).
 
-:class:`~replayssm.validators.runner.Lockstep` runs, at each hook, the registered checks of that
+:class:`~replayssm.validators.engine.runner.Lockstep` runs, at each hook, the registered checks of that
 hook in registration order, if the step's schedule says so and the kernel's kind is listed.
 """
 

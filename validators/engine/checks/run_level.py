@@ -10,8 +10,8 @@ alone (no reference, no literal model).
 from __future__ import annotations
 
 from replayssm.scenarios.inputs import make_inputs
-from replayssm.validators import invariants as inv
-from replayssm.validators.checks.registry import BOTH, register_check
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks.registry import BOTH, register_check
 
 
 @register_check("exception", hooks="end-of-run", schedule="once", kinds=BOTH,

@@ -12,8 +12,8 @@ check's (nothing changes at all).
 
 from __future__ import annotations
 
-from replayssm.validators import invariants as inv
-from replayssm.validators.checks.registry import REPLAY, register_check
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks.registry import REPLAY, register_check
 
 _KEPT = ("checkpoint", "checkpoint_scale", "write_pos", "origin")
 

@@ -26,8 +26,8 @@ import torch
 from replayssm.families import family
 from replayssm.interface import PAD_SLOT
 from replayssm.precision import FORMATS
-from replayssm.validators import invariants as inv
-from replayssm.validators.checks.registry import REPLAY, register_check
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks.registry import REPLAY, register_check
 
 SAMPLE = 10_000
 MIN_VALUES = 256

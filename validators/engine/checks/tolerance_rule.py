@@ -12,9 +12,9 @@ s32a32 (6.0x the bound) and 5 of 24 at s32a16 (12.4x; ``large-delta``, ``fast-fo
 gdn ``triton-replay`` (interpreter, 10 steps) failed it at s32a32 ``large-delta`` (39 u); with the
 envelope every variant passes every run at s32a32 / s32a16 / s16a16 (worst 0.50 of the bound,
 GDN s32a16 where the literal term dominates) and the gallery stays fully caught
-(tests/test_mutation_gallery.py, 59 of 59).
+(tests/jobs/test_mutation_gallery.py, 59 of 59).
 
-Oracle: ``validators/tolerances.py`` (err <= factor x literal-model error + floor_u x u x scale,
+Oracle: ``validators/engine/tolerances.py`` (err <= factor x literal-model error + floor_u x u x scale,
 factor and floor per precision mode).  With stochastic rounding the literal model's error is one
 random draw of the mode's noise: the bound uses the running maximum, per row since its last
 reset, over the literal model and its replicas with other rounding seeds, and the floor grows
@@ -26,9 +26,9 @@ from __future__ import annotations
 import torch
 
 from replayssm.precision import PrecisionMode
-from replayssm.validators import invariants as inv
-from replayssm.validators.metrics import error_metrics
-from replayssm.validators.tolerances import bound, output_unit, state_unit, tolerance_for
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.metrics import error_metrics
+from replayssm.validators.engine.tolerances import bound, output_unit, state_unit, tolerance_for
 
 # ... the floor grows like a random walk of one rounding per flush, up to this many flushes
 # (later the replicas' running envelope has seen enough of the noise).

@@ -1,7 +1,7 @@
 """Check ``view-gaps``: under the ``views`` layout, nothing between the views handed to the kernel changes.
 
 Oracle: the kernel interface (``supports_strided_views``): a kernel reads and writes its tensors
-through their strides.  Under a plan with ``layout: "views"`` (validators/engine_views.py) every
+through their strides.  Under a plan with ``layout: "views"`` (validators/engine/engine_views.py) every
 input is a slice of one wider buffer, ``out`` a slice of another, ``slot_ids`` (and at commit
 ``accepted``) a column of a 2-D table; the elements no view covers (canaries between the slices,
 the table's other columns) must keep their bits through the verify and the commit.  Catches a
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.validators.checks.registry import BOTH, register_check
+from replayssm.validators.engine.checks.registry import BOTH, register_check
 
 _CALL = {"verify-returned": "verify", "after-commit": "commit"}
 

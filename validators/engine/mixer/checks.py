@@ -10,15 +10,15 @@ Oracle per check:
 * ``ssm-state``: the committed SSM state against the fp64 reference, tolerance rule (state units).
 * ``padding``: padding rows' outputs keep their poison bits; every active output is written (finite).
 * ``unnamed-slots``: the conv and SSM storage of slots not named in the step keep their bits.
-Witnesses: ``validators/mixer/mutants.py`` (each caught by one of these; tests/test_mixer.py).
+Witnesses: ``validators/engine/mixer/mutants.py`` (each caught by one of these; tests/engine/test_mixer.py).
 """
 
 from __future__ import annotations
 
 import torch
 
-from replayssm.validators.invariants import bits_equal
-from replayssm.validators.tolerances import bound
+from replayssm.validators.engine.invariants import bits_equal
+from replayssm.validators.engine.tolerances import bound
 
 CHECKS = ("mixer-output", "conv-state", "ssm-state", "padding", "unnamed-slots")
 

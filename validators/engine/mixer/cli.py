@@ -15,7 +15,7 @@ import os
 from replayssm.guard import check_writable, out_path
 from replayssm.mixer.kernel import mixer_kernel
 from replayssm.mixer.spec import mixer_preset
-from replayssm.validators.mixer.runner import default_plan, validate_mixer
+from replayssm.validators.engine.mixer.runner import default_plan, validate_mixer
 
 _UNUSED = ("scenario", "schedule", "batch", "padding", "slots", "distribution", "initial_state", "save_scenario",
            "compile_for", "decode")

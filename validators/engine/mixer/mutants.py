@@ -1,5 +1,5 @@
 """Broken mixer kernels (the literal mixer with one conv-state bug each, ``replayssm/ops/conv/mutants.py``),
-registered as mixer kernels; each must fail the default mixer validation (tests/test_mixer.py)."""
+registered as mixer kernels; each must fail the default mixer validation (tests/engine/test_mixer.py)."""
 
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ from replayssm.mixer.spec import MixerGeometry
 from replayssm.ops.conv.policies import conv_policy
 from replayssm.precision import parse_mode
 from replayssm.scenarios.inputs import DISTRIBUTIONS
-from replayssm.validators.invariants import _slot_fields
-from replayssm.validators.mixer import (
+from replayssm.validators.engine.invariants import _slot_fields
+from replayssm.validators.engine.mixer import (
     checks,
     mutants,  # noqa: F401  (registers the broken mixers)
 )

@@ -14,8 +14,8 @@ import torch
 
 from replayssm.conventions import DEFAULT
 from replayssm.ops.literal import WindowResult
-from replayssm.validators.mutants._common import DelegatingMath, WrapMath, patched, with_methods
-from replayssm.validators.mutants.registry import register_mutant
+from replayssm.validators.engine.mutants._common import DelegatingMath, WrapMath, patched, with_methods
+from replayssm.validators.engine.mutants.registry import register_mutant
 
 
 def _exclusive_cumsum(x: torch.Tensor, dim: int = 0) -> torch.Tensor:

@@ -11,8 +11,8 @@ import torch
 
 from replayssm.interface import PAD_SLOT, DecodeConfig
 from replayssm.ops.literal import WindowResult
-from replayssm.validators.mutants._common import DelegatingMath, WrapMath
-from replayssm.validators.mutants.registry import register_mutant
+from replayssm.validators.engine.mutants._common import DelegatingMath, WrapMath
+from replayssm.validators.engine.mutants.registry import register_mutant
 
 SPEC_ONLY = ("speculative",)
 

@@ -9,7 +9,7 @@ gallery and the fuzzer see it like the shared mutants, and adding one touches th
 from __future__ import annotations
 
 from replayssm.families import families
-from replayssm.validators.mutants.registry import register_mutant
+from replayssm.validators.engine.mutants.registry import register_mutant
 
 for _fam in families().values():
     for _m in _fam.mutants:

@@ -3,7 +3,7 @@
 Oracle: each mutant is the literal replay model plus exactly one field-seen bug; the validation
 engine must fail it (exit 1) and name the first step where the bug shows.  ``first_bad_step(name,
 sc)`` (``registry.py``) says, from the scenario's plan alone, which step that is;
-tests/test_mutants_engine.py checks the engine names exactly that step.
+tests/engine/test_mutants_engine.py checks the engine names exactly that step.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from replayssm.interface import PAD_SLOT, DecodeConfig
 from replayssm.ops.literal import LiteralReplayKernel
 from replayssm.precision import FORMATS, FP4_E2M1, FP4_E2M1_GRID, lower_format
-from replayssm.validators.mutants.registry import MUTANTS, register_mutant
+from replayssm.validators.engine.mutants.registry import MUTANTS, register_mutant
 
 
 # ---- helpers: each row's cursor history under the plan (spec rules) -----------------------------------------

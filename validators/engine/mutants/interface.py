@@ -3,7 +3,7 @@
 Oracle: each mutant is the literal replay model plus exactly one slip in how it hands results
 back: the ``out=`` buffer, padding rows, every output element written, finite outputs, bitwise
 determinism.  Each is caught by exactly one exact check of the engine, the one its registration
-in ``validators/checks/`` names as its witness (tests/test_checks.py); every family has them.  One
+in ``validators/engine/checks/`` names as its witness (tests/engine/test_checks.py); every family has them.  One
 slip is in a documented default: ``reset(initial_state=None)`` must load zeros; the state and output
 checks catch it where the exhaustive schedule re-admits rows through that default (Mamba-2 only:
 the default path does not depend on the family).
@@ -12,8 +12,8 @@ the default path does not depend on the family).
 from __future__ import annotations
 
 from replayssm.interface import PAD_SLOT
-from replayssm.validators.invariants import int_view
-from replayssm.validators.mutants.registry import register_mutant
+from replayssm.validators.engine.invariants import int_view
+from replayssm.validators.engine.mutants.registry import register_mutant
 
 
 class WritesIntoCopy:

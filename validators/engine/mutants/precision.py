@@ -15,8 +15,8 @@ import torch
 from replayssm.ops.mamba2 import literal as mamba2_literal
 from replayssm.precision import STATE_FORMATS
 from replayssm.rounding import INT8_MAX, philox_generator, quantize_state
-from replayssm.validators.mutants._common import DelegatingMath, WrapMath, only_modes
-from replayssm.validators.mutants.registry import register_mutant
+from replayssm.validators.engine.mutants._common import DelegatingMath, WrapMath, only_modes
+from replayssm.validators.engine.mutants.registry import register_mutant
 
 
 class DecayRecordsBf16:
@@ -189,7 +189,7 @@ register_mutant(BiasedStochasticRounding, "mutant-sr-biased",
                 klass="precision")
 # GDN's stale seed shows only statistically; the ci profile's 100 derandomized scenarios stopped
 # reaching it (89 of 100 before the serving strategies of issue 14 reshuffled the stream): CI catches
-# it on a named scenario (tests/test_mutation_gallery.py::test_statistical_mutants_on_named_scenarios).
+# it on a named scenario (tests/jobs/test_mutation_gallery.py::test_statistical_mutants_on_named_scenarios).
 register_mutant(StaleRandomSeed, "mutant-sr-stale-seed",
                 "stochastic rounding keyed by (seed, slot) only: the same random draws every flush and on slot reuse",
                 klass="precision", gallery=("mamba2",))

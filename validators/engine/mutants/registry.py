@@ -4,10 +4,10 @@ Oracle: none here; this only builds and records the mutant classes.  A mutant is
 exactly one deliberate bug, put on top of a family's literal replay model (or literal baseline)
 and registered with the kernel registry as ``kind = "mutant"`` (so ``replayssm list`` shows it
 and ``replayssm validate --kernel mutant-...`` runs it).  The validation engine must fail every
-one of them (tests/test_mutants_engine.py, tests/test_mutation_gallery.py).
+one of them (tests/engine/test_mutants_engine.py, tests/jobs/test_mutation_gallery.py).
 
 Load the registry through the package, never this module alone: ``from
-replayssm.validators.mutants import all_mutants`` imports every mutant module, so every entry
+replayssm.validators.engine.mutants import all_mutants`` imports every mutant module, so every entry
 point sees the same set.
 """
 
@@ -27,7 +27,7 @@ REPLAY_BASES = {name: fam.literal_replay for name, fam in _families().items()}
 BASELINE_BASES = {name: fam.literal_baseline for name, fam in _families().items()}
 
 # What kind of slip a mutant stands for (docs/mutation_gallery.md groups them so); "bookkeeping"
-# reproducers must shrink to <= 2 rows and <= 8 steps (validators/gallery_run.py).
+# reproducers must shrink to <= 2 rows and <= 8 steps (validators/jobs/fuzz/gallery.py).
 CLASSES = ("bookkeeping", "arithmetic", "precision", "interface")
 
 
@@ -40,12 +40,12 @@ class MutantSpec:
     classes: dict  # family -> registered kernel class
     klass: str = "bookkeeping"  # one of CLASSES
     field_bug: bool = False  # one of the field bugs of docs/field_bugs.md (each with a first_bad rule)
-    # Fuzzed by the CI gallery (tests/test_mutation_gallery.py): True, False (caught in CI by a
-    # direct run of a named scenario instead, tests/test_serving.py), or the families fuzzed (the
-    # others caught by a named scenario, tests/test_mutation_gallery.py).
+    # Fuzzed by the CI gallery (tests/jobs/test_mutation_gallery.py): True, False (caught in CI by a
+    # direct run of a named scenario instead, tests/engine/test_serving.py), or the families fuzzed (the
+    # others caught by a named scenario, tests/jobs/test_mutation_gallery.py).
     gallery: bool | tuple[str, ...] = True
     # Raising is its bug (an out-of-range index, ...): only then does a run that ends in an exception
-    # count as a catch (validators/gallery_run.py); otherwise the engine must fail one of its checks.
+    # count as a catch (validators/jobs/fuzz/gallery.py); otherwise the engine must fail one of its checks.
     raises: bool = False
     needs: tuple[str, ...] = ("replay-fold",)  # the mechanisms its bug lives in (Family.capabilities)
 
@@ -65,7 +65,7 @@ def register_mutant(mixin: type, name: str, description: str, *, klass: str, nee
     has the mechanisms ``needs`` (keys of ``replayssm.families.CAPABILITIES``, declared by each family
     in ``Family.capabilities``) as kernel ``name`` (``kind = "mutant"``) and record it in :data:`MUTANTS`.
     ``families``: only these families (a family's own slip, ``Family.mutants``, or one engine's code
-    for named families, validators/mutants/serving.py); each must be registered and have ``needs``.
+    for named families, validators/engine/mutants/serving.py); each must be registered and have ``needs``.
 
     Mutants built on the literal *baseline* set ``base_kind = "baseline"`` so the runner applies
     the baseline's checks to them (a baseline keeps no cursors)."""

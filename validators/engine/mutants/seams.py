@@ -2,7 +2,7 @@
 
 Oracle: each mutant is a literal model plus exactly one bug at a seam the contract now expresses;
 the default validation (``Scenario.tiny``: exhaustive schedule, a padding row, unused slots) must
-fail each one with the check docs/field_bugs.md names (tests/test_seams.py runs each there).
+fail each one with the check docs/field_bugs.md names (tests/engine/test_seams.py runs each there).
 
 * ``mutant-input-rescaled-in-place`` (KernelBench's evaluator hack): verify halves its first input
   tensor in place before computing.  Its outputs, records and states are those of the halved
@@ -45,7 +45,7 @@ import torch
 from replayssm.interface import PAD_SLOT
 from replayssm.ops.literal_next_verify import LiteralNextVerifyFoldKernel
 from replayssm.ops.literal_staged import LiteralStagedFoldKernel
-from replayssm.validators.mutants.registry import register_mutant
+from replayssm.validators.engine.mutants.registry import register_mutant
 
 
 class NextVerifyFoldSkipped(LiteralNextVerifyFoldKernel):

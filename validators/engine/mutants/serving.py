@@ -1,7 +1,7 @@
 """Mutants of serving-engine behaviour (issue 14): the mechanisms of public reports, one bug each.
 
 Oracle: each mutant is a literal model plus exactly one bug seen in a serving engine; the engine
-must fail it on the scenario docs/field_bugs.md names (tests/test_serving.py runs each there).
+must fail it on the scenario docs/field_bugs.md names (tests/engine/test_serving.py runs each there).
 
 * ``mutant-zero-accept-commits-drafts`` (vLLM #56419): declares ``zero_accept = "noop"`` but a
   commit with k = 0 commits the whole window, rejected drafts included.
@@ -34,7 +34,7 @@ import torch
 
 from replayssm.interface import PAD_SLOT
 from replayssm.ops.literal import LiteralHostCursorsKernel
-from replayssm.validators.mutants.registry import register_mutant
+from replayssm.validators.engine.mutants.registry import register_mutant
 
 SPEC_ONLY = ("speculative",)
 
@@ -187,7 +187,7 @@ class HostCursorsStale(LiteralHostCursorsKernel):
 
 
 # One family each: the mechanisms are family-independent.  ``gallery=False``: CI catches each by a
-# direct run of its named scenario (tests/test_serving.py, < 1 s each) rather than by fuzzing
+# direct run of its named scenario (tests/engine/test_serving.py, < 1 s each) rather than by fuzzing
 # (measured with the ci profile, catch + shrink: 2.7 s, 6.8 s, 7.9 s, 28 s on the loaded 2-core
 # machine); ``replayssm fuzz --kernel <name>`` still finds each.
 register_mutant(ZeroAcceptCommitsDrafts, "mutant-zero-accept-commits-drafts",

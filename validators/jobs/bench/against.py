@@ -1,14 +1,14 @@
 """Side-by-side benchmark job (``replayssm bench --against NAME``): our replay and baseline kernels
 and an external source's replay and baseline kernels in one process, one run, on the same inputs.
 
-Oracle for the numbers: the same as :mod:`replayssm.validators.bench` -- the bytes model of spec
+Oracle for the numbers: the same as :mod:`replayssm.validators.jobs.bench.run` -- the bytes model of spec
 section 3 (one model per case, the same for every kernel of the case: the kernels move the same
 state, records and tokens) and the copy bandwidth measured at the start of the same run.  Every
 configuration is validated by the engine first (``run_scenario`` over a whole cursor cycle at the
-bench geometry, :func:`~replayssm.validators.bench.check_configuration`); a kernel that fails is
+bench geometry, :func:`~replayssm.validators.jobs.bench.run.check_configuration`); a kernel that fails is
 not timed and its cell says why.
 
-Method: :func:`~replayssm.validators.bench.time_kernel` for every kernel (CUDA graph of a whole
+Method: :func:`~replayssm.validators.jobs.bench.run.time_kernel` for every kernel (CUDA graph of a whole
 cursor cycle over rotated input/state sets, ``do_bench`` median, L2 cleared).  External kernels
 are timed through their adapters' ``timed_step`` (their launches alone, on inputs packed once the
 way vLLM hands them over; ``replayssm/adapters/_base.py``); ours through the raw launches.  Each
@@ -35,7 +35,7 @@ from replayssm.families import family, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
 from replayssm.registry import get, kernels
-from replayssm.validators.bench import (
+from replayssm.validators.jobs.bench.run import (
     check_configuration,
     check_scenario_of,
     copy_bandwidth,

@@ -49,7 +49,7 @@ from replayssm.records import git_state
 from replayssm.registry import get, kernels
 from replayssm.scenarios.inputs import make_params
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import declared_policy, run_scenario
+from replayssm.validators.engine.runner import declared_policy, run_scenario
 
 # ---- generic harness ----------------------------------------------------------------------------------
 

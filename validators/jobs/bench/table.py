@@ -2,7 +2,7 @@
 ``nox -s bench``, or a ``replayssm bench --json`` result: the launch-sweep tables, baseline against
 replay per row).
 
-    python -m replayssm.validators.bench_table RUN.json                  # Markdown tables
+    python -m replayssm.validators.jobs.bench.table RUN.json                  # Markdown tables
 
 Two runs are compared, and gated, as records: ``replayssm results gate BASE NEW --by source
 --ledger BASE/kernels.json --ledger NEW/kernels.json`` (what ``nox -s bench -- --baseline`` runs).
@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from replayssm.validators.bench import table
+from replayssm.validators.jobs.bench.run import table
 
 OURS = ("triton-baseline", "triton-replay")  # the ratio column: baseline µs over replay µs
 
@@ -162,7 +162,8 @@ def render(run: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m replayssm.validators.bench_table", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m replayssm.validators.jobs.bench.table",
+                                description=__doc__.split("\n")[0])
     p.add_argument("run", help="pytest-benchmark JSON (nox -s bench writes out/bench/kernels.json) or a "
                                 "replayssm bench --json result")
     args = p.parse_args(argv)

@@ -5,7 +5,7 @@ weighs the same; rounding noise is multiplicative), models compared by the small
 criterion AICc (or BIC), Wilcoxon signed-rank / Mann-Whitney tests from scipy.stats.
 Expected error: on synthetic curves of a known law with 30 % multiplicative noise the law is
 recovered and its rate parameter lies within a few standard errors of the truth
-(tests/test_drift_analysis.py); that is the only accuracy claim made here.
+(tests/jobs/test_drift_analysis.py); that is the only accuracy claim made here.
 
 Growth laws (``t`` in tokens, all parameters positive; ``e0`` is the floor every run has, the
 output rounding for instance):

@@ -103,7 +103,7 @@ def parse_budgets(data: dict, path: str | Path = "<budgets>") -> Budgets:
     out = Budgets()
     out.path = Path(path)
     for family, modes in data.items():
-        if family in ("schema", MODEL_TABLE):  # [model.*]: the model level's budgets (validators/model/job.py)
+        if family in ("schema", MODEL_TABLE):  # [model.*]: the model level's budgets (validators/jobs/model/job.py)
             continue
         if family not in family_names():
             raise ValueError(f"{path}: unknown family table [{family}]; expected one of {family_names()}")

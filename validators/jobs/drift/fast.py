@@ -1,8 +1,8 @@
 """The fast path of a drift cell: the numbers of ``Lockstep.step`` + ``CellRun`` with a tenth of the host work.
 
-Oracle: the slow path (:meth:`replayssm.validators.drift.CellRun.run_steps` with ``fast=False``,
+Oracle: the slow path (:meth:`replayssm.validators.jobs.drift.sweep.CellRun.run_steps` with ``fast=False``,
 i.e. :meth:`Lockstep.step` every step).  Expected difference: none -- the cell results, the
-checkpoints and the failures are bit for bit the same (tests/test_drift_fast.py compares them),
+checkpoints and the failures are bit for bit the same (tests/jobs/test_drift_fast.py compares them),
 except the traceback text when the kernel raises.  How it stays bit-identical while doing less:
 
 * inputs of a whole chunk of steps come from one call (:func:`make_inputs_steps`: the same words,
@@ -79,13 +79,13 @@ from replayssm.families import Family, family
 from replayssm.ops.triton.bound_scan import bound_scan
 from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
 from replayssm.scenarios.inputs import make_inputs_steps
-from replayssm.validators import invariants as inv
-from replayssm.validators.checks.context import StepContext
-from replayssm.validators.checks.output_bits import non_finite, unwritten_output
-from replayssm.validators.checks.output_tolerance import output as output_check
-from replayssm.validators.cursor_table import CursorTable
-from replayssm.validators.metrics import error_metrics, rel_l2_into, row_rel_l2, row_rel_l2_masked
-from replayssm.validators.runner import readout_magnitude
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks.context import StepContext
+from replayssm.validators.engine.checks.output_bits import non_finite, unwritten_output
+from replayssm.validators.engine.checks.output_tolerance import output as output_check
+from replayssm.validators.engine.cursor_table import CursorTable
+from replayssm.validators.engine.metrics import error_metrics, rel_l2_into, row_rel_l2, row_rel_l2_masked
+from replayssm.validators.engine.runner import readout_magnitude
 
 MAX_GRAPHS = 48
 MAX_INDEX_LISTS = 512  # row lists kept as device tensors (speculative flushes vary by row)

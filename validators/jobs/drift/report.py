@@ -4,8 +4,8 @@ Oracle: the report is a pure function of (sweep config, cell results, settings, 
 clock, no host name, no path outside what the caller passes, so a resumed run and a merged
 sharded run write byte-identical files.  The JSON schema is documented (and versioned) in
 docs/drift_report_schema.md; every analysis number comes from
-:mod:`replayssm.validators.drift_analysis` (fits, crossings, tests, effective precision) and
-:mod:`replayssm.validators.drift_budgets` (the --check verdicts).
+:mod:`replayssm.validators.jobs.drift.analysis` (fits, crossings, tests, effective precision) and
+:mod:`replayssm.validators.jobs.drift.budgets` (the --check verdicts).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from replayssm.precision import parse_mode
-from replayssm.validators.drift import atomic_write, stop_reason
-from replayssm.validators.drift_analysis import (
+from replayssm.validators.engine.tolerances import state_unit
+from replayssm.validators.jobs.drift.analysis import (
     BinnedCurve,
     compare_speculative,
     effective_precision,
@@ -30,10 +30,10 @@ from replayssm.validators.drift_analysis import (
     predict_at,
     tokens_to_budget,
 )
-from replayssm.validators.drift_budgets import Budgets, check_cell
-from replayssm.validators.drift_verdict import RULE, judge
-from replayssm.validators.svg_plot import PALETTE, Plot, Series, render
-from replayssm.validators.tolerances import state_unit
+from replayssm.validators.jobs.drift.budgets import Budgets, check_cell
+from replayssm.validators.jobs.drift.svg_plot import PALETTE, Plot, Series, render
+from replayssm.validators.jobs.drift.sweep import atomic_write, stop_reason
+from replayssm.validators.jobs.drift.verdict import RULE, judge
 
 SCHEMA = "replayssm-drift-report"
 SCHEMA_VERSION = 1

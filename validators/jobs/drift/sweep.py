@@ -1,6 +1,6 @@
 """Drift runs: long lock-step runs of kernels x precision modes x scenarios against fp64.
 
-Oracle: :class:`replayssm.validators.runner.Lockstep` (the fp64, non-speculative, token-by-token
+Oracle: :class:`replayssm.validators.engine.runner.Lockstep` (the fp64, non-speculative, token-by-token
 reference of docs/validation.md on the accepted stream).  On top of it a drift cell records, per row:
 
 * ``output``: ``||out - ref||_2 / ||ref||_2`` of every accepted token, at its position in the
@@ -20,13 +20,13 @@ same bits in any process, shard or order (one intra-op thread per process on CPU
 
 Interruption: each cell checkpoints (kernel snapshot, reference state, shadow, accumulators) at
 chunk boundaries, atomically, in a format that cannot execute code with a SHA-256 digest
-(:mod:`replayssm.validators.checkpoint_file`); a killed run resumes to bit-identical cell results, and
+(:mod:`replayssm.validators.engine.checkpoint_file`); a killed run resumes to bit-identical cell results, and
 a checkpoint that is foreign (an older pickle included), truncated or fails its digest is moved to
 ``<out>/quarantine/`` with one line on stderr and its cell recomputed.  Sharding:
-``shard = (i, n)`` takes shard i of n cells balanced by estimated cost (:mod:`replayssm.validators.scaleout`,
+``shard = (i, n)`` takes shard i of n cells balanced by estimated cost (:mod:`replayssm.validators.jobs.scaleout`,
 which also holds claim mode and the Ray backend); ``workers`` processes (one per
 visible GPU by default on CUDA) share the shard's cells.  Reports are built from the union of
-cell files (:mod:`replayssm.validators.drift_report`), so a merged sharded run equals an
+cell files (:mod:`replayssm.validators.jobs.drift.report`), so a merged sharded run equals an
 unsharded one.
 """
 
@@ -56,12 +56,12 @@ from replayssm.registry import get, kernels
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import plan
-from replayssm.validators import checkpoint_file
-from replayssm.validators.drift_analysis import BinnedCurve
-from replayssm.validators.drift_fast import FastCell, qualifies
-from replayssm.validators.metrics import row_rel_l2
-from replayssm.validators.runner import Lockstep, reference_step
-from replayssm.validators.scaleout.shards import shard_of
+from replayssm.validators.engine import checkpoint_file
+from replayssm.validators.engine.metrics import row_rel_l2
+from replayssm.validators.engine.runner import Lockstep, reference_step
+from replayssm.validators.jobs.drift.analysis import BinnedCurve
+from replayssm.validators.jobs.drift.fast import FastCell, qualifies
+from replayssm.validators.jobs.scaleout.shards import shard_of
 
 CONFIG_SCHEMA = 1
 CELL_SCHEMA = 2  # 2: provenance (cell config digest, kernel code digest, versions, device) and history
@@ -79,7 +79,7 @@ _TINY = 1e-300
 # ---- kernels ------------------------------------------------------------------------------------------
 
 def registered() -> dict:
-    """Every registered kernel: the built-ins, every mutant (``validators/mutants/``, registered on
+    """Every registered kernel: the built-ins, every mutant (``validators/engine/mutants/``, registered on
     import with the runner), and whatever was imported."""
     return kernels()
 
@@ -306,7 +306,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 def shard_cells(cells: list[CellSpec], shard: tuple[int, int], cfg: SweepConfig | None = None) -> list[CellSpec]:
     """Shard ``i`` of ``n``: with ``cfg``, balanced by estimated cell cost (longest processing time
-    first, :func:`replayssm.validators.scaleout.shards.balanced_shards`); without, every n-th cell."""
+    first, :func:`replayssm.validators.jobs.scaleout.shards.balanced_shards`); without, every n-th cell."""
     i, n = shard
     if cfg is not None:
         return shard_of(cells, shard, cfg)
@@ -355,7 +355,7 @@ class CellRun:
 
     def __init__(self, spec: CellSpec, cfg: SweepConfig, device="cpu", chunk: int = 64, fast: bool = True,
                  graphs: bool | None = None, fused: bool | None = None) -> None:
-        """``fast``: step through :class:`replayssm.validators.drift_fast.FastCell` (same results, a
+        """``fast``: step through :class:`replayssm.validators.jobs.drift.fast.FastCell` (same results, a
         tenth of the host work; CUDA graphs per ``graphs``, the fused fp64 reference per ``fused``,
         both by default on a GPU) when the cell qualifies."""
         self.spec, self.cfg = spec, cfg

@@ -1,6 +1,6 @@
 """The default judgement of a drift cell: what fails ``replayssm drift`` without ``--check``.
 
-Oracle: the cell's own accumulators (:class:`~replayssm.validators.drift_analysis.BinnedCurve`
+Oracle: the cell's own accumulators (:class:`~replayssm.validators.jobs.drift.analysis.BinnedCurve`
 of the output, state and draft errors against the fp64 reference) and the Lockstep's exact
 checks (``failure_counts``, ``failures``).  A cell fails when
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replayssm.validators.drift_analysis import BinnedCurve
+from replayssm.validators.jobs.drift.analysis import BinnedCurve
 
 GROSS_BITS = 12  # the bound: 2^12 u ...
 GROSS_CAP = 0.5  # ... but at most a relative error of 1/2 ...

@@ -1,6 +1,6 @@
 """Run the fuzzer against every broken kernel and tabulate how fast it catches each one.
 
-Oracle: :func:`replayssm.validators.fuzz.fuzz_kernel` under the ``ci`` profile (derandomized):
+Oracle: :func:`replayssm.validators.jobs.fuzz.run.fuzz_kernel` under the ``ci`` profile (derandomized):
 a mutant counts as caught when Hypothesis finds a scenario the validation engine fails (a scenario
 where it only raises counts only for a mutant declaring raising as its bug, ``raises=True``); the
 table records the scenarios (and seconds) to the first failing scenario, the whole run
@@ -11,8 +11,8 @@ same verdict, issue 16): every mutant caught within the first CATCH_LIMIT_EXAMPL
 scenarios (the ``ci`` profile's ``max_examples``), shrinking bounded to SHRINK_EXAMPLES further
 scenarios; reproducers of bookkeeping mutants of <= 2 rows and <= 8 verify steps.  The run is
 deterministic (derandomized, no example database), so its seconds are reported, not judged.
-tests/test_mutation_gallery.py asserts the targets;
-``python -m replayssm.validators.gallery_run --write docs/mutation_gallery.md`` regenerates the
+tests/jobs/test_mutation_gallery.py asserts the targets;
+``python -m replayssm.validators.jobs.fuzz.gallery --write docs/mutation_gallery.md`` regenerates the
 table (run it from committed code: the page records the commit).
 """
 
@@ -28,9 +28,9 @@ import torch
 
 from replayssm.precision import STANDARD_MODES, parse_mode
 from replayssm.records import UNKNOWN, git_state
-from replayssm.validators.fuzz import PROFILES, FuzzReport, fuzz_kernel
-from replayssm.validators.mutants import all_mutants
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.mutants import all_mutants
+from replayssm.validators.engine.runner import run_scenario
+from replayssm.validators.jobs.fuzz.run import PROFILES, FuzzReport, fuzz_kernel
 
 CATCH_LIMIT_EXAMPLES = PROFILES["ci"]["max_examples"]
 # Scenarios run while shrinking, after the first failure.  Measured over the gallery's run of every
@@ -142,11 +142,11 @@ def table(reports: list[FuzzReport], total_s: float) -> str:
         "# Mutation gallery: does the fuzzer catch real bugs?",
         "",
         "Every broken kernel (`replayssm list kernels`, kind `mutant`, all in one registry,",
-        "`validators/mutants/`: the field bugs of docs/field_bugs.md and the gallery) fuzzed with the `ci`",
+        "`validators/engine/mutants/`: the field bugs of docs/field_bugs.md and the gallery) fuzzed with the `ci`",
         f"profile (derandomized, at most {CATCH_LIMIT_EXAMPLES} generated scenarios, shrinking bounded to "
         f"{SHRINK_EXAMPLES} more scenarios) by",
-        "`python -m replayssm.validators.gallery_run --write docs/mutation_gallery.md`;",
-        "`tests/test_mutation_gallery.py` asserts the same targets in the default pytest run.",
+        "`python -m replayssm.validators.jobs.fuzz.gallery --write docs/mutation_gallery.md`;",
+        "`tests/jobs/test_mutation_gallery.py` asserts the same targets in the default pytest run.",
         "A scenario where a mutant only raises is a catch only for a mutant that declares raising as its",
         "bug (`register_mutant(..., raises=True)`: mutant-ring-index-unwrapped).",
         "",

@@ -1,6 +1,6 @@
 """The regression corpus: every fixed failure keeps running forever.
 
-Oracle: each file under ``golden/regressions/`` is a failure artifact (validators/fuzz_artifacts.py)
+Oracle: each file under ``golden/regressions/`` is a failure artifact (validators/engine/fuzz_artifacts.py)
 whose record says what happened and its ``status``:
 
 * ``fixed``: the kernel failed this scenario once and was (or the engine was) fixed; the full
@@ -8,8 +8,8 @@ whose record says what happened and its ``status``:
 * ``mutant``: a broken kernel's reproducer; it must still fail with the recorded check at the
   recorded first step.
 
-tests/test_regressions.py replays every file in the default pytest run.  Add a fixed failure with
-``python -m replayssm.validators.regressions add failures/<family>-<kernel>.json --note "what was
+tests/jobs/test_regressions.py replays every file in the default pytest run.  Add a fixed failure with
+``python -m replayssm.validators.jobs.fuzz.regressions add failures/<family>-<kernel>.json --note "what was
 fixed"`` (it refuses a file that does not pass now).
 """
 
@@ -21,8 +21,8 @@ import re
 from pathlib import Path
 
 from replayssm import golden
-from replayssm.validators.fuzz_artifacts import artifact_json, load_failure
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.fuzz_artifacts import artifact_json, load_failure
+from replayssm.validators.engine.runner import run_scenario
 
 CORPUS = golden.path("regressions")
 

@@ -1,6 +1,6 @@
 """Property-based fuzzing of kernels: Hypothesis draws scenarios, the validation engine judges them.
 
-Oracle: :func:`replayssm.validators.runner.run_scenario`, the same path as ``replayssm validate``
+Oracle: :func:`replayssm.validators.engine.runner.run_scenario`, the same path as ``replayssm validate``
 (fp64 reference, literal-model tolerance rule, exact invariants, repeat check).  Nothing is
 re-implemented here: a drawn scenario fails exactly when the engine's result does not pass, and
 the property reports the engine's first failure (step, row, window position, check).
@@ -9,7 +9,7 @@ the property reports the engine's first failure (step, row, window position, che
   ``ci`` derandomized and bounded (part of the default pytest run), ``dev`` (more examples, the
   local example database), ``nightly`` (thousands of examples).
 * :func:`check_scenario` the property itself; on failure it saves the scenario as a failure
-  artifact (``validators/fuzz_artifacts.py``) that ``replayssm validate --scenario FILE`` replays.
+  artifact (``validators/engine/fuzz_artifacts.py``) that ``replayssm validate --scenario FILE`` replays.
 * :func:`fuzz_kernel` runs the property for one kernel and reports what happened: examples run,
   time to the first failure, the shrunk reproducer and its size.  ``shrink_budget_examples``
   (a count of scenarios run after the first failure: what tests use, so a loaded machine reaches
@@ -49,9 +49,9 @@ from replayssm.registry import get, kernels
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import default_steps
 from replayssm.scenarios.strategies import FUZZ_MODES, scenarios
-from replayssm.validators.fuzz_artifacts import FailureRecord, record_of, save_failure
-from replayssm.validators.hosted import hosted
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.fuzz_artifacts import FailureRecord, record_of, save_failure
+from replayssm.validators.engine.hosted import hosted
+from replayssm.validators.engine.runner import run_scenario
 
 PROFILE_ENV = "REPLAYSSM_FUZZ_PROFILE"
 # The ci profile draws without Hypothesis's target phase: a target() observation changes what it
@@ -162,7 +162,7 @@ def _resolve(kernel, family: str | None) -> type[KernelUnderTest]:
 def _target(cls: type[KernelUnderTest], device: str, kernel_device: str | None, strategy: dict | None):
     """(scenario strategy keywords, what run_scenario gets) for ``cls`` computing on ``kernel_device``
     (default ``device``) with the engine on ``device``: a kernel elsewhere is hosted
-    (``validators/hosted.py``); a Triton kernel on the CPU gets the interpreter's small strategy."""
+    (``validators/engine/hosted.py``); a Triton kernel on the CPU gets the interpreter's small strategy."""
     kdev = kernel_device or device
     skw = dict(INTERPRETED_STRATEGY if is_interpreted(cls, kdev) else STRATEGY)
     skw.update(strategy or {})
@@ -290,13 +290,13 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
 
     ``exceptions_fail`` False: a scenario whose only failing check is ``exception`` (the kernel raised)
     counts as passing (``report.raised`` counts them): a mutant whose declared bug is not raising
-    is caught only by a check that names its bug (validators/gallery_run.py).
+    is caught only by a check that names its bug (validators/jobs/fuzz/gallery.py).
 
     ``strategy`` overrides :data:`STRATEGY` (keyword arguments of :func:`scenarios`); ``seed``
     fixes Hypothesis's random seed (non-derandomized profiles); ``overrides`` are Hypothesis
     settings on top of the profile; ``failures_dir`` receives the shrunk reproducer as
     ``<family>-<kernel>.json``; ``kernel_device``: the kernel computes there, the engine on
-    ``device`` (``validators/hosted.py``)."""
+    ``device`` (``validators/engine/hosted.py``)."""
     cls = _resolve(kernel, family)
     name = profile_name(profile)
     skw, kernel_arg = _target(cls, device, kernel_device, strategy)
@@ -406,7 +406,7 @@ def sweep_kernel(kernel, family: str | None = None, *, examples: int, seed: int,
     with the first ``keep`` failing scenarios (JSON and headline) under ``examples_failed``.
     ``budget_s``: scenarios drawn after it are not run (counted out of ``scenarios``).
     ``kernel_device``: the kernel computes there while the engine, the literal model and the
-    reference run on ``device`` (``validators/hosted.py``; default: ``device``)."""
+    reference run on ``device`` (``validators/engine/hosted.py``; default: ``device``)."""
     cls = _resolve(kernel, family)
     skw, kernel_arg = _target(cls, device, kernel_device, strategy)
     out = {"kernel": cls.name, "family": cls.family, "seed": seed, "device": device,

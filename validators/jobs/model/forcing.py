@@ -27,7 +27,7 @@ import torch
 
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
-from replayssm.validators.model import gdn, hf, mamba2
+from replayssm.validators.jobs.model import gdn, hf, mamba2
 
 SCHEDULES = {
     "always-1": "k = 1 (every draft rejected, the bonus token kept)",

@@ -5,7 +5,7 @@ Oracle: transformers 5.23's ``Qwen3NextGatedDeltaNet.forward``, read line by lin
 (``conv1d.weight``, SiLU), its gated RMSNorm and ``out_proj`` run unchanged in the model's dtype;
 only the gated delta rule between them is replaced (the drivers in ``mixer.py``): the teacher's is
 ``naive.gdn_step`` token by token in fp64 (transformers' own recurrence, whose torch fallback
-computes in fp32 whatever the model's dtype; tests/test_model.py checks the adapter against it to
+computes in fp32 whatever the model's dtype; tests/jobs/test_model.py checks the adapter against it to
 fp32 rounding), the student's the kernel under test.
 
 Expected error: the reference equals transformers' fallback to ~1e-6 relative (its fp32 arithmetic);
@@ -18,7 +18,7 @@ import torch
 
 from replayssm.ops.gdn.family import GDNGeometry
 from replayssm.ops.gdn.naive import gdn_step
-from replayssm.validators.model import mixer
+from replayssm.validators.jobs.model import mixer
 
 FAMILY = "gdn"
 

@@ -24,8 +24,8 @@ import torch
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
 from replayssm.registry import get
-from replayssm.validators.drift_budgets import DEFAULT_PATH, MODEL_TABLE, PROVENANCE_FIELDS
-from replayssm.validators.model import forcing, hf
+from replayssm.validators.jobs.drift.budgets import DEFAULT_PATH, MODEL_TABLE, PROVENANCE_FIELDS
+from replayssm.validators.jobs.model import forcing, hf
 
 try:
     import tomllib

@@ -9,7 +9,7 @@ replaced (the drivers in ``mixer.py``): the teacher's is ``naive.mamba2_step`` t
 the student's the kernel under test, both with A = -exp(A_log), dt_bias and D of the layer, z = None
 inside the SSM (the gate is the norm's), softplus(dt + dt_bias) with no floor.  transformers' decode
 step has no floor either; its prefill (``mamba2_chunk_scan``) clamps Δ below at ``time_step_limit[0]``,
-which tests/test_model.py sets to 0 where it compares the adapter with the fallback.
+which tests/jobs/test_model.py sets to 0 where it compares the adapter with the fallback.
 
 Expected error: the reference equals transformers' fallback to ~1e-6 relative (its fp32 scan);
 the kernel at s64a64 equals the reference to ~1e-12.
@@ -21,7 +21,7 @@ import torch
 
 from replayssm.ops.mamba2.family import Mamba2Geometry
 from replayssm.ops.mamba2.naive import mamba2_step
-from replayssm.validators.model import mixer
+from replayssm.validators.jobs.model import mixer
 
 FAMILY = "mamba2"
 

@@ -6,7 +6,7 @@ claimant's host, pid, a random token and a heartbeat time that a thread refreshe
 ``ttl / 4`` seconds.  A claim is expired when its heartbeat is older than ``ttl`` seconds, or
 when it names this host and a pid that no longer runs; an expired claim is taken over: renamed
 aside (one renamer wins), checked to be the claim judged expired (else put back), and claimed
-afresh.  The cell then runs through :func:`replayssm.validators.drift.run_cell`, which resumes the
+afresh.  The cell then runs through :func:`replayssm.validators.jobs.drift.sweep.run_cell`, which resumes the
 dead claimant's last checkpoint.  A claimant that finds its claim gone or replaced (its heartbeat
 was late) stops the cell at the next chunk boundary without writing a result.
 
@@ -18,7 +18,7 @@ function of its definition; result and checkpoint files are replaced atomically.
 
 Oracle: several processes on one machine reproduce the serial report byte for byte, and a
 claimant killed mid-cell leaves a claim that is taken over and resumed from its checkpoint
-(tests/test_scaleout.py).
+(tests/jobs/test_scaleout.py).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import torch
 from filelock import FileLock, Timeout
 
 from replayssm.guard import LOCK_NAME, EnvironmentProblem, out_path
-from replayssm.validators import drift as D
-from replayssm.validators.scaleout.shards import longest_first
+from replayssm.validators.jobs.drift import sweep as D
+from replayssm.validators.jobs.scaleout.shards import longest_first
 
 CLAIMS = "claims"
 

@@ -1,6 +1,6 @@
 """The Ray backend of ``replayssm drift --backend ray``: one Ray task per cell.
 
-Each task runs :func:`replayssm.validators.drift.run_cell` on its node, so results, checkpoints and
+Each task runs :func:`replayssm.validators.jobs.drift.sweep.run_cell` on its node, so results, checkpoints and
 provenance are a serial run's, written into ``--out`` (a folder every node sees: a shared file
 system on a multi-node cluster).  Cells are submitted longest first (:func:`..shards.longest_first`)
 and pulled dynamically: at most as many tasks in flight as the cluster has slots (GPUs /
@@ -12,7 +12,7 @@ run.  The report is built from the cell files, so it is the serial report byte f
 Ray is an optional extra (``pip install 'replayssm[ray]'``); :func:`require_ray` says so in one line.
 
 Oracle: a local cluster on CPU reproduces the serial report byte for byte, also after the worker of
-a running cell is SIGKILLed (tests/test_scaleout.py).
+a running cell is SIGKILLed (tests/jobs/test_scaleout.py).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from replayssm.validators import drift as D
-from replayssm.validators.scaleout.shards import longest_first
+from replayssm.validators.jobs.drift import sweep as D
+from replayssm.validators.jobs.scaleout.shards import longest_first
 
 MAX_RETRIES = 3
 

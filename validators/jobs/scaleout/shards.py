@@ -2,7 +2,7 @@
 
 Oracle: the partition property (every cell in exactly one shard, the same assignment in every
 process: it depends on the sweep configuration only) and the longest-processing-time-first bound
-(no shard's load exceeds the mean load by more than the largest cell's cost; tests/test_scaleout.py).
+(no shard's load exceeds the mean load by more than the largest cell's cost; tests/jobs/test_scaleout.py).
 
 Cost model (:func:`cell_cost`, arbitrary units, device-independent so that every shard computes
 the same assignment): accepted tokens x rows x state elements of the family's geometry, times
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from replayssm.families import preset
 from replayssm.registry import get
-from replayssm.validators.drift_fast import raw_path
+from replayssm.validators.jobs.drift.fast import raw_path
 
 SPECULATIVE_FACTOR = 2.5
 EAGER_FACTOR = 14.0
