@@ -249,3 +249,54 @@ def test_a_bad_fold_at_declaration_is_refused_naming_it(attrs, needle):
     cls = type("Bad", (get("literal-replay", "mamba2"),), {"name": "bad", **attrs})
     with pytest.raises(ValueError, match=needle):
         build_kernel(cls, Scenario.tiny("mamba2"), "cpu")
+
+
+# ---- a fold still owed when the run ends or is checkpointed: judged by a closing verify, then restored -------
+LAST_STEP_FLUSH = {"steps": 4, "schedule": "always-T"}  # the one flush at the last step (step 3)
+
+
+@pytest.mark.parametrize("family", ["mamba2", "gdn"])
+def test_a_fold_owed_by_the_last_step_is_judged_at_the_end(family):
+    """s32a32-T4-B12 tiny, 4 steps accepting T' each: the only flush is the last step's, whose fold
+    no verify of the scenario applies.  The closing verify judges it: the fold-skipping mutant fails
+    there, the literal model passes with the fold counted as judged."""
+    sc = Scenario.tiny(family, **LAST_STEP_FLUSH)
+    bad = run_scenario(sc, "mutant-next-verify-fold-skipped", repeat_check=False)
+    assert not bad.passed and (bad.first_failure.step, bad.first_failure.check) == (3, "flush-checkpoint")
+    good = run_scenario(sc, "literal-replay-fold-at-next-verify")
+    assert good.passed and good.coverage["flush folds judged at the next verify"] >= 1, good.to_markdown()
+
+
+def test_a_checkpoint_judges_the_owed_fold_and_the_resumed_run_goes_on_unchanged():
+    """state_dict cannot keep a flush's context: it judges the owed fold first (a closing verify,
+    every model restored after it), so a run resumed from it reports what the uninterrupted run does."""
+    sc = Scenario.tiny("mamba2", steps=6, schedule="always-T")
+    whole = Lockstep(sc, "literal-replay-fold-at-next-verify")
+    for _ in range(6):
+        whole.step()
+    first = Lockstep(sc, "literal-replay-fold-at-next-verify")
+    for _ in range(4):
+        first.step()
+    assert first.deferred is not None
+    d = first.state_dict()
+    assert first.deferred is None and not first.failures
+    resumed = Lockstep(sc, "literal-replay-fold-at-next-verify")
+    resumed.load_state_dict(d)
+    for _ in range(2):
+        resumed.step()
+    torch.testing.assert_close(resumed.kernel.checkpoint_state(resumed.ids), whole.kernel.checkpoint_state(whole.ids),
+                               rtol=0, atol=0, equal_nan=True)  # (the padding row's is NaN)
+    assert resumed.coverage == whole.coverage and not resumed.failures
+    bad = Lockstep(sc, "mutant-next-verify-fold-skipped")
+    for _ in range(4):
+        bad.step()
+    bad.state_dict()
+    assert [f.check for f in bad.failures][:1] == ["flush-checkpoint"]
+
+
+def test_an_owed_fold_of_a_kernel_that_cannot_restore_is_said_unjudged():
+    cls = type("NoRestore", (get("literal-replay-fold-at-next-verify", "mamba2"),),
+               {"supports_restore": False, "name": "literal-replay-fold-at-next-verify-no-restore"})
+    res = run_scenario(Scenario.tiny("mamba2", **LAST_STEP_FLUSH), cls, repeat_check=False)
+    assert res.coverage["flush folds left unjudged"] >= 1
+    assert any("left unjudged" in n for n in res.notes), res.notes

@@ -1015,7 +1015,7 @@ class Lockstep:
                 ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
         self._run_hook("at-flush", dataclasses.replace(ctx, flush_rows=rows), due)
 
-    def _deferred_flush_checks(self, ctx: StepContext, use_lit: bool) -> None:
+    def _deferred_flush_checks(self, ctx: StepContext | None, use_lit: bool) -> None:
         """A fold at the next verify: the at-flush checks of the last flush step, now that this
         verify (the next of its rows) has folded: the checkpoint after it, on the flush's rows that
         still owed the fold (not reset since), with the flush's window, reference and storage; the
@@ -1042,9 +1042,50 @@ class Lockstep:
         self.coverage["flush folds judged at the next verify"] += len(rows)
         self._run_hook("at-flush", dataclasses.replace(fctx, **kw), due)
 
+    def judge_owed_folds(self, why: str) -> None:
+        """A fold at the next verify still owed (the last flush's, at the end of the run or when the run
+        is checkpointed for a resume, which cannot keep the flush's context): one closing verify of the
+        kernel and the literal models on the next step's inputs folds it, the flush's checks judge the
+        checkpoint after it, and every model is restored to its snapshot, so the run goes on (or ends)
+        as if the probe had not been made.  A kernel that cannot restore snapshots, or whose closing
+        verify raises, leaves the fold unjudged, counted and said in the notes (never a silent pass)."""
+        if self.deferred is None:
+            return
+        rows = [r for r in self.deferred[0].flush_rows if r in self.owed]
+        if not rows:
+            self.deferred = None
+            return
+        models = [self.kernel, *self.literals]
+        if not all(getattr(m, "supports_restore", False) for m in models):
+            self.deferred = None
+            self.coverage["flush folds left unjudged"] += len(rows)
+            self.notes.append(f"{len(rows)} fold(s) owed to a next verify at {why} left unjudged: the kernel "
+                              f"cannot restore snapshots, so no closing verify was made")
+            return
+        snaps = [m.snapshot() for m in models]
+        nxt = self.plans[self.step_idx].step if self.step_idx < len(self.plans) else self.plans[-1].step + 1
+        inputs = make_inputs(self.sc, nxt, self.device)
+        try:
+            for m in models:
+                out = inv.poisoned_out(self.sc.rows, self.sc.window, m.out_shape, self.sc.precision.act_dtype,
+                                       self.pad_rows, self.device)
+                m.verify(self.ids, inputs, out=out, **self.cursor_kw(m))
+            self._deferred_flush_checks(None, True)  # (counted as judged at the next verify: the probe is one)
+        except Exception as e:  # noqa: BLE001 - the probe is not part of the scenario: said, not judged
+            self.deferred = None
+            self.coverage["flush folds left unjudged"] += len(rows)
+            self.notes.append(f"{len(rows)} fold(s) owed to a next verify at {why} left unjudged: the closing "
+                              f"verify raised {type(e).__name__}: {' '.join(str(e).split())[:160]}")
+        finally:
+            for m, snap in zip(models, snaps):
+                m.restore(snap)
+
     def finish(self, kernel, step_digests: list[str], exception: dict | None = None, repeat: bool = True) -> None:
         """Run the end-of-run checks: ``kernel`` (a name or a class) builds the fresh instance of
-        the repeat run; ``step_digests`` are the chained output digests after each step run."""
+        the repeat run; ``step_digests`` are the chained output digests after each step run.  A fold
+        still owed to a next verify is judged first (:meth:`judge_owed_folds`)."""
+        if exception is None:
+            self.judge_owed_folds("the end of the run")
         ctx = RunContext(self, kernel, step_digests, exception, repeat)
         due = {"once"}
         if repeat and exception is None and self.step_idx:
@@ -1059,6 +1100,7 @@ class Lockstep:
         """Everything needed to resume this run (CPU tensors; torch.save-able)."""
         if not self.started:
             self.start()
+        self.judge_owed_folds("a checkpoint of the run")
         return {
             "scenario": self.sc.to_json(),
             "kernel": self.kernel_name,
@@ -1068,7 +1110,7 @@ class Lockstep:
             "replica_snapshots": [inv.snapshot_to_dict(x.snapshot()) for x in self.replicas],
             "ref": self.ref.detach().cpu(),
             "wp": list(self.wp), "origin": list(self.origin),
-            "owed": sorted(self.owed),  # (a fold at the next verify; the owed folds' checks are not kept)
+            "owed": sorted(self.owed),  # (a fold at the next verify; its checks ran at judge_owed_folds)
             "canary": {s: {k: v.cpu() for k, v in d.items()} for s, d in self.canary.items()},
             "digest": None if self.digest is None else self.digest.hex,
             "failures": [vars(f) for f in self.failures], "failure_counts": dict(self.failure_counts),
