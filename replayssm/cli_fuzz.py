@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import random
 import time
 from pathlib import Path
 
 from replayssm.cli import check_device
+from replayssm.cli_backend import add_backend_arguments, check_backend
 from replayssm.cli_list import load_kernels
 from replayssm.families import family, family_names
 from replayssm.guard import check_record_path, check_writable, float_in, int_at_least, name_arg
@@ -32,8 +32,9 @@ from replayssm.records.jobs import fuzz_records, source
 from replayssm.registry import get
 from replayssm.scenarios.strategies import FUZZ_MODES, supported_decodes
 from replayssm.validators import compile_check
-from replayssm.validators.fuzz import drawable_modes, fuzz_kernel, fuzzable_kernels, profile_name
+from replayssm.validators.fuzz import drawable_modes, fuzz_target, fuzzable_kernels, profile_name
 from replayssm.validators.fuzz_artifacts import artifact_json
+from replayssm.validators.scaleout.ray_jobs import fuzz_ray
 
 
 def add_parser(subparsers):
@@ -73,6 +74,7 @@ def add_parser(subparsers):
                         "scenarios are saved there and replayed first by the next run given the same DIR (the "
                         "nightly run saves it as a CI artifact, a merge run replays it; turns off the profile's "
                         "derandomization)")
+    add_backend_arguments(p, "kernel")
     add_record_argument(p)
     return p
 
@@ -90,7 +92,7 @@ def _report_dict(r) -> dict:
 
 
 def run(args) -> int:
-
+    check_backend(args)
     load_kernels()
     profile = profile_name(args.profile)
     if args.family is not None:
@@ -103,6 +105,8 @@ def run(args) -> int:
             raise ValueError("--compile-for: needs the kernel on the cpu (--device cpu, no --kernel-device): the "
                              "interpreter records the launches; on a GPU the kernels compile as they run")
         compile_check.check_arch(args.compile_for)
+        if args.backend == "ray":
+            raise ValueError("--compile-for: records the launches of this process; not with --backend ray")
     dev = check_device(args.device)
     kdev = None if args.kernel_device is None else check_device(args.kernel_device, "--kernel-device")
     check_writable(args.failures, "--failures")
@@ -135,7 +139,14 @@ def run(args) -> int:
     t_start = time.perf_counter()
     recording = compile_check.record() if args.compile_for is not None else contextlib.nullcontext([])
     with recording as launches:
-        _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports)
+        if args.backend == "ray":
+            reports += fuzz_ray(targets, profile=profile, device=dev, kernel_device=kdev,
+                                failures_dir=args.failures, seed=args.seed, max_examples=args.max_examples,
+                                modes=args.mode_ids, strict=args.strict, example_db=args.example_db,
+                                budget_s=args.budget_s, address=args.ray_address,
+                                gpus_per_task=args.gpus_per_task or 1.0, announce=_announce)
+        else:
+            _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports)
     n_fail = sum(r.caught for r in reports)
     total = sum(r.examples for r in reports)
     n_marg = sum(bool(r.marginals) and not r.caught for r in reports)
@@ -208,39 +219,18 @@ def _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports) -> None:
         if args.budget_s is not None:
             left = args.budget_s - (time.perf_counter() - t_start)
             share = left / (len(targets) - i)
-        seeds, merged = [], None
-        t_k = time.perf_counter()
-        while True:
-            # One run (the profile's own seeding), or with a budget chunks of fresh random seeds.
-            seed = args.seed if not seeds and args.seed is not None else (
-                random.randrange(2**32) if share is not None else None)
-            n = args.max_examples
-            if share is not None:
-                n = args.max_examples or 50
-                if merged is not None and merged.examples:
-                    # Size the next chunk to the time left of this kernel's share.
-                    per = merged.wall_s / merged.examples
-                    n = max(1, min(n, int((share - (time.perf_counter() - t_k)) / per)))
-            r = fuzz_kernel(cls, profile=profile, device=dev, kernel_device=kdev, failures_dir=args.failures,
-                            seed=seed, max_examples=n,
-                            strategy=None if args.mode_ids is None else {"modes": args.mode_ids},
-                            overrides={"derandomize": False} if share is not None else None,
-                            strict=args.strict, example_db=args.example_db)
-            seeds.append(seed)
-            if merged is not None:
-                r.examples += merged.examples
-                r.wall_s += merged.wall_s
-                r.merge_marginals(merged)
-                if r.time_to_first_failure_s is not None:
-                    r.time_to_first_failure_s += merged.wall_s
-            merged = r
-            if merged.caught or share is None or time.perf_counter() - t_k >= share:
-                break
-        merged.seeds = seeds
+        merged = fuzz_target(cls, profile=profile, device=dev, kernel_device=kdev, failures_dir=args.failures,
+                             seed=args.seed, max_examples=args.max_examples, modes=args.mode_ids,
+                             strict=args.strict, example_db=args.example_db, share_s=share)
         reports.append(merged)
-        print(merged.summary(), flush=True)
-        if merged.record is not None and merged.artifact is None:
-            # Writing the artifact failed after the check before the run: print it rather than lose it.
-            print(f"fuzz: {'; '.join(merged.notes) or 'the reproducer was not written'}; the reproducer "
-                  f"(save it as FILE.json, then replayssm validate --scenario FILE.json):\n"
-                  f"{artifact_json(merged.scenario, merged.record)}", end="", flush=True)
+        _announce(merged)
+
+
+def _announce(merged) -> None:
+    """One kernel's summary line (and its reproducer when the artifact could not be written)."""
+    print(merged.summary(), flush=True)
+    if merged.record is not None and merged.artifact is None:
+        # Writing the artifact failed after the check before the run: print it rather than lose it.
+        print(f"fuzz: {'; '.join(merged.notes) or 'the reproducer was not written'}; the reproducer "
+              f"(save it as FILE.json, then replayssm validate --scenario FILE.json):\n"
+              f"{artifact_json(merged.scenario, merged.record)}", end="", flush=True)
