@@ -1,13 +1,16 @@
-"""Drift sweeps past one machine (validators/scaleout): shards from the environment and balanced by
-estimated cost, claim mode on a shared --out, the Ray backend on a local cluster.
+"""Sweeps past one machine (validators/scaleout): drift shards from the environment and balanced by
+estimated cost, claim mode on a shared --out, the Ray backend of drift, fuzz and bench on a local cluster.
 
-Every comparison of reports is byte equality of the JSON, Markdown and HTML files against the serial
-run of the same sweep (as tests/test_drift_runner.py).
+Every comparison of drift reports is byte equality of the JSON, Markdown and HTML files against the
+serial run of the same sweep (as tests/test_drift_runner.py); fuzz and bench runs are compared with
+the serial run's output less its measured times.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,9 +22,11 @@ from pathlib import Path
 import pytest
 
 from replayssm.cli import main
+from replayssm.validators.bench import TIMING_ROW_FIELDS, bench_family, without_timings
 from replayssm.validators.drift import CellSpec, SweepConfig
 from replayssm.validators.scaleout import claims as C
 from replayssm.validators.scaleout import shards as S
+from replayssm.validators.scaleout.ray_jobs import bench_family_ray
 
 TINY = ["--families", "mamba2,gdn", "--modes", "s32a16", "--schedules", "standard,spec-random",
         "--tokens", "256", "--rows", "2", "--no-progress", "--checkpoint-every", "0"]
@@ -232,3 +237,66 @@ def test_ray_backend_reproduces_the_serial_report_after_a_worker_is_killed(seria
     (cid,) = killed
     assert f"cell {cid} resumed from its checkpoint" in capfd.readouterr().err
     assert _reports(out) == _reports(serial)
+
+
+# ---- Ray: the nightly fuzz and the bench ----------------------------------------------------------------------
+
+FUZZ = ["fuzz", "--family", "mamba2", "--kernel", "literal-replay", "--kernel", "mutant-readout-without-skip",
+        "--profile", "ci", "--max-examples", "4"]
+BENCH_TINY = dict(L=2, batches=(1,), spec_batches=(1,), window=2, spec_buffer=2, device="cpu", sweep=False,
+                  copy={"tbps": 1.0, "bytes": 1, "ms": 1.0}, max_sets=2)
+TIMED = (r"\d+\.\d s\b", r"\d+ s\b")  # wall times in the fuzz lines
+TIMED_BENCH = (r"\s+\d+\.\d+ us", r"\d+\.\d+ TB/s, \d+%", r"ratio \d+\.\d+")  # timings in the bench lines
+
+
+def _untimed(text: str, patterns=TIMED) -> str:
+    for p in patterns:
+        text = re.sub(p, "T", text)
+    return text
+
+
+@pytest.mark.parametrize("argv", [FUZZ, ["bench", "--family", "mamba2"]], ids=["fuzz", "bench"])
+def test_fuzz_and_bench_backend_ray_without_ray_is_one_line(argv, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as when it is not installed
+    assert main([*argv, "--backend", "ray"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--backend ray" in err and "replayssm[ray]" in err
+
+
+@pytest.mark.parametrize("argv", [FUZZ, ["bench", "--family", "mamba2"]], ids=["fuzz", "bench"])
+@pytest.mark.parametrize("flag", [["--ray-address", "auto"], ["--gpus-per-task", "0.5"]], ids=["address", "gpus"])
+def test_ray_flags_only_with_backend_ray(argv, flag, capsys):
+    assert main([*argv, *flag]) == 2
+    assert f"{flag[0]}: only with --backend ray" in capsys.readouterr().err
+
+
+def test_fuzz_backend_ray_reproduces_the_serial_run(ray_cluster, tmp_path, capsys):
+    """One task per kernel on the local cluster: the same lines (in the serial order), JSON and shrunk
+    reproducer as the serial run, the wall times aside."""
+    runs = {}
+    for backend in ("local", "ray"):
+        d = tmp_path / backend
+        code = main([*FUZZ, "--include-mutants", "--failures", str(d / "failures"), "--json", str(d / "report.json"),
+                     "--backend", backend])
+        assert code == 1  # the mutant is caught
+        out = capsys.readouterr().out.replace(str(d), "DIR")
+        report = json.loads((d / "report.json").read_text().replace(str(d), "DIR"))
+        for r in report:
+            r["wall_s"] = r["time_to_first_failure_s"] = None
+        artifact = (d / "failures" / "mamba2-mutant-readout-without-skip.json").read_bytes()
+        runs[backend] = (_untimed(out), report, artifact)
+    assert runs["ray"] == runs["local"]
+    assert runs["ray"][0].splitlines()[0].startswith("PASS literal-replay [mamba2]: 4 scenarios")
+
+
+def test_bench_backend_ray_reproduces_the_serial_table_less_its_timings(ray_cluster):
+    """One task per row of the table on the local cluster: the serial result but for the measured
+    times (and the date), the same lines logged in the same order."""
+    logs = {"local": [], "ray": []}
+    serial = bench_family("mamba2", "tiny", "s32a32", log=logs["local"].append, **BENCH_TINY)
+    ray_res = bench_family_ray("mamba2", "tiny", "s32a32", log=logs["ray"].append, **BENCH_TINY)
+    assert [r["case"] for r in ray_res["rows"]] == ["standard L=2", "spec T'=2 B=2 all accepted",
+                                                    "spec T'=2 B=2 half accepted"]
+    assert without_timings(ray_res) == without_timings(serial)
+    assert [_untimed(x, TIMED_BENCH) for x in logs["ray"]] == [_untimed(x, TIMED_BENCH) for x in logs["local"]]
+    assert all(r[f] > 0 for r in ray_res["rows"] for f in TIMING_ROW_FIELDS)

@@ -36,6 +36,7 @@ import torch
 
 from replayssm.families import family
 from replayssm.guard import EnvironmentProblem
+from replayssm.records import git_state
 from replayssm.registry import get
 from replayssm.validators import bench as B
 from replayssm.validators import drift as D
@@ -205,6 +206,11 @@ def bench_family_ray(family_name: str, geometry: str | None = None, mode="s32a16
     if head["problem"]:
         raise EnvironmentProblem(head["problem"])
     copy, env = head["copy"], head["env"]
+    commit, dirty = git_state()  # the code of this process (the CLI, a test) counts too, as in the serial run
+    if commit != env["commit"]:
+        raise EnvironmentProblem(f"--backend ray: the cluster runs replayssm at commit {env['commit']}, this "
+                                 f"process at {commit}: one commit per run")
+    env["dirty"] = env["dirty"] or dirty
     log(B.copy_line(copy))
     mods = _modules([get(baseline, family_name), get(replay, family_name)])
     kw = {"copy": copy, "device": device, "rep_ms": rep_ms, "sweep": sweep, "seed": seed, "max_sets": max_sets,
