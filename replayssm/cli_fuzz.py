@@ -32,9 +32,11 @@ from replayssm.records.jobs import fuzz_records, source
 from replayssm.registry import get
 from replayssm.scenarios.strategies import FUZZ_MODES, supported_decodes
 from replayssm.validators import compile_check
-from replayssm.validators.fuzz import drawable_modes, fuzz_target, fuzzable_kernels, profile_name
+from replayssm.validators.drift import parse_shard
+from replayssm.validators.fuzz import drawable_modes, fuzz_cost, fuzz_target, fuzzable_kernels, profile_name
 from replayssm.validators.fuzz_artifacts import artifact_json
 from replayssm.validators.scaleout.ray_jobs import fuzz_ray
+from replayssm.validators.scaleout.shards import partition, shard_from_env
 
 
 def add_parser(subparsers):
@@ -74,6 +76,9 @@ def add_parser(subparsers):
                         "scenarios are saved there and replayed first by the next run given the same DIR (the "
                         "nightly run saves it as a CI artifact, a merge run replays it; turns off the profile's "
                         "derandomization)")
+    p.add_argument("--shard", default="0/1", metavar="i/n|auto",
+                   help="fuzz shard i of n of the kernels, balanced by estimated cost (a CI matrix, a Slurm array; "
+                        "default 0/1); auto: from the environment (docs/scaleout.md)")
     add_backend_arguments(p, "kernel")
     add_record_argument(p)
     return p
@@ -93,6 +98,7 @@ def _report_dict(r) -> dict:
 
 def run(args) -> int:
     check_backend(args)
+    shard = _parse_shard(args.shard)
     load_kernels()
     profile = profile_name(args.profile)
     if args.family is not None:
@@ -132,6 +138,7 @@ def run(args) -> int:
         targets = fuzzable_kernels(args.family, include_mutants=args.include_mutants)
     args.mode_ids = _modes(args.modes)
     targets = _supporting(targets, args.mode_ids, named=bool(args.kernel), kernel_device=kdev or dev)
+    targets = _shard(targets, shard, kdev or dev)
     if dev == "cpu":
         import torch
         torch.set_num_threads(1)
@@ -150,7 +157,8 @@ def run(args) -> int:
     n_fail = sum(r.caught for r in reports)
     total = sum(r.examples for r in reports)
     n_marg = sum(bool(r.marginals) and not r.caught for r in reports)
-    print(f"fuzz ({profile}, {dev}): {len(reports)} kernel(s), {total} scenarios, {n_fail} failing, "
+    where = "" if shard == (0, 1) else f", shard {shard[0]}/{shard[1]}"
+    print(f"fuzz ({profile}, {dev}{where}): {len(reports)} kernel(s), {total} scenarios, {n_fail} failing, "
           f"{n_marg} marginal{' (--strict: marginals fail)' if args.strict else ''}, "
           f"{time.perf_counter() - t_start:.0f} s" + (f"; reproducers in {args.failures}/" if n_fail else ""))
     compiled_ok = True
@@ -166,6 +174,26 @@ def run(args) -> int:
                    "example_db": args.example_db}
         append(args.record, fuzz_records(Recorder("fuzz", device=kdev or dev, source=source(args)), reports, options))
     return 1 if n_fail or not compiled_ok else 0
+
+
+def _parse_shard(text: str) -> tuple[int, int]:
+    """``--shard``: ``i/n``, or ``auto`` from the environment (:func:`shard_from_env`)."""
+    if text == "auto":
+        return shard_from_env()
+    try:
+        return parse_shard(text)
+    except ValueError as e:
+        raise ValueError(f"--shard: {str(e).split(': ', 1)[-1]}") from None
+
+
+def _shard(targets: list, shard: tuple[int, int], kernel_device: str) -> list:
+    """Shard ``i`` of ``n`` of ``targets`` (balanced by :func:`fuzz_cost`, a function of the kernels
+    only, so every shard agrees), in their order; every target for 0/1."""
+    i, n = shard
+    if n == 1:
+        return targets
+    part = partition(targets, n, lambda c: fuzz_cost(c, kernel_device), lambda c: (c.family, c.name))[i]
+    return [c for c in targets if c in part]
 
 
 def _modes(text: str | None) -> tuple[str, ...] | None:

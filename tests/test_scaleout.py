@@ -21,9 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from replayssm import cli_fuzz
 from replayssm.cli import main
+from replayssm.cli_list import load_kernels
 from replayssm.validators.bench import TIMING_ROW_FIELDS, bench_family, without_timings
 from replayssm.validators.drift import CellSpec, SweepConfig
+from replayssm.validators.fuzz import fuzz_cost, fuzzable_kernels
 from replayssm.validators.scaleout import claims as C
 from replayssm.validators.scaleout import shards as S
 from replayssm.validators.scaleout.ray_jobs import bench_family_ray
@@ -300,3 +303,25 @@ def test_bench_backend_ray_reproduces_the_serial_table_less_its_timings(ray_clus
     assert without_timings(ray_res) == without_timings(serial)
     assert [_untimed(x, TIMED_BENCH) for x in logs["ray"]] == [_untimed(x, TIMED_BENCH) for x in logs["local"]]
     assert all(r[f] > 0 for r in ray_res["rows"] for f in TIMING_ROW_FIELDS)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_fuzz_shards_partition_the_kernels_in_the_serial_order(n):
+    load_kernels()
+    targets = fuzzable_kernels(include_mutants=True)
+    parts = [cli_fuzz._shard(targets, (i, n), "cpu") for i in range(n)]
+    assert sorted((c.family, c.name) for p in parts for c in p) == sorted((c.family, c.name) for c in targets)
+    assert all(p == [c for c in targets if c in p] for p in parts)  # each shard in the serial order
+    interpreted = [sum(fuzz_cost(c, "cpu") > 1 for c in p) for p in parts]
+    assert max(interpreted) - min(interpreted) <= 1  # the costly (interpreted Triton) kernels spread evenly
+
+
+@pytest.mark.parametrize("shard, needle", [("auto", "--shard auto"), ("2/2", "--shard"), ("x", "--shard")],
+                         ids=["auto-unset", "out-of-range", "malformed"])
+def test_fuzz_bad_shard_fails_before_any_work(shard, needle, tmp_path, capsys, monkeypatch):
+    for v in ("REPLAYSSM_SHARD", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "BUILDKITE_PARALLEL_JOB",
+              "BUILDKITE_PARALLEL_JOB_COUNT"):
+        monkeypatch.delenv(v, raising=False)
+    assert main([*FUZZ, "--shard", shard, "--failures", str(tmp_path / "f")]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "f").exists()
