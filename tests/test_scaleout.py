@@ -325,3 +325,9 @@ def test_fuzz_bad_shard_fails_before_any_work(shard, needle, tmp_path, capsys, m
     assert main([*FUZZ, "--shard", shard, "--failures", str(tmp_path / "f")]) == 2
     assert needle in capsys.readouterr().err
     assert not (tmp_path / "f").exists()
+
+
+def test_bench_backend_ray_on_a_cluster_without_gpus_is_one_line(ray_cluster, capsys):
+    assert main(["bench", "--family", "mamba2", "--backend", "ray"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "0 GPU(s), fewer than --gpus-per-task 1" in err

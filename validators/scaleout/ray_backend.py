@@ -10,6 +10,8 @@ last checkpoint; an exception raised by a cell is not retried and fails the swee
 run.  The report is built from the cell files, so it is the serial report byte for byte.
 
 Ray is an optional extra (``pip install 'replayssm[ray]'``); :func:`require_ray` says so in one line.
+The machinery (:func:`connect`, :func:`task_slots`, :func:`pull`) also runs the fuzz and the bench
+(:mod:`.ray_jobs`).
 
 Oracle: a local cluster on CPU reproduces the serial report byte for byte, also after the worker of
 a running cell is SIGKILLed (tests/test_scaleout.py).

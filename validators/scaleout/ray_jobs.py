@@ -114,7 +114,7 @@ def fuzz_ray(targets: list, *, profile: str, device: str = "cpu", kernel_device:
     slots = task_slots(ray, gpu, gpus_per_task, "--gpus-per-task")
     task = _options(ray, _fuzz_task, gpu, gpus_per_task, max_retries)
     mods = _modules(targets)
-    keys = [(cls.family, cls.name) for cls in targets]
+    keys = [f"{cls.family}/{cls.name}" for cls in targets]
     t_dev = kernel_device or device
     order = sorted(range(len(targets)), key=lambda i: (-fuzz_cost(targets[i], t_dev), i))
     kw = {"profile": profile, "device": _on_card(device) if gpu else device, "seed": seed,
