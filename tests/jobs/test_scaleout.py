@@ -1,13 +1,16 @@
-"""Drift sweeps past one machine (validators/scaleout): shards from the environment and balanced by
-estimated cost, claim mode on a shared --out, the Ray backend on a local cluster.
+"""Sweeps past one machine (validators/scaleout): drift shards from the environment and balanced by
+estimated cost, claim mode on a shared --out, the Ray backend of drift, fuzz and bench on a local cluster.
 
-Every comparison of reports is byte equality of the JSON, Markdown and HTML files against the serial
-run of the same sweep (as tests/jobs/test_drift_runner.py).
+Every comparison of drift reports is byte equality of the JSON, Markdown and HTML files against the
+serial run of the same sweep (as tests/jobs/test_drift_runner.py); fuzz and bench runs are compared with
+the serial run's output less its measured times.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,10 +21,15 @@ from pathlib import Path
 
 import pytest
 
+from replayssm import cli_fuzz
 from replayssm.cli import main
+from replayssm.cli_list import load_kernels
+from replayssm.validators.jobs.bench.run import TIMING_ROW_FIELDS, bench_family, without_timings
 from replayssm.validators.jobs.drift.sweep import CellSpec, SweepConfig
+from replayssm.validators.jobs.fuzz.run import fuzz_cost, fuzzable_kernels
 from replayssm.validators.jobs.scaleout import claims as C
 from replayssm.validators.jobs.scaleout import shards as S
+from replayssm.validators.jobs.scaleout.ray_jobs import bench_family_ray
 
 TINY = ["--families", "mamba2,gdn", "--modes", "s32a16", "--schedules", "standard,spec-random",
         "--tokens", "256", "--rows", "2", "--no-progress", "--checkpoint-every", "0"]
@@ -232,3 +240,94 @@ def test_ray_backend_reproduces_the_serial_report_after_a_worker_is_killed(seria
     (cid,) = killed
     assert f"cell {cid} resumed from its checkpoint" in capfd.readouterr().err
     assert _reports(out) == _reports(serial)
+
+
+# ---- Ray: the nightly fuzz and the bench ----------------------------------------------------------------------
+
+FUZZ = ["fuzz", "--family", "mamba2", "--kernel", "literal-replay", "--kernel", "mutant-readout-without-skip",
+        "--profile", "ci", "--max-examples", "4"]
+BENCH_TINY = dict(L=2, batches=(1,), spec_batches=(1,), window=2, spec_buffer=2, device="cpu", sweep=False,
+                  copy={"tbps": 1.0, "bytes": 1, "ms": 1.0}, max_sets=2)
+TIMED = (r"\d+\.\d s\b", r"\d+ s\b")  # wall times in the fuzz lines
+TIMED_BENCH = (r"\s+\d+\.\d+ us", r"\d+\.\d+ TB/s, \d+%", r"ratio \d+\.\d+")  # timings in the bench lines
+
+
+def _untimed(text: str, patterns=TIMED) -> str:
+    for p in patterns:
+        text = re.sub(p, "T", text)
+    return text
+
+
+@pytest.mark.parametrize("argv", [FUZZ, ["bench", "--family", "mamba2"]], ids=["fuzz", "bench"])
+def test_fuzz_and_bench_backend_ray_without_ray_is_one_line(argv, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as when it is not installed
+    assert main([*argv, "--backend", "ray"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--backend ray" in err and "replayssm[ray]" in err
+
+
+@pytest.mark.parametrize("argv", [FUZZ, ["bench", "--family", "mamba2"]], ids=["fuzz", "bench"])
+@pytest.mark.parametrize("flag", [["--ray-address", "auto"], ["--gpus-per-task", "0.5"]], ids=["address", "gpus"])
+def test_ray_flags_only_with_backend_ray(argv, flag, capsys):
+    assert main([*argv, *flag]) == 2
+    assert f"{flag[0]}: only with --backend ray" in capsys.readouterr().err
+
+
+def test_fuzz_backend_ray_reproduces_the_serial_run(ray_cluster, tmp_path, capsys):
+    """One task per kernel on the local cluster: the same lines (in the serial order), JSON and shrunk
+    reproducer as the serial run, the wall times aside."""
+    runs = {}
+    for backend in ("local", "ray"):
+        d = tmp_path / backend
+        code = main([*FUZZ, "--include-mutants", "--failures", str(d / "failures"), "--json", str(d / "report.json"),
+                     "--backend", backend])
+        assert code == 1  # the mutant is caught
+        out = capsys.readouterr().out.replace(str(d), "DIR")
+        report = json.loads((d / "report.json").read_text().replace(str(d), "DIR"))
+        for r in report:
+            r["wall_s"] = r["time_to_first_failure_s"] = None
+        artifact = (d / "failures" / "mamba2-mutant-readout-without-skip.json").read_bytes()
+        runs[backend] = (_untimed(out), report, artifact)
+    assert runs["ray"] == runs["local"]
+    assert runs["ray"][0].splitlines()[0].startswith("PASS literal-replay [mamba2]: 4 scenarios")
+
+
+def test_bench_backend_ray_reproduces_the_serial_table_less_its_timings(ray_cluster):
+    """One task per row of the table on the local cluster: the serial result but for the measured
+    times (and the date), the same lines logged in the same order."""
+    logs = {"local": [], "ray": []}
+    serial = bench_family("mamba2", "tiny", "s32a32", log=logs["local"].append, **BENCH_TINY)
+    ray_res = bench_family_ray("mamba2", "tiny", "s32a32", log=logs["ray"].append, **BENCH_TINY)
+    assert [r["case"] for r in ray_res["rows"]] == ["standard L=2", "spec T'=2 B=2 all accepted",
+                                                    "spec T'=2 B=2 half accepted"]
+    assert without_timings(ray_res) == without_timings(serial)
+    assert [_untimed(x, TIMED_BENCH) for x in logs["ray"]] == [_untimed(x, TIMED_BENCH) for x in logs["local"]]
+    assert all(r[f] > 0 for r in ray_res["rows"] for f in TIMING_ROW_FIELDS)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_fuzz_shards_partition_the_kernels_in_the_serial_order(n):
+    load_kernels()
+    targets = fuzzable_kernels(include_mutants=True)
+    parts = [cli_fuzz._shard(targets, (i, n), "cpu") for i in range(n)]
+    assert sorted((c.family, c.name) for p in parts for c in p) == sorted((c.family, c.name) for c in targets)
+    assert all(p == [c for c in targets if c in p] for p in parts)  # each shard in the serial order
+    interpreted = [sum(fuzz_cost(c, "cpu") > 1 for c in p) for p in parts]
+    assert max(interpreted) - min(interpreted) <= 1  # the costly (interpreted Triton) kernels spread evenly
+
+
+@pytest.mark.parametrize("shard, needle", [("auto", "--shard auto"), ("2/2", "--shard"), ("x", "--shard")],
+                         ids=["auto-unset", "out-of-range", "malformed"])
+def test_fuzz_bad_shard_fails_before_any_work(shard, needle, tmp_path, capsys, monkeypatch):
+    for v in ("REPLAYSSM_SHARD", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "BUILDKITE_PARALLEL_JOB",
+              "BUILDKITE_PARALLEL_JOB_COUNT"):
+        monkeypatch.delenv(v, raising=False)
+    assert main([*FUZZ, "--shard", shard, "--failures", str(tmp_path / "f")]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "f").exists()
+
+
+def test_bench_backend_ray_on_a_cluster_without_gpus_is_one_line(ray_cluster, capsys):
+    assert main(["bench", "--family", "mamba2", "--backend", "ray"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "0 GPU(s), fewer than --gpus-per-task 1" in err

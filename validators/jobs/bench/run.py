@@ -362,58 +362,102 @@ def best_configuration(family_name, name, geometry, mode, decode, batch, nsets, 
 # ---- one family's suite ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class BenchItem:
+    """One row of a family's suite (:func:`bench_plan`): the baseline and the replay kernel timed on
+    one decode case at one batch size (each the fastest of its launch candidates), and their
+    modelled bytes per step.  ``index``: the row's place in the table (its inputs' seed offset)."""
+
+    index: int
+    case: str
+    batch: int
+    base: DecodeConfig
+    rep: DecodeConfig
+    k: int
+    b_bytes: float
+    r_bytes: float
+
+
+def bench_plan(family_name: str, geometry: str, mode="s32a16", L=16, batches=(1, 8, 32, 128, 256, 512),
+               spec_batches=(128, 512), window=4, spec_buffer=16) -> list[BenchItem]:
+    """The rows of :func:`bench_family`, in table order: standard decode at each of ``batches``, then
+    speculative all-accepted and half-accepted at each of ``spec_batches`` (no device needed)."""
+    traffic = family(family_name).traffic(preset(geometry, family_name), parse_mode(mode))
+    std, base1 = DecodeConfig("standard", 1, L), DecodeConfig("standard", 1, 1)
+    rb, bb = traffic.replay_cycle_mean(std, cursor_cycle(std, 1)[1]), traffic.baseline_step(1)
+    items = [(f"standard L={L}", b, base1, std, 1, bb * b, rb * b) for b in batches]
+    dec = DecodeConfig("speculative", window, spec_buffer)
+    for label, k in (("all accepted", window), ("half accepted", max(1, window // 2))):
+        rb_s, bb_s = traffic.replay_cycle_mean(dec, cursor_cycle(dec, k)[1]), traffic.baseline_step(window)
+        items += [(f"spec T'={window} B={spec_buffer} {label}", b, dec, dec, k, bb_s * b, rb_s * b)
+                  for b in spec_batches]
+    return [BenchItem(i, *it) for i, it in enumerate(items)]
+
+
+def bench_row(family_name: str, geometry: str, mode: str, item: BenchItem, *, copy: dict, device="cuda",
+              rep_ms=200, sweep=True, seed=0, max_sets=64, baseline="triton-baseline", replay="triton-replay",
+              log=print) -> BenchRow:
+    """Time one row (:class:`BenchItem`): the baseline's and the replay's fastest launch candidate
+    (only the default without ``sweep``), fresh inputs from seed ``seed + item.index``, so a row
+    gets the same inputs in any process and order (``replayssm bench --backend ray``)."""
+    fam = family(family_name)
+    traffic = fam.traffic(preset(geometry, family_name), parse_mode(mode))
+    gen = torch.Generator(device=device).manual_seed(seed + item.index)
+    nsets = num_sets(item.batch * traffic.state, device, max_sets=max_sets)
+
+    def best(name, kind, dec):
+        cands = fam.bench_launch_candidates(kind, dec, item.batch)
+        return best_configuration(family_name, name, geometry, mode, dec, item.batch, nsets, item.k,
+                                  cands if sweep else cands[:1], device, gen, rep_ms, log)
+
+    b_us, b_opts, b_chk = best(baseline, "baseline", item.base)
+    r_us, r_opts, r_chk = best(replay, "replay", item.rep)
+    return _row(item.case, item.batch, b_us, r_us, item.b_bytes, item.r_bytes, copy, nsets, b_opts, r_opts,
+                f"{b_chk}/{r_chk}")
+
+
+def copy_line(copy: dict) -> str:
+    return f"copy bandwidth: {copy['tbps']:.3f} TB/s ({copy['bytes'] / 2**30:.0f} GiB moved in {copy['ms']:.3f} ms)"
+
+
 def bench_family(family_name: str, geometry: str | None = None, mode="s32a16", L=16,
                  batches=(1, 8, 32, 128, 256, 512), spec_batches=(128, 512), window=4, spec_buffer=16, device="cuda",
                  rep_ms=200, sweep=True, seed=0, copy=None, max_sets=64, baseline="triton-baseline",
                  replay="triton-replay", log=print) -> dict:
     """Standard decode (baseline vs replay over a full L cycle) and speculative T' = ``window``
     (all drafts accepted, half accepted) against the per-draft-state baseline; each cell is the
-    fastest of the family's launch candidates (only the default without ``sweep``)."""
-    fam = family(family_name)
-    geometry = geometry or fam.bench_geometry
-    g = preset(geometry, family_name)
-    m = parse_mode(mode)
-    gen = torch.Generator(device=device).manual_seed(seed)
+    fastest of the family's launch candidates (only the default without ``sweep``).  The rows are
+    :func:`bench_plan`'s, each timed by :func:`bench_row`."""
+    geometry = geometry or family(family_name).bench_geometry
+    plan = bench_plan(family_name, geometry, mode, L, batches, spec_batches, window, spec_buffer)
     if copy is None:
         copy = copy_bandwidth(device)
         if device_is_cuda(device):
             torch.cuda.empty_cache()
-    log(f"copy bandwidth: {copy['tbps']:.3f} TB/s ({copy['bytes'] / 2**30:.0f} GiB moved in {copy['ms']:.3f} ms)")
-    traffic = fam.traffic(g, m)
-
-    def cands(kind, dec, batch):
-        c = fam.bench_launch_candidates(kind, dec, batch)
-        return c if sweep else c[:1]
-
+    log(copy_line(copy))
     rows: list[BenchRow] = []
-    std = DecodeConfig("standard", 1, L)
-    base1 = DecodeConfig("standard", 1, 1)
-    rb = traffic.replay_cycle_mean(std, cursor_cycle(std, 1)[1])
-    bb = traffic.baseline_step(1)
-    for batch in batches:
-        nsets = num_sets(batch * traffic.state, device, max_sets=max_sets)
-        b_us, b_opts, b_chk = best_configuration(family_name, baseline, geometry, mode, base1, batch, nsets, 1,
-                                                 cands("baseline", base1, batch), device, gen, rep_ms, log)
-        r_us, r_opts, r_chk = best_configuration(family_name, replay, geometry, mode, std, batch, nsets, 1,
-                                                 cands("replay", std, batch), device, gen, rep_ms, log)
-        rows.append(_row(f"standard L={L}", batch, b_us, r_us, bb * batch, rb * batch, copy, nsets, b_opts, r_opts,
-                         f"{b_chk}/{r_chk}"))
+    for item in plan:
+        rows.append(bench_row(family_name, geometry, mode, item, copy=copy, device=device, rep_ms=rep_ms, sweep=sweep,
+                              seed=seed, max_sets=max_sets, baseline=baseline, replay=replay, log=log))
         log(row_line(rows[-1]))
-    dec = DecodeConfig("speculative", window, spec_buffer)
-    for label, k in (("all accepted", window), ("half accepted", max(1, window // 2))):
-        rb_s = traffic.replay_cycle_mean(dec, cursor_cycle(dec, k)[1])
-        bb_s = traffic.baseline_step(window)
-        for batch in spec_batches:
-            nsets = num_sets(batch * traffic.state, device, max_sets=max_sets)
-            b_us, b_opts, b_chk = best_configuration(family_name, baseline, geometry, mode, dec, batch, nsets, k,
-                                                     cands("baseline", dec, batch), device, gen, rep_ms, log)
-            r_us, r_opts, r_chk = best_configuration(family_name, replay, geometry, mode, dec, batch, nsets, k,
-                                                     cands("replay", dec, batch), device, gen, rep_ms, log)
-            rows.append(_row(f"spec T'={window} B={spec_buffer} {label}", batch, b_us, r_us, bb_s * batch,
-                             rb_s * batch, copy, nsets, b_opts, r_opts, f"{b_chk}/{r_chk}"))
-            log(row_line(rows[-1]))
     return {"family": family_name, "geometry": geometry, "mode": mode, "L": L, "copy": copy, "env": environment(),
             "rows": [asdict(r) for r in rows]}
+
+
+# The fields of a bench result that are measured times or follow from them (bandwidths, ratios, the
+# copy ceiling); everything else (cases, batches, model limits, sets, verdicts, launch options without
+# a sweep) is the same in every run of one configuration, serial or on a Ray cluster.
+TIMING_ROW_FIELDS = ("baseline_us", "replay_us", "ratio", "baseline_tbps", "replay_tbps", "baseline_pct_copy",
+                     "replay_pct_copy")
+
+
+def without_timings(result: dict) -> dict:
+    """``result`` (:func:`bench_family`) less what differs between two runs of one configuration: the
+    timing fields of its rows (:data:`TIMING_ROW_FIELDS`, set to None), the copy ceiling and the date.
+    With a launch sweep the chosen options are a timing result too; compare runs without one."""
+    rows = [{k: (None if k in TIMING_ROW_FIELDS else v) for k, v in r.items()} for r in result["rows"]]
+    env = {k: v for k, v in result["env"].items() if k != "date"}
+    return {**result, "copy": None, "env": env, "rows": rows}
 
 
 # ---- the benchmark suite's cases (tests/bench: pytest-benchmark, nox -s bench) ------------------------------
@@ -563,7 +607,8 @@ def table(result: dict) -> str:
 
 
 __all__ = ["BENCH_MODE", "GATE_BATCHES", "GATE_KERNELS", "GATE_SPEC_BATCHES", "SLOW_ENV", "SPEC_BATCHES",
-           "STANDARD_BATCHES", "BenchCase", "BenchRow", "KernelTiming", "bench_cases", "bench_family", "bench_kernels",
+           "STANDARD_BATCHES", "TIMING_ROW_FIELDS", "BenchCase", "BenchItem", "BenchRow", "KernelTiming", "bench_cases",
+           "bench_family", "bench_kernels", "bench_plan", "bench_row", "copy_line", "without_timings",
            "best_configuration", "check_configuration", "check_scenario_of", "copy_bandwidth", "cursor_cycle",
            "environment", "graph_median_ms", "graph_samples_ms", "is_model", "markdown_table", "measure_case",
            "num_sets", "random_inputs", "slow_fraction", "step_bytes", "table", "time_kernel", "time_kernel_samples"]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import time
 import unittest
 from dataclasses import dataclass, field
@@ -396,6 +397,56 @@ def fuzz_kernel(kernel, family: str | None = None, *, profile: str | None = None
     return report
 
 
+def fuzz_target(cls: type[KernelUnderTest], *, profile: str | None = None, device: str = "cpu",
+                kernel_device: str | None = None, failures_dir=None, seed: int | None = None,
+                max_examples: int | None = None, modes: tuple[str, ...] | None = None, strict: bool = False,
+                example_db=None, share_s: float | None = None) -> FuzzReport:
+    """``replayssm fuzz``'s unit of work: one kernel fuzzed (:func:`fuzz_kernel`), in one run, or with a
+    time share ``share_s`` in chunks of fresh random seeds (each chunk sized to the time left, by the
+    scenarios per second of the chunks before) until the share is spent or a failure is caught.  The
+    chunks are merged into one report whose ``seeds`` lists each chunk's seed."""
+    seeds, merged = [], None
+    t_k = time.perf_counter()
+    while True:
+        # One run (the profile's own seeding), or with a share chunks of fresh random seeds.
+        chunk_seed = seed if not seeds and seed is not None else (
+            random.randrange(2**32) if share_s is not None else None)
+        n = max_examples
+        if share_s is not None:
+            n = max_examples or 50
+            if merged is not None and merged.examples:
+                per = merged.wall_s / merged.examples
+                n = max(1, min(n, int((share_s - (time.perf_counter() - t_k)) / per)))
+        r = fuzz_kernel(cls, profile=profile, device=device, kernel_device=kernel_device, failures_dir=failures_dir,
+                        seed=chunk_seed, max_examples=n, strategy=None if modes is None else {"modes": modes},
+                        overrides={"derandomize": False} if share_s is not None else None, strict=strict,
+                        example_db=example_db)
+        seeds.append(chunk_seed)
+        if merged is not None:
+            r.examples += merged.examples
+            r.wall_s += merged.wall_s
+            r.merge_marginals(merged)
+            if r.time_to_first_failure_s is not None:
+                r.time_to_first_failure_s += merged.wall_s
+        merged = r
+        if merged.caught or share_s is None or time.perf_counter() - t_k >= share_s:
+            break
+    merged.seeds = seeds
+    return merged
+
+
+# The estimated cost of one kernel's fuzzing relative to a pure-PyTorch kernel on the same device
+# (:func:`fuzz_cost`): a Triton kernel through the interpreter costs ~0.1-0.4 s per step against
+# milliseconds (the strategy sizes above), so it is taken first by a dynamic scheduler.
+INTERPRETED_COST = 40.0
+
+
+def fuzz_cost(cls: type[KernelUnderTest], kernel_device: str = "cpu") -> float:
+    """Estimated cost of fuzzing ``cls`` with the kernel on ``kernel_device``: :data:`INTERPRETED_COST`
+    for a Triton kernel under the interpreter, else 1 (the order a scheduler takes kernels in)."""
+    return INTERPRETED_COST if is_interpreted(cls, kernel_device) else 1.0
+
+
 def sweep_kernel(kernel, family: str | None = None, *, examples: int, seed: int, device: str = "cpu",
                  budget_s: float | None = None, strategy: dict | None = None, keep: int = 3,
                  kernel_device: str | None = None) -> dict:
@@ -439,7 +490,7 @@ def sweep_kernel(kernel, family: str | None = None, *, examples: int, seed: int,
     return out
 
 
-__all__ = ["CI_EXAMPLES", "CI_EXAMPLES_ALTERNATE", "CI_EXAMPLES_INTERPRETED", "KEEP_MARGINALS", "TARGET_LABEL",
-           "FuzzReport", "INTERPRETED_STRATEGY", "PROFILES", "PROFILE_ENV", "STRATEGY", "check_scenario", "ci_examples",
-           "example_database", "fuzz_kernel", "fuzz_settings", "fuzzable_kernels", "is_interpreted", "profile_name",
-           "sweep_kernel"]
+__all__ = ["CI_EXAMPLES", "CI_EXAMPLES_ALTERNATE", "CI_EXAMPLES_INTERPRETED", "INTERPRETED_COST", "KEEP_MARGINALS",
+           "TARGET_LABEL", "FuzzReport", "INTERPRETED_STRATEGY", "PROFILES", "PROFILE_ENV", "STRATEGY",
+           "check_scenario", "ci_examples", "example_database", "fuzz_cost", "fuzz_kernel", "fuzz_settings",
+           "fuzz_target", "fuzzable_kernels", "is_interpreted", "profile_name", "sweep_kernel"]

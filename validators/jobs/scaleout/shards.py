@@ -112,18 +112,24 @@ def longest_first(cells: list, cfg) -> list:
     return sorted(cells, key=lambda c: (-cell_cost(c, cfg), c.id))
 
 
-def balanced_shards(cells: list, n: int, cfg) -> list[list]:
-    """``cells`` in ``n`` shards by longest-processing-time-first: each cell, largest first, to the
-    shard with the least estimated load so far (ties: the lowest index).  Each shard's cells in id
-    order.  A function of the cells and the configuration only, so every shard agrees."""
+def partition(items: list, n: int, cost, key) -> list[list]:
+    """``items`` in ``n`` parts by longest-processing-time-first: each item, largest ``cost(item)``
+    first (ties: by ``key(item)``), to the part with the least load so far (ties: the lowest index).
+    Each part in ``key`` order.  A function of the items only, so every process agrees."""
     if n < 1:
         raise ValueError(f"shard: expected n >= 1, got {n}")
     loads, parts = [0.0] * n, [[] for _ in range(n)]
-    for c in longest_first(cells, cfg):
+    for c in sorted(items, key=lambda c: (-cost(c), key(c))):
         j = min(range(n), key=lambda k: (loads[k], k))
         parts[j].append(c)
-        loads[j] += cell_cost(c, cfg)
-    return [sorted(p, key=lambda c: c.id) for p in parts]
+        loads[j] += cost(c)
+    return [sorted(p, key=key) for p in parts]
+
+
+def balanced_shards(cells: list, n: int, cfg) -> list[list]:
+    """``cells`` in ``n`` shards by estimated cost (:func:`partition`, ties and order by id): a
+    function of the cells and the configuration only, so every shard agrees."""
+    return partition(cells, n, lambda c: cell_cost(c, cfg), lambda c: c.id)
 
 
 def shard_of(cells: list, shard: tuple[int, int], cfg) -> list:
@@ -133,4 +139,4 @@ def shard_of(cells: list, shard: tuple[int, int], cfg) -> list:
 
 
 __all__ = ["EAGER_FACTOR", "SHARD_ENV", "SPECULATIVE_FACTOR", "balanced_shards", "cell_cost", "eager",
-           "longest_first", "shard_from_env", "shard_of"]
+           "longest_first", "partition", "shard_from_env", "shard_of"]
