@@ -118,7 +118,8 @@ class MixerFuzzReport:
     def summary(self) -> str:
         fams = ",".join(self.families)
         if not self.caught:
-            return f"PASS {self.kernel} [mixer, {fams}]: {self.examples} scenarios, {self.wall_s:.1f} s ({self.profile})"
+            return (f"PASS {self.kernel} [mixer, {fams}]: {self.examples} scenarios, {self.wall_s:.1f} s "
+                    f"({self.profile})")
         sc, f = self.scenario, self.failure
         rows, steps = sc.size
         return (f"FAIL {self.kernel} [mixer, {sc.family}]: first failure after {self.time_to_first_failure_s:.1f} s, "
