@@ -34,6 +34,7 @@ from replayssm.records.jobs import bench_records, source
 from replayssm.registry import kernels
 from replayssm.validators.jobs.bench.against import bench_against, markdown, write
 from replayssm.validators.jobs.bench.run import bench_family, table
+from replayssm.validators.jobs.mixer.cli import remember_defaults, run_bench
 from replayssm.validators.jobs.scaleout.ray_jobs import bench_family_ray
 
 
@@ -61,7 +62,13 @@ def add_parser(subparsers):
     p.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
                    "(sets REPLAYSSM_VLLM_SRC)")
     add_backend_arguments(p, "row of the table (decode case x batch)")
+    p.add_argument("--kernel", type=name_arg, default=None,
+                   help="with --level mixer: the mixer kernel to time (default mixer-triton-replay)")
     add_record_argument(p)
+    p.add_argument("--level", choices=["ssm", "mixer"], default="ssm",
+                   help="ssm (default): SSM kernels; mixer: a mixer kernel (conv1d -> SSM -> gated norm, the conv "
+                        "state checked bit for bit; docs/mixer.md); on a CPU the times only show the table's shape")
+    remember_defaults(p)
     return p
 
 
@@ -135,6 +142,11 @@ def check_bench_fits(family_name: str, geometry: str | None, batches: list[int],
 
 
 def run(args) -> int:
+    if args.level == "mixer":
+        return _run_mixer(args, run_bench, "bench")
+    if args.kernel is not None:
+        raise ValueError("--kernel: only with --level mixer (the SSM bench times the family's kernels; --against "
+                         "adds others)")
     check_backend(args)
     try:
         fam = family(args.family or family_names()[0])
@@ -177,3 +189,12 @@ def run(args) -> int:
     if args.record:
         append(args.record, bench_records(Recorder("bench", device="cuda", source=source(args)), res))
     return 0
+
+
+def _run_mixer(args, job, command: str) -> int:
+    """``--level mixer``: the mixer job (validators/jobs/mixer/cli.py), its records appended to --record."""
+    check_record_path(args.record)
+    code, recs = job(args, Recorder(command, device="cpu", source=source(args)) if args.record else None)
+    if args.record:
+        append(args.record, recs)
+    return code

@@ -35,6 +35,7 @@ from replayssm.validators.engine import compile_check
 from replayssm.validators.engine.fuzz_artifacts import artifact_json
 from replayssm.validators.jobs.drift.sweep import parse_shard
 from replayssm.validators.jobs.fuzz.run import drawable_modes, fuzz_cost, fuzz_target, fuzzable_kernels, profile_name
+from replayssm.validators.jobs.mixer.cli import remember_defaults, run_fuzz
 from replayssm.validators.jobs.scaleout.ray_jobs import fuzz_ray
 from replayssm.validators.jobs.scaleout.shards import partition, shard_from_env
 
@@ -81,6 +82,10 @@ def add_parser(subparsers):
                         "default 0/1); auto: from the environment (docs/scaleout.md)")
     add_backend_arguments(p, "kernel")
     add_record_argument(p)
+    p.add_argument("--level", choices=["ssm", "mixer"], default="ssm",
+                   help="ssm (default): SSM kernels; mixer: a mixer kernel (conv1d -> SSM -> gated norm, the conv "
+                        "state checked bit for bit; docs/mixer.md)")
+    remember_defaults(p)
     return p
 
 
@@ -97,6 +102,8 @@ def _report_dict(r) -> dict:
 
 
 def run(args) -> int:
+    if args.level == "mixer":
+        return _run_mixer(args, run_fuzz, "fuzz")
     check_backend(args)
     shard = _parse_shard(args.shard)
     load_kernels()
@@ -262,3 +269,12 @@ def _announce(merged) -> None:
         print(f"fuzz: {'; '.join(merged.notes) or 'the reproducer was not written'}; the reproducer "
               f"(save it as FILE.json, then replayssm validate --scenario FILE.json):\n"
               f"{artifact_json(merged.scenario, merged.record)}", end="", flush=True)
+
+
+def _run_mixer(args, job, command: str) -> int:
+    """``--level mixer``: the mixer job (validators/jobs/mixer/cli.py), its records appended to --record."""
+    check_record_path(args.record)
+    code, recs = job(args, Recorder(command, device="cpu", source=source(args)) if args.record else None)
+    if args.record:
+        append(args.record, recs)
+    return code

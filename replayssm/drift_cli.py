@@ -52,6 +52,7 @@ from replayssm.validators.jobs.drift import sweep as D
 from replayssm.validators.jobs.drift.budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
 from replayssm.validators.jobs.drift.report import analyse, write_reports
 from replayssm.validators.jobs.drift.sweep import SweepConfig, default_devices
+from replayssm.validators.jobs.mixer.cli import remember_defaults, run_drift
 from replayssm.validators.jobs.scaleout.claims import report_lock, run_claimed
 from replayssm.validators.jobs.scaleout.ray_backend import require_ray, run_ray
 from replayssm.validators.jobs.scaleout.shards import shard_from_env
@@ -151,6 +152,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_record_argument(r)
     r.add_argument("--allow-incomplete", action="store_true",
                    help="exit 0 although a cell raised, stopped early (--deadline) or never started")
+    p.add_argument("--level", choices=["ssm", "mixer"], default="ssm",
+                   help="ssm (default): SSM kernels; mixer: a mixer kernel (conv1d -> SSM -> gated norm, the conv "
+                        "state checked bit for bit; docs/mixer.md); at the mixer level the defaults are one kernel "
+                        "(mixer-literal-compact-at-commit), mamba2, s32a16, 1 row x 2,048 tokens")
+    remember_defaults(p)
     return p
 
 
@@ -336,6 +342,8 @@ def _check_scaleout(args, shard) -> None:
 
 
 def run(args) -> int:
+    if args.level == "mixer":
+        return _run_mixer(args, run_drift, "drift")
     use_vllm_src(args)
     adapters.load()  # the adapters whose source is available register their kernels
     shard = _flagged(lambda: shard_from_env() if args.shard == "auto" else D.parse_shard(args.shard))
@@ -463,3 +471,12 @@ def run(args) -> int:
 
 
 __all__ = ["add_parser", "config_from_args", "derive_budgets", "run"]
+
+
+def _run_mixer(args, job, command: str) -> int:
+    """``--level mixer``: the mixer job (validators/jobs/mixer/cli.py), its records appended to --record."""
+    check_record_path(args.record)
+    code, recs = job(args, Recorder(command, device="cpu", source=source(args)) if args.record else None)
+    if args.record:
+        append(args.record, recs)
+    return code

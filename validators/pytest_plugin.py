@@ -10,6 +10,7 @@ Use (the plugin is registered as a ``pytest11`` entry point, nothing to configur
         replayssm_validate(MyKernel, Scenario.tiny("mamba2", mode="s32a16", schedule="exhaustive"))
 
 or without the fixture: ``from replayssm.validators.pytest_plugin import assert_kernel_valid``.
+A mixer kernel (docs/mixer.md): ``replayssm_validate("mixer-literal-circular", level="mixer", family="gdn")``.
 ``--replayssm-out DIR`` writes every result's JSON and Markdown into DIR.
 
 Loading this module must never break pytest startup: it imports only pytest at module level.
@@ -47,11 +48,56 @@ def _compact_json(d) -> str:
     return re.sub(r"\s+", " ", json.dumps(d))
 
 
-def assert_kernel_valid(kernel, scenario=None, *, device="cpu", out_dir=None, **options):
+def _assert_mixer_valid(kernel, scenario, device, out_dir, family, mode):
+    """``level="mixer"``: ``kernel`` a mixer kernel (registered name or MixerKernel subclass),
+    ``scenario`` a MixerScenario (default: the default mixer plan at tiny ``family`` / ``mode``)."""
+    import json
+    from pathlib import Path
+
+    from replayssm.validators.engine.mixer.runner import default_plan
+    from replayssm.validators.engine.mixer.scenario import MixerScenario
+
+    if scenario is None:
+        scenario = MixerScenario(family or "mamba2", mode or "s32a16", default_plan(4))
+    elif family is not None or mode is not None:
+        raise ValueError("family: not used with a scenario (the MixerScenario names its family and mode)")
+    res = scenario.run(kernel, device=device)
+    if out_dir is not None:
+        path = Path(out_dir) / re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{res.kernel}-{scenario.family}-mixer.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(res.to_dict(), indent=2) + "\n")
+    if not res.passed:
+        counts: dict[str, int] = {}
+        for f in res.failures:
+            counts[f.check] = counts.get(f.check, 0) + 1
+        raise AssertionError("\n".join([
+            f"Mixer kernel {res.kernel!r} is not valid for {res.family} at precision {res.mode} "
+            f"(conv {res.conv_policy})!", "",
+            f"Mismatched checks: {len(res.failures)} failure(s) in {res.steps_run} step(s): "
+            + ", ".join(f"{c} {n}" for c, n in sorted(counts.items())),
+            f"First failure at {res.first_failure.describe()}", "", f"Scenario: {_compact_json(scenario.to_dict())}"]))
+    return res
+
+
+def assert_kernel_valid(kernel, scenario=None, *, device="cpu", out_dir=None, level="ssm", family=None, mode=None,
+                        **options):
     """Run ``kernel`` (registered name, KernelUnderTest subclass) on ``scenario`` (default: the
     exhaustive tiny speculative scenario of the kernel's family) and raise ``AssertionError``
     with an assert_close-style message when any check fails.  Returns the ValidationResult.
-    ``options`` go to ``run_scenario`` (``literal_every``, ``repeat_check`` ...)."""
+    ``options`` go to ``run_scenario`` (``literal_every``, ``repeat_check`` ...).
+
+    ``level="mixer"``: ``kernel`` is a mixer kernel (registered name or MixerKernel subclass) judged by
+    the mixer runner (docs/mixer.md) on ``scenario`` (a MixerScenario; default: the default mixer plan
+    at the tiny geometry of ``family``, default mamba2, and precision ``mode``, default s32a16); returns
+    the MixerResult."""
+    if level not in ("ssm", "mixer"):
+        raise ValueError(f"level: expected 'ssm' or 'mixer', got {level!r}")
+    if level == "mixer":
+        if options:
+            raise ValueError(f"{sorted(options)[0]}: not used with level='mixer'")
+        return _assert_mixer_valid(kernel, scenario, device, out_dir, family, mode)
+    if family is not None or mode is not None:
+        raise ValueError("family: only with level='mixer' (an SSM scenario names its family and mode)")
     from replayssm.registry import get
     from replayssm.scenarios.scenario import Scenario
     from replayssm.validators.engine.runner import run_scenario
@@ -84,6 +130,6 @@ def replayssm_validate(request):
     out = request.config.getoption("--replayssm-out", default=None)
 
     def validate(kernel, scenario=None, **options):
-        return assert_kernel_valid(kernel, scenario, out_dir=out, **options)
+        return assert_kernel_valid(kernel, scenario, out_dir=out, **options)  # level="mixer": a mixer kernel
 
     return validate

@@ -3,8 +3,10 @@
 Flags read: ``--kernel`` (a mixer kernel: ``mixer-literal-<policy>``, ``mixer-triton-replay``,
 ``mixer-vllm-conv``, the ``mutant-conv-*``), ``--family``, ``--geometry`` (a family preset; the mixer
 adds d_conv = 4), ``--precision``, ``--window`` (T', default d_conv + 1), ``--buffer``, ``--steps`` (default
-24), ``--seed``, ``--device``, ``--out``, ``--vllm-src``, ``--quiet``; any other scenario flag is refused
-(exit 2) rather than ignored.  Writes ``<out>/<kernel>-<family>-mixer.json``; exit 0 pass, 1 fail.
+24), ``--seed``, ``--device``, ``--out``, ``--vllm-src``, ``--quiet``; ``--scenario FILE`` replays a
+mixer scenario instead of the default plan (the fuzzer's reproducer names its kernel; ``--kernel``
+overrides it); any other scenario flag is refused (exit 2) rather than ignored.  Writes
+``<out>/<kernel>-<family>-mixer.json``; exit 0 pass, 1 fail.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from replayssm.guard import check_writable, out_path
 from replayssm.mixer.kernel import mixer_kernel
 from replayssm.mixer.spec import mixer_preset
 from replayssm.validators.engine.mixer.runner import default_plan, validate_mixer
+from replayssm.validators.engine.mixer.scenario import load_scenario
 
-_UNUSED = ("scenario", "schedule", "batch", "padding", "slots", "distribution", "initial_state", "save_scenario",
+_UNUSED = ("schedule", "batch", "padding", "slots", "distribution", "initial_state", "save_scenario",
            "compile_for", "decode")
 
 
@@ -28,10 +31,12 @@ def run_validate(args) -> int:
                              f"docs/mixer.md)")
     if getattr(args, "kernel_options", None):
         raise ValueError("--kernel-option: not used with --level mixer")
-    if not args.kernel:
+    if not args.kernel and not args.scenario:
         raise ValueError("--kernel: required with --level mixer (a mixer kernel, e.g. mixer-literal-lazy-offset)")
     if getattr(args, "vllm_src", None):
         os.environ["REPLAYSSM_VLLM_SRC"] = args.vllm_src
+    if args.scenario:
+        return _replay(args)
     cls = mixer_kernel(args.kernel)
     fam = args.family or "mamba2"
     geometry = mixer_preset(args.geometry or "tiny", fam)
@@ -40,6 +45,22 @@ def run_validate(args) -> int:
     dest = out_path(args.out, f"{cls.name}-{fam}-mixer.json", "--out")
     check_writable(args.out, "--out")
     res = validate_mixer(cls, geometry, mode, plan, seed=args.seed or 0, device=args.device)
+    return _report(args, res, dest)
+
+
+def _replay(args) -> int:
+    """``--scenario FILE``: a mixer scenario (a fuzzer's reproducer names its kernel) run as saved."""
+    for name in ("family", "geometry", "precision", "window", "buffer", "steps", "seed"):
+        if getattr(args, name, None) is not None:
+            raise ValueError(f"--{name}: not used with --scenario at --level mixer (the file names it)")
+    sc, named = load_scenario(args.scenario)
+    cls = mixer_kernel(args.kernel or named or "")
+    dest = out_path(args.out, f"{cls.name}-{sc.family}-mixer.json", "--out")
+    check_writable(args.out, "--out")
+    return _report(args, sc.run(cls, device=args.device), dest)
+
+
+def _report(args, res, dest) -> int:
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(res.to_dict(), indent=2) + "\n")
     print(res.verdict())

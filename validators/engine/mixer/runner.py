@@ -39,12 +39,50 @@ LITERAL = "mixer-literal-compact-at-commit"
 
 @dataclass(frozen=True)
 class MixerPlan:
-    """A step plan: ``steps`` of (slot ids per row, accepted count per row)."""
+    """A step plan: ``steps`` of (slot ids per row, accepted count per row); ``resets[i]``: the slots
+    re-admitted (a fresh initial SSM state and conv window: a new sequence in a reused slot) before step i."""
 
     num_slots: int
     window: int
     buffer: int
     steps: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+    resets: tuple[tuple[int, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_slots, int) or self.num_slots < 1:
+            raise ValueError(f"num_slots: expected a positive integer, got {self.num_slots!r}")
+        _ = self.decode  # window and buffer checked by DecodeConfig
+        if len(self.resets) > len(self.steps):
+            raise ValueError(f"resets: {len(self.resets)} entries for {len(self.steps)} steps")
+        for i, (ids, ks) in enumerate(self.steps):
+            act = [s for s in ids if s != PAD_SLOT]
+            if len(ids) != len(ks) or not act or len(set(act)) != len(act) \
+                    or any(not 0 <= s < self.num_slots for s in act):
+                raise ValueError(f"steps[{i}]: expected distinct slots in [0, {self.num_slots}) or {PAD_SLOT} (at "
+                                 f"least one active) and one count per row, got {ids}, {ks}")
+            if any(s != PAD_SLOT and not 1 <= k <= self.window for s, k in zip(ids, ks)):
+                raise ValueError(f"steps[{i}]: expected accepted counts in [1, {self.window}], got {ks}")
+        for i, rs in enumerate(self.resets):
+            if len(set(rs)) != len(rs) or any(not 0 <= s < self.num_slots for s in rs):
+                raise ValueError(f"resets[{i}]: expected distinct slots in [0, {self.num_slots}), got {rs}")
+
+    def resets_before(self, step: int) -> tuple[int, ...]:
+        return self.resets[step] if step < len(self.resets) else ()
+
+    def to_dict(self) -> dict:
+        return {"num_slots": self.num_slots, "window": self.window, "buffer": self.buffer,
+                "steps": [[list(ids), list(ks)] for ids, ks in self.steps],
+                "resets": [list(r) for r in self.resets]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MixerPlan:
+        try:
+            return cls(int(d["num_slots"]), int(d["window"]), int(d["buffer"]),
+                       tuple((tuple(int(s) for s in ids), tuple(int(k) for k in ks)) for ids, ks in d["steps"]),
+                       tuple(tuple(int(s) for s in r) for r in d.get("resets", ())))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"plan: expected num_slots, window, buffer, steps [[ids, ks], ...] and resets, "
+                             f"got {type(e).__name__}: {e}") from None
 
     @property
     def decode(self) -> DecodeConfig:
@@ -175,10 +213,15 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
     init_state = torch.randn((S, *geometry.state_shape), generator=gen, dtype=torch.float64) * 0.1
     if mode.state_dtype != torch.float64:
         init_state = init_state.to(mode.state_dtype).double()
-    for k in (kern, lit):
-        k.reset(all_slots.to(device), init_state.to(device, mode.compute_dtype), init_conv.to(device))
     ref_state = init_state.clone()
     ref_window = init_conv.clone()  # [S, C, W] activation dtype: the last W accepted conv inputs
+
+    def admit(slots, state, conv):
+        for k in (kern, lit):
+            k.reset(slots.to(device), state.to(device, mode.compute_dtype), conv.to(device))
+        ref_state[slots], ref_window[slots] = state, conv
+
+    admit(all_slots, init_state, init_conv)
     p64 = {n: v.double() for n, v in params.items()}
 
     def fail(step, row, slot, check, msg):
@@ -188,6 +231,11 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
         res.worst[name] = max(res.worst.get(name, 0.0), r)
 
     for i, (ids, ks) in enumerate(plan.steps):
+        if plan.resets_before(i):  # a new sequence in each of these slots
+            again = torch.tensor(plan.resets_before(i), dtype=torch.int64)
+            conv = torch.randn((len(again), C, W), generator=gen, dtype=torch.float64).to(act)
+            state = torch.randn((len(again), *geometry.state_shape), generator=gen, dtype=torch.float64) * 0.1
+            admit(again, state.to(mode.state_dtype).double() if mode.state_dtype != torch.float64 else state, conv)
         R, T = len(ids), plan.window
         slot_ids = torch.tensor(ids, dtype=torch.int64, device=device)
         rows = [(r, s) for r, s in enumerate(ids) if s != PAD_SLOT]
