@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 
 from replayssm.cli import main  # noqa: E402
 from replayssm.records.record import validate  # noqa: E402
-from replayssm.validators.jobs.model import forcing, hf  # noqa: E402
+from replayssm.validators.jobs.model import forcing, hf, report  # noqa: E402
 from replayssm.validators.jobs.model.job import ModelJob, check_engagement, load_model_budgets, run  # noqa: E402
 
 
@@ -185,6 +185,29 @@ def test_local_checkpoint(tmp_path, capsys):
     assert main(["model", "--weights", str(tmp_path / "foreign"), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "--weights" in err and "gpt2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_html_has_one_plot_per_run(tmp_path):
+    """model.html: the runs' table and one SVG plot of |dlogprob| against tokens per mode x schedule, each
+    titled by its run, with the mode's budget lines; no script, nothing outside the page."""
+    rep = run(_job(arch="kimi_linear", modes=("s32a32", "s32a16"), schedules=("random", "always-1"), tokens=16))
+    paths = report.write(rep, tmp_path)
+    assert [p.name for p in paths] == ["model.json", "model.md", "model.html"]
+    page = paths[2].read_text()
+    assert page.count("<svg") == len(rep["runs"]) == 4
+    for x in rep["runs"]:
+        assert f"<title>{x['mode']} · {x['schedule']} · {x['verdict']}</title>" in page
+        assert f"p95 budget {x['budget']['p95_abs_dlogprob']:.3g}" in page
+    assert "<script" not in page and "http://www.w3.org/2000/svg" in page and "src=" not in page
+    assert "[model.html](model.html)" in paths[1].read_text()
+
+
+def test_log_bins_cover_every_position_once():
+    b = report.log_bins([float(i) for i in range(1, 1001)], bins=20)
+    assert b["t"][-1] == 1000 and b["t"] == sorted(set(b["t"])) and len(b["t"]) <= 20
+    assert b["max"][-1] == 1000.0 and b["max"][0] == 1.0
+    assert report.log_bins([0.5] * 5) == {"t": [1, 2, 3, 4, 5], "max": [0.5] * 5, "mean": [0.5] * 5}
+    assert report.log_bins([]) == {"t": [], "max": [], "mean": []}
 
 
 def test_without_transformers_one_line(monkeypatch, tmp_path, capsys):
