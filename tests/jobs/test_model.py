@@ -23,6 +23,7 @@ transformers = pytest.importorskip("transformers")
 
 from replayssm.cli import main  # noqa: E402
 from replayssm.records.record import validate  # noqa: E402
+from replayssm.validators.jobs.drift.model_columns import load_model_result  # noqa: E402
 from replayssm.validators.jobs.model import forcing, hf, report  # noqa: E402
 from replayssm.validators.jobs.model.job import ModelJob, check_engagement, load_model_budgets, run  # noqa: E402
 
@@ -200,6 +201,8 @@ def test_html_has_one_plot_per_run(tmp_path):
         assert f"p95 budget {x['budget']['p95_abs_dlogprob']:.3g}" in page
     assert "<script" not in page and "http://www.w3.org/2000/svg" in page and "src=" not in page
     assert "[model.html](model.html)" in paths[1].read_text()
+    read = load_model_result(paths[0])  # what the drift report's --model-result reads
+    assert read["family"] == "kda" and len(read["runs"]) == 4 and read["runs"][0]["tokens"] == 16
 
 
 def test_log_bins_cover_every_position_once():
