@@ -73,5 +73,5 @@ def run(args) -> int:
     if args.record:
         append(args.record, report.records(Recorder("model", device=dev, source=source(args)), rep))
     print(f"model: {rep['verdict'].upper()} {len(rep['runs'])} run(s), teacher entropy {rep['entropy']:.3f} nats; "
-          f"report {paths[1]}")
+          f"report {paths[1]}, plots {paths[2]}")
     return 1 if rep["verdict"] == "fail" else 0

@@ -50,6 +50,7 @@ from replayssm.records.jobs import drift_records, source
 from replayssm.registry import get
 from replayssm.validators.jobs.drift import sweep as D
 from replayssm.validators.jobs.drift.budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
+from replayssm.validators.jobs.drift.model_columns import load_model_result
 from replayssm.validators.jobs.drift.report import analyse, write_reports
 from replayssm.validators.jobs.drift.sweep import SweepConfig, default_devices
 from replayssm.validators.jobs.mixer.cli import remember_defaults, run_drift
@@ -114,6 +115,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="also fail (exit 1) when a kernel exceeds its budget (without it a run fails on non-finite "
                         "values, failed exact checks and errors above 2^12 u capped at max(1/2, 2^7 u))")
     a.add_argument("--budgets", default=None, help="budget file (default: golden/tolerances.toml)")
+    a.add_argument("--model-result", default=None, metavar="FILE",
+                   help="the model.json of a replayssm model run: the recommendations gain its model-level columns "
+                        "per mode (k3-KL, p95 |dlogprob|, at which token count) for the rows of its family")
     a.add_argument("--write-budgets", default=None, metavar="PATH",
                    help="derive a budget file from this run's literal-replay cells (x --budget-factor)")
     a.add_argument("--budget-factor", type=float_in(1, lo_open=False, what="a factor"), default=4.0,
@@ -363,6 +367,7 @@ def run(args) -> int:
         budgets = load_budgets(args.budgets)
         for f, m in sorted({(c.family, c.mode) for c in cells}):
             budgets.get_budget(f, m)  # a missing entry fails here, before any work
+    model_result = load_model_result(args.model_result) if args.model_result else None
     devices = _devices(args.device)
     if devices[0] == "cpu":  # kernels written elsewhere the Triton interpreter cannot run faithfully: refused now
         for c in cells:
@@ -411,7 +416,7 @@ def run(args) -> int:
                 else:
                     skipped.append({"id": c.id, "reason": "the --deadline passed before this cell started"})
         report = analyse(cfg, results, skipped=skipped, budget=args.budget, horizon=args.horizon, budgets=budgets,
-                         criterion=args.criterion, alpha=args.alpha, environment=env)
+                         criterion=args.criterion, alpha=args.alpha, environment=env, model_result=model_result)
         stem = "drift_report" if shard == (0, 1) else f"drift_report.shard-{shard[0]}-of-{shard[1]}"
         paths = write_reports(report, out, stem)
         timing = None

@@ -123,6 +123,71 @@ def test_budget_file_with_missing_fields_fails_before_any_work(tmp_path, capsys)
     assert not out.exists()
 
 
+def _model_result(**kw) -> dict:
+    """A ``replayssm model`` model.json (the fields the drift report reads) for gdn: s32a16 inside its budget
+    on both schedules, sfp8a16 outside on ``random``."""
+    def run(mode, sched, p95, verdict):
+        return {"mode": mode, "schedule": sched, "verdict": verdict,
+                "metrics": {"k3_kl": p95 / 100, "kl_exact": p95 / 90, "p95_abs_dlogprob": p95,
+                            "max_abs_dlogprob": 2 * p95, "top1_agreement": 1.0, "tokens": 64}}
+    return {"job": "model", "arch": "qwen3_next", "family": "gdn", "kernel": "literal-replay", "mutant": None,
+            "source": "random qwen3_next (tiny, seed 0)", "teacher_dtype": "float64",
+            "runs": [run("s32a16", "random", 0.02, "pass"), run("s32a16", "always-1", 0.03, "pass"),
+                     run("sfp8a16", "random", 0.5, "fail"), run("sfp8a16", "always-1", 0.1, "pass")], **kw}
+
+
+def test_model_result_adds_model_level_columns(reference, tmp_path):
+    """--model-result: the recommendation rows of the model's family gain its k3-KL, p95 |dlogprob| and token
+    count per mode (spec-random reads the model's random schedule, standard the worst over its schedules)
+    and the cheapest mode inside the model budget; other families' rows say they have none; without the
+    flag the report has none of it."""
+    ref = json.loads((reference / "drift_report.json").read_text())
+    assert "model_result" not in ref and all("model" not in r for r in ref["recommendations"])
+    assert "model k3-KL" not in (reference / "drift_report.md").read_text()
+    assert "model k3-KL" not in (reference / "drift_report.html").read_text()
+    mr = tmp_path / "model.json"
+    mr.write_text(json.dumps(_model_result()))
+    shutil.copytree(reference, tmp_path / "m")  # the cells are done: this only re-analyses
+    assert main(["drift", *SMALL, "--out", str(tmp_path / "m"), "--model-result", str(mr)]) == 0
+    rep = json.loads((tmp_path / "m" / "drift_report.json").read_text())
+    assert rep["model_result"]["file"] == "model.json" and rep["model_result"]["family"] == "gdn"
+    by = {(r["family"], r["schedule"]): r for r in rep["recommendations"]}
+    spec, std = by[("gdn", "spec-random")]["model"], by[("gdn", "standard")]["model"]
+    assert list(spec["per_mode"]) == ["sfp8a16", "s32a16"]  # cheapest first (state bytes)
+    assert spec["per_mode"]["s32a16"]["p95_abs_dlogprob"] == 0.02 and spec["per_mode"]["s32a16"]["tokens"] == 64
+    assert spec["per_mode"]["s32a16"]["schedules"] == ["random"] and spec["mode"] == "s32a16"
+    assert std["per_mode"]["s32a16"]["p95_abs_dlogprob"] == 0.03 and std["per_mode"]["sfp8a16"]["inside"] is False
+    assert by[("mamba2", "standard")]["model"] is None
+    md = (tmp_path / "m" / "drift_report.md").read_text()
+    assert "model k3-KL | model p95 abs dlogprob | at tokens | model level, cheapest inside |" in md
+    assert "Model level: model.json (qwen3_next, literal-replay" in md
+    row = next(x for x in md.splitlines() if x.startswith("| gdn | literal-replay | long-memory | spec-random"))
+    assert row.count("|") == 13 and "| 64 |" in row
+    html = (tmp_path / "m" / "drift_report.html").read_text()
+    assert "<th>model p95 |Δlogprob|</th>" in html and "sfp8a16 0.5 ✗" in html
+    # the rest of the report is the reference's
+    assert rep["cells"] == ref["cells"] and rep["speculation"] == ref["speculation"]
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda d: d.update(job="drift"), "job"),
+    (lambda d: d.update(mutant="late-by-one"), "mutant"),
+    (lambda d: d["runs"][0].update(mode="s32a99"), "runs[0].mode"),
+    (lambda d: d["runs"][1]["metrics"].pop("tokens"), "runs[1].metrics"),
+    (lambda d: d.pop("family"), "family"),
+])
+def test_bad_model_result_fails_before_any_work(tmp_path, capsys, edit, needle):
+    d = _model_result()
+    edit(d)
+    mr = tmp_path / "model.json"
+    mr.write_text(json.dumps(d))
+    out = tmp_path / "o"
+    assert main(["drift", *SMALL, "--out", str(out), "--model-result", str(mr)]) == 2
+    err = capsys.readouterr().err
+    assert "--model-result" in err and needle in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("edit, needle", [
     (lambda d: d["mamba2"]["s32a16"].pop("state_error"), "state_error"),
     (lambda d: d["mamba2"]["s32a16"].update(growth=["exponential"]), "growth"),

@@ -1,14 +1,15 @@
-"""The model level (``replayssm model``, validators/jobs/model/): a tiny random qwen3_next whose GDN layers
-and a tiny random nemotron_h whose Mamba-2 mixers decode through the kernel under test, judged by
-teacher forcing against their fp64-recurrence prefill.
+"""The model level (``replayssm model``, validators/jobs/model/): a tiny random qwen3_next whose GDN layers,
+a tiny random nemotron_h whose Mamba-2 mixers and a tiny random kimi_linear whose KDA layers decode
+through the kernel under test, judged by teacher forcing against their fp64-recurrence prefill.
 
-Oracles: transformers' own PyTorch fallback of the GDN layer and of the Mamba-2 mixer (the adapters
-reproduce the model's logits to its fp32 arithmetic); the fp64 teacher (the literal replay at s64a64
-matches it to the model's fp32 norms); the ``[model.gdn]`` and ``[model.mamba2]`` budgets of
-golden/tolerances.toml (correct kernels inside, the late-by-one and scratch-KV-rollback mutants far
-outside).  Sizes: qwen3_next 4 layers (GDN, attention, GDN, GDN), K = 16, V = 8; nemotron_h 5 layers
-(Mamba-2, attention, Mamba-2, MLP, Mamba-2), 4 heads x 8, dstate 16, 2 groups; 16 to 32 positions, so
-each run takes seconds on the CPU (the Triton one through the interpreter).
+Oracles: transformers' own PyTorch fallback of the GDN layer, of the Mamba-2 mixer and of the KDA layer
+(the adapters reproduce the model's logits to its fp32 arithmetic); the fp64 teacher (the literal
+replay at s64a64 matches it to the model's fp32 norms); the ``[model.gdn]``, ``[model.mamba2]`` and
+``[model.kda]`` budgets of golden/tolerances.toml (correct kernels inside, the late-by-one and
+scratch-KV-rollback mutants far outside).  Sizes: qwen3_next 4 layers (GDN, attention, GDN, GDN),
+K = 16, V = 8; nemotron_h 5 layers (Mamba-2, attention, Mamba-2, MLP, Mamba-2), 4 heads x 8, dstate 16,
+2 groups; kimi_linear 4 layers (KDA, MLA attention, KDA, KDA), 2 heads, K = V = 16; 16 to 32
+positions, so each run takes seconds on the CPU (the Triton one through the interpreter).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ transformers = pytest.importorskip("transformers")
 
 from replayssm.cli import main  # noqa: E402
 from replayssm.records.record import validate  # noqa: E402
-from replayssm.validators.jobs.model import forcing, hf  # noqa: E402
+from replayssm.validators.jobs.drift.model_columns import load_model_result  # noqa: E402
+from replayssm.validators.jobs.model import forcing, hf, report  # noqa: E402
 from replayssm.validators.jobs.model.job import ModelJob, check_engagement, load_model_budgets, run  # noqa: E402
 
 
@@ -74,7 +76,30 @@ def test_mamba2_adapter_reproduces_the_torch_fallback(monkeypatch):
     assert (got - want).abs().max() < 1e-4 * want.abs().max()
 
 
-@pytest.mark.parametrize("arch", ["qwen3_next", "nemotron_h"])
+def test_kda_adapter_reproduces_the_torch_fallback(monkeypatch):
+    """The KDA adapter's logits against transformers' own ``KimiLinearDeltaAttention`` with its PyTorch
+    chunk recurrence and conv forced (the module resolves FLA's Triton KDA kernels at import wherever
+    fla is importable; ``__wrapped__`` is the torch function): equal to the fallback's fp32 recurrence
+    and gate."""
+    import transformers.models.kimi_linear.modeling_kimi_linear as M
+    for name in ("chunk_kimi_delta_attention", "recurrent_kimi_delta_attention", "causal_conv1d_fn",
+                 "causal_conv1d_update"):
+        monkeypatch.setattr(M, name, getattr(getattr(M, name), "__wrapped__", getattr(M, name)))
+    ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(3))
+    theirs, _ = hf.build_random("kimi_linear", "tiny", 0)
+    ours, arch = hf.build_random("kimi_linear", "tiny", 0)
+    mixers = forcing.mixers_of(ours, arch)
+    assert len(mixers) == 3 and arch.family == "kda"
+    with torch.no_grad():
+        want = theirs(ids).logits[0].to(torch.float64)
+    got, _ = forcing.teacher_logits(ours, mixers, ids[0])
+    assert (got - want).abs().max() < 1e-4 * want.abs().max()
+
+
+_ARCHS = ["qwen3_next", "nemotron_h", "kimi_linear"]
+
+
+@pytest.mark.parametrize("arch", _ARCHS)
 def test_s64a64_student_equals_teacher(arch):
     rep = run(_job(arch=arch, modes=("s64a64",), schedules=("random",)))
     m = rep["runs"][0]["metrics"]
@@ -89,7 +114,8 @@ _ALL = ("random", "always-1", "always-T", "reject-then-accept")
 @pytest.mark.parametrize("arch,kernel,schedules", [
     ("qwen3_next", "literal-replay", _ALL), ("qwen3_next", "triton-replay", ("random",)),
     ("nemotron_h", "literal-replay", _ALL), ("nemotron_h", "triton-replay", ("random",)),
-], ids=["gdn-literal", "gdn-triton", "mamba2-literal", "mamba2-triton"])
+    ("kimi_linear", "literal-replay", _ALL), ("kimi_linear", "triton-replay", ("random",)),
+], ids=["gdn-literal", "gdn-triton", "mamba2-literal", "mamba2-triton", "kda-literal", "kda-triton"])
 def test_correct_kernel_inside_budget(arch, kernel, schedules):
     rep = run(_job(arch=arch, kernel=kernel, schedules=schedules, tokens=32 if kernel == "literal-replay" else 16))
     assert rep["family"] == hf.architecture(arch).family
@@ -99,7 +125,7 @@ def test_correct_kernel_inside_budget(arch, kernel, schedules):
     assert sum(r["engagement"]["rejected_tokens"] for r in rep["runs"]) > 0
 
 
-@pytest.mark.parametrize("arch", ["qwen3_next", "nemotron_h"])
+@pytest.mark.parametrize("arch", _ARCHS)
 @pytest.mark.parametrize("mutant", ["late-by-one", "scratch-kv-rollback"])
 def test_mutant_outside_budget(arch, mutant):
     """Both model-level mutants (a state published one token late; rMLX #436's rollback replayed through
@@ -109,7 +135,7 @@ def test_mutant_outside_budget(arch, mutant):
     assert any("p95_abs_dlogprob" in f for f in rep["runs"][0]["failures"])
 
 
-@pytest.mark.parametrize("family", ["gdn", "mamba2"])
+@pytest.mark.parametrize("family", ["gdn", "mamba2", "kda"])
 def test_every_mode_has_a_budget_with_provenance(family):
     b = load_model_budgets()
     for mode in ("s32a32", "s32a16", "s16a16", "sfp16a16", "sfp8a16"):
@@ -122,7 +148,7 @@ def test_every_mode_has_a_budget_with_provenance(family):
     ({"schedules": ("sometimes",)}, "--schedules"), ({"modes": ("s99a1",)}, "precision mode"),
     ({"mutant": "nope"}, "--mutant"), ({"size": "huge"}, "size"), ({"arch": "gpt2"}, "arch"),
     ({"entropy_fraction": 1.5}, "--entropy-fraction"), ({"kernel": "nope"}, "kernel"),
-    ({"family": "kda"}, "--family"), ({"family": "mamba2"}, "--family"),
+    ({"family": "rwkv7"}, "--family"), ({"family": "mamba2"}, "--family"),
 ], ids=["tokens", "buffer", "schedule", "mode", "mutant", "size", "arch", "entropy", "kernel", "family",
         "family-arch"])
 def test_bad_input_refused(kw, arg):
@@ -160,6 +186,31 @@ def test_local_checkpoint(tmp_path, capsys):
     assert main(["model", "--weights", str(tmp_path / "foreign"), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "--weights" in err and "gpt2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_html_has_one_plot_per_run(tmp_path):
+    """model.html: the runs' table and one SVG plot of |dlogprob| against tokens per mode x schedule, each
+    titled by its run, with the mode's budget lines; no script, nothing outside the page."""
+    rep = run(_job(arch="kimi_linear", modes=("s32a32", "s32a16"), schedules=("random", "always-1"), tokens=16))
+    paths = report.write(rep, tmp_path)
+    assert [p.name for p in paths] == ["model.json", "model.md", "model.html"]
+    page = paths[2].read_text()
+    assert page.count("<svg") == len(rep["runs"]) == 4
+    for x in rep["runs"]:
+        assert f"<title>{x['mode']} · {x['schedule']} · {x['verdict']}</title>" in page
+        assert f"p95 budget {x['budget']['p95_abs_dlogprob']:.3g}" in page
+    assert "<script" not in page and "http://www.w3.org/2000/svg" in page and "src=" not in page
+    assert "[model.html](model.html)" in paths[1].read_text()
+    read = load_model_result(paths[0])  # what the drift report's --model-result reads
+    assert read["family"] == "kda" and len(read["runs"]) == 4 and read["runs"][0]["tokens"] == 16
+
+
+def test_log_bins_cover_every_position_once():
+    b = report.log_bins([float(i) for i in range(1, 1001)], bins=20)
+    assert b["t"][-1] == 1000 and b["t"] == sorted(set(b["t"])) and len(b["t"]) <= 20
+    assert b["max"][-1] == 1000.0 and b["max"][0] == 1.0
+    assert report.log_bins([0.5] * 5) == {"t": [1, 2, 3, 4, 5], "max": [0.5] * 5, "mean": [0.5] * 5}
+    assert report.log_bins([]) == {"t": [], "max": [], "mean": []}
 
 
 def test_without_transformers_one_line(monkeypatch, tmp_path, capsys):

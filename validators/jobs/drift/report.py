@@ -31,6 +31,7 @@ from replayssm.validators.jobs.drift.analysis import (
     tokens_to_budget,
 )
 from replayssm.validators.jobs.drift.budgets import Budgets, check_cell
+from replayssm.validators.jobs.drift.model_columns import columns as model_columns
 from replayssm.validators.jobs.drift.svg_plot import PALETTE, Plot, Series, render
 from replayssm.validators.jobs.drift.sweep import atomic_write, stop_reason
 from replayssm.validators.jobs.drift.verdict import RULE, judge
@@ -131,9 +132,11 @@ LITERAL_OF_KIND = {"replay": "literal-replay", "baseline": "literal-baseline"}
 
 def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget: float = 1e-2,
             horizon: float | None = None, budgets: Budgets | None = None, criterion: str = "aic",
-            alpha: float = 0.01, precision_factor: float = 2.0, environment: dict | None = None) -> dict:
+            alpha: float = 0.01, precision_factor: float = 2.0, environment: dict | None = None,
+            model_result: dict | None = None) -> dict:
     """The report dictionary (schema in docs/drift_report_schema.md) of ``cells`` (cell results of
-    sweep ``cfg``, in the sweep's order)."""
+    sweep ``cfg``, in the sweep's order); with ``model_result`` (``model_columns.load_model_result``)
+    the recommendations gain the model level's columns."""
     if not budget > 0:
         raise ValueError(f"budget: expected a positive error level, got {budget!r}")
     H = float(horizon) if horizon is not None else float(cfg.tokens)
@@ -221,8 +224,10 @@ def analyse(cfg, cells: list[dict], *, skipped: list[dict] | None = None, budget
         "cells": out_cells,
         "skipped": skipped or [],
         "speculation": _speculation(cells, out_cells, alpha),
-        "recommendations": _recommendations(out_cells, budget, H),
+        "recommendations": _recommendations(out_cells, budget, H, model_result),
     }
+    if model_result is not None:
+        report["model_result"] = {k: v for k, v in model_result.items() if k != "runs"}
     report["verdict"] = {"gross_rule": RULE, "failed": [c["id"] for c in out_cells if not c["verdict"]["pass"]],
                          "pass": all(c["verdict"]["pass"] for c in out_cells)}
     checked = [c for c in out_cells if c["check"] is not None]
@@ -284,7 +289,7 @@ def _cost_key(mode_id: str):
     return (m.state_bytes_per_element(128), m.act_bytes_per_element, m.rounding == "stochastic", mode_id)
 
 
-def _recommendations(cells: list[dict], budget: float, horizon: float) -> list[dict]:
+def _recommendations(cells: list[dict], budget: float, horizon: float, model: dict | None = None) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for c in cells:
         groups.setdefault((c["family"], c["kernel"], c["distribution"], c["schedule"]), []).append(c)
@@ -306,6 +311,8 @@ def _recommendations(cells: list[dict], budget: float, horizon: float) -> list[d
             sh = pick["state"].get("at_horizon")
             entry.update(mode=pick["mode"], output_error=ah["worst"], state_error=sh["worst"] if sh else None,
                          extrapolated=ah["extrapolated"], traffic=pick["traffic"])
+        if model is not None:
+            entry["model"] = model_columns(model, fam, sched, _cost_key)
         out.append(entry)
     return out
 
@@ -373,6 +380,28 @@ def _cells_table_md(cells: list[dict]) -> list[str]:
     return rows
 
 
+MODEL_LEGEND = ("per recommended mode, the worst over the model runs of the row's schedule (standard: over every "
+                "schedule the model ran) of k3-KL and p95 |Δlogprob| under teacher forcing, at the token count "
+                "measured; the cheapest mode whose model runs stay inside their [model.<family>] budget beside it "
+                "(docs/model.md)")
+
+
+def _model_text(r: dict) -> dict:
+    """The model-level cells of one recommendation row as text (– where the row has none)."""
+    m = r.get("model")
+    if m is None:
+        return {"kl": "–", "p95": "–", "tokens": "–", "pick": "– (no model run of this family)", "per_mode": ""}
+    v = m["per_mode"].get(r["mode"]) if r["mode"] is not None else None
+    pick = m["mode"] or "none stays inside"
+    mark = {True: "", False: " ✗", None: " (unbudgeted)"}
+    per_mode = ", ".join(f"{k} {_fmt(x['p95_abs_dlogprob'], 2)}{mark[x['inside']]}" for k, x in m["per_mode"].items())
+    if v is None:
+        return {"kl": "–", "p95": "–", "tokens": "–" if r["mode"] is None else "not run", "pick": pick,
+                "per_mode": per_mode}
+    return {"kl": _fmt(v["k3_kl"]), "p95": _fmt(v["p95_abs_dlogprob"]), "tokens": f"{v['tokens']:,}", "pick": pick,
+            "per_mode": per_mode}
+
+
 def to_markdown(report: dict, html_name: str | None = "drift_report.html") -> str:
     sw, st = report["sweep"], report["settings"]
     geo = ", ".join(f"{k}={v}" for k, v in sw["geometry"].items())
@@ -414,19 +443,29 @@ def to_markdown(report: dict, html_name: str | None = "drift_report.html") -> st
                      f"{tpf['standard']:.3g} / {tpf['speculative']:.3g} | "
                      f"{_fmt(s.get('ratio'))} ({_fmt(ci[0]) if ci else '–'}–{_fmt(ci[1]) if ci else '–'}) | "
                      f"{_fmt(s.get('p_value'), 2)} | {_verdict(s)} |")
-    lines += ["", f"## Recommendations (budget {st['budget']:g}, horizon {st['horizon']:,.0f} tokens)", "",
-              "| family | kernel | scenario | schedule | cheapest mode inside | output error at horizon | "
-              "state bytes/token | saved vs fp32 state |", "|" + "---|" * 8]
+    mr = report.get("model_result")
+    lines += ["", f"## Recommendations (budget {st['budget']:g}, horizon {st['horizon']:,.0f} tokens)", ""]
+    head = ("| family | kernel | scenario | schedule | cheapest mode inside | output error at horizon | "
+            "state bytes/token | saved vs fp32 state |")
+    if mr:
+        lines += [f"Model level: {mr['file']} ({mr['arch']}, {mr['kernel']}, {mr['source']}; teacher "
+                  f"{mr['teacher_dtype']}): {MODEL_LEGEND}", ""]
+        head += " model k3-KL | model p95 abs dlogprob | at tokens | model level, cheapest inside |"
+    lines += [head, "|" + "---|" * (12 if mr else 8)]
     for r in report["recommendations"]:
+        tail = ""
+        if mr:
+            m = _model_text(r)
+            tail = f" {m['kl']} | {m['p95']} | {m['tokens']} | {m['pick']} |"
         if r["mode"] is None:
             lines.append(f"| {r['family']} | {r['kernel']} | {r['distribution']} | {r['schedule']} | none stays inside "
-                         f"| – | – | – |")
+                         f"| – | – | – |{tail}")
             continue
         t = r["traffic"]
         lines.append(f"| {r['family']} | {r['kernel']} | {r['distribution']} | {r['schedule']} | {r['mode']} | "
                      f"{_fmt(r['output_error'])}{' (extrapolated)' if r['extrapolated'] else ''} | "
                      f"{t['state_bytes_per_token']:,.0f} | {t['saved_bytes_per_token']:,.0f} B "
-                     f"({100 * t['saved_fraction']:.0f} %) |")
+                     f"({100 * t['saved_fraction']:.0f} %) |{tail}")
     if chk["enabled"]:
         lines += ["", "## Budget check", ""]
         for c in report["cells"]:
@@ -551,6 +590,7 @@ def to_html(report: dict) -> str:
         row = {k: r[k] for k in ("family", "kernel", "distribution", "schedule", "mode")}
         row["considered"] = ", ".join(f"{x['mode']} {_fmt(x['worst_output_error'], 2)}{'' if x['inside'] else ' ✗'}"
                                       for x in r["considered"])
+        row["model"] = _model_text(r) if "model" in r else None
         if r["mode"] is not None:
             t = r["traffic"]
             row.update(err=_fmt(r["output_error"]) + (" (extrapolated)" if r["extrapolated"] else ""),
@@ -606,6 +646,7 @@ def to_html(report: dict) -> str:
         check_text=(f"budget check PASS ({chk['cells']} cells)" if chk["pass"]
                     else f"budget check FAIL: {len(chk['failed'])} of {chk['cells']} cells") if chk["enabled"] else "",
         recommendations=recommendations, cells=cells, groups=groups, speculation=speculation,
+        model_result=report.get("model_result"), model_legend=MODEL_LEGEND,
         check_lines=check_lines, skipped=[(str(x.get("id", x.get("kernel"))), x["reason"]) for x in report["skipped"]])
 
 def write_reports(report: dict, out_dir, stem: str = "drift_report") -> dict:

@@ -2,8 +2,9 @@
 test, judged by the next-token distribution under teacher forcing (docs/model.md).
 
 ``hf.py`` builds the model (a tiny random config of a registered architecture, or a local checkpoint
-directory) and holds the architecture table; ``gdn.py`` the Gated DeltaNet mixer adapter (the layer's
-own projections, conv and output norm around the recurrence, which is the fp64 reference for the
-teacher and the kernel for the student); ``forcing.py`` the teacher-forced run and its metrics;
-``report.py`` the JSON / MD report and the records.
+directory) and holds the architecture table; ``gdn.py``, ``mamba2.py`` and ``kda.py`` the mixer
+adapters of Gated DeltaNet, Mamba-2 and Kimi Delta Attention (the layer's own projections, conv and
+output norm around the recurrence, which is the fp64 reference for the teacher and the kernel for the
+student), ``mixer.py`` what they share; ``forcing.py`` the teacher-forced run and its metrics;
+``job.py`` the job and its budgets; ``report.py`` the JSON / MD / HTML report and the records.
 """

@@ -27,7 +27,7 @@ import torch
 
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
-from replayssm.validators.jobs.model import gdn, hf, mamba2
+from replayssm.validators.jobs.model import gdn, hf, kda, mamba2
 
 SCHEDULES = {
     "always-1": "k = 1 (every draft rejected, the bonus token kept)",
@@ -35,7 +35,7 @@ SCHEDULES = {
     "always-T": "k = T' (every draft accepted)",
     "reject-then-accept": "k = 1 for the first half of the stream, then k = T'",
 }
-ADAPTERS = {"gdn": gdn, "mamba2": mamba2}
+ADAPTERS = {"gdn": gdn, "mamba2": mamba2, "kda": kda}
 
 
 def schedule_k(name: str, rng: np.random.Generator, window: int, pos: int, tokens: int) -> int:

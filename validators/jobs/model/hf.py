@@ -6,8 +6,9 @@ network: a random model is built from its config class, a checkpoint with ``loca
 
 Architectures (:data:`ARCHITECTURES`): ``qwen3_next`` (Gated DeltaNet layers between full-attention
 layers; its dense MLP on every layer, ``mlp_only_layers``: transformers' grouped MoE matmul refuses
-fp64) and ``nemotron_h`` (Mamba-2 mixers, an attention and an MLP layer), at ``tiny`` (CPU tests) or
-``real`` (Qwen3.5-4B's GDN / Nemotron-3-Nano-4B's Mamba-2 head shapes, few layers) sizes.
+fp64), ``nemotron_h`` (Mamba-2 mixers, an attention and an MLP layer) and ``kimi_linear`` (KDA layers
+around an MLA attention layer, dense MLPs for the same reason), at ``tiny`` (CPU tests) or ``real``
+(Qwen3.5-4B's GDN / Nemotron-3-Nano-4B's Mamba-2 / Kimi-Linear-48B's KDA head shapes, few layers) sizes.
 
 The random weights are drawn with ``initializer_range`` 0.2 (not the config's 0.02, under which every
 layer's contribution to the residual stream is a rounding error) and the LM head is then scaled so
@@ -80,14 +81,35 @@ _NEMOTRON_H_REAL = dict(vocab_size=4096, hidden_size=3072, intermediate_size=409
                         ssm_state_size=128, n_groups=8, conv_kernel=4, time_step_min=0.01, time_step_max=1.0,
                         layer_types=_NEMOTRON_H_LAYERS)
 
+# Kimi-Linear's pattern (KDA, MLA attention, KDA, KDA): transformers' hybrid cache of kimi_linear needs an
+# attention layer in the layer list, and the KDA layers after it read hidden states that depend on its
+# cache.  A dense MLP on every layer (``mlp_layer_types``): the MoE's grouped matmul refuses fp64.  The
+# token ids the config names (its defaults lie beyond a small vocabulary) are set inside it.
+_KIMI_LAYERS = ["linear_attention", "full_attention", "linear_attention", "linear_attention"]
+_KIMI_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+_KIMI_LINEAR_TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                         num_key_value_heads=2, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+                         qk_nope_head_dim=8, v_head_dim=8, linear_num_heads=2, linear_head_dim=16,
+                         linear_conv_kernel_dim=4, layer_types=_KIMI_LAYERS, mlp_layer_types=["dense"] * 4,
+                         **_KIMI_IDS)
+# Kimi-Linear-48B-A3B's KDA layer (32 heads of 128 x 128, short conv 4; the kimi-linear-48b preset) and
+# its MLA attention (32 heads, kv_lora_rank 512, rope 64, nope 128, v 128) and hidden size, 4 layers.
+_KIMI_LINEAR_REAL = dict(vocab_size=4096, hidden_size=2304, intermediate_size=4096, num_attention_heads=32,
+                         num_key_value_heads=32, kv_lora_rank=512, q_lora_rank=None, qk_rope_head_dim=64,
+                         qk_nope_head_dim=128, v_head_dim=128, linear_num_heads=32, linear_head_dim=128,
+                         linear_conv_kernel_dim=4, layer_types=_KIMI_LAYERS, mlp_layer_types=["dense"] * 4,
+                         **_KIMI_IDS)
+
 ARCHITECTURES = {
     "qwen3_next": Architecture("qwen3_next", "gdn", "Qwen3NextConfig", "Qwen3NextGatedDeltaNet",
                                {"tiny": _QWEN3_NEXT_TINY, "real": _QWEN3_NEXT_REAL}),
     "nemotron_h": Architecture("nemotron_h", "mamba2", "NemotronHConfig", "NemotronHMamba2Mixer",
                                {"tiny": _NEMOTRON_H_TINY, "real": _NEMOTRON_H_REAL}),
+    "kimi_linear": Architecture("kimi_linear", "kda", "KimiLinearConfig", "KimiLinearDeltaAttention",
+                                {"tiny": _KIMI_LINEAR_TINY, "real": _KIMI_LINEAR_REAL}),
 }
 # The architecture a family runs on when only ``--family`` is given.
-FAMILY_ARCH = {"gdn": "qwen3_next", "mamba2": "nemotron_h"}
+FAMILY_ARCH = {"gdn": "qwen3_next", "mamba2": "nemotron_h", "kda": "kimi_linear"}
 
 
 def available() -> bool:
