@@ -33,8 +33,11 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   graphs (and ``static``) the bound's token coefficients are computed at chunk load and its
   recurrence over a piece's steps is one launch inside the piece
   (``replayssm/ops/triton/bound_scan.py``: the same bits as the window's torch expressions), on
-  fixed buffers (flush masks filled by the host before a piece runs); eagerly it is host-launched
-  per step (~265 aten ops per step on a CPU, tiny);
+  fixed buffers (flush masks filled by the host before a piece runs); eagerly on a GPU it is
+  host-launched per step (~265 aten ops per step); eagerly on a CPU the coefficients are computed at
+  chunk load token by token (the window's shapes: the same bits) and the recurrence runs on host
+  arrays (``checks/fp64_bound_host.py``: the same IEEE operations in the same order, a NumPy call
+  on ``[rows, heads]`` costing a fraction of a torch call's dispatch);
 * a kernel with a raw launch path (``launch_verify``/``launch_commit``: the Triton Mamba-2
   kernels, the GDN and KDA ReplaySSM kernels) is called through it (no host checks, no sync);
   any other kernel through ``verify``/``commit`` (the interface path, as the slow path does);
