@@ -33,8 +33,11 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   graphs (and ``static``) the bound's token coefficients are computed at chunk load and its
   recurrence over a piece's steps is one launch inside the piece
   (``replayssm/ops/triton/bound_scan.py``: the same bits as the window's torch expressions), on
-  fixed buffers (flush masks filled by the host before a piece runs); eagerly it is host-launched
-  per step (~265 aten ops per step on a CPU, tiny);
+  fixed buffers (flush masks filled by the host before a piece runs); eagerly on a GPU it is
+  host-launched per step (~265 aten ops per step); eagerly on a CPU the coefficients are computed at
+  chunk load token by token (the window's shapes: the same bits) and the recurrence runs on host
+  arrays (``checks/fp64_bound_host.py``: the same IEEE operations in the same order, a NumPy call
+  on ``[rows, heads]`` costing a fraction of a torch call's dispatch);
 * a kernel with a raw launch path (``launch_verify``/``launch_commit``: the Triton Mamba-2
   kernels, the GDN and KDA ReplaySSM kernels) is called through it (no host checks, no sync);
   any other kernel through ``verify``/``commit`` (the interface path, as the slow path does);
@@ -81,6 +84,7 @@ from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators.engine import invariants as inv
 from replayssm.validators.engine.checks.context import StepContext
+from replayssm.validators.engine.checks.fp64_bound_host import window_outputs
 from replayssm.validators.engine.checks.output_bits import non_finite, unwritten_output
 from replayssm.validators.engine.checks.output_tolerance import output as output_check
 from replayssm.validators.engine.cursor_table import CursorTable
@@ -269,6 +273,9 @@ class FastCell:
             self.fp_out = torch.empty((K, R, T), dtype=torch.float64, device=dev)  # the bound on each output
             self.walk = torch.ones((K, R), dtype=torch.float64, device=dev)  # the rule's sr_walk at the step
             self.coef_buf = None  # the bound's token coefficients [K T, R, H] (RunningBound.coefficients)
+            # eagerly on a CPU the window runs on host arrays (checks/fp64_bound_host.py: the same bits), from
+            # the coefficients computed at chunk load token by token (the window's shapes)
+            self.host_bound = not self.graphs and dev.type == "cpu"
             if self.graphs:  # the bound's running state on fixed buffers (what a graph reads and writes)
                 self.bound_state = torch.stack([self.bound.cur[k] for k in BOUND_KEYS])
                 self.bound_buf = dict(zip(BOUND_KEYS, self.bound_state.unbind(0)))
@@ -348,7 +355,7 @@ class FastCell:
             if self.w_buf is None:
                 self.w_buf = torch.empty((self.K * T, *w.shape[1:]), dtype=w.dtype, device=w.device)
             self.w_buf[:n * T].copy_(w)
-            if self.graphs:
+            if self.graphs or self.host_bound:
                 self._load_coefficients(n * T)
         self.inputs_at = at
 
@@ -526,7 +533,9 @@ class FastCell:
             return
         if flush_rows:  # the step's flush mask (what the rows listed are): one device op, the same counts
             ls.lit_env["flushes"].add_(self.flush_mask[j])
-        if not self.graphs:
+        if self.host_bound:
+            self._bound_advance_host(j, flush_rows)
+        elif not self.graphs:
             self._bound_advance(j, ls.ref)
         if ls.rule.sr_envelope:  # otherwise the walk is 1 (filled once)
             self.walk[j].copy_(ls.rule.sr_walk(ls.active_idx))
@@ -540,6 +549,16 @@ class FastCell:
                                self.acc_v[j] if spec else None, like, self._readout,
                                weights=self.w_buf[j * T:(j + 1) * T], outputs_only=True)
         self.fp_out[j].copy_(fp["output"])
+
+    def _bound_advance_host(self, j: int, flush_rows: list[int]) -> None:
+        """:meth:`_bound_advance` on host arrays (a CPU: :func:`window_outputs`, the same bits)."""
+        T, spec = self.T, self.ls.dec.speculative
+        coef = {k: v[j * T:(j + 1) * T].numpy() for k, v in self.coef_buf.items()}
+        flush = np.zeros(self.R, dtype=bool)
+        flush[flush_rows] = True
+        fp = window_outputs(self.bound, coef, self.w_buf[j * T:(j + 1) * T].numpy(), flush, spec,
+                            self.acc_host[j] if spec else None)
+        self.fp_out[j].copy_(torch.from_numpy(fp))
 
     def _readout(self, s_abs: torch.Tensor, tok: dict) -> torch.Tensor:
         """``Lockstep._bound_window``'s readout magnitude (of a state of bound values)."""
