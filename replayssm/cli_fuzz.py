@@ -33,7 +33,7 @@ from replayssm.registry import get
 from replayssm.scenarios.strategies import FUZZ_MODES, supported_decodes
 from replayssm.validators.engine import compile_check
 from replayssm.validators.engine.fuzz_artifacts import artifact_json
-from replayssm.validators.jobs.drift.sweep import parse_shard
+from replayssm.validators.jobs.drift.cells import parse_shard
 from replayssm.validators.jobs.fuzz.run import drawable_modes, fuzz_cost, fuzz_target, fuzzable_kernels, profile_name
 from replayssm.validators.jobs.mixer.cli import remember_defaults, run_fuzz
 from replayssm.validators.jobs.scaleout.ray_jobs import fuzz_ray

@@ -48,11 +48,13 @@ from replayssm.precision import parse_mode
 from replayssm.records import Recorder, add_record_argument, append, describe_commit, git_state
 from replayssm.records.jobs import drift_records, source
 from replayssm.registry import get
-from replayssm.validators.jobs.drift import sweep as D
 from replayssm.validators.jobs.drift.budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
+from replayssm.validators.jobs.drift.cells import SCHEDULES, SweepConfig, parse_shard, shard_cells
 from replayssm.validators.jobs.drift.model_columns import load_model_result
+from replayssm.validators.jobs.drift.provenance import cell_status, stop_reason
 from replayssm.validators.jobs.drift.report import analyse, write_reports
-from replayssm.validators.jobs.drift.sweep import SweepConfig, default_devices
+from replayssm.validators.jobs.drift.store import atomic_write, cell_path
+from replayssm.validators.jobs.drift.sweep import default_devices, load_cells, prepare_out, run_sweep
 from replayssm.validators.jobs.mixer.cli import remember_defaults, run_drift
 from replayssm.validators.jobs.scaleout.claims import report_lock, run_claimed
 from replayssm.validators.jobs.scaleout.ray_backend import require_ray, run_ray
@@ -302,10 +304,10 @@ def sweep_footprint(cfg: SweepConfig, workers: int) -> list[tuple[str, int, int,
     state-sample targets (four int64/float64 arrays of --state-samples entries per cell)."""
     geo = max((preset(dict(cfg.geometry)[f], f) for f in cfg.families), key=lambda g: math.prod(g.state_shape))
     rings = [(1, "--rows")]
-    if any(D.SCHEDULES[s][0] == "speculative" for s in cfg.schedules):
+    if any(SCHEDULES[s][0] == "speculative" for s in cfg.schedules):
         rings.append((ring_rows_of("speculative", cfg.window, cfg.history),
                       "--window" if cfg.window / 4 > cfg.history / 12 else "--history"))
-    if any(D.SCHEDULES[s][0] == "standard" for s in cfg.schedules):
+    if any(SCHEDULES[s][0] == "standard" for s in cfg.schedules):
         rings.append((ring_rows_of("standard", 1, cfg.buffer), "--buffer"))
     ring, ring_flag = max(rings)
     terms = footprint(geo, rows=cfg.rows, slots=cfg.rows, window=cfg.window, ring_rows=ring, steps=2 * cfg.tokens,
@@ -350,13 +352,13 @@ def run(args) -> int:
         return _run_mixer(args, run_drift, "drift")
     use_vllm_src(args)
     adapters.load()  # the adapters whose source is available register their kernels
-    shard = _flagged(lambda: shard_from_env() if args.shard == "auto" else D.parse_shard(args.shard))
+    shard = _flagged(lambda: shard_from_env() if args.shard == "auto" else parse_shard(args.shard))
     if args.merge and shard != (0, 1):
         raise ValueError("--merge: merging takes no --shard")
     _check_scaleout(args, shard)
     results = None
     if args.merge:
-        cfg, results = _flagged(lambda: D.load_cells(args.merge))
+        cfg, results = _flagged(lambda: load_cells(args.merge))
     else:
         cfg = config_from_args(args)
     cells, skipped = cfg.cells()
@@ -390,7 +392,7 @@ def run(args) -> int:
     with report_lock(out) if args.claim else output_lock(out, "--out"):  # one writer per output folder
         outcome = None
         if args.merge:
-            D.prepare_out(cfg, out)
+            prepare_out(cfg, out)
         else:
             workers = args.workers
             if workers is None:
@@ -402,12 +404,12 @@ def run(args) -> int:
                                   gpus_per_cell=args.gpus_per_cell or 1.0, progress=not args.no_progress,
                                   checkpoint_every_s=args.checkpoint_every, deadline_s=args.deadline)
             else:
-                outcome = D.run_sweep(cfg, out, shard=shard, workers=workers, devices=devices,
+                outcome = run_sweep(cfg, out, shard=shard, workers=workers, devices=devices,
                                       progress=not args.no_progress, checkpoint_every_s=args.checkpoint_every,
                                       deadline_s=args.deadline)
             results = []
-            for c in D.shard_cells(cells, shard, cfg):
-                p = D.cell_path(out, c.id)
+            for c in shard_cells(cells, shard, cfg):
+                p = cell_path(out, c.id)
                 if p.exists():
                     results.append(json.loads(p.read_text()))
                 elif c.id in outcome.out_of_memory:
@@ -424,7 +426,7 @@ def run(args) -> int:
             timing = {"cells": len(outcome.cells), "cells_run": len(outcome.ran), "wall_s": round(outcome.wall_s, 3),
                       "tokens": outcome.tokens, "tokens_per_s": round(outcome.tokens_per_s, 1), "devices": devices,
                       "workers": workers, **env}
-            D.atomic_write(out / f"timing.shard-{shard[0]}-of-{shard[1]}.json", json.dumps(timing, indent=1) + "\n")
+            atomic_write(out / f"timing.shard-{shard[0]}-of-{shard[1]}.json", json.dumps(timing, indent=1) + "\n")
             print(f"drift: {len(outcome.ran)} of {len(outcome.cells)} cell(s) run, {outcome.tokens:,} tokens in "
                   f"{outcome.wall_s:.1f} s ({outcome.tokens_per_s:,.0f} validated tokens/s)", file=sys.stderr)
         print(f"drift: reports {paths['html']} {paths['json']} {paths['md']}", file=sys.stderr)
@@ -443,7 +445,7 @@ def run(args) -> int:
             bs, notes = derive_budgets(report, args.budget_factor, env=env)
             header = ("Drift budgets per family x precision mode (replayssm drift --check).\n"
                       "Fields: docs/drift_report_schema.md (Budgets); written by replayssm drift --write-budgets.")
-            D.atomic_write(Path(args.write_budgets), format_budgets(bs, header))
+            atomic_write(Path(args.write_budgets), format_budgets(bs, header))
             load_budgets(args.write_budgets)
             for n in notes:
                 print(f"drift: {n}", file=sys.stderr)
@@ -451,8 +453,8 @@ def run(args) -> int:
         judged_fail = [c for c in report["cells"] if not c["verdict"]["pass"]]
         for c in judged_fail:  # the default judgement: one line per failing cell
             print(f"drift: FAIL {c['id']}: {'; '.join(c['verdict']['failures'])}", file=sys.stderr)
-        incomplete = [(r["id"], r.get("tokens_run", 0), D.stop_reason(r)) for r in results
-                      if D.cell_status(r) != "complete"]
+        incomplete = [(r["id"], r.get("tokens_run", 0), stop_reason(r)) for r in results
+                      if cell_status(r) != "complete"]
         incomplete += [(x["id"], 0, x["reason"]) for x in skipped if "deadline" in x.get("reason", "")]
         for cid, tok, why in incomplete:
             print(f"drift: INCOMPLETE {cid}: stopped at token {tok:,}: {why}", file=sys.stderr)

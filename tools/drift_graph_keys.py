@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
+from replayssm.validators.jobs.drift.cell_run import CellRun
+from replayssm.validators.jobs.drift.cells import CellSpec, SweepConfig
 from replayssm.validators.jobs.drift.fast import FastCell
-from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig
 
 
 def keys(family: str, schedule: str, tokens: int, rows: int, chunk: int = 64) -> tuple[list[tuple], int]:

@@ -23,8 +23,9 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from replayssm.validators.jobs.drift.cell_run import CellRun
+from replayssm.validators.jobs.drift.cells import CellSpec, SweepConfig
 from replayssm.validators.jobs.drift.fast import FastCell
-from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig
 
 KERNEL_METHODS = ("verify", "commit", "launch_verify", "launch_commit", "launch_step")
 

@@ -24,7 +24,8 @@ import traceback
 import torch
 
 from replayssm.families import family, preset
-from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig, default_chunk
+from replayssm.validators.jobs.drift.cell_run import CellRun, default_chunk
+from replayssm.validators.jobs.drift.cells import CellSpec, SweepConfig
 
 
 def floor(geometry: str) -> dict:

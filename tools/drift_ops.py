@@ -31,8 +31,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from replayssm.validators.jobs.drift import fast as drift_fast
+from replayssm.validators.jobs.drift.cell_run import CellRun
+from replayssm.validators.jobs.drift.cells import CellSpec, SweepConfig
 from replayssm.validators.jobs.drift.fast import FastCell
-from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig
 
 FREE = {"aten::detach", "aten::lift_fresh", "aten::alias", "aten::_unsafe_view", "aten::view", "aten::empty"}
 

@@ -20,7 +20,8 @@ import time
 import torch
 
 from replayssm.precision import parse_mode
-from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig
+from replayssm.validators.jobs.drift.cell_run import CellRun
+from replayssm.validators.jobs.drift.cells import CellSpec, SweepConfig
 from replayssm.validators.jobs.fuzz.run import fuzz_kernel
 
 GATE_ENV = "REPLAYSSM_BENCH_GATE"

@@ -19,7 +19,8 @@ from replayssm.cli import main
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.engine.runner import run_scenario
 from replayssm.validators.jobs.bench.run import bench_cases, bench_family, measure_case
-from replayssm.validators.jobs.drift.sweep import SweepConfig, run_sweep
+from replayssm.validators.jobs.drift.cells import SweepConfig
+from replayssm.validators.jobs.drift.sweep import run_sweep
 from replayssm.validators.jobs.fuzz.run import fuzz_kernel
 
 

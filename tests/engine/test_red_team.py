@@ -221,13 +221,15 @@ def _cut_short(drift_done, tmp_path):
     import shutil
     import time
 
+    from replayssm.validators.jobs.drift import cells as DCells
+    from replayssm.validators.jobs.drift import store as DStore
     from replayssm.validators.jobs.drift import sweep as D
     out = tmp_path / "out"
     shutil.copytree(drift_done[0], out)
-    cfg = D.SweepConfig.from_dict(json.loads((out / "config.json").read_text()))
+    cfg = DCells.SweepConfig.from_dict(json.loads((out / "config.json").read_text()))
     (spec,) = cfg.cells()[0]
     D.run_cell(spec, cfg, out, checkpoint_every_s=0.0, deadline=time.time())
-    cp = D.ckpt_path(out, spec.id)
+    cp = DStore.ckpt_path(out, spec.id)
     assert cp.is_file()
     return out, spec, cp
 
@@ -249,7 +251,8 @@ def _resumes_clean(capsys, out, drift_done, planted: Path, extra=()):
 def test_a_planted_pickle_in_a_resume_folder_is_never_unpickled(drift_done, tmp_path, capsys, where):
     import pickle
 
-    from replayssm.validators.jobs.drift import sweep as D
+    from replayssm.validators.jobs.drift import provenance as DProv
+    from replayssm.validators.jobs.drift import store as DStore
     out, spec, cp = _cut_short(drift_done, tmp_path)
     marker = tmp_path / "marker"
 
@@ -270,7 +273,7 @@ def test_a_planted_pickle_in_a_resume_folder_is_never_unpickled(drift_done, tmp_
     planted.write_bytes(payload)
     line = _resumes_clean(capsys, out, drift_done, planted)
     assert "pickle" in line and not marker.exists()
-    assert D.cell_status(json.loads(D.cell_path(out, spec.id).read_text())) == "complete"
+    assert DProv.cell_status(json.loads(DStore.cell_path(out, spec.id).read_text())) == "complete"
 
 
 def _truncated(data: bytes) -> bytes:
@@ -474,14 +477,14 @@ def test_check_writable_probes_instead_of_trusting_permissions(tmp_path):
 
 
 def test_out_path_keeps_every_file_under_its_folder(tmp_path):
-    from replayssm.validators.jobs.drift import sweep as D
+    from replayssm.validators.jobs.drift import store as DStore
 
     assert guard.out_path(tmp_path, "mamba2-literal-replay-s32a16.json", "--kernel").parent == tmp_path
     for bad in ("../x.json", "a/b.json", "..", "/etc/passwd", ""):
         with pytest.raises(ValueError, match="--kernel"):
             guard.out_path(tmp_path, bad, "--kernel")
     with pytest.raises(ValueError, match="cell id"):
-        D.cell_path(tmp_path, "mamba2.../../../x.s32a32.mild.standard")
+        DStore.cell_path(tmp_path, "mamba2.../../../x.s32a32.mild.standard")
     for bad in ("../x", "a/b", "..", "a b", ""):
         with pytest.raises(ValueError, match="--kernel"):
             guard.check_name(bad, "--kernel")

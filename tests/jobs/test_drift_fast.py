@@ -26,8 +26,9 @@ from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.engine import invariants as inv
 from replayssm.validators.engine.runner import readout_magnitude
 from replayssm.validators.jobs.drift.analysis import BinnedCurve
+from replayssm.validators.jobs.drift.cell_run import CellRun
+from replayssm.validators.jobs.drift.cells import SweepConfig
 from replayssm.validators.jobs.drift.fast import FastCell, _ChunkReference, raw_path
-from replayssm.validators.jobs.drift.sweep import CellRun, SweepConfig
 
 CELLS = ["mamba2.literal-replay.s32a16.long-memory.standard",
          "mamba2.literal-replay.sfp8a16-sr.long-memory.spec-random",

@@ -18,6 +18,9 @@ import pytest
 from replayssm import registry
 from replayssm.cli import main
 from replayssm.ops.mamba2.literal import Mamba2LiteralReplay
+from replayssm.validators.jobs.drift import cells as DCells
+from replayssm.validators.jobs.drift import provenance as DProv
+from replayssm.validators.jobs.drift import store as DStore
 from replayssm.validators.jobs.drift import sweep as D
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -44,13 +47,13 @@ def raiser(monkeypatch):
 
 
 def _cfg(kernel="literal-replay"):
-    return D.SweepConfig(families=("mamba2",), kernels=(kernel,), modes=("s32a32",), schedules=("standard",),
+    return DCells.SweepConfig(families=("mamba2",), kernels=(kernel,), modes=("s32a32",), schedules=("standard",),
                          geometry=(("mamba2", "tiny"),), rows=1, tokens=128)
 
 
 def _cell(out, cfg):
     spec = cfg.cells()[0][0]
-    return spec, json.loads(D.cell_path(out, spec.id).read_text())
+    return spec, json.loads(DStore.cell_path(out, spec.id).read_text())
 
 
 def test_complete_cell_is_reused_only_with_matching_provenance(tmp_path):
@@ -58,22 +61,22 @@ def test_complete_cell_is_reused_only_with_matching_provenance(tmp_path):
     assert D.run_sweep(cfg, out, progress=False).ran
     spec, res = _cell(out, cfg)
     prov = res["provenance"]
-    assert prov == D.cell_provenance(spec, cfg, "cpu") and res["history"] == []
+    assert prov == DProv.cell_provenance(spec, cfg, "cpu") and res["history"] == []
     assert set(prov) == {"cell_config", "kernel", "kernel_code", "versions", "device"}
     assert prov["kernel"] == "literal-replay" and set(prov["versions"]) == {"replayssm", "torch", "triton"}
     assert D.run_sweep(cfg, out, progress=False).ran == []  # exact match, complete: reused
     # Another kernel code digest (a fixed kernel): the cell reruns, the old provenance kept in history.
     res["provenance"] = {**prov, "kernel_code": "0" * 16}
-    D.cell_path(out, spec.id).write_text(json.dumps(res))
+    DStore.cell_path(out, spec.id).write_text(json.dumps(res))
     assert D.run_sweep(cfg, out, progress=False).ran == [spec.id]
     _, again = _cell(out, cfg)
     assert again["provenance"] == prov and again["history"][0]["provenance"]["kernel_code"] == "0" * 16
 
 
 def test_kernel_code_digest_covers_the_kernel_module():
-    base = D.kernel_code_digest(Mamba2LiteralReplay)
-    assert base == D.kernel_code_digest(Mamba2LiteralReplay)
-    assert D.kernel_code_digest(_Raiser) != base  # this module's source is part of it
+    base = DProv.kernel_code_digest(Mamba2LiteralReplay)
+    assert base == DProv.kernel_code_digest(Mamba2LiteralReplay)
+    assert DProv.kernel_code_digest(_Raiser) != base  # this module's source is part of it
 
 
 def test_cut_short_cell_keeps_its_checkpoint_and_resumes(tmp_path):
@@ -81,11 +84,11 @@ def test_cut_short_cell_keeps_its_checkpoint_and_resumes(tmp_path):
     D.prepare_out(cfg, out)
     spec = cfg.cells()[0][0]
     res = D.run_cell(spec, cfg, out, checkpoint_every_s=0.0, deadline=time.time())  # the deadline has passed
-    assert D.cell_status(res) == "stopped" and D.ckpt_path(out, spec.id).exists()
+    assert DProv.cell_status(res) == "stopped" and DStore.ckpt_path(out, spec.id).exists()
     assert D.run_sweep(cfg, out, progress=False).ran == [spec.id]  # not reused: resumed to the end
     _, done = _cell(out, cfg)
-    assert D.cell_status(done) == "complete" and done["tokens_run"] == 128
-    assert not D.ckpt_path(out, spec.id).exists()
+    assert DProv.cell_status(done) == "complete" and done["tokens_run"] == 128
+    assert not DStore.ckpt_path(out, spec.id).exists()
 
 
 def test_resumed_run_counts_only_the_tokens_it_ran(tmp_path, monkeypatch):
@@ -105,7 +108,7 @@ def test_resumed_run_counts_only_the_tokens_it_ran(tmp_path, monkeypatch):
     cut = D.run_cell(spec, cfg, out, checkpoint_every_s=1e9, chunk=16, deadline=1.0)
     monkeypatch.setattr(D.time, "time", real_time)
     reached = cut["tokens_run"]
-    assert D.cell_status(cut) == "stopped" and 0 < reached < 128 and D.ckpt_path(out, spec.id).exists()
+    assert DProv.cell_status(cut) == "stopped" and 0 < reached < 128 and DStore.ckpt_path(out, spec.id).exists()
     seen = []  # run_cell tells the resumed tokens apart from those it runs
     D.run_cell(spec, cfg, out, chunk=16, on_progress=lambda n, resumed=False: seen.append((n, resumed)))
     assert seen[0] == (reached, True) and sum(n for n, r in seen[1:] if not r) == 128 - reached
@@ -119,7 +122,7 @@ def test_resumed_run_counts_only_the_tokens_it_ran(tmp_path, monkeypatch):
     monkeypatch.setattr(D.time, "time", real_time)
     outcome = D.run_sweep(cfg, out2, progress=False, chunk=16)
     assert outcome.ran == [spec.id] and outcome.tokens == 128 - reached
-    assert D.cell_status(_cell(out2, cfg)[1]) == "complete"
+    assert DProv.cell_status(_cell(out2, cfg)[1]) == "complete"
 
 
 def test_folder_of_cells_without_config_is_refused(tmp_path):
@@ -146,8 +149,8 @@ def test_crashed_cell_fails_the_run_then_reruns_keeping_its_failure(tmp_path, ca
     assert main(argv) == 0
     assert "1 of 1 cell(s) run" in capsys.readouterr().err
     spec_id = f"mamba2.{raiser.name}.s32a32.long-memory.standard"
-    res = json.loads(D.cell_path(out, spec_id).read_text())
-    assert D.cell_status(res) == "complete"
+    res = json.loads(DStore.cell_path(out, spec_id).read_text())
+    assert DProv.cell_status(res) == "complete"
     assert [h["status"] for h in res["history"]] == ["raised", "raised"]
     assert "boom in verify" in res["history"][0]["exception"]
 

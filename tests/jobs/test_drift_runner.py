@@ -22,16 +22,9 @@ import torch
 
 from replayssm.cli import main
 from replayssm.validators.jobs.drift.budgets import load_budgets, parse_budgets
-from replayssm.validators.jobs.drift.sweep import (
-    CellRun,
-    SweepConfig,
-    default_chunk,
-    dispatch_order,
-    load_cells,
-    parse_shard,
-    run_sweep,
-    shard_cells,
-)
+from replayssm.validators.jobs.drift.cell_run import CellRun, default_chunk
+from replayssm.validators.jobs.drift.cells import SweepConfig, parse_shard, shard_cells
+from replayssm.validators.jobs.drift.sweep import dispatch_order, load_cells, run_sweep
 
 SMALL = ["--families", "mamba2,gdn", "--modes", "s32a16,sfp8a16", "--schedules", "standard,spec-random",
          "--tokens", "256", "--rows", "2", "--no-progress", "--checkpoint-every", "0"]

@@ -25,7 +25,7 @@ from replayssm import cli_fuzz
 from replayssm.cli import main
 from replayssm.cli_list import load_kernels
 from replayssm.validators.jobs.bench.run import TIMING_ROW_FIELDS, bench_family, without_timings
-from replayssm.validators.jobs.drift.sweep import CellSpec, SweepConfig
+from replayssm.validators.jobs.drift.cells import CellSpec, SweepConfig
 from replayssm.validators.jobs.fuzz.run import fuzz_cost, fuzzable_kernels
 from replayssm.validators.jobs.scaleout import claims as C
 from replayssm.validators.jobs.scaleout import shards as S

@@ -31,7 +31,8 @@ from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.engine.mutants import all_mutants
 from replayssm.validators.engine.runner import run_scenario
 from replayssm.validators.jobs.bench.run import bench_family
-from replayssm.validators.jobs.drift.sweep import SweepConfig, run_sweep
+from replayssm.validators.jobs.drift.cells import SweepConfig
+from replayssm.validators.jobs.drift.sweep import run_sweep
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TOL = 1e-12

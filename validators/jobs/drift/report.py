@@ -32,8 +32,9 @@ from replayssm.validators.jobs.drift.analysis import (
 )
 from replayssm.validators.jobs.drift.budgets import Budgets, check_cell
 from replayssm.validators.jobs.drift.model_columns import columns as model_columns
+from replayssm.validators.jobs.drift.provenance import stop_reason
+from replayssm.validators.jobs.drift.store import atomic_write
 from replayssm.validators.jobs.drift.svg_plot import PALETTE, Plot, Series, render
-from replayssm.validators.jobs.drift.sweep import atomic_write, stop_reason
 from replayssm.validators.jobs.drift.verdict import RULE, judge
 
 SCHEMA = "replayssm-drift-report"

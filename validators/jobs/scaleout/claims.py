@@ -38,7 +38,16 @@ import torch
 from filelock import FileLock, Timeout
 
 from replayssm.guard import LOCK_NAME, EnvironmentProblem, out_path
-from replayssm.validators.jobs.drift import sweep as D
+from replayssm.validators.jobs.drift.cells import SweepConfig
+from replayssm.validators.jobs.drift.provenance import cell_provenance, reusable
+from replayssm.validators.jobs.drift.store import atomic_write, cell_path
+from replayssm.validators.jobs.drift.sweep import (
+    SweepOutcome,
+    _first_line,
+    _release_device_memory,
+    prepare_out,
+    run_cell,
+)
 from replayssm.validators.jobs.scaleout.shards import longest_first
 
 CLAIMS = "claims"
@@ -107,7 +116,7 @@ class Claim:
         """Refresh the heartbeat; False (and nothing written) when the claim is no longer ours."""
         if not self.held():
             return False
-        D.atomic_write(self.path, json.dumps(self.record(), sort_keys=True) + "\n")
+        atomic_write(self.path, json.dumps(self.record(), sort_keys=True) + "\n")
         return True
 
     def release(self) -> None:
@@ -179,23 +188,23 @@ class _Heartbeat(threading.Thread):
 
 
 @dataclass
-class ClaimOutcome(D.SweepOutcome):
+class ClaimOutcome(SweepOutcome):
     """A :class:`drift.SweepOutcome` plus the claims this process took over (cell id -> from whom)."""
     taken_over: dict | None = None
 
 
-def run_claimed(cfg: D.SweepConfig, out: str | Path, *, device: str = "cpu", ttl: float = 60.0, poll_s: float = 1.0,
+def run_claimed(cfg: SweepConfig, out: str | Path, *, device: str = "cpu", ttl: float = 60.0, poll_s: float = 1.0,
                 progress: bool = True, checkpoint_every_s: float = 30.0, chunk: int | None = None,
                 deadline_s: float | None = None, fast: bool = True) -> ClaimOutcome:
     """Claim and run cells of ``cfg`` in ``out`` until every cell has a result (module docstring)."""
     if not (isinstance(ttl, (int, float)) and ttl > 0):
         raise ValueError(f"claim_ttl: expected a number of seconds > 0, got {ttl!r}")
     out = Path(out)
-    D.prepare_out(cfg, out)
+    prepare_out(cfg, out)
     cells = cfg.cells()[0]
-    provs = {c.id: D.cell_provenance(c, cfg, device) for c in cells}
-    before = {c.id: _text(D.cell_path(out, c.id)) for c in cells}
-    todo = {c.id for c in cells if not D.reusable(_json(before[c.id]), provs[c.id], cfg)}
+    provs = {c.id: cell_provenance(c, cfg, device) for c in cells}
+    before = {c.id: _text(cell_path(out, c.id)) for c in cells}
+    todo = {c.id for c in cells if not reusable(_json(before[c.id]), provs[c.id], cfg)}
     per_cell = cfg.rows * cfg.tokens
     bar = None
     if progress:
@@ -208,9 +217,9 @@ def run_claimed(cfg: D.SweepConfig, out: str | Path, *, device: str = "cpu", ttl
     torch.set_num_threads(1)
 
     def finished(cid: str) -> bool:
-        now = _text(D.cell_path(out, cid))
+        now = _text(cell_path(out, cid))
         return cid not in todo or (now is not None and now != before[cid]) or \
-            D.reusable(_json(now), provs[cid], cfg)
+            reusable(_json(now), provs[cid], cfg)
 
     try:
         order = [c for c in longest_first(cells, cfg) if c.id in todo]
@@ -250,19 +259,19 @@ def run_claimed(cfg: D.SweepConfig, out: str | Path, *, device: str = "cpu", ttl
                 try:
                     if finished(c.id):  # a result landed between the scan and the claim
                         continue
-                    D.run_cell(c, cfg, out, device, checkpoint_every_s, chunk, tick, deadline, fast)
+                    run_cell(c, cfg, out, device, checkpoint_every_s, chunk, tick, deadline, fast)
                     ran.append(c.id)
                 except ClaimLost:
                     print(f"replayssm: drift: claim on {c.id} lost (heartbeat late); left to its new holder",
                           file=sys.stderr, flush=True)
                 except torch.OutOfMemoryError as e:
-                    oom[c.id] = D._first_line(e)
+                    oom[c.id] = _first_line(e)
                 finally:
                     hb.stop.set()
                     hb.join()
                     claim.release()
                 if c.id in oom:
-                    D._release_device_memory(device)
+                    _release_device_memory(device)
             if not got:
                 time.sleep(poll_s)
     finally:

@@ -27,7 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from replayssm.guard import EnvironmentProblem
-from replayssm.validators.jobs.drift import sweep as D
+from replayssm.validators.jobs.drift.cells import SweepConfig, import_kernel_modules, kernel_modules, shard_cells
+from replayssm.validators.jobs.drift.provenance import cell_provenance, reusable
+from replayssm.validators.jobs.drift.store import _read_json, atomic_write, cell_path
+from replayssm.validators.jobs.drift.sweep import SweepOutcome, prepare_out, run_cell
 from replayssm.validators.jobs.scaleout.shards import longest_first
 
 MAX_RETRIES = 3
@@ -49,25 +52,25 @@ def _cell_task(cfg_dict: dict, cell_id: str, out: str, device: str, ckpt_s: floa
     import torch
 
     torch.set_num_threads(1)
-    D.import_kernel_modules(mods)
-    cfg = D.SweepConfig.from_dict(cfg_dict)
+    import_kernel_modules(mods)
+    cfg = SweepConfig.from_dict(cfg_dict)
     spec = {c.id: c for c in cfg.cells()[0]}[cell_id]
     if device == "cuda":  # Ray sets CUDA_VISIBLE_DEVICES to the task's GPU(s)
         device = "cuda:0"
     info = {"cell": cell_id, "host": socket.gethostname(), "pid": os.getpid(), "resumed": 0, "tokens": 0}
     runner = Path(out) / "claims" / f"{cell_id}.ray"  # who runs the cell now (provenance; kept after a kill)
-    D.atomic_write(runner, f'{{"host": "{info["host"]}", "pid": {info["pid"]}, "time": {time.time()}}}\n')
+    atomic_write(runner, f'{{"host": "{info["host"]}", "pid": {info["pid"]}, "time": {time.time()}}}\n')
 
     def progress(n: int, resumed: bool = False) -> None:
         info["resumed" if resumed else "tokens"] += n
 
-    D.run_cell(spec, cfg, Path(out), device, ckpt_s, chunk, progress, deadline, fast)
+    run_cell(spec, cfg, Path(out), device, ckpt_s, chunk, progress, deadline, fast)
     runner.unlink(missing_ok=True)
     return info
 
 
 @dataclass
-class RayOutcome(D.SweepOutcome):
+class RayOutcome(SweepOutcome):
     """A :class:`drift.SweepOutcome` plus, per cell, the tokens it resumed from a checkpoint
     (a cell whose first worker died) and where it ran."""
     resumed: dict = field(default_factory=dict)
@@ -131,7 +134,7 @@ def pull(ray, task, jobs: list, slots: int, on_done, *, deadline: float | None =
     return errors
 
 
-def run_ray(cfg: D.SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0, 1), device: str = "cpu",
+def run_ray(cfg: SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0, 1), device: str = "cpu",
             address: str | None = None, gpus_per_cell: float = 1.0, progress: bool = True,
             checkpoint_every_s: float = 30.0, chunk: int | None = None, deadline_s: float | None = None,
             fast: bool = True, max_retries: int = MAX_RETRIES) -> RayOutcome:
@@ -140,10 +143,10 @@ def run_ray(cfg: D.SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
     require_ray()
     gpus_per_cell = check_gpus_per_task(gpus_per_cell)
     out = Path(out).resolve()
-    D.prepare_out(cfg, out)
-    cells = D.shard_cells(cfg.cells()[0], shard, cfg)
+    prepare_out(cfg, out)
+    cells = shard_cells(cfg.cells()[0], shard, cfg)
     todo = [c for c in cells
-            if not D.reusable(D._read_json(D.cell_path(out, c.id)), D.cell_provenance(c, cfg, device), cfg)]
+            if not reusable(_read_json(cell_path(out, c.id)), cell_provenance(c, cfg, device), cfg)]
     ray = connect(address)
     gpu = device.startswith("cuda")
     slots = task_slots(ray, gpu, gpus_per_cell)
@@ -156,7 +159,7 @@ def run_ray(cfg: D.SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
         bar = tqdm(total=per_cell * len(cells), initial=per_cell * (len(cells) - len(todo)), unit="tok",
                    unit_scale=True, desc=f"drift ray {shard[0]}/{shard[1]}", dynamic_ncols=True, smoothing=0.05)
     deadline = None if deadline_s is None else time.time() + deadline_s
-    mods, cfg_dict = D.kernel_modules(cfg), cfg.to_dict()
+    mods, cfg_dict = kernel_modules(cfg), cfg.to_dict()
     dev = "cuda" if gpu else device
     jobs = [(c.id, (cfg_dict, c.id, str(out), dev, checkpoint_every_s, chunk, mods, deadline, fast))
             for c in longest_first(todo, cfg)]
@@ -181,7 +184,7 @@ def run_ray(cfg: D.SweepConfig, out: str | Path, *, shard: tuple[int, int] = (0,
     if errors:
         raise RuntimeError("drift: " + "\n".join(f"cell {e}" for e in errors))
     outcome.wall_s, outcome.tokens = time.perf_counter() - t0, counted[0]
-    outcome.ran = [c.id for c in todo if D.cell_path(out, c.id).exists()]
+    outcome.ran = [c.id for c in todo if cell_path(out, c.id).exists()]
     return outcome
 
 

@@ -39,7 +39,7 @@ from replayssm.guard import EnvironmentProblem
 from replayssm.records import git_state
 from replayssm.registry import get
 from replayssm.validators.jobs.bench import run as B
-from replayssm.validators.jobs.drift import sweep as D
+from replayssm.validators.jobs.drift.cells import import_kernel_modules
 from replayssm.validators.jobs.fuzz.run import FuzzReport, fuzz_cost, fuzz_target
 from replayssm.validators.jobs.scaleout.ray_backend import MAX_RETRIES, check_gpus_per_task, connect, pull, task_slots
 
@@ -91,7 +91,7 @@ class _InOrder:
 def _fuzz_task(family_name: str, name: str, mods: list, kw: dict) -> FuzzReport:
     """Fuzz one kernel in a Ray worker (:func:`replayssm.validators.jobs.fuzz.run.fuzz_target`); the report
     without the engine results of its marginal examples (they stay in the worker)."""
-    D.import_kernel_modules(mods)
+    import_kernel_modules(mods)
     if not str(kw.get("kernel_device") or kw["device"]).startswith("cuda"):
         torch.set_num_threads(1)
     report = fuzz_target(get(name, family_name), **kw)
@@ -177,7 +177,7 @@ def _bench_env_task(device: str, copy: dict | None, preflight) -> dict:
 
 def _bench_row_task(family_name: str, geometry: str, mode: str, item: B.BenchItem, kw: dict, mods: list) -> dict:
     """Time one row in a Ray worker: its BenchRow as a dict, the lines it logged, the card's name."""
-    D.import_kernel_modules(mods)
+    import_kernel_modules(mods)
     device = _on_card(kw.pop("device"))
     if not B.device_is_cuda(device):
         torch.set_num_threads(1)
