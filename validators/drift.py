@@ -423,7 +423,7 @@ class CellRun:
         kt = torch.as_tensor(accepted, device=self.device)
         for t in range(int(accepted.max())):
             tok = {n: v[:, t].to(torch.float64) for n, v in inputs.items()}
-            _, st = reference_step(self.sc.family, st, tok, self.ls.ref_params)
+            _, st = reference_step(self.ls.resolved.family, st, tok, self.ls.ref_params)
             sel = (kt == t + 1).view(-1, *([1] * (st.dim() - 1)))
             new = torch.where(sel, st, new)
         self.shadow = new

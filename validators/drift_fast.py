@@ -75,7 +75,7 @@ import numpy as np
 import torch
 
 from replayssm.conventions import conv_kwargs
-from replayssm.families import Family, family
+from replayssm.families import Family
 from replayssm.ops.triton.bound_scan import bound_scan
 from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
 from replayssm.scenarios.inputs import make_inputs_steps
@@ -243,7 +243,7 @@ class FastCell:
         self.hoist = self.fused and dev.type == "cuda" if hoist is None else bool(hoist)
         if self.hoist and not self.fused:
             raise ValueError("hoist: the hoisted chunk terms are taken by the fused reference step (fused=True)")
-        self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
+        self.ref = _ChunkReference(ls.resolved.family, K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
         self.raw_ck = raw_checkpoint(ls.kernel)
         self.ids_host = ls.ids.tolist()
         # the host's cursor walk over every row at once (the policy's rules as tables: the same answers)
@@ -543,7 +543,7 @@ class FastCell:
 
     def _readout(self, s_abs: torch.Tensor, tok: dict) -> torch.Tensor:
         """``Lockstep._bound_window``'s readout magnitude (of a state of bound values)."""
-        return readout_magnitude(self.sc.family, s_abs, tok, self.ls.ref_params, False)
+        return readout_magnitude(self.ls.resolved.family, s_abs, tok, self.ls.ref_params, False)
 
     def _keep_bound_static(self) -> None:
         """The bound's running state into its fixed buffers (after a resume replaced it)."""

@@ -35,11 +35,6 @@ def family_of(fam: Family | str) -> Family:
     return fam if isinstance(fam, Family) else family(fam)
 
 
-def mode_of(mode: PrecisionMode | str) -> PrecisionMode:
-    """``mode`` itself, or the precision mode of that id (ValueError naming the mode)."""
-    return parse_mode(mode)
-
-
 def declared_policy(cls: type[KernelUnderTest]) -> str:
     """The bookkeeping policy a kernel class declares (ValueError naming ``bookkeeping`` when unknown)."""
     try:
@@ -140,4 +135,4 @@ def resolve(sc: Scenario | ResolvedScenario, kernel=None, device="cpu") -> Resol
                             u_state=state_unit(mode), marginal_factor=marginal_factor(mode))
 
 
-__all__ = ["ResolvedScenario", "declared_conventions", "declared_policy", "family_of", "mode_of", "resolve"]
+__all__ = ["ResolvedScenario", "declared_conventions", "declared_policy", "family_of", "resolve"]
