@@ -552,7 +552,7 @@ class CellRun:
             gm = np.exp(self.block_sum / self.block_cnt)
         blocks = [[float(x) if c and math.isfinite(x) else None for x, c in zip(row, cnt)]
                   for row, cnt in zip(gm, self.block_cnt)]
-        g = self.sc.geometry_obj
+        g = self.ls.resolved.geometry
         return {
             "schema": CELL_SCHEMA, "id": self.spec.id, "config": self.cfg.digest, **self.spec.to_dict(),
             "scenario": self.sc.to_dict(), "geometry_name": dict(self.cfg.geometry)[self.spec.family],

@@ -220,9 +220,9 @@ class FastCell:
         # a piece, so that every key fits in 4 per step, was tried: 97 % replays, but it ran no faster on an
         # H100.)
         self.max_graphs = max(MAX_GRAPHS, 8 * self.K) if self.spec else MAX_GRAPHS
-        g = sc.geometry_obj
+        g = ls.resolved.geometry
         K, R, T, dev = self.K, self.R, self.T, self.dev
-        act = sc.precision.act_dtype
+        act = ls.resolved.mode.act_dtype
         self.names = list(g.input_shapes())
         self.inb = {n: torch.empty((K, R, T, *s), dtype=act, device=dev) for n, s in g.input_shapes().items()}
         self.out = torch.empty((K, R, T, *ls.kernel.out_shape), dtype=act, device=dev)
@@ -435,7 +435,7 @@ class FastCell:
                 st = self.ref.step(st, j * T + t, self.y_v[j * T + t], keep=keep)
             else:  # with Lockstep._reference_window's readout magnitude, its maximum
                 st, mag = self.ref.step_magnitude(st, j * T + t, self.y_v[j * T + t], self.tok_v[j * T + t],
-                                                  self.sc.precision.scaled_state, keep=keep)
+                                                  self.ls.resolved.mode.scaled_state, keep=keep)
                 self.mag_v[j * T + t].copy_(mag.flatten(1).amax(-1))
             if not fuse:
                 new = self._keep(new, st, j, t, k, static)
