@@ -3,7 +3,7 @@
 A plain-PyTorch Mamba-2 *baseline* decode kernel (the state is read and written every token;
 speculative windows keep one state per draft position), written the way a serving engine would:
 batched over rows, slot-indexed state, padding rows skipped, fp32 arithmetic, state stored in
-fp32 or bf16.  It is validated by the suite like any other kernel (tests/test_example_kernel.py).
+fp32 or bf16.  It is validated by the suite like any other kernel (tests/core/test_example_kernel.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Golden data of replayssm, installed as package data of ``replayssm.golden``.
 
-* ``tolerances.toml``: the drift budgets (validators/drift_budgets.py, ``replayssm drift --check``);
-* ``regressions/*.json``: the regression corpus (validators/regressions.py);
+* ``tolerances.toml``: the drift budgets (validators/jobs/drift/budgets.py, ``replayssm drift --check``);
+* ``regressions/*.json``: the regression corpus (validators/jobs/fuzz/regressions.py);
 * ``trajectories/``: fp64 golden trajectories of the reference on the canonical scenarios, with a
   sha256 manifest and provenance (``replayssm golden verify|regenerate``, replayssm/cli_golden.py).
 

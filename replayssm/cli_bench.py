@@ -1,19 +1,21 @@
 """``replayssm bench``: time a family's Triton baseline and ReplaySSM kernels on a CUDA GPU against
-the copy bandwidth and the bytes model (the job is ``replayssm.validators.bench``); with
+the copy bandwidth and the bytes model (the job is ``replayssm.validators.jobs.bench.run``); with
 ``--against NAME[,NAME]`` our replay and baseline beside an external source's (an adapter kernel
 such as ``vllm-replay``, whose source's baseline ``vllm-baseline`` comes along) in one run, on the
-same inputs (``replayssm.validators.bench_against``), JSON and a Markdown table under ``--out``.
+same inputs (``replayssm.validators.jobs.bench.against``), JSON and a Markdown table under ``--out``.
 
 Exit codes: :data:`replayssm.cli.EXIT_CONTRACT` (3 without a CUDA device or with an unwritable ``--json``)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
 import torch
 
 from replayssm import adapters
+from replayssm.cli_backend import add_backend_arguments, check_backend
 from replayssm.cli_list import use_vllm_src
 from replayssm.families import family, family_names, preset
 from replayssm.guard import (
@@ -30,8 +32,9 @@ from replayssm.guard import (
 from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import bench_records, source
 from replayssm.registry import kernels
-from replayssm.validators.bench import bench_family, table
-from replayssm.validators.bench_against import bench_against, markdown, write
+from replayssm.validators.jobs.bench.against import bench_against, markdown, write
+from replayssm.validators.jobs.bench.run import bench_family, table
+from replayssm.validators.jobs.scaleout.ray_jobs import bench_family_ray
 
 
 def add_parser(subparsers):
@@ -57,6 +60,7 @@ def add_parser(subparsers):
                    "of the family's launch candidates (each validated); default: our defaults")
     p.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
                    "(sets REPLAYSSM_VLLM_SRC)")
+    add_backend_arguments(p, "row of the table (decode case x batch)")
     add_record_argument(p)
     return p
 
@@ -131,6 +135,7 @@ def check_bench_fits(family_name: str, geometry: str | None, batches: list[int],
 
 
 def run(args) -> int:
+    check_backend(args)
     try:
         fam = family(args.family or family_names()[0])
     except ValueError as e:
@@ -138,6 +143,8 @@ def run(args) -> int:
     batches = _ints("--batches", args.batches)
     spec_batches = _ints("--spec-batches", args.spec_batches)
     if args.against is not None:
+        if args.backend == "ray":
+            raise ValueError("--against: times the kernels side by side in one process; not with --backend ray")
         if args.record is not None:
             raise ValueError("--record: records the family bench (without --against); --against writes its "
                              "JSON and table under --out")
@@ -147,11 +154,18 @@ def run(args) -> int:
     if args.json:
         check_writable(args.json, "--json", is_dir=False)
     check_record_path(args.record)
-    if not torch.cuda.is_available():
-        raise EnvironmentProblem("bench: no CUDA device visible; the benchmark needs an NVIDIA GPU")
-    check_bench_fits(fam.name, args.geometry, batches, spec_batches, args.buffer, args.window)
-    res = bench_family(fam.name, args.geometry, args.precision, args.buffer, batches, spec_batches, args.window,
-                       rep_ms=args.rep_ms, sweep=not args.no_sweep)
+    if args.backend == "ray":  # this process needs no GPU: the cluster's cards run the rows and the checks
+        res = bench_family_ray(fam.name, args.geometry, args.precision, args.buffer, batches, spec_batches,
+                               args.window, rep_ms=args.rep_ms, sweep=not args.no_sweep, address=args.ray_address,
+                               gpus_per_task=args.gpus_per_task or 1.0,
+                               preflight=functools.partial(check_bench_fits, fam.name, args.geometry, batches,
+                                                           spec_batches, args.buffer, args.window))
+    else:
+        if not torch.cuda.is_available():
+            raise EnvironmentProblem("bench: no CUDA device visible; the benchmark needs an NVIDIA GPU")
+        check_bench_fits(fam.name, args.geometry, batches, spec_batches, args.buffer, args.window)
+        res = bench_family(fam.name, args.geometry, args.precision, args.buffer, batches, spec_batches, args.window,
+                           rep_ms=args.rep_ms, sweep=not args.no_sweep)
     print()
     e = res["env"]
     print(f"{e.get('gpu')}  torch {e['torch']}  triton {e['triton']}  commit {e.get('commit')}"

@@ -1,6 +1,6 @@
 """``replayssm calibrate``: the false-alarm rate of every check on correct kernels, and the checks' resolving power.
 
-The population run (default) judges each family's correct kernels (``validators/calibration.py``:
+The population run (default) judges each family's correct kernels (``validators/jobs/calibration.py``:
 its literal models and the variants registered beside them, or ``--kernels``) on ``--scenarios``
 scenarios per family drawn over every input distribution, schedule and mode of ``--modes``, and
 prints per check the runs, false alarms, worst error / bound ratio and the one-sided 95 % upper
@@ -26,7 +26,7 @@ from replayssm.guard import check_record_path, check_writable, int_at_least
 from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import calibration_records, resolving_records, source
 from replayssm.records.ledger import load
-from replayssm.validators.calibration import calibrate, resolving_power, update_doc
+from replayssm.validators.jobs.calibration import calibrate, resolving_power, update_doc
 
 
 def _names(text: str | None, flag: str, known=None) -> list[str] | None:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import random
 import time
 from pathlib import Path
 
 from replayssm.cli import check_device
+from replayssm.cli_backend import add_backend_arguments, check_backend
 from replayssm.cli_list import load_kernels
 from replayssm.families import family, family_names
 from replayssm.guard import check_record_path, check_writable, float_in, int_at_least, name_arg
@@ -31,9 +31,12 @@ from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import fuzz_records, source
 from replayssm.registry import get
 from replayssm.scenarios.strategies import FUZZ_MODES, supported_decodes
-from replayssm.validators import compile_check
-from replayssm.validators.fuzz import drawable_modes, fuzz_kernel, fuzzable_kernels, profile_name
-from replayssm.validators.fuzz_artifacts import artifact_json
+from replayssm.validators.engine import compile_check
+from replayssm.validators.engine.fuzz_artifacts import artifact_json
+from replayssm.validators.jobs.drift.sweep import parse_shard
+from replayssm.validators.jobs.fuzz.run import drawable_modes, fuzz_cost, fuzz_target, fuzzable_kernels, profile_name
+from replayssm.validators.jobs.scaleout.ray_jobs import fuzz_ray
+from replayssm.validators.jobs.scaleout.shards import partition, shard_from_env
 
 
 def add_parser(subparsers):
@@ -73,6 +76,10 @@ def add_parser(subparsers):
                         "scenarios are saved there and replayed first by the next run given the same DIR (the "
                         "nightly run saves it as a CI artifact, a merge run replays it; turns off the profile's "
                         "derandomization)")
+    p.add_argument("--shard", default="0/1", metavar="i/n|auto",
+                   help="fuzz shard i of n of the kernels, balanced by estimated cost (a CI matrix, a Slurm array; "
+                        "default 0/1); auto: from the environment (docs/scaleout.md)")
+    add_backend_arguments(p, "kernel")
     add_record_argument(p)
     return p
 
@@ -90,7 +97,8 @@ def _report_dict(r) -> dict:
 
 
 def run(args) -> int:
-
+    check_backend(args)
+    shard = _parse_shard(args.shard)
     load_kernels()
     profile = profile_name(args.profile)
     if args.family is not None:
@@ -103,6 +111,8 @@ def run(args) -> int:
             raise ValueError("--compile-for: needs the kernel on the cpu (--device cpu, no --kernel-device): the "
                              "interpreter records the launches; on a GPU the kernels compile as they run")
         compile_check.check_arch(args.compile_for)
+        if args.backend == "ray":
+            raise ValueError("--compile-for: records the launches of this process; not with --backend ray")
     dev = check_device(args.device)
     kdev = None if args.kernel_device is None else check_device(args.kernel_device, "--kernel-device")
     check_writable(args.failures, "--failures")
@@ -128,6 +138,7 @@ def run(args) -> int:
         targets = fuzzable_kernels(args.family, include_mutants=args.include_mutants)
     args.mode_ids = _modes(args.modes)
     targets = _supporting(targets, args.mode_ids, named=bool(args.kernel), kernel_device=kdev or dev)
+    targets = _shard(targets, shard, kdev or dev)
     if dev == "cpu":
         import torch
         torch.set_num_threads(1)
@@ -135,11 +146,19 @@ def run(args) -> int:
     t_start = time.perf_counter()
     recording = compile_check.record() if args.compile_for is not None else contextlib.nullcontext([])
     with recording as launches:
-        _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports)
+        if args.backend == "ray":
+            reports += fuzz_ray(targets, profile=profile, device=dev, kernel_device=kdev,
+                                failures_dir=args.failures, seed=args.seed, max_examples=args.max_examples,
+                                modes=args.mode_ids, strict=args.strict, example_db=args.example_db,
+                                budget_s=args.budget_s, address=args.ray_address,
+                                gpus_per_task=args.gpus_per_task or 1.0, announce=_announce)
+        else:
+            _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports)
     n_fail = sum(r.caught for r in reports)
     total = sum(r.examples for r in reports)
     n_marg = sum(bool(r.marginals) and not r.caught for r in reports)
-    print(f"fuzz ({profile}, {dev}): {len(reports)} kernel(s), {total} scenarios, {n_fail} failing, "
+    where = "" if shard == (0, 1) else f", shard {shard[0]}/{shard[1]}"
+    print(f"fuzz ({profile}, {dev}{where}): {len(reports)} kernel(s), {total} scenarios, {n_fail} failing, "
           f"{n_marg} marginal{' (--strict: marginals fail)' if args.strict else ''}, "
           f"{time.perf_counter() - t_start:.0f} s" + (f"; reproducers in {args.failures}/" if n_fail else ""))
     compiled_ok = True
@@ -155,6 +174,26 @@ def run(args) -> int:
                    "example_db": args.example_db}
         append(args.record, fuzz_records(Recorder("fuzz", device=kdev or dev, source=source(args)), reports, options))
     return 1 if n_fail or not compiled_ok else 0
+
+
+def _parse_shard(text: str) -> tuple[int, int]:
+    """``--shard``: ``i/n``, or ``auto`` from the environment (:func:`shard_from_env`)."""
+    if text == "auto":
+        return shard_from_env()
+    try:
+        return parse_shard(text)
+    except ValueError as e:
+        raise ValueError(f"--shard: {str(e).split(': ', 1)[-1]}") from None
+
+
+def _shard(targets: list, shard: tuple[int, int], kernel_device: str) -> list:
+    """Shard ``i`` of ``n`` of ``targets`` (balanced by :func:`fuzz_cost`, a function of the kernels
+    only, so every shard agrees), in their order; every target for 0/1."""
+    i, n = shard
+    if n == 1:
+        return targets
+    part = partition(targets, n, lambda c: fuzz_cost(c, kernel_device), lambda c: (c.family, c.name))[i]
+    return [c for c in targets if c in part]
 
 
 def _modes(text: str | None) -> tuple[str, ...] | None:
@@ -208,39 +247,18 @@ def _fuzz_targets(args, targets, profile, dev, kdev, t_start, reports) -> None:
         if args.budget_s is not None:
             left = args.budget_s - (time.perf_counter() - t_start)
             share = left / (len(targets) - i)
-        seeds, merged = [], None
-        t_k = time.perf_counter()
-        while True:
-            # One run (the profile's own seeding), or with a budget chunks of fresh random seeds.
-            seed = args.seed if not seeds and args.seed is not None else (
-                random.randrange(2**32) if share is not None else None)
-            n = args.max_examples
-            if share is not None:
-                n = args.max_examples or 50
-                if merged is not None and merged.examples:
-                    # Size the next chunk to the time left of this kernel's share.
-                    per = merged.wall_s / merged.examples
-                    n = max(1, min(n, int((share - (time.perf_counter() - t_k)) / per)))
-            r = fuzz_kernel(cls, profile=profile, device=dev, kernel_device=kdev, failures_dir=args.failures,
-                            seed=seed, max_examples=n,
-                            strategy=None if args.mode_ids is None else {"modes": args.mode_ids},
-                            overrides={"derandomize": False} if share is not None else None,
-                            strict=args.strict, example_db=args.example_db)
-            seeds.append(seed)
-            if merged is not None:
-                r.examples += merged.examples
-                r.wall_s += merged.wall_s
-                r.merge_marginals(merged)
-                if r.time_to_first_failure_s is not None:
-                    r.time_to_first_failure_s += merged.wall_s
-            merged = r
-            if merged.caught or share is None or time.perf_counter() - t_k >= share:
-                break
-        merged.seeds = seeds
+        merged = fuzz_target(cls, profile=profile, device=dev, kernel_device=kdev, failures_dir=args.failures,
+                             seed=args.seed, max_examples=args.max_examples, modes=args.mode_ids,
+                             strict=args.strict, example_db=args.example_db, share_s=share)
         reports.append(merged)
-        print(merged.summary(), flush=True)
-        if merged.record is not None and merged.artifact is None:
-            # Writing the artifact failed after the check before the run: print it rather than lose it.
-            print(f"fuzz: {'; '.join(merged.notes) or 'the reproducer was not written'}; the reproducer "
-                  f"(save it as FILE.json, then replayssm validate --scenario FILE.json):\n"
-                  f"{artifact_json(merged.scenario, merged.record)}", end="", flush=True)
+        _announce(merged)
+
+
+def _announce(merged) -> None:
+    """One kernel's summary line (and its reproducer when the artifact could not be written)."""
+    print(merged.summary(), flush=True)
+    if merged.record is not None and merged.artifact is None:
+        # Writing the artifact failed after the check before the run: print it rather than lose it.
+        print(f"fuzz: {'; '.join(merged.notes) or 'the reproducer was not written'}; the reproducer "
+              f"(save it as FILE.json, then replayssm validate --scenario FILE.json):\n"
+              f"{artifact_json(merged.scenario, merged.record)}", end="", flush=True)

@@ -32,8 +32,8 @@ from replayssm.guard import check_record_path, check_writable
 from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import golden_records, source
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.golden_truth import KEEP, sample
-from replayssm.validators.runner import Lockstep
+from replayssm.validators.engine.golden_truth import KEEP, sample
+from replayssm.validators.engine.runner import Lockstep
 
 SAMPLE_STEPS = (0, 3, 7)
 TOLERANCE = 1e-12

@@ -12,7 +12,7 @@ from replayssm.precision import STANDARD_MODES, VALID_FORMS
 from replayssm.registry import kernels
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.schedules import SCHEDULES
-from replayssm.validators import mutants  # noqa: F401 - registers every mutant
+from replayssm.validators.engine import mutants  # noqa: F401 - registers every mutant
 
 
 def add_parser(subparsers):

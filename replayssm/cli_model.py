@@ -2,7 +2,7 @@
 under test, judged under teacher forcing by the next-token distribution (docs/model.md).
 
 Oracle: the same model's prefill of the same token stream with every recurrence in fp64
-(validators/model/forcing.py).  Needs the optional extra ``replayssm[model]`` (transformers); without
+(validators/jobs/model/forcing.py).  Needs the optional extra ``replayssm[model]`` (transformers); without
 it the command says so in one line (exit 3).  Exit 1 when a run is outside its model-level budget
 (``[model.<family>."<mode>"]`` of golden/tolerances.toml), 2 on bad input (a missing or unsupported
 ``--weights`` directory, a plan that would not exercise ReplaySSM).
@@ -16,9 +16,9 @@ from replayssm.cli import check_device
 from replayssm.guard import check_record_path, check_writable
 from replayssm.records import Recorder, add_record_argument, append
 from replayssm.records.jobs import source
-from replayssm.validators.model import forcing, hf, report
-from replayssm.validators.model.job import ModelJob
-from replayssm.validators.model.job import run as run_job
+from replayssm.validators.jobs.model import forcing, hf, report
+from replayssm.validators.jobs.model.job import ModelJob
+from replayssm.validators.jobs.model.job import run as run_job
 
 
 def add_parser(subparsers):

@@ -25,7 +25,7 @@ from replayssm.guard import check_writable
 from replayssm.records import RecordError, load
 from replayssm.records.gate import THRESHOLDS, from_pytest_benchmark, gate
 from replayssm.records.index import Index, ratio
-from replayssm.validators.results_page import fmt, page
+from replayssm.validators.jobs.results_page import fmt, page
 
 LEDGER = Path("docs") / "reports" / "ledger.jsonl"
 CHECKOUT = Path(__file__).resolve().parents[1]

@@ -40,11 +40,11 @@ from replayssm.records.jobs import source, validate_record
 from replayssm.registry import get
 from replayssm.scenarios.scenario import Scenario
 from replayssm.scenarios.schedules import _DEFAULT_STEPS, default_steps
-from replayssm.validators import compile_check
-from replayssm.validators.fuzz_artifacts import kernel_of_file, module_of_file
-from replayssm.validators.golden_truth import GoldenTruth
-from replayssm.validators.mixer.cli import run_validate
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine import compile_check
+from replayssm.validators.engine.fuzz_artifacts import kernel_of_file, module_of_file
+from replayssm.validators.engine.golden_truth import GoldenTruth
+from replayssm.validators.engine.mixer.cli import run_validate
+from replayssm.validators.engine.runner import run_scenario
 
 # Flags that map onto scenario fields (dest -> field).  Their argparse default is None so an
 # explicit flag can override a --scenario file.
@@ -127,7 +127,7 @@ def add_parser(subparsers):
     p.add_argument("--poison-allocations", dest="poison_allocations", choices=["nan", "large"],
                    help="fill every torch.empty / empty_like / new_empty buffer the kernel allocates during its "
                         "reset, verify and commit calls with NaN or 2^100, so a buffer it never writes shows "
-                        "(default: off; validators/poison_alloc.py)")
+                        "(default: off; validators/engine/poison_alloc.py)")
     p.add_argument("--stop-on-failure", action="store_true", help="stop after the first failing step")
     p.add_argument("--strict", action="store_true",
                    help="a marginal verdict (an error above the tolerance rule's bound by at most the marginal band, "

@@ -1,14 +1,14 @@
 """``replayssm drift``: long lock-step runs against fp64, growth-law fits, budgets and reports.
 
-Oracle: :mod:`replayssm.validators.drift` (the runs), :mod:`replayssm.validators.drift_report`
-(the analysis and the JSON/Markdown/HTML reports), :mod:`replayssm.validators.drift_budgets`
+Oracle: :mod:`replayssm.validators.jobs.drift.sweep` (the runs), :mod:`replayssm.validators.jobs.drift.report`
+(the analysis and the JSON/Markdown/HTML reports), :mod:`replayssm.validators.jobs.drift.budgets`
 (``--check`` against golden/tolerances.toml).  With no options it runs the CPU default: both
 families, the literal ReplaySSM models, six precision modes, the long-memory scenario, standard
 decode and three speculative schedules, tiny geometry, 2 rows x 2,048 tokens per cell; reports
 land in ``out/drift/``.
 
 Exit codes (:data:`replayssm.cli.EXIT_CONTRACT`): 0 pass, 1 a cell failed the default judgement
-(:mod:`replayssm.validators.drift_verdict`: a non-finite output or state, an exact check, an error
+(:mod:`replayssm.validators.jobs.drift.verdict`: a non-finite output or state, an exact check, an error
 above the gross bound, 2^12 u capped at max(1/2, 2^7 u); one ``drift: FAIL`` line per cell), a kernel exceeds its budget
 (``--check``) or a cell raised or stopped early (unless ``--allow-incomplete``), 2 bad usage or input, 3 environment
 (unwritable ``--out``, no device, a sweep that would not fit in memory, another writer on ``--out``).
@@ -48,13 +48,13 @@ from replayssm.precision import parse_mode
 from replayssm.records import Recorder, add_record_argument, append, describe_commit, git_state
 from replayssm.records.jobs import drift_records, source
 from replayssm.registry import get
-from replayssm.validators import drift as D
-from replayssm.validators.drift import SweepConfig, default_devices
-from replayssm.validators.drift_budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
-from replayssm.validators.drift_report import analyse, write_reports
-from replayssm.validators.scaleout.claims import report_lock, run_claimed
-from replayssm.validators.scaleout.ray_backend import require_ray, run_ray
-from replayssm.validators.scaleout.shards import shard_from_env
+from replayssm.validators.jobs.drift import sweep as D
+from replayssm.validators.jobs.drift.budgets import BUDGET_LAWS, Budget, format_budgets, load_budgets
+from replayssm.validators.jobs.drift.report import analyse, write_reports
+from replayssm.validators.jobs.drift.sweep import SweepConfig, default_devices
+from replayssm.validators.jobs.scaleout.claims import report_lock, run_claimed
+from replayssm.validators.jobs.scaleout.ray_backend import require_ray, run_ray
+from replayssm.validators.jobs.scaleout.shards import shard_from_env
 
 DEFAULTS = {"families": "mamba2,gdn", "kernels": "literal-replay",
             "modes": "s32a32,s32a16,s16a16,sfp16a16,sfp16a16-sr,sfp8a16", "scenarios": "long-memory",

@@ -97,7 +97,7 @@ class FamilyMutant:
 
 # The mechanisms a family's recurrence and ReplaySSM bookkeeping can have (``Family.capabilities``):
 # a shared mutant declares the mechanism its bug lives in and applies to every family having it
-# (validators/mutants/registry.py); a check that needs a mechanism asks for it the same way.
+# (validators/engine/mutants/registry.py); a check that needs a mechanism asks for it the same way.
 CAPABILITIES = {
     "replay-fold": "the flush folds the checkpoint and the buffered records into a new checkpoint (every family)",
     "decay-records": "the buffer keeps decay records (role 'decay', meant to be fp32): Mamba-2 Δ, GDN/KDA g",
@@ -235,7 +235,7 @@ class Family(abc.ABC):
     dot_order_literals: ClassVar[tuple[str, ...]] = ()
 
     # Broken kernels only this family has (its own arithmetic's slips): the mutant registry
-    # (validators/mutants/) registers each on this family's literal model, beside the shared ones.
+    # (validators/engine/mutants/) registers each on this family's literal model, beside the shared ones.
     mutants: ClassVar[tuple[FamilyMutant, ...]] = ()
 
     # ---- bench --------------------------------------------------------------------------------------

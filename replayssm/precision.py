@@ -13,7 +13,7 @@ stored magnitude and scale block of a scaled format, its mode-id token, the role
 whether stochastic rounding applies, its Triton dtype, its tolerance floor, the next-lower format a
 "stored one format lower" mutant rounds through, and the modes of it the full sweep covers).  The
 mode-id grammar, its parser, the help text :data:`VALID_FORMS`, :data:`STANDARD_MODES` and the
-tolerance floors (``validators/tolerances.py``) are generated from the table; a new storage format is
+tolerance floors (``validators/engine/tolerances.py``) are generated from the table; a new storage format is
 one row here plus its rounding in :mod:`replayssm.rounding` (torch) and
 :mod:`replayssm.ops.triton.rounding` (Triton).  Left out, its floor and next-lower format get the
 defaults of :attr:`StorageFormat.floor` and :func:`lower_format`.

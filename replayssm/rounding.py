@@ -2,7 +2,7 @@
 
 Oracle: torch's own casts (round to nearest even) for nearest rounding.  Stochastic rounding
 picks one of the two neighbouring representable values with probability proportional to
-closeness, so it is unbiased: E[round(x)] = x exactly (tested for bias in tests/test_rounding.py).
+closeness, so it is unbiased: E[round(x)] = x exactly (tested for bias in tests/core/test_rounding.py).
 
 Scaled formats (fp8 e4m3, int8: the rows of ``precision.FORMATS`` with a ``qmax``) carry one fp32
 scale per row (the last state dimension is the row): ``scale = amax(|row|) / qmax`` (1 for an

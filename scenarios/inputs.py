@@ -6,7 +6,7 @@ digest of the key words) gives 32 random bits per element; the top 16 bits pick 
 65,537-point quantile table and the low 16 bits interpolate linearly inside it.  Only integer
 ops, a gather, and separate IEEE fp64 ``mul``/``add`` (each correctly rounded, never fused)
 touch the values, and the cast to the activation dtype rounds to nearest even: the same scenario
-gives bit-identical inputs on any CPU and on a CUDA device (tests/test_scenarios.py checks CPU
+gives bit-identical inputs on any CPU and on a CUDA device (tests/core/test_scenarios.py checks CPU
 bit-identity against a stored digest and, on a GPU, CPU == CUDA).  The quantile tables are
 built once on the host and rounded to a 2^-20 grid, so a last-bit difference in the host's libm
 cannot change them (their digest is tested too).

@@ -231,7 +231,7 @@ class Scenario:
         version = d.pop("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
             raise _fail("schema_version", f"expected {SCHEMA_VERSION}, got {version!r}")
-        # A failure artifact (validators/fuzz_artifacts.py) carries the record of the failure it
+        # A failure artifact (validators/engine/fuzz_artifacts.py) carries the record of the failure it
         # reproduces under "failure"; it is not part of the scenario and is checked there.
         failure = d.pop("failure", None)
         if failure is not None and not isinstance(failure, dict):

@@ -39,7 +39,7 @@ previous tenant's storage cannot hide it; ``"none"``, the default, leaves them) 
 ``query_start_loc``, for kernels declaring ``supports_packed_layout``; ``"views"``: the padded
 layout handed over as strided views of wider buffers, ``slot_ids`` a column of a block table,
 ``out`` a view with canaries in its gaps, for kernels declaring ``supports_strided_views``:
-validators/engine_views.py), ``publish`` (a probability: after each commit every active row
+validators/engine/engine_views.py), ``publish`` (a probability: after each commit every active row
 publishes its state after a prefix of its committed history into an unused slot with
 ``materialize``, for kernels declaring ``supports_materialize``; the ``materialize`` check).
 

@@ -28,7 +28,7 @@ Example::
 
     from hypothesis import given
     from replayssm.scenarios.strategies import scenarios
-    from replayssm.validators.fuzz import check_scenario
+    from replayssm.validators.jobs.fuzz.run import check_scenario
 
     @given(scenarios(kernel=MyKernel))
     def test_my_kernel(sc):
@@ -202,7 +202,7 @@ def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, ma
     ``sr_drift``: with a stochastic-rounding mode, half the draws go to the drift regime: the
     smallest buffer (a flush per verify), ``long-memory`` inputs (when in ``dists``) and a plan of
     ``max_steps .. 2 max_steps`` steps.  Stochastic rounding is checked against an estimate of
-    its own noise (validators/runner.py), so a biased or correlated rounding only shows as error
+    its own noise (validators/engine/runner.py), so a biased or correlated rounding only shows as error
     growing faster than that noise over many flushes (docs/validation.md)."""
     cls = _kernel_class(kernel, family)
     if cls is not None:

@@ -1,4 +1,4 @@
-"""Shared by the serving-layout tests (tests/test_serving_triton.py, tests/test_serving_adapters.py):
+"""Shared by the serving-layout tests (tests/core/test_serving_triton.py, tests/adapters/test_serving_adapters.py):
 the ``micro`` geometries (the smallest tiles the Triton kernels take) and two explicit plans over
 3 rows (row 1 padding)."""
 

@@ -7,7 +7,7 @@ python -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 \
   || python -m pip install -q --no-deps -e . >/dev/null 2>&1
 python - "$PWD" <<'PY' || { echo "device_env: replayssm does not import from $PWD (pip install -e . failed?)" >&2; exit 1; }
 import pathlib, sys
-import replayssm, replayssm.golden, replayssm.scenarios, replayssm.validators.runner
+import replayssm, replayssm.golden, replayssm.scenarios, replayssm.validators.engine.runner
 root = pathlib.Path(sys.argv[1]).resolve()
 for m in (replayssm, replayssm.validators, replayssm.scenarios):
     assert pathlib.Path(m.__file__).resolve().is_relative_to(root), f"{m.__name__} from {m.__file__}, not {root}"

@@ -1,6 +1,6 @@
 """The drift drain's host time for one chunk of a speculative cell: ``BinnedCurve.add`` per pending item
 against ``BinnedCurve.add_groups`` once per curve (what ``CellRun._drain`` does; the same
-bits, tests/test_drift_analysis.py).
+bits, tests/jobs/test_drift_analysis.py).
 
     python tools/drift_drain_bench.py
 
@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from replayssm.validators.drift_analysis import BinnedCurve
+from replayssm.validators.jobs.drift.analysis import BinnedCurve
 
 N = 125_000  # tokens per row of a full-report cell
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from replayssm.validators.drift import CellRun, CellSpec, SweepConfig
-from replayssm.validators.drift_fast import FastCell
+from replayssm.validators.jobs.drift.fast import FastCell
+from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig
 
 
 def keys(family: str, schedule: str, tokens: int, rows: int, chunk: int = 64) -> tuple[list[tuple], int]:

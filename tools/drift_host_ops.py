@@ -3,7 +3,7 @@
 Oracle: torch.profiler's record of every top-level ``aten::`` call (calls nested in another aten
 call are not counted) made while ``CellRun.run_steps`` runs; calls inside the kernel's
 ``verify``/``commit``/``launch_*`` are counted apart.  Slow path (``--slow``: Lockstep.step every
-step) against the fast path (``validators/drift_fast.py``, eager: no CUDA graphs on a CPU).
+step) against the fast path (``validators/jobs/drift/fast.py``, eager: no CUDA graphs on a CPU).
 
 ``--fake-kernel`` replaces the Mamba-2 Triton kernel's launches by zero outputs (the harness's
 work is the same; the Triton interpreter would take minutes per step at nano4b).  ``--static``
@@ -23,8 +23,8 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from replayssm.validators.drift import CellRun, CellSpec, SweepConfig
-from replayssm.validators.drift_fast import FastCell
+from replayssm.validators.jobs.drift.fast import FastCell
+from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig
 
 KERNEL_METHODS = ("verify", "commit", "launch_verify", "launch_commit", "launch_step")
 

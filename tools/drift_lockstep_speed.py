@@ -24,7 +24,7 @@ import traceback
 import torch
 
 from replayssm.families import family, preset
-from replayssm.validators.drift import CellRun, CellSpec, SweepConfig, default_chunk
+from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig, default_chunk
 
 
 def floor(geometry: str) -> dict:

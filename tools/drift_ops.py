@@ -30,9 +30,9 @@ from collections import Counter
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from replayssm.validators import drift_fast
-from replayssm.validators.drift import CellRun, CellSpec, SweepConfig
-from replayssm.validators.drift_fast import FastCell
+from replayssm.validators.jobs.drift import fast as drift_fast
+from replayssm.validators.jobs.drift.fast import FastCell
+from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig
 
 FREE = {"aten::detach", "aten::lift_fresh", "aten::alias", "aten::_unsafe_view", "aten::view", "aten::empty"}
 

@@ -21,7 +21,7 @@ import time
 import torch
 
 from replayssm import adapters
-from replayssm.validators.drift import CellRun, CellSpec, SweepConfig, default_chunk
+from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig, default_chunk
 
 GEOMETRY = {"mamba2": "nano4b", "gdn": "qwen35-4b", "kda": "kimi-linear-48b"}
 DEFAULT = [f"{f}.triton-replay.s32a16.long-memory.{s}" for f in ("mamba2", "gdn") for s in ("standard", "spec-random")]

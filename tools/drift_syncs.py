@@ -24,7 +24,7 @@ import torch
 from drift_rates import GEOMETRY, write_cells  # tools/ is the script's directory
 
 from replayssm import adapters
-from replayssm.validators.drift import CellRun, CellSpec, SweepConfig, default_chunk
+from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig, default_chunk
 
 ROOT = Path(__file__).resolve().parents[1]
 

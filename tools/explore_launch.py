@@ -1,6 +1,6 @@
 """Launch-shape exploration on a GPU (one device call): full-cursor-cycle time of replay kernel
 configurations against the default baseline, each validated by the engine first
-(``replayssm.validators.bench.time_kernel``).
+(``replayssm.validators.jobs.bench.run.time_kernel``).
 
 Usage: python tools/explore_launch.py [mamba2|gdn|all] [--batches 128,512] [--rep-ms 150]
 Prints one line per (family, case, batch, options); the JSON of all lines goes to $OUT/explore.json.
@@ -19,7 +19,7 @@ from replayssm.families import family as family_of
 from replayssm.families import family_names, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
-from replayssm.validators.bench import num_sets, time_kernel
+from replayssm.validators.jobs.bench.run import num_sets, time_kernel
 
 TF = "s32a16-tf32x3"
 # the defaults first; then the bf16-part tensor-core readouts at fp32 accuracy (readout="split" /

@@ -24,7 +24,7 @@ from replayssm.guard import check_record_path
 from replayssm.records import Recorder, append
 from replayssm.records.jobs import validate_record
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 CASES = """
 mamba2 vllm-replay standard s32a16

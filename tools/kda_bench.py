@@ -2,7 +2,7 @@
 launch sweep (every candidate validated by the engine first), against the bytes model and the
 device's copy bandwidth measured in the same run.
 
-Oracle for the numbers: ``validators/bench.py`` (the same harness as ``replayssm bench``: CUDA
+Oracle for the numbers: ``validators/jobs/bench/run.py`` (the same harness as ``replayssm bench``: CUDA
 graph of a whole cursor cycle, rotated input/state sets for 4x the L2, ``do_bench`` median, the
 family's ``traffic`` bytes model).  This tool only widens the launch sweep beyond the family's
 default candidates (``KimiDeltaAttention.bench_launch_candidates``) to find the KDA kernels' best
@@ -25,8 +25,8 @@ import torch
 from replayssm.families import family, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
-from replayssm.validators import bench
-from replayssm.validators.bench import best_configuration, copy_bandwidth, cursor_cycle, num_sets, row_line
+from replayssm.validators.jobs.bench import run as bench
+from replayssm.validators.jobs.bench.run import best_configuration, copy_bandwidth, cursor_cycle, num_sets, row_line
 
 BASELINE = [{"block_v": 8, "num_warps": 1}, {"block_v": 16, "num_warps": 2}, {"block_v": 32, "num_warps": 4}]
 REPLAY = [{}, {"prepass": False, "block_v": 8, "num_warps": 1}, {"prepass": False, "block_v": 16, "num_warps": 2},

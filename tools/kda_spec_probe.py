@@ -5,7 +5,7 @@ configuration, each in its own process (a CUDA error poisons the context), with
     python tools/kda_spec_probe.py [--rows 64,256,512] [--kernels triton-replay,triton-baseline]
 
 Prints one line per (kernel, rows, slot order): pass / fail / the exception's last frames.
-Oracle and scenario: tests/test_kda_gpu.py::test_engine_gpu_batch512 (kimi-linear-48b, s32a16,
+Oracle and scenario: tests/ops/kda/test_kda_gpu.py::test_engine_gpu_batch512 (kimi-linear-48b, s32a16,
 T' = 4, B = 16, per-row acceptance, 8 steps).
 """
 
@@ -20,7 +20,7 @@ import sys
 CHILD = r"""
 import json, sys
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 kernel, rows, order, geo, dev = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 ids = tuple(range(1, rows + 1))
 if order == "reversed":

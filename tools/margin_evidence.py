@@ -11,7 +11,7 @@ error above the bound fails, as before the band existed.  A run's ratio is its m
   s16a16, every input distribution, the exhaustive schedule: the worst ratio per kernel.
   A band must sit above them (they must never even be marginal).
 * ``external``: the CPU reproducers of the findings on kernels written elsewhere
-  (``tests/fixtures/findings``; the softplus of the Mamba-2 baselines, tests/test_findings_softplus.py):
+  (``tests/fixtures/findings``; the softplus of the Mamba-2 baselines, tests/adapters/test_findings_softplus.py):
   their ratio, for the adapters that load here (the vLLM fork from ``../shared/peers`` as the tests
   do); and ``EXTERNAL`` (SGLang's Mamba-2 baseline, under the Triton interpreter) swept like the
   variants at s32a32.
@@ -47,20 +47,20 @@ from replayssm.records import Recorder, append
 from replayssm.registry import kernels
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.checks import CHECKS
-from replayssm.validators.fuzz import fuzz_kernel
-from replayssm.validators.fuzz_artifacts import load_failure
-from replayssm.validators.gallery_run import SHRINK_EXAMPLES, gallery_cases
-from replayssm.validators.mutants import all_mutants
-from replayssm.validators.regressions import CORPUS
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.checks import CHECKS
+from replayssm.validators.engine.fuzz_artifacts import load_failure
+from replayssm.validators.engine.mutants import all_mutants
+from replayssm.validators.engine.runner import run_scenario
+from replayssm.validators.jobs.fuzz.gallery import SHRINK_EXAMPLES, gallery_cases
+from replayssm.validators.jobs.fuzz.regressions import CORPUS
+from replayssm.validators.jobs.fuzz.run import fuzz_kernel
 
 MODES = ("s32a32", "s32a16", "s16a16")
 SCHEDULES = ("exhaustive",)
 FINDINGS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "findings"
 PEERS = Path(__file__).resolve().parents[1].parent / "shared" / "peers"
 EXTERNAL = (("mamba2", "sglang-baseline", "s32a32"),)
-# The gallery cases whose fuzzing takes minutes (tests/test_mutation_gallery.py SLOW_FUZZ): their
+# The gallery cases whose fuzzing takes minutes (tests/jobs/test_mutation_gallery.py SLOW_FUZZ): their
 # regression-corpus reproducers stand for them.
 SLOW = {("mutant-sr-stale-seed", "mamba2"), ("mutant-softplus-threshold", "gdn"),
         ("mutant-softplus-threshold", "mamba2"), ("mutant-sr-biased", "mamba2"), ("mutant-sr-biased", "gdn")}

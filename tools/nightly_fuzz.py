@@ -21,7 +21,7 @@ many scenarios ran of those planned.
     python tools/nightly_fuzz.py run --skip-done OLD/nightly_*.json ...           # finish a cut run
 
 Sets: ``cpu`` (the pure-PyTorch literal kernels, device cpu), ``gpu`` (the Triton kernels,
-compiled on the GPU, driven by the engine on the CPU: ``validators/hosted.py``), ``all``.
+compiled on the GPU, driven by the engine on the CPU: ``validators/engine/hosted.py``), ``all``.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import torch
 
 from replayssm.families import families
 from replayssm.registry import kernels
-from replayssm.validators import runner  # noqa: F401 - registers the policy literals
-from replayssm.validators.fuzz import PROFILES, sweep_kernel
+from replayssm.validators.engine import runner  # noqa: F401 - registers the policy literals
+from replayssm.validators.jobs.fuzz.run import PROFILES, sweep_kernel
 
 
 def correct_kernels(which: str) -> list[tuple[str, str]]:

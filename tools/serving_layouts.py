@@ -20,7 +20,7 @@ from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
 from replayssm.registry import kernels
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 MODES = ("s32a16", "s32a16-tf32", "s32a32-tf32", "s32a32")
 GEOMETRY = {"mamba2": "nano4b", "gdn": "qwen35-4b", "kda": "kimi-linear-48b"}

@@ -37,7 +37,7 @@ from replayssm.ops.mamba2 import replay_split as mamba2_split
 from replayssm.registry import get
 from replayssm.scenarios.inputs import make_params
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.bench import graph_median_ms, num_sets, random_inputs
+from replayssm.validators.jobs.bench.run import graph_median_ms, num_sets, random_inputs
 
 SPLIT = {"mamba2": mamba2_split, "gdn": gdn_split, "kda": kda_split}
 

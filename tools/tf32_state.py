@@ -26,7 +26,7 @@ def one(kernel: str, decode: str, mode: str, schedule: str, steps: int, device: 
         geometry: str = "nano4b") -> dict:
     from replayssm.registry import get
     from replayssm.scenarios.scenario import Scenario
-    from replayssm.validators.runner import run_scenario
+    from replayssm.validators.engine.runner import run_scenario
 
     kw = dict(window=4, buffer=12) if decode == "speculative" else dict(buffer=16)
     if schedule != "exhaustive":

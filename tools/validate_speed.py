@@ -25,7 +25,7 @@ from collections import Counter
 import torch
 
 from replayssm.scenarios.scenario import Scenario
-from replayssm.validators.runner import run_scenario
+from replayssm.validators.engine.runner import run_scenario
 
 
 def scenario(fam: str, geom: str, decode: str, batch: int, steps: int, mode: str) -> Scenario:

@@ -7,9 +7,9 @@ cheap and must not import kernel modules)."""
 from importlib import import_module
 
 _EXPORTS = {
-    "CHECKS": "result", "Failure": "result", "ValidationResult": "result",
-    "Lockstep": "runner", "run_scenario": "runner",
-    "FACTOR": "tolerances", "Tolerance": "tolerances", "tolerance_for": "tolerances",
+    "CHECKS": "engine.result", "Failure": "engine.result", "ValidationResult": "engine.result",
+    "Lockstep": "engine.runner", "run_scenario": "engine.runner",
+    "FACTOR": "engine.tolerances", "Tolerance": "engine.tolerances", "tolerance_for": "engine.tolerances",
     "assert_kernel_valid": "pytest_plugin",
 }
 

@@ -54,7 +54,7 @@ def assert_kernel_valid(kernel, scenario=None, *, device="cpu", out_dir=None, **
     ``options`` go to ``run_scenario`` (``literal_every``, ``repeat_check`` ...)."""
     from replayssm.registry import get
     from replayssm.scenarios.scenario import Scenario
-    from replayssm.validators.runner import run_scenario
+    from replayssm.validators.engine.runner import run_scenario
 
     if scenario is None:
         family = getattr(kernel, "family", None)

@@ -24,7 +24,7 @@ runs, nothing is copied), with stand-ins for the helpers they import:
 * ``sglang-baseline`` (Mamba-2, ``sglang_mamba2.py``): ``mamba_ssm.selective_state_update``
   (standard; speculative through its intermediate-state buffer).
 
-``tests/test_adapters_sglang.py`` also tests ``gdn_replayssm_spec_fold``'s docstring claim (a
+``tests/adapters/test_adapters_sglang.py`` also tests ``gdn_replayssm_spec_fold``'s docstring claim (a
 "BITWISE CLONE of fused_sigmoid_gating_delta_rule_update_kernel's GDN branch").
 """
 

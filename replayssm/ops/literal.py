@@ -6,14 +6,14 @@ in the state dtype (fp8/int8 with a per-row fp32 scale, stochastic rounding when
 records in the activation dtype (decay records in the compute dtype: fp32, fp64 for s64a64),
 outputs in the activation dtype; all arithmetic is fp32 (fp64 for the reference mode).
 At ``s64a64`` these models equal the fp64 token-by-token recurrence to ~1e-12
-(tests/test_literal_models.py).
+(tests/core/test_literal_models.py).
 
 A family plugs in through a :class:`FamilyMath` object (see ``ops/mamba2/naive.py``).
 
 Row batching (issue 18): the rows of one call with equal (write_pos, T'_r) run as one batched
 call of the family's ``window_rows`` / ``fold_rows`` twin when it has one; the per-row loops
 (``_verify_rows``, ``_committed_rows``) are the reference it equals bit for bit on the CPU
-(tests/test_literal_rows.py) and run variants, mutants and ``vectorised = False``.  On a GPU the
+(tests/core/test_literal_rows.py) and run variants, mutants and ``vectorised = False``.  On a GPU the
 batched call is the same arithmetic in the same order per element; a reduction's blocking may
 differ from the per-row call's, so there it equals the loop to fp32 rounding (the literal model is
 the tolerance rule's measure of a mode's error, not a bit pattern any kernel must match; the
@@ -60,7 +60,7 @@ class FamilyMath(abc.ABC):
     """The family-specific arithmetic of a ReplaySSM kernel.
 
     Optional: ``error_coefficients(tok, params, heads) -> {rho, c[, p, q][, dL]}``, the family's
-    running-error model of one token, state-free (``validators/checks/fp64_bound.py`` reads it as
+    running-error model of one token, state-free (``validators/engine/checks/fp64_bound.py`` reads it as
     ``rho M + c`` for the new state's norm bound, ``p (q + rho M)`` for the rounded records' size);
     a family without it keeps the literal model on every step of a validation."""
 
@@ -87,7 +87,7 @@ class FamilyMath(abc.ABC):
     # mode)`` and ``window_rows(s0, hist, win, params, mode, options, need_before=True, conv=...)``:
     # the same arithmetic as :meth:`fold` / :meth:`window` on a leading row axis (rows of one call
     # with equal history and window lengths; ``state_before`` None when not ``need_before``), bit
-    # for bit (tests/test_literal_rows.py).  A subclass that overrides a per-row method (a variant,
+    # for bit (tests/core/test_literal_rows.py).  A subclass that overrides a per-row method (a variant,
     # a mutant) runs per row (:meth:`rows_batchable`).
     batches_rows: bool = False
 
@@ -267,7 +267,7 @@ class LiteralReplayKernel(_LiteralBase):
     # Row batching (issue 18): the rows of one call that share (write_pos, T'_r) run as one batched
     # call of the family's ``window_rows`` / ``fold_rows`` when it has them; the per-row loops
     # (``_verify_rows``, ``_committed_rows``) are the readable reference they equal bit for bit on the
-    # CPU (tests/test_literal_rows.py) and run everything else (variants, ``vectorised = False``).
+    # CPU (tests/core/test_literal_rows.py) and run everything else (variants, ``vectorised = False``).
     vectorised: bool = True
 
     def _batches_rows(self) -> bool:

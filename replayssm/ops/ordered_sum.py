@@ -9,12 +9,12 @@ level, ``x[..., :h] + x[..., h:]`` with ``h`` half the (zero-padded, power-of-tw
 is one IEEE operation, so the order fixes the bits.
 
 Oracle: exact arithmetic; in fp64 its error is ``log2(n)`` roundings per sum, the same bound as any
-summation order (tests/test_reference.py keeps the references within 1e-12 of the SSD / chunked
-forms; tests/test_ordered_sum.py the order itself).
+summation order (tests/core/test_reference.py keeps the references within 1e-12 of the SSD / chunked
+forms; tests/core/test_ordered_sum.py the order itself).
 
 On a CPU the levels are NumPy adds on the tensor's memory (an IEEE binary64 / binary32 add is the
 same operation in NumPy and torch, and a small NumPy add costs a fifth of a torch call: the fp64
-references sum tiny tensors tens of thousands of times in a drift run); tests/test_ordered_sum.py
+references sum tiny tensors tens of thousands of times in a drift run); tests/core/test_ordered_sum.py
 holds both forms to the same bits.
 """
 

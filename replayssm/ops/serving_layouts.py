@@ -6,7 +6,7 @@ Oracle: the contract of ``replayssm/interface.py`` -- ``window_lens`` (``support
 (``supports_mixed_decode``) -- judged by the validation engine (window-tail, padding-output,
 unwritten-output, the value checks against the fp64 reference).  Expected error: exactly the
 padded launch's (the valid positions are bit-identical to a padded verify whose later window
-positions hold anything else: tests/test_serving_triton.py, under the interpreter).
+positions hold anything else: tests/core/test_serving_triton.py, under the interpreter).
 
 How a verify in one of these layouts runs (:meth:`ServingLayouts.verify`):
 

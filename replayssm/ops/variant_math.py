@@ -17,7 +17,7 @@ rest is the family's literal math (``replayssm/ops/<family>/literal.py``) throug
 
 :func:`variant` builds the registered kernel class of one variant from a literal replay kernel.
 Expected error: within the tolerance rule of the declared mode (the population of
-``validators/calibration.py``; its false-alarm table is docs/calibration.md).
+``validators/jobs/calibration.py``; its false-alarm table is docs/calibration.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 into pytest-benchmark (used by tests/bench/conftest.py and the benchmark modules).
 
 pytest-benchmark times a callable with its own clock; our kernel times are CUDA-event times of CUDA
-graph replays (validators/bench.py), so the ``measured`` fixture hands pytest-benchmark a
+graph replays (validators/jobs/bench/run.py), so the ``measured`` fixture hands pytest-benchmark a
 :class:`MeasuredClock` that advances by exactly one measured sample per round: its statistics (min,
 median, IQR, ...), and so the regression gate's comparison against a saved run (``replayssm results
 gate``), are those of the measured samples.
@@ -20,8 +20,8 @@ import time
 import torch
 
 from replayssm.precision import parse_mode
-from replayssm.validators.drift import CellRun, CellSpec, SweepConfig
-from replayssm.validators.fuzz import fuzz_kernel
+from replayssm.validators.jobs.drift.sweep import CellRun, CellSpec, SweepConfig
+from replayssm.validators.jobs.fuzz.run import fuzz_kernel
 
 GATE_ENV = "REPLAYSSM_BENCH_GATE"
 REP_ENV = "REPLAYSSM_BENCH_REP_MS"

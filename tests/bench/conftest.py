@@ -9,7 +9,7 @@ import pytest
 import torch
 from bench_support import MeasuredClock
 
-from replayssm.validators.bench import copy_bandwidth, environment
+from replayssm.validators.jobs.bench.run import copy_bandwidth, environment
 
 
 @pytest.fixture

@@ -23,8 +23,8 @@ from bench_support import drift_chunks, fuzz_rounds
 
 from replayssm.families import family_names
 from replayssm.registry import get
-from replayssm.validators.bench import BenchCase, measure_case, step_bytes
-from replayssm.validators.bench_table import fmt, load_runs, render
+from replayssm.validators.jobs.bench.run import BenchCase, measure_case, step_bytes
+from replayssm.validators.jobs.bench.table import fmt, load_runs, render
 
 FAMILIES = family_names()
 
@@ -60,7 +60,7 @@ def test_fuzz_cpu(measured, one_thread):
     measured(samples, group="suite: fuzz (CPU smoke)", **extra)
 
 
-@pytest.mark.slow  # a subprocess pytest run (the 10-minute budget; tests/test_bench.py renders tables in CI)
+@pytest.mark.slow  # a subprocess pytest run (the 10-minute budget; tests/jobs/test_bench.py renders tables in CI)
 def test_tables_come_from_a_saved_run(tmp_path):
     """A real pytest-benchmark run of two smoke cases (subprocess, no xdist) saved as JSON; the table
     generator reads it back: one row per case with the run's own medians."""

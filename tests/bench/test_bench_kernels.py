@@ -24,7 +24,7 @@ from bench_support import gate, rep_ms
 
 from replayssm import adapters
 from replayssm.adapters import _vllm_source
-from replayssm.validators.bench import bench_cases, measure_case
+from replayssm.validators.jobs.bench.run import bench_cases, measure_case
 
 pytestmark = [pytest.mark.gpu, pytest.mark.bench,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -13,7 +13,7 @@ token, as serving engines do it without ReplaySSM.
 Oracle: ``gdn_sequence`` in fp64 and the literal baseline (``literal-baseline``), which rounds at
 the same places (state stores in the state dtype, outputs in the activation dtype; within a
 speculative window the fp32 state carries over unrounded).  Expected error: within a small
-factor of the literal baseline's at the same precision mode (tests/test_gdn_triton.py).
+factor of the literal baseline's at the same precision mode (tests/ops/gdn/test_gdn_triton.py).
 
 Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
 declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:

@@ -65,7 +65,7 @@ def gdn_window_solve(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None)
 
 def gdn_window_solve_rows(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None):
     """:func:`gdn_window_solve` of ``R`` rows at once (every argument and result with a leading
-    row axis), the same arithmetic bit for bit (tests/test_literal_rows.py)."""
+    row axis), the same arithmetic bit for bit (tests/core/test_literal_rows.py)."""
     T = qh.shape[1]
     G = torch.cumsum(g, dim=1)  # [R, T, HV]
     eG = torch.exp(G)
@@ -138,7 +138,7 @@ class GDNMath(FamilyMath):
     batches_rows = True
 
     def rows_batchable(self):
-        # a mutant replaces the module's per-row solve (validators/mutants/arithmetic.py)
+        # a mutant replaces the module's per-row solve (validators/engine/mutants/arithmetic.py)
         return super().rows_batchable() and gdn_window_solve is _SOLVE
 
     def fold_rows(self, s0, hist, params, mode):

@@ -2,8 +2,8 @@
 
 Oracle: each mixin is :class:`~replayssm.ops.gdn.literal.GDNLiteralReplay` with its ``math`` replaced
 by :class:`~replayssm.ops.gdn.literal.GDNMath` with exactly one method wrong; the validation engine
-must fail each (the gallery fuzzes them, tests/test_mutation_gallery.py).  The family lists them in
-``GatedDeltaNet.mutants``; the mutant registry registers them (``validators/mutants/family_mutants.py``).
+must fail each (the gallery fuzzes them, tests/jobs/test_mutation_gallery.py).  The family lists them in
+``GatedDeltaNet.mutants``; the mutant registry registers them (``validators/engine/mutants/family_mutants.py``).
 
 * :class:`SolveWithoutBeta`: the in-window WY/UT solve builds ``A_ij = exp(G_i - G_j) (k_i . k_j)``
   without ``beta_i`` (speculative verify, every draft position after the first wrong).

@@ -2,7 +2,7 @@
 
 Oracle: docs/recurrences.md section 1, line by line.  In float64 this is the truth every kernel is compared
 with; in another dtype it runs in that dtype.  Expected error in fp64: ~1e-16 relative per step
-(tests/test_reference.py checks it against a whole-sequence triangular solve to 1e-12).
+(tests/core/test_reference.py checks it against a whole-sequence triangular solve to 1e-12).
 
 Shapes: state ``[..., HV, V, K]``; per token ``q, k [..., H, K]``, ``v [..., HV, V]``,
 ``a, b [..., HV]`` (value head h uses key head ``h // (HV / H)``); parameters ``A_log, dt_bias [HV]``.

@@ -8,7 +8,7 @@ activation dtype, ``g [slots, rows, HV]`` fp32; rows = L (standard) or next_pow2
 (speculative ring).  ``snapshot()`` returns exactly these, the literal model's layout.
 
 Oracle: ``literal-replay`` and ``gdn_sequence`` in fp64.  Expected error: within a small factor
-of the literal model's at the same precision mode (tests/test_gdn_triton.py).
+of the literal model's at the same precision mode (tests/ops/gdn/test_gdn_triton.py).
 
 Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
 declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:

@@ -18,7 +18,7 @@ with per-row scales).  The cursor advances inside the kernel: the last of a slot
 
 Oracle: the literal model ``literal-replay`` (same records, same rounding points) and
 ``gdn_sequence`` in fp64.  Expected error: within a small factor of the literal model's at the
-same precision mode; fp32 reduction order differs (tests/test_gdn_triton.py).
+same precision mode; fp32 reduction order differs (tests/ops/gdn/test_gdn_triton.py).
 """
 
 from __future__ import annotations

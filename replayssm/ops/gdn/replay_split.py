@@ -4,7 +4,7 @@ the device) and speculative verify (the in-window WY/UT solve, docs/recurrences.
 
 Oracle: ``literal-replay`` and ``gdn_sequence`` in fp64.  Expected error: within a small factor of
 the literal model's at the same precision mode (fp32 reduction order differs from the single-kernel
-path's); tests/test_gdn_triton.py.
+path's); tests/ops/gdn/test_gdn_triton.py.
 
 Why (docs/benchmarks.md, H200): in the single-kernel path every (row, value head, block of value
 rows) program re-reads its key head's k records and recomputes the history coefficients

@@ -12,7 +12,7 @@ token, as serving engines do it without ReplaySSM (FLA's fused recurrent KDA for
 Oracle: ``naive.py``'s recurrence in fp64 and the literal baseline (``literal-baseline``, family
 kda), which rounds at the same places (state stores in the state dtype, outputs in the activation
 dtype; within a speculative window the fp32 state carries over unrounded).  Expected error: within
-a small factor of the literal baseline's at the same precision mode (tests/test_kda_triton.py).
+a small factor of the literal baseline's at the same precision mode (tests/ops/kda/test_kda_triton.py).
 
 Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
 declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:

@@ -12,13 +12,13 @@ dtype: fp32, fp64 for s64a64) of the recorded log gates, per key channel:
   substitution, ``o_s = S_h (exp G_s ⊙ q_s) + sum_{j<=s} ((exp(G_s - G_j) ⊙ k_j) · q_s) d_j``.
 
 The decay between two records is a product over tokens per key channel, an elementwise exp of a
-difference of fp32 sums of log gates: the place per-channel drift enters (tests/test_kda.py).
+difference of fp32 sums of log gates: the place per-channel drift enters (tests/ops/kda/test_kda.py).
 
 * :func:`kda_window_solve`: the in-window solve and the window outputs for one row;
   :func:`kda_window_solve_rows` its row-batched twin.
 * :class:`KDALiteralReplay` ("literal-replay") and :class:`KDALiteralBaseline`
   ("literal-baseline"): literal models of the kernel interface;
-* legitimate variants (other operation orders the tolerance rule must pass, tests/test_variants.py):
+* legitimate variants (other operation orders the tolerance rule must pass, tests/core/test_variants.py):
   ``literal-replay-cumprod`` (fold weights as running products of exp(g)) and
   ``literal-replay-recurrent`` (the window by stepping the recurrence).
 
@@ -81,7 +81,7 @@ def kda_window_solve(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None)
 
 def kda_window_solve_rows(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None):
     """:func:`kda_window_solve` of ``R`` rows at once (every argument and result with a leading
-    row axis), the same arithmetic bit for bit (tests/test_literal_rows.py)."""
+    row axis), the same arithmetic bit for bit (tests/core/test_literal_rows.py)."""
     T = qh.shape[1]
     G = torch.cumsum(g, dim=1)  # [R, T, HV, K]
     eG = torch.exp(G)

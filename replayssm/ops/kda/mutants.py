@@ -2,9 +2,9 @@
 
 Oracle: each mixin is :class:`~replayssm.ops.kda.literal.KDALiteralReplay` with its ``math`` replaced
 by :class:`~replayssm.ops.kda.literal.KDAMath` with exactly one method wrong; the validation engine
-must fail each (tests/test_kda.py runs each on a named scenario; the gallery fuzzes them,
-tests/test_mutation_gallery.py).  The family lists them in ``KimiDeltaAttention.mutants``; the
-mutant registry registers them (``validators/mutants/family_mutants.py``).
+must fail each (tests/ops/kda/test_kda.py runs each on a named scenario; the gallery fuzzes them,
+tests/jobs/test_mutation_gallery.py).  The family lists them in ``KimiDeltaAttention.mutants``; the
+mutant registry registers them (``validators/engine/mutants/family_mutants.py``).
 
 * :class:`GateOnValueAxis`: the history fold applies the per-channel decay along the value axis
   (the gate vector loaded with the value offsets, masked to the key dimension: value row v decays

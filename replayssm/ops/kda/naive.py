@@ -6,7 +6,7 @@ flash-linear-attention 0.6.0 writes it (``fla/ops/kda/naive.py``, ``naive_recurr
 ``[K, V]``; here the state is stored transposed, ``[V, K]``, like Gated DeltaNet's) with FLA's gate
 (``fla/ops/kda/gate.py``, ``naive_kda_gate``) and its in-kernel q/k L2 normalisation.  In float64
 this is the truth every kernel is compared with; in another dtype it runs in that dtype.
-Expected error in fp64: ~1e-16 relative per step (tests/test_kda.py checks it against
+Expected error in fp64: ~1e-16 relative per step (tests/ops/kda/test_kda.py checks it against
 :func:`kda_closed_form`, a whole-sequence triangular solve, to 1e-12).
 
 Shapes: state ``[..., HV, V, K]``; per token ``q, k [..., H, K]``, ``v [..., HV, V]``,

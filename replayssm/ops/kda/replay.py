@@ -11,7 +11,7 @@ snapshot and restore are the Gated DeltaNet replay kernel's (``replayssm.ops.gdn
 class changes the record layout, the launches and the fp64 fold.
 
 Oracle: ``literal-replay`` (family kda) and the fp64 recurrence.  Expected error: within a small
-factor of the literal model's at the same precision mode (tests/test_kda_triton.py).
+factor of the literal model's at the same precision mode (tests/ops/kda/test_kda_triton.py).
 
 Ragged windows, the packed ``query_start_loc`` layout and standard steps on speculative slots:
 declared, run by the interface wrapper around the padded launch (``replayssm/ops/serving_layouts.py``:

@@ -26,7 +26,7 @@ atomic ticket).
 
 Oracle: the literal model ``literal-replay`` (family kda: same records, same rounding points) and
 the fp64 recurrence.  Expected error: within a small factor of the literal model's at the same
-precision mode; fp32 reduction and summation orders differ (tests/test_kda_triton.py).
+precision mode; fp32 reduction and summation orders differ (tests/ops/kda/test_kda_triton.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ cursor update, ``replayssm.ops.gdn.replay_spec.launch_replay_spec_commit``).
 
 Oracle: ``literal-replay`` (family kda: its window solve) and the fp64 recurrence on the accepted
 stream.  Expected error: within a small factor of the literal model's at the same precision mode
-(fp32 reduction order differs from the single kernel's); tests/test_kda_triton.py.
+(fp32 reduction order differs from the single kernel's); tests/ops/kda/test_kda_triton.py.
 
 Why: the single kernel (``replay_spec.py``) builds, in every (row, value head, block of value rows)
 program, the history's decay-weighted keys ``KW_j = k_j * e^(G - G_j)`` (a ``[history, K]`` tile of

@@ -4,7 +4,7 @@ speculative verify's two launches: ``replay_spec_split.py``).
 
 Oracle: ``literal-replay`` (family kda) and the fp64 recurrence.  Expected error: within a small
 factor of the literal model's at the same precision mode (fp32 reduction order differs from the
-single-kernel path's); tests/test_kda_triton.py.
+single-kernel path's); tests/ops/kda/test_kda_triton.py.
 
 Not the default in standard decode (``options={"prepass": True}``; always with the tf32 readouts):
 the one-launch kernel (``replay_decode.py``) walks the history once per program and keeps the

@@ -254,7 +254,7 @@ class Mamba2LiteralBaseline(LiteralBaselineKernel):
 class _Variant(Mamba2LiteralReplay):
     """A legitimate variant of the literal replay model (output_only route): same storage and
     rounding points, decay weights computed another way.  The tolerance rule must pass each
-    (tests/test_variants.py)."""
+    (tests/core/test_variants.py)."""
 
 
 @register

@@ -2,9 +2,9 @@
 
 Oracle: each mixin is :class:`~replayssm.ops.mamba2.literal.Mamba2LiteralReplay` with its ``math``
 replaced by :class:`~replayssm.ops.mamba2.literal.Mamba2Math` with exactly one method wrong; the
-validation engine must fail each (the gallery fuzzes them, tests/test_mutation_gallery.py).  The family
+validation engine must fail each (the gallery fuzzes them, tests/jobs/test_mutation_gallery.py).  The family
 lists them in ``Mamba2.mutants``; the mutant registry registers them
-(``validators/mutants/family_mutants.py``).
+(``validators/engine/mutants/family_mutants.py``).
 
 * :class:`ReadoutWithoutSkip`: the readout drops the skip term ``D x`` (outputs wrong, state right).
 """

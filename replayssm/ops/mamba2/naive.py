@@ -2,7 +2,7 @@
 
 Oracle: docs/recurrences.md section 1, line by line.  In float64 this is the truth every kernel is compared
 with; in another dtype it runs in that dtype.  Expected error in fp64: ~1e-16 relative per step
-(tests/test_reference.py checks it against the SSD matrix form to 1e-12).
+(tests/core/test_reference.py checks it against the SSD matrix form to 1e-12).
 
 Shapes: state ``[..., H, P, N]``; per token ``x [..., H, P]``, ``dt [..., H]``, ``B, C [..., G, N]``
 (head h uses group ``h // (H / G)``), optional ``z [..., H, P]``; parameters ``A, dt_bias, D [H]``.

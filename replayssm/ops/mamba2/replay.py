@@ -3,7 +3,7 @@
 Oracle: the literal models of ``naive.py`` ("literal-replay", "literal-replay-state") and,
 through them, the fp64 recurrence ``mamba2_sequence`` (docs/recurrences.md).  Expected error
 against fp64: the literal model's error at the same precision mode, within a small factor (fp32
-summation order, tree cumsum, the GPU's exp/log); tests/test_mamba2_triton.py measures the factor.
+summation order, tree cumsum, the GPU's exp/log); tests/ops/mamba2/test_mamba2_triton.py measures the factor.
 
 One kernel serves both decodes and both routes.  One program owns one (batch row, head) and
 ``NCH`` tiles of ``BP`` state rows (``split`` programs per head cover headdim).  It

@@ -2,7 +2,7 @@
 
 Oracle: the literal model ``literal-replay`` (output_only route) and, through it, the fp64
 recurrence (docs/recurrences.md).  Expected error against fp64: the literal model's at the
-same precision mode within a small factor (fp32 summation order); tests/test_mamba2_triton.py.
+same precision mode within a small factor (fp32 summation order); tests/ops/mamba2/test_mamba2_triton.py.
 
 Why two launches (docs/benchmarks.md, H200): the single-kernel replay program spends three
 dependent memory round trips (slot -> cursor -> ring records -> cumsum / decays / B·C) and ~80-180

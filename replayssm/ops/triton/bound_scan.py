@@ -1,6 +1,6 @@
 """The fp64 running-error bound of drift's fast path over a piece of steps, in one launch.
 
-Oracle: :meth:`replayssm.validators.checks.fp64_bound.RunningBound.window` with
+Oracle: :meth:`replayssm.validators.engine.checks.fp64_bound.RunningBound.window` with
 ``outputs_only=True``, step after step -- the carried error ``E``, the arithmetic's ``A``, the
 norm bound ``M``, the tokens ``n`` and decay exponent ``L`` since the last stored state, per row
 and head, and each window output's bound ``FACTOR max_h (E + u_c (K_SUM n + K_EXP L) M) w``.
@@ -8,7 +8,7 @@ Expected difference: none.  Every value is the same IEEE fp64 product or sum, in
 as the torch expressions of ``fp64_bound.py``: the kernel is compiled with floating-point
 contraction off (``enable_fp_fusion=False``: no FMA), its constants are read as fp64 from a
 tensor (a Python float argument would be specialised to fp32), the maximum over heads is exact
-and a NaN in it is kept, as ``amax`` keeps it.  tests/test_bound_scan.py compares the two bit
+and a NaN in it is kept, as ``amax`` keeps it.  tests/core/test_bound_scan.py compares the two bit
 for bit under the Triton interpreter and on a GPU.
 
 Why: the bound's recurrence is a few dozen operations on ``[rows, heads]`` tensors per token;

@@ -8,7 +8,7 @@ arithmetic (Triton's ``uint32`` wraps as the torch path's masks do), the word's 
 fp64 and the ``2^-16`` / ``2^-32`` scalings are exact, and the interpolation ``table[j] + f diff[j]``
 and the scale are separate IEEE fp64 products and sums (compiled with contraction off,
 ``enable_fp_fusion=False``: no FMA); the scale is read as fp64 from a tensor (a Python float
-argument would be specialised to fp32).  tests/test_scenarios.py compares the two under the
+argument would be specialised to fp32).  tests/core/test_scenarios.py compares the two under the
 Triton interpreter; its GPU test on a CUDA device.
 
 Why: on a GPU the torch path is ~20 int64 elementwise passes and two gathers over every word

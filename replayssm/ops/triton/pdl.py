@@ -14,7 +14,7 @@ waits for the pre-pass's coefficients and cursor snapshot, so the tile's memory 
 the pre-pass.  The stream releases the next launch after its own wait.
 
 Oracle: the same kernels launched without PDL, bit for bit (the arithmetic is unchanged, only
-when the loads are issued): tests/test_pdl.py on CPU (the option's checking; the interpreter has no
+when the loads are issued): tests/core/test_pdl.py on CPU (the option's checking; the interpreter has no
 grid dependency control, so the calls compile out there) and the GPU tests with ``pdl=True``.
 """
 

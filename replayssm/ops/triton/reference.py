@@ -9,7 +9,7 @@ Each element is rounded as torch rounds it (one IEEE product or sum per operatio
 compiled with floating-point contraction off, ``enable_fp_fusion=False``, so no FMA), and every sum
 over the row is :func:`replayssm.ops.ordered_sum.pairwise_sum`'s halving tree, which this kernel
 reproduces level by level (``x[:h] + x[h:]`` as a reshape to ``[rows, 2, h]`` and a sum over the
-pair; ``|s c| = |s| |c|`` exactly).  Expected difference: none (tests/test_drift_fast.py against the
+pair; ``|s c| = |s| |c|`` exactly).  Expected difference: none (tests/jobs/test_drift_fast.py against the
 eager step under the Triton interpreter, and on a GPU).
 
 One program takes ``ROWS`` rows of the state (a row: the ``J`` = dstate / key entries of one (row, head,

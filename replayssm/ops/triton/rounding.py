@@ -5,7 +5,7 @@ unbiased choice between the two neighbouring representable values; ``quantize_st
 rows, ``scale = amax(|row|) / qmax``, 1 for an all-zero row, values clamped to +-qmax then
 rounded).  Expected error: nearest rounding is bit-identical to torch's casts, and scaled rows
 bit-identical to ``quantize_state`` (on the GPU and under the interpreter,
-tests/test_triton_rounding.py); stochastic rounding returns one of the two neighbours of ``x``,
+tests/core/test_triton_rounding.py); stochastic rounding returns one of the two neighbours of ``x``,
 the upper one with probability (|x| - lo) / (hi - lo), so it is unbiased up to the 2^-24
 resolution of the uniform draw and never more than one ulp away.
 

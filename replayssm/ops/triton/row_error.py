@@ -14,7 +14,7 @@ row's block sums by ``tl.sum``: the order depends on the row's length only), so 
 bits, and a masked-off row costs no reads (its loads are masked).
 
 Oracle: exact arithmetic; the error is that of any fp64 summation order (~log2(n) roundings, 1e-15
-relative): tests/test_row_error.py keeps it within 1e-13 of the torch expression and holds the
+relative): tests/core/test_row_error.py keeps it within 1e-13 of the torch expression and holds the
 masked, selected and whole forms to the same bits.  Non-finite inputs give a non-finite error.
 
 Shapes: ``a, b [R, ...]`` of one shape on one CUDA device (or CPU under ``TRITON_INTERPRET=1``);

@@ -11,7 +11,7 @@ terms with ``i + j <= 2`` (``NA`` / ``NB`` parts of each operand: 3 for fp32 val
 exact in fp16, 1 for values exact in bf16 -- an fp16 or bf16 state, bf16 inputs -- whose further
 parts are zero) and adds the smallest first.
 
-Oracle: the fp32 / fp64 product of the same operands (tests/test_split_dot.py).  Expected error: a
+Oracle: the fp32 / fp64 product of the same operands (tests/core/test_split_dot.py).  Expected error: a
 few fp32 ulps of ``|a| |b|`` per output element, as an fp32 FMA reduction; that is 2^8 - 2^16 times
 smaller than one bf16 or tf32 product (the official ReplaySSM kernels' readouts).
 

@@ -1,0 +1,179 @@
+"""The model level (``replayssm model``, validators/jobs/model/): a tiny random qwen3_next whose GDN layers
+and a tiny random nemotron_h whose Mamba-2 mixers decode through the kernel under test, judged by
+teacher forcing against their fp64-recurrence prefill.
+
+Oracles: transformers' own PyTorch fallback of the GDN layer and of the Mamba-2 mixer (the adapters
+reproduce the model's logits to its fp32 arithmetic); the fp64 teacher (the literal replay at s64a64
+matches it to the model's fp32 norms); the ``[model.gdn]`` and ``[model.mamba2]`` budgets of
+golden/tolerances.toml (correct kernels inside, the late-by-one and scratch-KV-rollback mutants far
+outside).  Sizes: qwen3_next 4 layers (GDN, attention, GDN, GDN), K = 16, V = 8; nemotron_h 5 layers
+(Mamba-2, attention, Mamba-2, MLP, Mamba-2), 4 heads x 8, dstate 16, 2 groups; 16 to 32 positions, so
+each run takes seconds on the CPU (the Triton one through the interpreter).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from replayssm.cli import main  # noqa: E402
+from replayssm.records.record import validate  # noqa: E402
+from replayssm.validators.jobs.model import forcing, hf  # noqa: E402
+from replayssm.validators.jobs.model.job import ModelJob, check_engagement, load_model_budgets, run  # noqa: E402
+
+
+def _job(**kw) -> ModelJob:
+    base = {"modes": ("s32a32",), "schedules": ("random", "always-1"), "tokens": 32}
+    return ModelJob(**{**base, **kw})
+
+
+def test_adapter_reproduces_the_torch_fallback(monkeypatch):
+    """The GDN adapter's logits against transformers' own layer with its PyTorch fallback forced (the
+    module resolved FLA's Triton kernels at import where fla is installed; ``__wrapped__`` is the
+    torch function): equal to the fallback's fp32 recurrence."""
+    import transformers.models.qwen3_next.modeling_qwen3_next as M
+    for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
+                 "causal_conv1d_update"):
+        monkeypatch.setattr(M, name, getattr(getattr(M, name), "__wrapped__", getattr(M, name)))
+    ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(3))
+    theirs, _ = hf.build_random("qwen3_next", "tiny", 0)
+    ours, arch = hf.build_random("qwen3_next", "tiny", 0)
+    mixers = forcing.mixers_of(ours, arch)
+    assert len(mixers) == 3
+    with torch.no_grad():
+        want = theirs(ids).logits[0]
+    got, _ = forcing.teacher_logits(ours, mixers, ids[0])
+    assert (got - want).abs().max() < 1e-4 * want.abs().max()
+
+
+def test_mamba2_adapter_reproduces_the_torch_fallback(monkeypatch):
+    """The Mamba-2 adapter's logits against transformers' own ``NemotronHMamba2Mixer`` with its PyTorch
+    chunk scan forced (the module resolves mamba_ssm's Triton kernels at import wherever mamba_ssm is
+    importable, as on CI once the mamba_ssm adapter's source is on the path, and those need CUDA;
+    ``__wrapped__`` is the torch function), with the prefill's Δ floor (``time_step_limit``) at 0 as in
+    transformers' decode step and every replayssm kernel: equal to the fallback's fp32 scan."""
+    import transformers.models.nemotron_h.modeling_nemotron_h as M
+    for name in ("causal_conv1d_fn", "causal_conv1d_update", "mamba2_split_conv1d_scan_combined",
+                 "mamba2_selective_state_update", "mamba2_chunk_scan"):
+        monkeypatch.setattr(M, name, getattr(getattr(M, name), "__wrapped__", getattr(M, name)))
+    ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(3))
+    theirs, _ = hf.build_random("nemotron_h", "tiny", 0)
+    for mod in theirs.modules():
+        if type(mod).__name__ == "NemotronHMamba2Mixer":
+            mod.time_step_limit = (0.0, float("inf"))
+    ours, arch = hf.build_random("nemotron_h", "tiny", 0)
+    mixers = forcing.mixers_of(ours, arch)
+    assert len(mixers) == 3 and arch.family == "mamba2"
+    with torch.no_grad():
+        want = theirs(ids).logits[0].to(torch.float64)
+    got, _ = forcing.teacher_logits(ours, mixers, ids[0])
+    assert (got - want).abs().max() < 1e-4 * want.abs().max()
+
+
+@pytest.mark.parametrize("arch", ["qwen3_next", "nemotron_h"])
+def test_s64a64_student_equals_teacher(arch):
+    rep = run(_job(arch=arch, modes=("s64a64",), schedules=("random",)))
+    m = rep["runs"][0]["metrics"]
+    assert m["max_abs_dlogprob"] < 1e-5 and m["top1_agreement"] == 1.0
+    assert rep["teacher_dtype"] == "float64"
+    assert 0.4 * rep["entropy_max"] < rep["entropy"] < 0.6 * rep["entropy_max"]
+
+
+_ALL = ("random", "always-1", "always-T", "reject-then-accept")
+
+
+@pytest.mark.parametrize("arch,kernel,schedules", [
+    ("qwen3_next", "literal-replay", _ALL), ("qwen3_next", "triton-replay", ("random",)),
+    ("nemotron_h", "literal-replay", _ALL), ("nemotron_h", "triton-replay", ("random",)),
+], ids=["gdn-literal", "gdn-triton", "mamba2-literal", "mamba2-triton"])
+def test_correct_kernel_inside_budget(arch, kernel, schedules):
+    rep = run(_job(arch=arch, kernel=kernel, schedules=schedules, tokens=32 if kernel == "literal-replay" else 16))
+    assert rep["family"] == hf.architecture(arch).family
+    assert rep["verdict"] == "pass", [r["failures"] for r in rep["runs"]]
+    assert all(r["verdict"] == "pass" for r in rep["runs"])
+    assert sum(r["engagement"]["flushes"] for r in rep["runs"]) > 0
+    assert sum(r["engagement"]["rejected_tokens"] for r in rep["runs"]) > 0
+
+
+@pytest.mark.parametrize("arch", ["qwen3_next", "nemotron_h"])
+@pytest.mark.parametrize("mutant", ["late-by-one", "scratch-kv-rollback"])
+def test_mutant_outside_budget(arch, mutant):
+    """Both model-level mutants (a state published one token late; rMLX #436's rollback replayed through
+    a scratch KV cache) move p95 |dlogprob| far beyond the s32a32 budget the correct kernels keep."""
+    rep = run(_job(arch=arch, mutant=mutant, schedules=("random",)))
+    assert rep["verdict"] == "fail"
+    assert any("p95_abs_dlogprob" in f for f in rep["runs"][0]["failures"])
+
+
+@pytest.mark.parametrize("family", ["gdn", "mamba2"])
+def test_every_mode_has_a_budget_with_provenance(family):
+    b = load_model_budgets()
+    for mode in ("s32a32", "s32a16", "s16a16", "sfp16a16", "sfp8a16"):
+        assert (family, mode) in b, mode
+        assert b[(family, mode)]["provenance"]["commit"]
+
+
+@pytest.mark.parametrize("kw,arg", [
+    ({"tokens": 0}, "--tokens"), ({"window": 8, "buffer": 4}, "--window/--buffer"),
+    ({"schedules": ("sometimes",)}, "--schedules"), ({"modes": ("s99a1",)}, "precision mode"),
+    ({"mutant": "nope"}, "--mutant"), ({"size": "huge"}, "size"), ({"arch": "gpt2"}, "arch"),
+    ({"entropy_fraction": 1.5}, "--entropy-fraction"), ({"kernel": "nope"}, "kernel"),
+    ({"family": "kda"}, "--family"), ({"family": "mamba2"}, "--family"),
+], ids=["tokens", "buffer", "schedule", "mode", "mutant", "size", "arch", "entropy", "kernel", "family",
+        "family-arch"])
+def test_bad_input_refused(kw, arg):
+    with pytest.raises(ValueError, match=arg.replace("-", r"\-").replace("/", "/")):
+        run(_job(**kw))
+
+
+def test_a_plan_without_rejections_is_refused():
+    with pytest.raises(ValueError, match="--tokens.*not exercise ReplaySSM"):
+        check_engagement(_job(schedules=("always-T",)))
+    with pytest.raises(ValueError, match="--tokens.*no flush"):
+        check_engagement(_job(tokens=2, schedules=("always-1",)))
+
+
+def test_local_checkpoint(tmp_path, capsys):
+    """A checkpoint the test writes with save_pretrained loads with no network and runs through the
+    CLI (report, schema-valid records); a missing or foreign directory is one line, exit 2."""
+    model, _ = hf.build_random("qwen3_next", "tiny", 1, torch.float32)
+    model.save_pretrained(tmp_path / "ckpt")
+    out, rec = tmp_path / "out", tmp_path / "rec.jsonl"
+    rc = main(["model", "--weights", str(tmp_path / "ckpt"), "--precision", "s32a32", "--schedules", "random",
+               "--tokens", "24", "--out", str(out), "--record", str(rec)])
+    assert rc == 0, capsys.readouterr()
+    rep = json.loads((out / "model.json").read_text())
+    assert rep["source"] == str(tmp_path / "ckpt") and rep["head_scale"] is None
+    assert (out / "model.md").read_text().startswith("# replayssm model: qwen3_next")
+    for line in rec.read_text().splitlines():
+        r = validate(json.loads(line))
+        assert r["job"] == "model" and r["verdict"] == "pass"
+    capsys.readouterr()
+    assert main(["model", "--weights", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "--weights" in capsys.readouterr().err
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    assert main(["model", "--weights", str(tmp_path / "foreign"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--weights" in err and "gpt2" in err and len(err.strip().splitlines()) == 1
+
+
+def test_without_transformers_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(hf, "transformers", None)
+    assert main(["model", "--out", str(tmp_path)]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "transformers" in err and "replayssm[model]" in err
+
+
+def test_family_selects_the_architecture(tmp_path, capsys):
+    """``--family mamba2`` runs the random nemotron_h (its report names it and the family)."""
+    out = tmp_path / "out"
+    rc = main(["model", "--family", "mamba2", "--precision", "s32a32", "--schedules", "random", "--tokens", "16",
+               "--out", str(out)])
+    assert rc == 0, capsys.readouterr()
+    rep = json.loads((out / "model.json").read_text())
+    assert rep["arch"] == "nemotron_h" and rep["family"] == "mamba2" and rep["mixers"] == 3

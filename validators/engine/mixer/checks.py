@@ -1,0 +1,87 @@
+"""The named checks of one mixer step, each a small function returning a failure message or None.
+
+Oracle per check:
+
+* ``mixer-output``: every window output (drafts included) against the fp64 whole-step reference on
+  committed prefix + window[0..s], by the tolerance rule ``err <= factor * err(literal) + floor``
+  (``validators/tolerances.bound``, the literal mixer at the same mode; scale: the row's max |ref|).
+* ``conv-state``: the committed conv window, read from the kernel's raw storage by its declared
+  design (``replayssm/ops/conv/policies.py``), equals the last d_conv - 1 accepted conv inputs bit for bit.
+* ``ssm-state``: the committed SSM state against the fp64 reference, tolerance rule (state units).
+* ``padding``: padding rows' outputs keep their poison bits; every active output is written (finite).
+* ``unnamed-slots``: the conv and SSM storage of slots not named in the step keep their bits.
+Witnesses: ``validators/engine/mixer/mutants.py`` (each caught by one of these; tests/engine/test_mixer.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from replayssm.validators.engine.invariants import bits_equal
+from replayssm.validators.engine.tolerances import bound
+
+CHECKS = ("mixer-output", "conv-state", "ssm-state", "padding", "unnamed-slots")
+
+
+def tolerance_failure(what: str, mode, got: torch.Tensor, lit: torch.Tensor, ref: torch.Tensor, state: bool
+                      ) -> tuple[str | None, float]:
+    """Max abs errors of ``got`` and ``lit`` against ``ref`` (one row): a message when ``got`` breaks the
+    rule, and the ratio err / bound."""
+    if not torch.isfinite(got).all():
+        return f"{what}: non-finite values", float("inf")
+    err = (got.double() - ref).abs().max().item()
+    err_lit = (lit.double() - ref).abs().max().item()
+    scale = ref.abs().max().item()
+    b = bound(mode, err_lit, scale, state=state)
+    ratio = err / b if b > 0 else (0.0 if err == 0 else float("inf"))
+    if err > b:
+        rel = err / scale if scale else float("inf")
+        return (f"{what}: max abs error {err:.3e} > bound {b:.3e} (literal {err_lit:.3e}, scale {scale:.3e}); "
+                f"relative {rel:.2e}"), ratio
+    return None, ratio
+
+
+def read_committed(policy, storage: dict[str, torch.Tensor], slot: int, width: int, channels: int, window: int
+                   ) -> tuple[torch.Tensor | None, str | None]:
+    """The committed window by the declared design's rule, or why the storage is not that design's layout
+    (its fields and per-slot shapes)."""
+    want = policy.storage_shapes(channels, width, window)
+    have = {n: tuple(t.shape[1:]) for n, t in storage.items()}
+    if any(have.get(n) != shp for n, shp in want.items()):
+        return None, (f"conv-state: the storage holds {have}, the declared design {policy.name!r} keeps {want} "
+                      f"per slot")
+    try:
+        return policy.committed_window(storage, slot, width), None
+    except (IndexError, RuntimeError) as e:
+        return None, f"conv-state: the storage cannot be read as {policy.name!r}: {e}"
+
+
+def conv_state_failure(window: torch.Tensor, expected: torch.Tensor) -> str | None:
+    if tuple(window.shape) != tuple(expected.shape) or window.dtype != expected.dtype:
+        return (f"conv-state: committed window {window.dtype} {tuple(window.shape)}, expected {expected.dtype} "
+                f"{tuple(expected.shape)}")
+    if bits_equal(window.cpu(), expected.cpu()):
+        return None
+    diff = (window.cpu() != expected.cpu())
+    cols = sorted({int(c) for c in diff.nonzero()[:, -1].tolist()})
+    return (f"conv-state: committed window differs from the last {expected.shape[-1]} accepted conv inputs in "
+            f"column(s) {cols} ({int(diff.sum())} of {diff.numel()} elements; it is data movement: bit for bit)")
+
+
+def padding_failure(out: torch.Tensor, pad_rows: list[int], active_rows: list[int]) -> str | None:
+    for r in pad_rows:
+        if not torch.isnan(out[r]).all():
+            return f"padding: row {r} is a padding row, its outputs were written"
+    for r in active_rows:
+        if torch.isnan(out[r]).any():
+            return f"padding: row {r}'s outputs are not all written (poison left)"
+    return None
+
+
+def unnamed_failure(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor], slots: list[int]
+                    ) -> str | None:
+    for name in before:
+        for s in slots:
+            if not bits_equal(before[name][s].cpu(), after[name][s].cpu()):
+                return f"unnamed-slots: {name} of slot {s} changed, the step did not name it"
+    return None

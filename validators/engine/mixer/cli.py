@@ -1,0 +1,48 @@
+"""``replayssm validate --level mixer``: one mixer kernel on the default mixer plan (runner.py).
+
+Flags read: ``--kernel`` (a mixer kernel: ``mixer-literal-<policy>``, ``mixer-triton-replay``,
+``mixer-vllm-conv``, the ``mutant-conv-*``), ``--family``, ``--geometry`` (a family preset; the mixer
+adds d_conv = 4), ``--precision``, ``--window`` (T', default d_conv + 1), ``--buffer``, ``--steps`` (default
+24), ``--seed``, ``--device``, ``--out``, ``--vllm-src``, ``--quiet``; any other scenario flag is refused
+(exit 2) rather than ignored.  Writes ``<out>/<kernel>-<family>-mixer.json``; exit 0 pass, 1 fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from replayssm.guard import check_writable, out_path
+from replayssm.mixer.kernel import mixer_kernel
+from replayssm.mixer.spec import mixer_preset
+from replayssm.validators.engine.mixer.runner import default_plan, validate_mixer
+
+_UNUSED = ("scenario", "schedule", "batch", "padding", "slots", "distribution", "initial_state", "save_scenario",
+           "compile_for", "decode")
+
+
+def run_validate(args) -> int:
+    for name in _UNUSED:
+        if getattr(args, name, None):
+            raise ValueError(f"--{name.replace('_', '-')}: not used with --level mixer (the mixer plan is fixed: "
+                             f"docs/mixer.md)")
+    if getattr(args, "kernel_options", None):
+        raise ValueError("--kernel-option: not used with --level mixer")
+    if not args.kernel:
+        raise ValueError("--kernel: required with --level mixer (a mixer kernel, e.g. mixer-literal-lazy-offset)")
+    if getattr(args, "vllm_src", None):
+        os.environ["REPLAYSSM_VLLM_SRC"] = args.vllm_src
+    cls = mixer_kernel(args.kernel)
+    fam = args.family or "mamba2"
+    geometry = mixer_preset(args.geometry or "tiny", fam)
+    plan = default_plan(geometry.d_conv, steps=args.steps or 24, window=args.window, buffer=args.buffer)
+    mode = args.precision or "s32a16"
+    dest = out_path(args.out, f"{cls.name}-{fam}-mixer.json", "--out")
+    check_writable(args.out, "--out")
+    res = validate_mixer(cls, geometry, mode, plan, seed=args.seed or 0, device=args.device)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(res.to_dict(), indent=2) + "\n")
+    print(res.verdict())
+    if not args.quiet:
+        print(f"result: {dest}")
+    return 0 if res.passed else 1

@@ -1,0 +1,247 @@
+"""Drive a mixer kernel through speculative (or standard) decode steps beside the fp64 whole-step
+reference and the literal mixer at the same mode, and judge every step by ``checks.py``.
+
+Oracle: the fp64 mixer step of each family (``replayssm/ops/<family>/mixer_naive.py``, the family's
+naive recurrence reused), run token by token on the accepted stream from the same inputs (sampled
+in the activation dtype, upcast exactly) and the same parameters (conv and norm weights rounded to
+the activation dtype, as models ship them).  Expected error: the literal mixer's, within the
+tolerance rule; the conv window exact.
+
+The default schedule (:func:`default_plan`) is built so that every field bug of the conv state shows
+in it: 4 slots, one never named (``unnamed-slots``), a padding row in every step, the rows' slots
+permuted between steps, the accepted count k cycling through 1..T' per slot (T' = d_conv + 1 by
+default, so k > d_conv - 1 happens: a count clamped to d_conv - 1 shows), enough tokens to cross
+several blocks of 8 (a block-boundary read shows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+import replayssm.adapters.vllm_conv  # noqa: F401  (registers the vLLM conv adapter)
+from replayssm.families import family
+from replayssm.interface import PAD_SLOT, DecodeConfig
+from replayssm.mixer.kernel import ComposedMixer, MixerConfig, MixerKernel, mixer_kernel
+from replayssm.mixer.spec import MixerGeometry
+from replayssm.ops.conv.policies import conv_policy
+from replayssm.precision import parse_mode
+from replayssm.scenarios.inputs import DISTRIBUTIONS
+from replayssm.validators.engine.invariants import _slot_fields
+from replayssm.validators.engine.mixer import (
+    checks,
+    mutants,  # noqa: F401  (registers the broken mixers)
+)
+
+LITERAL = "mixer-literal-compact-at-commit"
+
+
+@dataclass(frozen=True)
+class MixerPlan:
+    """A step plan: ``steps`` of (slot ids per row, accepted count per row)."""
+
+    num_slots: int
+    window: int
+    buffer: int
+    steps: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+
+    @property
+    def decode(self) -> DecodeConfig:
+        if self.window == 1:
+            return DecodeConfig("standard", 1, self.buffer)
+        return DecodeConfig("speculative", self.window, self.buffer)
+
+
+def default_plan(d_conv: int = 4, steps: int = 24, window: int | None = None, buffer: int | None = None
+                 ) -> MixerPlan:
+    """4 slots (slot 1 never named), 3 rows one of which pads, k = 1 + (step + slot) mod T'."""
+    T = d_conv + 1 if window is None else window
+    if not isinstance(T, int) or T < 1:
+        raise ValueError(f"--window: expected an integer T' >= 1, got {T!r}")
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"--steps: expected a positive integer, got {steps!r}")
+    B = (max(8, T) if T > 1 else 4) if buffer is None else buffer
+    orders = ((0, PAD_SLOT, 2, 3), (3, 0, PAD_SLOT, 2), (2, 3, 0, PAD_SLOT))
+    plan = []
+    for i in range(steps):
+        ids = orders[i % len(orders)]
+        ks = tuple(0 if s == PAD_SLOT else 1 + (i + s) % T for s in ids)
+        plan.append((ids, ks))
+    return MixerPlan(4, T, B, tuple(plan))
+
+
+def make_params(g: MixerGeometry, mode, seed: int) -> dict[str, torch.Tensor]:
+    """SSM parameters by the family's laws (the ``mild`` distribution); conv weight U(-1, 1)/sqrt(d_conv),
+    conv bias U(-0.5, 0.5), norm weight U(0.5, 1.5), each rounded to the activation dtype (fp32 holders)."""
+    gen = torch.Generator().manual_seed(seed)
+    shapes = g.param_shapes()
+
+    def uniform(name):
+        return torch.rand(shapes[name], generator=gen, dtype=torch.float64).float()
+
+    p = {k: v.float() for k, v in family(g.family).make_params(uniform, DISTRIBUTIONS["mild"]).items()}
+    act = parse_mode(mode).act_dtype
+    p["conv_weight"] = ((uniform("conv_weight") * 2 - 1) / g.d_conv**0.5).to(act).float()
+    if "conv_bias" in shapes:
+        p["conv_bias"] = (uniform("conv_bias") - 0.5).to(act).float()
+    p["norm_weight"] = (uniform("norm_weight") + 0.5).to(act).float()
+    return p
+
+
+def make_inputs(g: MixerGeometry, mode, rows: int, window: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    """One step's inputs in the activation dtype: N(0, 1) for the conv inputs, z and the gates (the family's
+    gate law is N(0, 1) times the mild distribution's dt_scale, 1)."""
+    act = parse_mode(mode).act_dtype
+    return {n: torch.randn((rows, window, *shp), generator=gen, dtype=torch.float64).to(act)
+            for n, shp in g.input_shapes().items()}
+
+
+@dataclass
+class Failure:
+    step: int
+    row: int
+    slot: int
+    check: str
+    message: str
+
+    def describe(self) -> str:
+        return f"step {self.step}, row {self.row}, slot {self.slot}: [{self.check}] {self.message}"
+
+
+@dataclass
+class MixerResult:
+    kernel: str
+    family: str
+    mode: str
+    conv_policy: str
+    steps_run: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    worst: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def first_failure(self) -> Failure | None:
+        return self.failures[0] if self.failures else None
+
+    def verdict(self) -> str:
+        head = f"{self.kernel} [{self.family} mixer, {self.mode}, conv {self.conv_policy}]"
+        if self.passed:
+            ratios = ", ".join(f"{k} {v:.2f}" for k, v in sorted(self.worst.items()))
+            return f"PASS {head}: {self.steps_run} steps; worst error/bound: {ratios}"
+        counts: dict[str, int] = {}
+        for f in self.failures:
+            counts[f.check] = counts.get(f.check, 0) + 1
+        return (f"FAIL {head}: first failure at {self.first_failure.describe()} "
+                f"({', '.join(f'{c} {n}' for c, n in sorted(counts.items()))})")
+
+    def to_dict(self) -> dict:
+        return {"kernel": self.kernel, "family": self.family, "mode": self.mode, "conv_policy": self.conv_policy,
+                "level": "mixer", "passed": self.passed, "steps_run": self.steps_run, "worst": self.worst,
+                "failures": [vars(f) for f in self.failures[:50]]}
+
+
+def _fields(kernel: MixerKernel) -> dict[str, torch.Tensor]:
+    out = {f"conv.{k}": v for k, v in kernel.conv_storage().items()}
+    out.update({f"ssm.{k}": v for k, v in _slot_fields(kernel.ssm_snapshot()).items()})
+    return out
+
+
+def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry, mode="s32a16",
+                   plan: MixerPlan | None = None, seed: int = 0, device="cpu",
+                   max_failures: int = 20) -> MixerResult:
+    """Run ``kernel_cls`` (a class or a registered mixer kernel name) through ``plan`` and judge each step."""
+    if isinstance(kernel_cls, str):
+        kernel_cls = mixer_kernel(kernel_cls)
+    mode = parse_mode(mode)
+    plan = default_plan(geometry.d_conv) if plan is None else plan
+    reason = kernel_cls.unsupported_reason(geometry, mode)
+    if reason:
+        raise ValueError(f"--kernel: {kernel_cls.name} does not support this run: {reason}")
+    policy = conv_policy(kernel_cls.conv_policy)
+    params = make_params(geometry, mode, seed)
+    cfg = MixerConfig(geometry, params, mode, plan.decode, plan.num_slots, torch.device(device))
+    kern = kernel_cls(cfg)
+    lit = mixer_kernel(LITERAL)(MixerConfig(geometry, params, mode, plan.decode, plan.num_slots, torch.device(device)))
+    res = MixerResult(kernel_cls.name, geometry.family, mode.id, kernel_cls.conv_policy)
+    spec, S, W, C = geometry.spec, plan.num_slots, geometry.d_conv - 1, geometry.conv_channels
+    act = mode.act_dtype
+    gen = torch.Generator().manual_seed(seed + 1)
+    all_slots = torch.arange(S, dtype=torch.int64)
+    init_conv = torch.randn((S, C, W), generator=gen, dtype=torch.float64).to(act)
+    init_state = torch.randn((S, *geometry.state_shape), generator=gen, dtype=torch.float64) * 0.1
+    if mode.state_dtype != torch.float64:
+        init_state = init_state.to(mode.state_dtype).double()
+    for k in (kern, lit):
+        k.reset(all_slots.to(device), init_state.to(device, mode.compute_dtype), init_conv.to(device))
+    ref_state = init_state.clone()
+    ref_window = init_conv.clone()  # [S, C, W] activation dtype: the last W accepted conv inputs
+    p64 = {n: v.double() for n, v in params.items()}
+
+    def fail(step, row, slot, check, msg):
+        res.failures.append(Failure(step, row, slot, check, msg))
+
+    def ratio(name, r):
+        res.worst[name] = max(res.worst.get(name, 0.0), r)
+
+    for i, (ids, ks) in enumerate(plan.steps):
+        R, T = len(ids), plan.window
+        slot_ids = torch.tensor(ids, dtype=torch.int64, device=device)
+        rows = [(r, s) for r, s in enumerate(ids) if s != PAD_SLOT]
+        unnamed = [s for s in range(S) if s not in ids]
+        inputs = {n: t.to(device) for n, t in make_inputs(geometry, mode, R, T, gen).items()}
+        before = _fields(kern)
+        out = torch.full((R, T, *geometry.out_shape), float("nan"), dtype=act, device=device)
+        kern.verify(slot_ids, inputs, out=out)
+        out_lit = lit.verify(slot_ids, inputs)
+        msg = checks.padding_failure(out, [r for r, s in enumerate(ids) if s == PAD_SLOT], [r for r, _ in rows])
+        if msg:
+            fail(i, -1, -1, "padding", msg)
+        accepted = {}
+        for r, s in rows:
+            st, win, refs, states = ref_state[s], ref_window[s].double(), [], []
+            for t in range(T):
+                tok = {n: v[r, t].double() for n, v in inputs.items()}
+                y, st, win = spec.reference_step(st, win, tok, p64, geometry.ssm)
+                refs.append(y)
+                states.append(st)
+            ref = torch.stack(refs)
+            msg, rt = checks.tolerance_failure("mixer-output", mode, out[r], out_lit[r], ref, state=False)
+            ratio("mixer-output", rt)
+            if msg:
+                fail(i, r, s, "mixer-output", msg)
+            k = ks[r]
+            accepted[s] = (states[k - 1], inputs["conv_x"][r, :k].cpu())
+        acc = torch.tensor(ks, dtype=torch.int64, device=device)
+        kern.commit(slot_ids, acc)
+        lit.commit(slot_ids, acc)
+        storage = kern.conv_storage()
+        active = [s for _, s in rows]
+        got_states = kern.committed_state(torch.tensor(active, dtype=torch.int64, device=device))
+        lit_states = lit.committed_state(torch.tensor(active, dtype=torch.int64, device=device))
+        for j, (r, s) in enumerate(rows):
+            new_state, xs = accepted[s]
+            ref_state[s] = new_state
+            ref_window[s] = torch.cat([ref_window[s], xs.transpose(0, 1).to(act)], dim=-1)[:, -W:]
+            window, msg = checks.read_committed(policy, storage, s, geometry.d_conv, C, plan.window)
+            msg = msg or checks.conv_state_failure(window, ref_window[s])
+            if msg:
+                fail(i, r, s, "conv-state", msg)
+            msg, rt = checks.tolerance_failure("ssm-state", mode, got_states[j], lit_states[j], new_state, state=True)
+            ratio("ssm-state", rt)
+            if msg:
+                fail(i, r, s, "ssm-state", msg)
+        msg = checks.unnamed_failure(before, _fields(kern), unnamed)
+        if msg:
+            fail(i, -1, -1, "unnamed-slots", msg)
+        res.steps_run = i + 1
+        if len(res.failures) >= max_failures:
+            break
+    return res
+
+
+__all__ = ["ComposedMixer", "MixerPlan", "MixerResult", "default_plan", "make_inputs", "make_params",
+           "validate_mixer"]

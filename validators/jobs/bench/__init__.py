@@ -1,0 +1,1 @@
+"""Bench: the kernels' timings (run), the table, and the comparison against other kernels."""

@@ -1,0 +1,915 @@
+"""The fast path of a drift cell: the numbers of ``Lockstep.step`` + ``CellRun`` with a tenth of the host work.
+
+Oracle: the slow path (:meth:`replayssm.validators.jobs.drift.sweep.CellRun.run_steps` with ``fast=False``,
+i.e. :meth:`Lockstep.step` every step).  Expected difference: none -- the cell results, the
+checkpoints and the failures are bit for bit the same (tests/jobs/test_drift_fast.py compares them),
+except the traceback text when the kernel raises.  How it stays bit-identical while doing less:
+
+* inputs of a whole chunk of steps come from one call (:func:`make_inputs_steps`: the same words,
+  exact integer and elementwise IEEE ops, so the same bits), upcast to fp64 once per chunk;
+* the fp64 reference is the family's own step (``Family.reference_prepare`` for the whole chunk,
+  exact elementwise ops only, then ``Family.reference_advance`` per token: what ``reference_step``
+  runs), so every value is rounded as before; the shadow state (one flush's injected error) skips
+  the output it never uses.  On a CUDA device (``fused``, ``hoist``): the step's fused form
+  (``Family.reference_advance_fused``: the full-state passes in one Triton pass, the same bits) and
+  its state-independent elementwise terms for the whole chunk at once (``Family.reference_hoist``:
+  the same bits on a GPU, whose elementwise math does not depend on the tensor's shape; not on a
+  CPU, so not there by default);
+* the flush checkpoint of a Triton kernel is read by its ``launch_checkpoint`` (a device gather, no
+  host sync); row index lists live on the device;
+* the output error ``||out - ref|| / ||ref||`` per (row, position) is ``metrics.rel_l2_into``
+  (``error_metrics``'s ``rel_l2``), written into a per-chunk buffer (the drift drain moves it to the
+  host once per chunk);
+* the exact output checks (NaN poison left, non-finite outputs) are not a host sync per step:
+  an unwritten or non-finite output makes that position's error non-finite, and the chunk's
+  errors are looked at once, at the end of each run call; only a flagged step is checked
+  element by element, on the output and reference it kept, with Lockstep's messages;
+* the fp64 running-error bound (``checks/fp64_bound.py``, what judges drift's outputs on the
+  slow path: no literal model) is the Lockstep's own ``RunningBound``, advanced per step on the
+  host's schedule (it depends on the inputs, flushes and accepted counts only); the readout
+  magnitudes it is scaled by are computed beside the reference (also inside a graph), and the
+  ``output`` check runs, with its own code, on the steps whose errors exceed the bound once the
+  chunk is looked at (the excess test batched over the chunk, the same elementwise bits).  With
+  graphs (and ``static``) the bound's token coefficients are computed at chunk load and its
+  recurrence over a piece's steps is one launch inside the piece
+  (``replayssm/ops/triton/bound_scan.py``: the same bits as the window's torch expressions), on
+  fixed buffers (flush masks filled by the host before a piece runs); eagerly it is host-launched
+  per step (~265 aten ops per step on a CPU, tiny);
+* a kernel with a raw launch path (``launch_verify``/``launch_commit``: the Triton Mamba-2
+  kernels, the GDN and KDA ReplaySSM kernels) is called through it (no host checks, no sync);
+  any other kernel through ``verify``/``commit`` (the interface path, as the slow path does);
+* on a CUDA device and a raw-path kernel: the steps between two host events (a flush; a
+  committed-state sample; the chunk's end) are captured in a CUDA graph on their second occurrence
+  and replayed after (the step's position in the chunk is static, the chunk's inputs are refilled
+  in place), so a step costs no host launches.  In speculative decode a piece is mostly one step
+  (some row flushes at almost every verify), so there is a graph per chunk step; which rows keep
+  which window position is chosen by the device masks of the accepted counts, never by a host
+  branch a graph would freeze: each row's state is written in place into the piece's fixed buffer
+  at the one token it keeps -- by the fused reference pass itself (``keep``), else copied after it
+  (``replayssm/ops/triton/row_copy.py``); the same values as ``torch.where``, which moves them
+  exactly but made three state-sized passes per token -- and the flushed rows of the reference
+  before a piece's last step are kept for the flush measurement (a speculative replay's
+  checkpoint holds the state before its verify).  The flush itself is measured in the piece: the
+  checkpoint read there, the flushed rows' errors and the armed rows' local errors written in
+  place into per-chunk buffers under device masks (``metrics.row_rel_l2_masked``: each row summed
+  in one fixed order whatever the other rows, so the slow path's bits for its selected rows), then
+  the flushed rows' shadow re-seeded from the checkpoint and advanced over the step where a row is
+  armed after it; the host only books the rows.  The masks a piece reads are computed for a whole
+  chunk's walk and copied to the device once.  With the fused reference, the shadow's steps in a
+  piece compute only the rows armed to measure a flush that still have the token: no other row's
+  shadow is read before a flush re-seeds it.  ``graphs=False`` runs the same code eagerly (the
+  flush measured on the host); ``static`` runs the graphs' pieces on their fixed buffers, eagerly
+  (what the CPU tests check).
+
+A cell qualifies when its Lockstep runs without the literal model, invariants, state checks,
+metrics or digest (the drift configuration), every slot is used, no row is padding, and no step
+resets a row; otherwise ``CellRun`` keeps the slow path.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import Counter
+
+import numpy as np
+import torch
+
+from replayssm.conventions import conv_kwargs
+from replayssm.families import Family
+from replayssm.ops.triton.bound_scan import bound_scan
+from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
+from replayssm.scenarios.inputs import make_inputs_steps
+from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.checks.context import StepContext
+from replayssm.validators.engine.checks.output_bits import non_finite, unwritten_output
+from replayssm.validators.engine.checks.output_tolerance import output as output_check
+from replayssm.validators.engine.cursor_table import CursorTable
+from replayssm.validators.engine.metrics import error_metrics, rel_l2_into, row_rel_l2, row_rel_l2_masked
+from replayssm.validators.engine.runner import readout_magnitude
+
+MAX_GRAPHS = 48
+MAX_INDEX_LISTS = 512  # row lists kept as device tensors (speculative flushes vary by row)
+BOUND_KEYS = ("E", "A", "M", "n", "L")  # the running bound's state, in bound_scan's order
+
+
+def raw_path(kernel) -> bool:
+    """Whether ``kernel`` can be driven through ``launch_verify``/``launch_commit``: they exist and
+    its ``verify``/``commit`` are the ones of the class that defines them (a subclass overriding
+    ``verify`` -- a mutant -- must keep going through it)."""
+    cls = type(kernel)
+    owner = next((c for c in cls.__mro__ if "launch_verify" in vars(c)), None)
+    if owner is None or "launch_commit" not in vars(owner):
+        return False
+    names = ("verify", "commit", "launch_verify", "launch_commit") + (
+        ("verify_padded",) if hasattr(owner, "verify_padded") else ())  # what a serving-layout kernel's verify calls
+    return all(getattr(cls, n) is getattr(owner, n) for n in names)
+
+
+def raw_checkpoint(kernel) -> bool:
+    """Whether ``kernel``'s checkpoint can be read through ``launch_checkpoint`` (no host sync): it
+    exists and ``checkpoint_state`` is the one of the class defining it (a mutant overriding the
+    read keeps going through it)."""
+    cls = type(kernel)
+    owner = next((c for c in cls.__mro__ if "launch_checkpoint" in vars(c)), None)
+    return owner is not None and all(getattr(cls, n) is getattr(owner, n)
+                                     for n in ("checkpoint_state", "launch_checkpoint"))
+
+
+def qualifies(cell) -> str | None:
+    """Why ``cell`` cannot take the fast path, or None."""
+    ls, sc = cell.ls, cell.sc
+    if ls.literal is not None or ls.invariants_every or ls.state_every or ls.record_metrics or ls.digest is not None:
+        return "the Lockstep runs the literal model, invariants, state checks, metrics or a digest"
+    if ls.pad_rows or sc.unused_slots:
+        return "padding rows or unused slots"
+    if any(p.reset_rows for p in cell.plans):
+        return "a step resets rows"
+    return None
+
+
+class _ChunkReference:
+    """The family's fp64 reference step over a chunk: ``reference_prepare`` (exact, elementwise) of
+    every token of the chunk at once into fixed buffers (what a CUDA graph replays over), then
+    ``reference_advance`` token by token -- the same two functions ``reference_step`` runs, so the
+    same bits."""
+
+    def __init__(self, fam, K: int, params: dict[str, torch.Tensor], conv=None, fused: bool = False,
+                 hoist: bool = False) -> None:
+        self.fam, self.K, self.params = fam, K, params
+        self.kw = conv_kwargs(conv)  # the kernel's declared conventions (as the slow path's reference_step)
+        # the fused Triton step and the hoisted terms compute the default conventions only
+        if self.kw and (fused or hoist):
+            raise ValueError("fused/hoist: the fused fp64 step computes the default conventions only; "
+                             f"this kernel declares {conv.changes()}")
+        self.hoist = hoist
+        self.advance = fam.reference_advance_fused if fused else fam.reference_advance
+        self.fused = fused
+        # the fused pass's readout products give the readout magnitude (the same bits, a pass fewer)
+        self.products = fused and type(fam).reference_advance_magnitude is not Family.reference_advance_magnitude
+        self.buf: dict[str, torch.Tensor] | None = None
+
+    def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
+        """Tokens ``[n, R, ...]`` (fp64, token-major) into the buffers."""
+        prep = self.fam.reference_prepare(tok, self.params, **self.kw)
+        if self.hoist:
+            prep = self.fam.reference_hoist(prep, self.params)
+        if self.buf is None:
+            self.buf = {k: torch.empty((self.K, *v.shape[1:]), dtype=v.dtype, device=v.device) for k, v in prep.items()}
+            self.v = {k: b.unbind(0) for k, b in self.buf.items()}
+        for k, v in prep.items():
+            self.buf[k][:n].copy_(v)
+
+    def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None, rows: torch.Tensor | None = None,
+             keep: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given.  ``rows``
+        (fused only; a bool ``[R]`` mask): the rows whose new state is needed, the others' undefined.
+        ``keep`` (fused only; ``(dst, mask)``): the marked rows of the new state also written into ``dst``."""
+        if keep is not None and not self.fused:
+            raise ValueError("keep: only the fused reference writes kept rows (FastCell._fuse_keep)")
+        prep = {k: v[i] for k, v in self.v.items()}
+        if (rows is not None or keep is not None) and self.fused:
+            y, new = self.advance(st, prep, self.params, rows=rows, keep=keep)
+        else:
+            y, new = self.advance(st, prep, self.params, **self.kw)
+        if y_out is not None:
+            y_out.copy_(y)
+        return new
+
+    def step_magnitude(self, st: torch.Tensor, i: int, y_out: torch.Tensor, tok: dict, scaled: bool,
+                       keep: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`step` and ``runner.readout_magnitude`` of the new state (``tok``: the token, fp64;
+        ``scaled``: per-row scaled states), from the fused pass's readout products where the family
+        writes them (``Family.reference_advance_magnitude``: the same bits)."""
+        if not self.products or scaled:
+            new = self.step(st, i, y_out, keep=keep)
+            return new, readout_magnitude(self.fam.name, new, tok, self.params, scaled)
+        prep = {k: v[i] for k, v in self.v.items()}
+        y, new, mag = self.fam.reference_advance_magnitude(st, prep, self.params, keep=keep)
+        y_out.copy_(y)
+        return new, mag
+
+
+class FastCell:
+    """Drives a :class:`CellRun` on the fast path (see the module docstring).  ``graphs``: capture
+    CUDA graphs (None: when the device is CUDA, the decode standard and the kernel has a raw path).
+    ``static``: run the steps between host events on the fixed buffers a graph would capture, but
+    eagerly (what tests check on a CPU; implied by ``graphs``)."""
+
+    def __init__(self, cell, graphs: bool | None = None, static: bool = False, fused: bool | None = None,
+                 hoist: bool | None = None) -> None:
+        why = qualifies(cell)
+        if why:
+            raise ValueError(f"cell: {cell.spec.id} cannot take the fast path ({why})")
+        self.cell = cell
+        ls, sc = cell.ls, cell.sc
+        self.ls, self.sc, self.dev = ls, sc, ls.device
+        self.K, self.R, self.T = cell.chunk, sc.rows, sc.window
+        self.spec = cell.spec.speculative
+        self.raw = raw_path(ls.kernel)
+        can_graph = self.dev.type == "cuda" and self.raw
+        if graphs and not can_graph:
+            raise ValueError("graphs: CUDA graphs need a CUDA device and a kernel with a raw launch path "
+                             "(launch_verify/launch_commit)")
+        self.capture = can_graph if graphs is None else bool(graphs)
+        self.graphs = self.capture or static  # fixed buffers, several steps per piece
+        # a speculative piece is mostly one step (some row flushes at almost every verify): a graph per
+        # (chunk step, shadow flag, flush measured, re-seeded), and per (start, length) for the runs of steps
+        # without a flush.  The keys of a spec-random cell of 10^6 tokens at 8 rows, chunks of 64
+        # (tools/drift_graph_keys.py, the host logic alone): 526 in 50,156 steps; with room for 4 per chunk step
+        # (256) 3.7 % of the pieces ran eagerly, with 8 per step (512) 1.2 %, the first occurrences.  (One step
+        # a piece, so that every key fits in 4 per step, was tried: 97 % replays, but it ran no faster on an
+        # H100.)
+        self.max_graphs = max(MAX_GRAPHS, 8 * self.K) if self.spec else MAX_GRAPHS
+        g = ls.resolved.geometry
+        K, R, T, dev = self.K, self.R, self.T, self.dev
+        act = ls.resolved.mode.act_dtype
+        self.names = list(g.input_shapes())
+        self.inb = {n: torch.empty((K, R, T, *s), dtype=act, device=dev) for n, s in g.input_shapes().items()}
+        self.out = torch.empty((K, R, T, *ls.kernel.out_shape), dtype=act, device=dev)
+        self.ref_out = torch.empty((K, R, T, *ls.kernel.out_shape), dtype=torch.float64, device=dev)
+        self.rel = torch.empty((K, R, T), dtype=torch.float64, device=dev)
+        self.acc = torch.empty((K, R), dtype=torch.int64, device=dev)
+        self.sel = torch.empty((K, T, R), dtype=torch.bool, device=dev)
+        self.inb_v = {n: b.unbind(0) for n, b in self.inb.items()}
+        self.out_v, self.ref_out_v, self.rel_v, self.acc_v = (b.unbind(0) for b in (self.out, self.ref_out, self.rel,
+                                                                                    self.acc))
+        self.y_v = [self.ref_out[j][:, t] for j in range(K) for t in range(T)]
+        state_dims = len(g.state_shape)
+        self.sel_v = [self.sel[j, t].view(R, *([1] * state_dims)) for j in range(K) for t in range(T)]
+        self.sel_rows = [self.sel[j, t] for j in range(K) for t in range(T)]  # [R] each (copy_rows' masks)
+        self.arange_T = torch.arange(1, T + 1, device=dev).view(1, T, 1)
+        # the fused fp64 step computes the default conventions only (a declared one: the plain step)
+        self.fused = (dev.type == "cuda" and ls.conv.is_default) if fused is None else bool(fused)
+        self.hoist = self.fused and dev.type == "cuda" if hoist is None else bool(hoist)
+        if self.hoist and not self.fused:
+            raise ValueError("hoist: the hoisted chunk terms are taken by the fused reference step (fused=True)")
+        self.ref = _ChunkReference(ls.resolved.family, K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
+        self.raw_ck = raw_checkpoint(ls.kernel)
+        self.ids_host = ls.ids.tolist()
+        # the host's cursor walk over every row at once (the policy's rules as tables: the same answers)
+        self.cursors = CursorTable(ls.dec)
+        self.act = np.asarray(ls.active, dtype=np.int64)
+        self.act_mask = np.zeros(R, dtype=bool)
+        self.act_mask[self.act] = True
+        self.acc_host = np.zeros((K, R), dtype=np.int64)  # the chunk's accepted counts
+        self.wp_host = np.zeros(R, dtype=np.int64)  # ls.wp / ls.origin as arrays (synced at each run call)
+        self.origin_host = np.zeros(R, dtype=np.int64)
+        self.traj_at = None  # first step of the cursor trajectory below (None: to walk)
+        self.traj_wp = self.traj_origin = self.traj_flush = None  # [n + 1, R], [n + 1, R], [n, R]
+        self.flush_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # rows each step flushes
+        self.idx_cache: dict[tuple[int, ...], torch.Tensor] = {}
+        self.bound = ls.bound  # the fp64 running-error bound (None: the family gives no error model)
+        if self.bound is not None:
+            self.tok_buf = {n: torch.empty((K * T, R, *s), dtype=torch.float64, device=dev)
+                            for n, s in g.input_shapes().items()}
+            self.tok_v = [{n: b[i] for n, b in self.tok_buf.items()} for i in range(K * T)]
+            self.mag = torch.empty((K, R, T, 1), dtype=torch.float64, device=dev)  # readout magnitude maxima
+            self.mag_v = [self.mag[j, :, t, 0] for j in range(K) for t in range(T)]
+            self.w_buf = None  # the bound's output weights per token [K T, R, H] (RunningBound.weights)
+            self.fp_out = torch.empty((K, R, T), dtype=torch.float64, device=dev)  # the bound on each output
+            self.walk = torch.ones((K, R), dtype=torch.float64, device=dev)  # the rule's sr_walk at the step
+            self.coef_buf = None  # the bound's token coefficients [K T, R, H] (RunningBound.coefficients)
+            if self.graphs:  # the bound's running state on fixed buffers (what a graph reads and writes)
+                self.bound_state = torch.stack([self.bound.cur[k] for k in BOUND_KEYS])
+                self.bound_buf = dict(zip(BOUND_KEYS, self.bound_state.unbind(0)))
+                self.bound_consts = self.bound.scan_constants(dev)
+        self.chunk_at = None  # first step of the chunk in the buffers
+        self.inputs_at = None  # first step of the chunk whose inputs are in the buffers
+        self.checked = cell.step  # steps before this one had their outputs checked
+        self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self.seen: Counter = Counter()
+        self.pool = None
+        self.replays = 0
+        self.pieces = 0  # pieces run (replayed, captured or eager)
+        self.reseeds = 0  # pieces that re-seeded the shadow at a speculative flush (flush_in_graph)
+        self.measured = 0  # pieces that measured their flush in the piece (flush_in_graph)
+        self.capture_error: str | None = None
+        if self.graphs:
+            self.ref_buf = ls.ref.clone()
+            self.shadow_buf = cell.shadow.clone()
+            self.ref_prev_buf = ls.ref.clone() if self.spec else None  # the reference before a piece's last step
+        # A speculative replay's flush: with graphs it runs inside the piece (device masks: the same values).  The
+        # checkpoint is read there, the flushed rows' errors (against the reference before the step) and the armed
+        # ones' local errors (against the shadow) measured in place into per-chunk buffers (metrics'
+        # row_rel_l2_masked: each row's bits whatever the other rows), the flushed rows' shadow re-seeded from the
+        # checkpoint and advanced over the step's tokens where a row is armed after it.  The host only books them.
+        self.flush_in_graph = self.graphs and self.spec and not cell.ck_after and self.raw_ck
+        if self.flush_in_graph:
+            self.flush_err = torch.empty((K, R), dtype=torch.float64, device=dev)
+            self.local_err = torch.empty((K, R), dtype=torch.float64, device=dev)
+            self.local_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # flushed and armed before it
+        # A speculative piece's fused shadow steps compute only the rows whose shadow is read: those armed
+        # (to measure a flush's error) that still have the token (accepted > t); [0]: the step's rows armed
+        # before its flush, [1]: after it (the re-seed's advance).  Filled by the host per piece, like
+        # flush_mask; the other rows' shadow is re-seeded from the checkpoint before it is ever read.
+        self.live_rows = self.graphs and self.spec and self.fused
+        if self.live_rows:
+            self.live = torch.zeros((2, K, T, R), dtype=torch.bool, device=dev)
+            self.live_v = [[self.live[w, j, t] for j in range(K) for t in range(T)] for w in range(2)]
+        self.arange_T_host = np.arange(T).reshape(T, 1)
+        self.traj_armed = self.traj_after = None  # [n, R]: rows armed before each step; after its flushes
+
+    # ---- chunks ----------------------------------------------------------------------------------------------
+    def _load_chunk(self, at: int) -> None:
+        """Chunk ``at`` into the buffers: its inputs (unless :meth:`_load_inputs` queued them already) and
+        the output buffer's poison."""
+        if self.inputs_at != at:
+            self._load_inputs(at)
+        self.out.view(inv._INT_VIEW[self.out.element_size()]).fill_(inv.poison_bits(self.out.dtype))
+        self.chunk_at = at
+
+    def _load_inputs(self, at: int) -> None:
+        """The input side of chunk ``at``: inputs, accepted counts, the reference's and the bound's token
+        terms -- buffers the previous chunk's output checks never read, so this is queued on the device
+        behind the previous chunk's steps before the host waits for their checks (the host's share of
+        it then overlaps the device's)."""
+        cell, sc = self.cell, self.sc
+        plans = cell.plans[at:min(at + self.K, cell.n_steps)]
+        n, T, R = len(plans), self.T, self.R
+        gen = make_inputs_steps(sc, [p.step for p in plans], self.dev)
+        for name, b in self.inb.items():
+            b[:n].copy_(gen[name])
+        self.acc_host[:n] = np.array([p.accepted for p in plans], dtype=np.int64)
+        self.cursors.check(self.wp_host[:0], None, self.acc_host[:n])
+        if at <= cell.step < at + n:  # the host's cursors are this chunk's: walk them now
+            self._walk(at)
+        acc = self._pinned(torch.from_numpy(self.acc_host[:n].copy()))
+        self.acc[:n].copy_(acc, non_blocking=True)  # asynchronous: no host sync per chunk for it
+        torch.eq(self.acc[:n, None, :], self.arange_T, out=self.sel[:n])
+        tok = {name: v[:n].transpose(1, 2).reshape(n * T, R, *v.shape[3:]).to(torch.float64)
+               for name, v in self.inb.items()}
+        self.ref.load(tok, n * T)
+        if self.bound is not None:
+            for name, b in self.tok_buf.items():
+                b[:n * T].copy_(tok[name])
+            # the output weights of the whole chunk's tokens in one readout (they depend on the tokens
+            # alone): the bound's window reads them instead of two readouts per token
+            w = self.bound.weights({k: v[:n * T] for k, v in self.tok_buf.items()}, self.ls.ref, self._readout)
+            if self.w_buf is None:
+                self.w_buf = torch.empty((self.K * T, *w.shape[1:]), dtype=w.dtype, device=w.device)
+            self.w_buf[:n * T].copy_(w)
+            if self.graphs:
+                self._load_coefficients(n * T)
+        self.inputs_at = at
+
+    def _load_coefficients(self, nt: int) -> None:
+        """The bound's coefficients of the chunk's ``nt`` tokens (they depend on the tokens alone): in one
+        call on a GPU with ``hoist`` (whose elementwise math does not depend on the tensor's shape), else
+        token by token, on the shapes the slow path's window gives them (so the same bits on a CPU)."""
+        R, params = self.R, self.ls.ref_params
+        if self.hoist:
+            flat = {k: v[:nt].reshape(nt * R, *v.shape[2:]) for k, v in self.tok_buf.items()}
+            coef = {k: v.view(nt, R, -1) for k, v in self.bound.coefficients(flat, params).items()}
+        else:
+            per = [self.bound.coefficients(tok, params) for tok in self.tok_v[:nt]]
+            coef = {k: torch.stack([c[k] for c in per]) for k in per[0]}
+        if self.coef_buf is None:
+            self.coef_buf = {k: torch.empty((self.K * self.T, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                             for k, v in coef.items()}
+        for k, v in coef.items():
+            self.coef_buf[k][:nt].copy_(v)
+
+    # ---- device work ----------------------------------------------------------------------------------------
+    def _advance(self, st: torch.Tensor, j: int, k: np.ndarray, static: bool = False, live: int | None = None
+                 ) -> torch.Tensor:
+        """``CellRun._advance_shadow``: ``st`` over each row's ``k`` accepted tokens of chunk step ``j``
+        (``static``: the same values by device masks alone, what a graph captures for any ``k``, written
+        into ``st`` itself -- a fixed buffer -- and returned; ``live``: which of ``self.live``'s masks names
+        the rows to compute, the others' results undefined)."""
+        new = st
+        fuse = static and self._fuse_keep(new)
+        for t in range(self.T if static else int(k.max())):
+            rows = None if live is None else self.live_v[live][j * self.T + t]
+            keep = (new, self.sel_rows[j * self.T + t]) if fuse else None
+            st = self.ref.step(st, j * self.T + t, None, rows, keep=keep)
+            if not fuse:
+                new = self._keep(new, st, j, t, k, static)
+        return new
+
+    def _fuse_keep(self, new: torch.Tensor) -> bool:
+        """Whether the fused reference step writes the kept rows into ``new`` itself (a contiguous fp64 buffer
+        of the fixed pieces), where :meth:`_keep` copies them after the step: the same values, a pass fewer."""
+        return self.fused and new.dtype == torch.float64 and new.is_contiguous()
+
+    def _keep(self, new: torch.Tensor, st: torch.Tensor, j: int, t: int, k: np.ndarray, static: bool) -> torch.Tensor:
+        """``st`` where a row accepted ``t + 1`` tokens at chunk step ``j``, else ``new``: by the host's
+        ``k`` (the fewest launches), or (``static``) always by the device mask ``sel``, the selected rows
+        copied into ``new`` in place (``new``: the piece's fixed buffer; a row is read and written at the
+        one token it keeps, where ``torch.where`` made three state-sized passes per token) -- the same
+        values (both move them exactly) with no host decision baked into a captured graph."""
+        if static:
+            if can_copy_rows(new, st):
+                return copy_rows(new, st, self.sel_rows[j * self.T + t])
+            return torch.where(self.sel_v[j * self.T + t], st, new)
+        hit = k == t + 1
+        if hit.all():
+            return st
+        if hit.any():
+            return torch.where(self.sel_v[j * self.T + t], st, new)
+        return new
+
+    def _rel(self, out: torch.Tensor, ro: torch.Tensor, dst: torch.Tensor, exact: bool) -> None:
+        rel_l2_into(out, ro, dst, exact=exact)
+
+    def _device_step(self, j: int, ref: torch.Tensor, shadow: torch.Tensor | None, k: np.ndarray, s: int):
+        """Verify + commit chunk step ``j``, the fp64 reference window, the output error; the shadow
+        advanced when given.  Returns (reference state, shadow)."""
+        ls, kern, T = self.ls, self.ls.kernel, self.T
+        inputs = {n: v[j] for n, v in self.inb_v.items()}
+        out = self.out_v[j]
+        if self.raw:
+            kern.launch_verify(ls.ids, inputs, out)
+            kern.launch_commit(ls.ids, self.acc_v[j])
+        else:
+            ret = kern.verify(ls.ids, inputs, out=out)
+            if ret is not out and ret is not None:
+                ls.fail(s, "out-param", "verify returned a new tensor instead of writing into out=")
+                out.copy_(ret)
+            kern.commit(ls.ids, self.acc_v[j])
+        st, new = ref, ref
+        static = self.graphs and self.spec
+        fuse = static and self._fuse_keep(new)
+        for t in range(T):
+            keep = (new, self.sel_rows[j * T + t]) if fuse else None
+            if self.bound is None:
+                st = self.ref.step(st, j * T + t, self.y_v[j * T + t], keep=keep)
+            else:  # with Lockstep._reference_window's readout magnitude, its maximum
+                st, mag = self.ref.step_magnitude(st, j * T + t, self.y_v[j * T + t], self.tok_v[j * T + t],
+                                                  self.ls.resolved.mode.scaled_state, keep=keep)
+                self.mag_v[j * T + t].copy_(mag.flatten(1).amax(-1))
+            if not fuse:
+                new = self._keep(new, st, j, t, k, static)
+        self._rel(out, self.ref_out_v[j], self.rel_v[j], exact=False)
+        if shadow is not None:
+            shadow = self._advance(shadow, j, k, static=self.graphs and self.spec, live=0 if self.live_rows else None)
+        return new, shadow
+
+    def _piece_static(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
+                      reseed: bool = False, measure: bool = False) -> None:
+        """Chunk steps ``j0..`` on the static reference and shadow buffers (what a graph captures);
+        ``measure``: the last step is a speculative replay's flush, measured here (``flush_in_graph``): the
+        checkpoint read, the flushed rows' errors into ``flush_err`` and the armed ones' into ``local_err``;
+        ``reseed``: some row is armed after it, so the flushed rows are re-seeded from the checkpoint
+        (``flush_mask``) and the shadow advanced over the step's tokens."""
+        ref, sh = self.ref_buf, self.shadow_buf
+        for i, f in enumerate(flags):
+            if self.spec and i == len(flags) - 1:  # a speculative flush measures the state before its step
+                self._copy_flushed(self.ref_prev_buf, ref, j0 + i)
+            ref, new_sh = self._device_step(j0 + i, ref, sh if f else None, ks[i], ss[i])
+            if f:
+                sh = new_sh
+        if ref is not self.ref_buf:  # a speculative piece kept its rows in ref_buf in place (_keep)
+            self.ref_buf.copy_(ref)
+        if measure:
+            j = j0 + len(flags) - 1
+            ck = self.ls.kernel.launch_checkpoint(self.ls.ids)
+            row_rel_l2_masked(ck, self.ref_prev_buf, self.flush_mask[j], self.flush_err[j])
+            row_rel_l2_masked(ck, sh, self.local_mask[j], self.local_err[j])  # the shadow before the re-seed
+            if reseed:
+                sh = self._advance(self._reseed(sh, ck, self.flush_mask[j]), j, ks[-1], static=True,
+                                   live=1 if self.live_rows else None)
+        if (any(flags) or reseed) and sh is not self.shadow_buf:
+            self.shadow_buf.copy_(sh)
+        if self.bound is not None:  # the piece's bound in one launch (the flush masks were filled for it)
+            bound_scan(self.bound_state, self.coef_buf, self.w_buf, self.flush_mask,
+                       self.acc if self.ls.dec.speculative else None, self.fp_out, j0, len(flags),
+                       constants=self.bound_consts, replay=self.bound.replay)
+
+    def _copy_flushed(self, dst: torch.Tensor, src: torch.Tensor, j: int) -> torch.Tensor:
+        """``dst`` holding ``src``'s rows that flush at chunk step ``j`` (``flush_mask[j]``): the only rows the
+        host's flush measurements (``_events``) and the re-seed read of the state before the step, the
+        checkpoint read and the shadow before the re-seed; a plain copy where ``copy_rows`` cannot take
+        them."""
+        if src.dtype == dst.dtype and can_copy_rows(dst, src):
+            return copy_rows(dst, src, self.flush_mask[j])
+        return dst.copy_(src)
+
+    def _reseed(self, sh: torch.Tensor, ck: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The shadow ``sh`` with the flushed ``rows`` (``[R]`` bool) re-seeded from the checkpoint ``ck``
+        (upcast to fp64): in place where ``sh`` is the fixed shadow buffer and ``copy_rows`` takes ``ck``'s
+        dtype, else ``torch.where`` (the same values)."""
+        if sh is self.shadow_buf and can_copy_rows(sh, ck):
+            return copy_rows(sh, ck, rows)
+        return torch.where(rows.view(self.R, *([1] * (sh.dim() - 1))), ck.to(torch.float64), sh)
+
+    def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
+                     reseed: bool = False, measure: bool = False) -> None:
+        key = (j0, flags, reseed, measure)
+        g = self.cache.get(key)
+        if g is None and self.capture and self.seen[key] and len(self.cache) < self.max_graphs:
+            try:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=self.pool):
+                    self._piece_static(j0, flags, ks, ss, reseed, measure)
+            except RuntimeError as e:  # nothing ran during the capture: go on eagerly, say why
+                self.capture, g = False, None
+                self.capture_error = f"{type(e).__name__}: {e}"
+            else:
+                self.pool = self.pool or g.pool()
+                self.cache[key] = g
+        self.seen[key] += 1
+        if g is None:
+            self._piece_static(j0, flags, ks, ss, reseed, measure)
+        else:
+            g.replay()
+            self.replays += 1
+
+    # ---- the fp64 running-error bound ----------------------------------------------------------------------
+    def _bound_step(self, j: int, flush_rows: list[int]) -> None:
+        """What ``Lockstep.step`` does for the bound at chunk step ``j`` (before its cursors move):
+        count the flushes (the tolerance rule's envelope) and, eagerly, advance the running bound over
+        the window (with graphs the piece did)."""
+        ls = self.ls
+        if self.bound is None:
+            for r in flush_rows:
+                ls.lit_env["flushes"][r] += 1
+            return
+        if flush_rows:  # the step's flush mask (what the rows listed are): one device op, the same counts
+            ls.lit_env["flushes"].add_(self.flush_mask[j])
+        if not self.graphs:
+            self._bound_advance(j, ls.ref)
+        if ls.rule.sr_envelope:  # otherwise the walk is 1 (filled once)
+            self.walk[j].copy_(ls.rule.sr_walk(ls.active_idx))
+
+    def _bound_advance(self, j: int, like: torch.Tensor) -> None:
+        """``Lockstep._bound_window`` for chunk step ``j`` (flush rows in ``flush_mask[j]``, accepted
+        counts in ``acc[j]``; ``like``: a state, for its shape), its output bound into ``fp_out[j]``."""
+        ls, T, spec = self.ls, self.T, self.ls.dec.speculative
+        # no padding rows on the fast path: standard decode keeps every row's one token
+        fp = self.bound.window(self.tok_v[j * T:(j + 1) * T], ls.ref_params, self.flush_mask[j], spec,
+                               self.acc_v[j] if spec else None, like, self._readout,
+                               weights=self.w_buf[j * T:(j + 1) * T], outputs_only=True)
+        self.fp_out[j].copy_(fp["output"])
+
+    def _readout(self, s_abs: torch.Tensor, tok: dict) -> torch.Tensor:
+        """``Lockstep._bound_window``'s readout magnitude (of a state of bound values)."""
+        return readout_magnitude(self.ls.resolved.family, s_abs, tok, self.ls.ref_params, False)
+
+    def _keep_bound_static(self) -> None:
+        """The bound's running state into its fixed buffers (after a resume replaced it)."""
+        for k, v in self.bound.cur.items():
+            if v is not self.bound_buf[k]:
+                self.bound_buf[k].copy_(v)
+        self.bound.cur = self.bound_buf
+
+    def _over_bound(self, a: int, b: int) -> torch.Tensor | None:
+        """Chunk steps ``a..b-1`` (offsets from ``a``) where some output error exceeds the fp64
+        bound: ``output_tolerance``'s bound, batched over the steps (the same elementwise bits); a device mask
+        over the steps, None without a bound."""
+        if self.bound is None or b <= a:
+            return None
+        rule = self.ls.rule
+        m = error_metrics(self.out[a:b], self.ref_out[a:b], rule.u_out, lead=3)
+        scale = torch.maximum(m["ref_max"], self.mag[a:b].flatten(3).amax(-1)).amax(-1, keepdim=True)
+        bnd = self.fp_out[a:b] + rule.tol.floor_u * rule.u_out * scale * self.walk[a:b][:, :, None]
+        return (m["max_abs"] > bnd).flatten(1).any(1)
+
+    # ---- host bookkeeping (Lockstep.step and CellRun.run_steps, without the device work) ----------------------
+    def _walk(self, at: int) -> None:
+        """The cursors before every remaining step of chunk ``at`` (its accepted counts in ``acc_host``), from
+        ``cell.step`` on (and after its last), and which rows each step flushes: the host's cursor walk, once
+        per chunk (or resume), done as the chunk's inputs are queued (the device still busy with the last)."""
+        cell = self.cell
+        i0 = cell.step - at
+        n = min(at + self.K, cell.n_steps) - cell.step
+        wp = np.empty((n + 1, self.R), dtype=np.int64)
+        origin = np.empty((n + 1, self.R), dtype=np.int64)
+        fl = np.empty((n, self.R), dtype=bool)
+        wp[0], origin[0] = self.wp_host, self.origin_host
+        for i in range(n):
+            fl[i], wp[i + 1], origin[i + 1] = self.cursors.step(wp[i], origin[i], self.acc_host[i0 + i], self.act_mask)
+        self.traj_at, self.traj_wp, self.traj_origin, self.traj_flush = cell.step, wp, origin, fl
+        self.traj_armed, self.traj_after = self._arming(fl)
+        self._fill_masks(i0, fl, self.acc_host[i0:i0 + n])
+
+    def _arming(self, fl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For the walk's flush masks ``fl [n, R]``: the rows armed before each step and after its flushes
+        (what :meth:`_events` will make of ``cell.armed``, ``cell.flushes`` flush by flush)."""
+        cell = self.cell
+        armed, flushes = cell.armed.copy(), cell.flushes.copy()
+        before, after = np.empty_like(fl), np.empty_like(fl)
+        for i in range(len(fl)):
+            before[i] = armed
+            if fl[i].any():
+                armed = self._armed_after(fl[i], armed, flushes)
+                flushes[fl[i]] += 1
+            after[i] = armed
+        return before, after
+
+    def _fill_masks(self, j0: int, fl: np.ndarray, acc: np.ndarray) -> None:
+        """The device masks of chunk steps ``j0..`` from the walk, in one asynchronous copy from one pinned
+        buffer (no host sync): the flush rows (``flush_mask``: the bound and the re-seed read them), the
+        flushed rows armed before (``local_mask``: whose local error a piece measures) and the shadow's live
+        rows per token (``live``: armed and the token accepted; [1]: after the step's flushes)."""
+        n = len(fl)
+        parts = [(self.flush_mask[j0:j0 + n], fl)]
+        if self.flush_in_graph:
+            parts.append((self.local_mask[j0:j0 + n], fl & self.traj_armed))
+        if self.live_rows:
+            tok = acc[:, None, :] > self.arange_T_host[None]
+            parts.append((self.live[0, j0:j0 + n], self.traj_armed[:, None, :] & tok))
+            parts.append((self.live[1, j0:j0 + n], self.traj_after[:, None, :] & tok))
+        host = self._pinned(torch.from_numpy(np.concatenate([a.ravel() for _, a in parts])))
+        o = 0
+        for dst, a in parts:
+            dst.copy_(host[o:o + a.size].view(a.shape), non_blocking=True)
+            o += a.size
+
+    def _book_piece(self, steps: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Host effects of a piece's steps (``Lockstep.step``'s bookkeeping, all rows and steps at once:
+        cursors, coverage, phases, tokens, the output errors' pending entries) up to its last step, whose
+        (position before, accepted, flush rows) it returns for :meth:`_events`."""
+        cell, ls, sc, a = self.cell, self.ls, self.sc, self.act
+        n, i0, j0 = len(steps), steps[0] - self.traj_at, steps[0] - self.chunk_at
+        wp, origin = self.traj_wp[i0:i0 + n], self.traj_origin[i0:i0 + n]
+        fl = self.traj_flush[i0:i0 + n]
+        k = self.acc_host[j0:j0 + n].copy()
+        for i in range(n):  # the fp64 bound's per-step work (only a piece's last step flushes)
+            self._bound_step(j0 + i, np.flatnonzero(fl[i]).tolist())
+        wrap = fl & (origin + wp >= sc.ring_rows) if ls.dec.speculative else None
+        self._cover(fl, wrap)
+        ls.phases.update(zip(wp[:, a].ravel().tolist(), k[:, a].ravel().tolist()))
+        ls.tokens_verified += n * len(a) * sc.window
+        ls.tokens_accepted += int(k[:, a].sum())
+        ls.step_idx += n
+        self.wp_host[:], self.origin_host[:] = self.traj_wp[i0 + n], self.traj_origin[i0 + n]
+        ls.wp[:], ls.origin[:] = self.wp_host.tolist(), self.origin_host.tolist()
+        pos = cell.pos.copy()
+        for i in range(n):
+            cell.pending.append(("out", self.rel_v[j0 + i], pos, k[i]))
+            if i < n - 1:
+                pos = pos + k[i]
+        cell.pos[:] = pos  # the last step's accepted tokens are added by _events
+        return pos, k[-1], np.flatnonzero(fl[-1]).tolist()
+
+    def _cover(self, fl: np.ndarray, wrap: np.ndarray | None) -> None:
+        """The steps' coverage counts (``fl``, ``wrap``: ``[steps, R]`` masks of flushes and ring wraps), added
+        as the row loop of ``Lockstep.step`` adds them -- step by step and row by row while a count it adds is
+        still a new key, so the report's keys come in the same order."""
+        cov, a = self.ls.coverage, self.act
+        nf = int(fl[:, a].sum())
+        nw = 0 if wrap is None else int(wrap[:, a].sum())
+        counts = (("flush verifies", nf), ("non-flush verifies", fl.shape[0] * len(a) - nf), ("ring wraps", nw))
+        if any(n and key not in cov for key, n in counts):
+            for i in range(fl.shape[0]):
+                for r in a.tolist():
+                    cov["flush verifies" if fl[i, r] else "non-flush verifies"] += 1
+                    if wrap is not None and wrap[i, r]:
+                        cov["ring wraps"] += 1
+            return
+        for key, n in counts:
+            if n:
+                cov[key] += n
+
+    def _events(self, j: int, flush_rows: list[int], pos_before: np.ndarray, k: np.ndarray,
+                ref_before: torch.Tensor, measured: bool = False) -> None:
+        """The rest of ``CellRun.run_steps`` for a step: flush and state measurements (``measured``: the
+        piece measured the flush and did its shadow work, ``_piece_static``; the host books them)."""
+        cell, ls = self.cell, self.ls
+        if flush_rows and measured:
+            # the rows' errors, measured in place into the chunk's buffers (the drain takes these rows); the
+            # shadow of a flushed row armed after it was re-seeded in the piece; any other flushed row's
+            # shadow is not read before a later flush re-seeds it (the one that arms it), so it is left
+            at = pos_before[flush_rows]
+            cell.pending.append(("flush", (self.flush_err[j], flush_rows), cell.flushes[flush_rows] + 1, at.copy()))
+            armed = [r for r in flush_rows if cell.armed[r]]
+            if armed:
+                cell.pending.append(("local", (self.local_err[j], armed), cell.flushes[armed] + 1))
+            armed_after = self._armed_after(flush_rows)
+            cell.flushes[flush_rows] += 1
+            cell.armed = armed_after
+            return self._samples(k)
+        if flush_rows:
+            ck = ls.kernel.launch_checkpoint(ls.ids) if self.raw_ck else ls.kernel.checkpoint_state(ls.ids)
+            after = cell.ck_after  # the stored state holds this step's tokens (CellRun.run_steps)
+            folded = ls.ref if after else ref_before
+            fidx = cell.flushes[flush_rows] + 1
+            at = pos_before[flush_rows] + (k[flush_rows] if after else 0)
+            cell.pending.append(("flush", row_rel_l2(self._take(ck, flush_rows), self._take(folded, flush_rows)),
+                                 fidx.copy(), at.copy()))
+            if after and cell.armed.any():  # no row armed: no shadow is read before it is re-seeded
+                self._set_shadow(self._advance(cell.shadow, j, k))
+            armed = [r for r in flush_rows if cell.armed[r]]
+            if armed:
+                cell.pending.append(("local", row_rel_l2(self._take(ck, armed), self._take(cell.shadow, armed)),
+                                     cell.flushes[armed] + 1))
+            armed_after = self._armed_after(flush_rows)
+            cell.flushes[flush_rows] += 1
+            cell.armed = armed_after
+            if self._all_rows(flush_rows, ck):  # every row re-seeded: a plain copy (the same values)
+                if self.graphs:
+                    cell.shadow.copy_(ck)
+                else:
+                    cell.shadow = ck.to(torch.float64)
+            else:
+                idx = self._idx(flush_rows)
+                src = ck.index_select(0, idx).to(torch.float64)
+                if self.graphs:
+                    cell.shadow.index_copy_(0, idx, src)
+                else:
+                    cell.shadow = cell.shadow.index_copy(0, idx, src)
+            if not after and cell.armed.any():
+                self._set_shadow(self._advance(cell.shadow, j, k))
+        self._samples(k)
+
+    def _armed_after(self, flush_rows, armed: np.ndarray | None = None, flushes: np.ndarray | None = None
+                     ) -> np.ndarray:
+        """Which rows are armed (their shadow measures a flush's local error) once ``flush_rows`` (a list or
+        a mask) flush, from ``armed`` and ``flushes`` (default: the cell's)."""
+        cell = self.cell
+        armed = (cell.armed if armed is None else armed).copy()
+        flushes = cell.flushes if flushes is None else flushes
+        armed[flush_rows] = (flushes[flush_rows] + 1) % cell.cfg.local_every == 0
+        return armed
+
+    def _samples(self, k: np.ndarray) -> None:
+        """The step's accepted counts ``k`` into ``cell.pos``, and the committed-state samples then due."""
+        cell, ls = self.cell, self.ls
+        cell.pos += k
+        due = self.act[self._due_mask(cell.pos)].tolist()
+        if due:
+            cs = ls.kernel.committed_state(ls.ids)
+            cell.pending.append(("state", row_rel_l2(self._take(cs, due), self._take(ls.ref, due)),
+                                 cell.pos[due].copy()))
+            for r in due:
+                while cell.next_sample[r] < len(cell.targets) and cell.pos[r] >= cell.targets[cell.next_sample[r]]:
+                    cell.next_sample[r] += 1
+
+    @staticmethod
+    def _all_rows(rows: list[int], t: torch.Tensor) -> bool:
+        return len(rows) == t.shape[0] and rows == list(range(t.shape[0]))
+
+    def _take(self, t: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """``t``'s rows ``rows``: ``t`` itself when they are all of its rows in order (the same values, no
+        gather of a whole state), else an index_select."""
+        return t if self._all_rows(rows, t) else t.index_select(0, self._idx(rows))
+
+    def _idx(self, rows: list[int]) -> torch.Tensor:
+        """``rows`` as a device index tensor, made once per distinct list (no host copy per use)."""
+        key = tuple(rows)
+        t = self.idx_cache.get(key)
+        if t is None:
+            t = torch.tensor(rows, device=self.dev)
+            if len(self.idx_cache) < MAX_INDEX_LISTS:
+                self.idx_cache[key] = t
+        return t
+
+    def _set_shadow(self, new: torch.Tensor) -> None:
+        if self.graphs:
+            self.cell.shadow.copy_(new)
+        else:
+            self.cell.shadow = new
+
+    def _due_mask(self, pos: np.ndarray) -> np.ndarray:
+        """Which active rows (a mask over ``act``) have a committed-state sample due at positions ``pos``."""
+        cell, a = self.cell, self.act
+        ns, tg = cell.next_sample[a], cell.targets
+        left = ns < len(tg)
+        due = np.zeros(len(a), dtype=bool)
+        due[left] = pos[a][left] >= tg[ns[left]]
+        return due
+
+    def _due_steps(self, pos: np.ndarray) -> np.ndarray:
+        """For positions ``pos [steps, R]``: whether some active row has a committed-state sample due."""
+        cell, a = self.cell, self.act
+        ns, tg = cell.next_sample[a], cell.targets
+        left = ns < len(tg)
+        if not left.any():
+            return np.zeros(pos.shape[0], dtype=bool)
+        return (pos[:, a[left]] >= tg[ns[left]]).any(1)
+
+    # ---- the exact output checks, deferred ------------------------------------------------------------------
+    def _check_outputs(self) -> None:
+        """Lockstep's exact output checks for the steps run since the last call, element by element
+        only where a step's output error is not finite (an unwritten or non-finite output)."""
+        lo, hi = self.checked, self.cell.step
+        if hi <= lo:
+            return
+        a, b = lo - self.chunk_at, hi - self.chunk_at
+        masks = [~torch.isfinite(self.rel[a:b]).flatten(1).all(1)]
+        over = self._over_bound(a, b)
+        if over is not None:
+            masks.append(over)
+        flagged = torch.stack(masks).cpu().numpy()  # the host's one wait for the chunk's checks
+        nonfinite = set(np.flatnonzero(flagged[0]).tolist())
+        for j in sorted(nonfinite | set(np.flatnonzero(flagged[1:].any(0)).tolist())):
+            out, ro = self.out_v[a + j], self.ref_out_v[a + j]
+            if j in nonfinite:
+                self._rel(out, ro, self.rel_v[a + j], exact=True)
+            self._output_failures(self.cell.plans[lo + j], out, ro, a + j)
+        self.checked = hi
+
+    def _output_failures(self, plan, out: torch.Tensor, ref_out: torch.Tensor, j: int) -> None:
+        """The engine's own unwritten-output, non-finite and output (fp64 bound) checks on one
+        flagged step, chunk step ``j`` (no literal model, no padding rows on the fast path)."""
+        ctx = StepContext(run=self.ls, plan=plan, inputs={}, flush_rows=[], hook="after-verify", out=out,
+                          ref_out=ref_out)
+        unwritten_output(ctx)
+        non_finite(ctx)
+        if self.bound is not None:
+            ctx.metrics = error_metrics(ctx.o_act, ref_out.index_select(0, self.ls.active_idx), self.ls.rule.u_out,
+                                        lead=2)
+            ctx.ref_magnitude, ctx.walk = self.mag[j], self.walk[j]
+            ctx.fp64 = {"output": self.fp_out[j]}
+            output_check(ctx)
+
+    # ---- the loop ----------------------------------------------------------------------------------------------
+    def _sync_static(self) -> None:
+        """Graph mode: the reference and shadow live in fixed buffers (after a resume they were replaced)."""
+        ls, cell = self.ls, self.cell
+        if ls.ref is not self.ref_buf:
+            self.ref_buf.copy_(ls.ref)
+            ls.ref = self.ref_buf
+        if cell.shadow is not self.shadow_buf:
+            self.shadow_buf.copy_(cell.shadow)
+            cell.shadow = self.shadow_buf
+        if self.bound is not None and self.bound.cur is not self.bound_buf:
+            self._keep_bound_static()
+
+    def _piece(self, end: int) -> tuple[list[int], list[bool], bool, bool]:
+        """The steps from ``cell.step`` up to the next host event (a flush, a state sample, the chunk's
+        end, ``end``), whether each advances the shadow, whether the piece measures its last step's
+        flush (``flush_in_graph``) and whether it re-seeds the shadow there (a row armed after it).  The
+        device masks it reads (flushes, live rows) were filled for the whole walk (:meth:`_walk`)."""
+        cell = self.cell
+        stop = min(end, self.chunk_at + self.K, cell.n_steps)
+        if self.traj_at is None or not self.traj_at <= cell.step < self.traj_at + len(self.traj_flush) \
+                or not np.array_equal(self.traj_armed[cell.step - self.traj_at], cell.armed):
+            self._walk(self.chunk_at)  # (also where the rows armed are not the walk's: a cell given new ones)
+        i0, m = cell.step - self.traj_at, stop - cell.step
+        j0 = cell.step - self.chunk_at
+        fls = self.traj_flush[i0:i0 + m]
+        # the first step that flushes or makes a committed-state sample due ends the piece (graphs: else 1 step)
+        ends = fls.any(1) | self._due_steps(cell.pos + np.cumsum(self.acc_host[j0:j0 + m], 0))
+        n = (int(np.argmax(ends)) + 1 if ends.any() else m) if self.graphs else 1
+        steps = list(range(cell.step, cell.step + n))
+        armed = bool(cell.armed.any())  # armed changes at a flush only: the piece's last step
+        flags = [armed and not f for f in fls[:n].any(1).tolist()]
+        measure = bool(self.flush_in_graph and fls[n - 1].any())
+        reseed = bool(measure and self.traj_after[i0 + n - 1].any())
+        return steps, flags, reseed, measure
+
+    def _pinned(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor for an asynchronous copy: pinned on a CUDA device (the caching host allocator
+        keeps the block until the copy has run), where a pageable one would wait for the device."""
+        return t.pin_memory() if self.dev.type == "cuda" else t
+
+    def run(self, n: int) -> int:
+        """``CellRun.run_steps(n)`` on the fast path."""
+        cell = self.cell
+        before = int(np.minimum(cell.pos, cell.cfg.tokens).sum())
+        end = min(cell.n_steps, cell.step + n)
+        if cell.step != self.checked:  # resumed from a checkpoint: reload the chunk
+            self.chunk_at, self.inputs_at, self.checked = None, None, cell.step
+        if self.graphs:
+            self._sync_static()
+        self.wp_host[:], self.origin_host[:] = self.ls.wp, self.ls.origin  # a resume may have replaced them
+        if self.traj_at is not None and not (
+                self.traj_at <= cell.step < self.traj_at + len(self.traj_flush)
+                and np.array_equal(self.traj_wp[cell.step - self.traj_at], self.wp_host)
+                and np.array_equal(self.traj_origin[cell.step - self.traj_at], self.origin_host)):
+            self.traj_at = None  # the walk no longer describes these cursors
+        self.cursors.check(self.wp_host, self.origin_host)  # then the closed tables keep them valid
+        while cell.step < end and cell.exception is None:
+            at = cell.step - cell.step % self.K
+            if self.chunk_at != at:
+                self._check_outputs()
+                self._load_chunk(at)
+                self.checked = cell.step
+            steps, flags, reseed, measure = self._piece(end)
+            self.pieces += 1
+            j0 = steps[0] - at
+            ks = [self.acc_host[s - at].copy() for s in steps]
+            ss = [cell.plans[s].step for s in steps]
+            # the reference before the piece's last step (a speculative replay's flush checkpoint holds it)
+            ref_before = self.ref_prev_buf if self.graphs and self.spec else self.ls.ref
+            try:
+                if self.graphs:
+                    self._run_graphed(j0, tuple(flags), ks, ss, reseed, measure)
+                    self.reseeds += reseed
+                    self.measured += measure
+                else:
+                    new_ref, new_sh = self._device_step(j0, self.ls.ref, cell.shadow if flags[0] else None,
+                                                        ks[0], ss[0])
+                    self.ls.ref = new_ref
+                    if flags[0]:
+                        cell.shadow = new_sh
+            except Exception as e:  # noqa: BLE001 - a kernel error ends the cell and is reported
+                cell.exception = f"step {cell.step}: {type(e).__name__}: {e}"
+                cell.pending.append(("exception", traceback.format_exc()[-2000:]))
+                break
+            pos_before, k, flush_rows = self._book_piece(steps)
+            self._events(steps[-1] - at, flush_rows, pos_before, k, ref_before, measure)
+            cell.step += len(steps)
+            if cell.step % cell.chunk == 0:
+                if cell.step < cell.n_steps:  # the next chunk's inputs queued before the host waits for this one's
+                    self._load_inputs(cell.step)
+                self._check_outputs()
+                cell._drain()
+        self._check_outputs()
+        if cell.done:
+            cell._drain()
+        return int(np.minimum(cell.pos, cell.cfg.tokens).sum()) - before
+
+
+__all__ = ["FastCell", "qualifies", "raw_path"]

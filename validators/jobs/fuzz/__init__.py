@@ -1,0 +1,1 @@
+"""Fuzz: Hypothesis-driven scenarios (run), the mutation gallery, the regression corpus."""

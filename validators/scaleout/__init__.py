@@ -1,5 +1,0 @@
-"""Drift sweeps past one machine: shards from the environment balanced by estimated cell cost
-(:mod:`.shards`), claim mode on a shared output folder (:mod:`.claims`) and a Ray backend
-(:mod:`.ray_backend`).  Each runs cells through :func:`replayssm.validators.drift.run_cell`, so a
-cell's result, checkpoints and provenance are those of a serial run, and the report built from the
-cell files is the serial report byte for byte (docs/scaleout.md)."""
