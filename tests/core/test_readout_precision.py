@@ -52,8 +52,8 @@ def _cases(modes):
 def test_state_unit_ignores_the_readout_dot():
     for m in STANDARD_MODES[1:]:
         for dot in DOTS:
-            assert state_unit(with_dot(m, dot)) == state_unit(m)
-        assert output_unit(with_dot(m, "tf32")) >= 2.0**-11
+            assert state_unit(parse_mode(with_dot(m, dot))) == state_unit(parse_mode(m))
+        assert output_unit(parse_mode(with_dot(m, "tf32"))) >= 2.0**-11
     assert parse_mode("s32a32-tf32").arith_unit_roundoff == 2.0**-24
     assert parse_mode("s32a32-tf32").compute_unit_roundoff == 2.0**-11
 

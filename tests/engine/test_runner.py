@@ -17,7 +17,7 @@ from replayssm.interface import PAD_SLOT
 from replayssm.ops.gdn.literal import GDNLiteralReplay
 from replayssm.ops.literal import LiteralReplayKernel
 from replayssm.ops.mamba2.literal import Mamba2LiteralReplay, Mamba2LiteralReplayState
-from replayssm.precision import STANDARD_MODES
+from replayssm.precision import STANDARD_MODES, parse_mode
 from replayssm.scenarios import Scenario
 from replayssm.validators import Lockstep, ValidationResult, run_scenario
 from replayssm.validators.engine.invariants import int_view, poison_bits
@@ -98,10 +98,11 @@ def test_tolerance_table_separates_legit_variants(mode, family):
 
 
 def test_tolerance_comes_from_the_state_formats_row():
-    assert tolerance_for("s16a16-sr3") == tolerance_for("s16a16")
-    assert (tolerance_for("s64a64").floor_u, tolerance_for("sfp8a16").floor_u, tolerance_for("s32a16").floor_u) == \
-        (64.0, 1.0, 4.0)
-    assert all(t.factor >= 1 and t.floor_u > 0 and t.why for t in map(tolerance_for, STANDARD_MODES))
+    tol = {m: tolerance_for(parse_mode(m)) for m in ("s16a16-sr3", "s16a16", "s64a64", "sfp8a16", "s32a16")}
+    assert tol["s16a16-sr3"] == tol["s16a16"]
+    assert (tol["s64a64"].floor_u, tol["sfp8a16"].floor_u, tol["s32a16"].floor_u) == (64.0, 1.0, 4.0)
+    tols = [tolerance_for(parse_mode(m)) for m in STANDARD_MODES]
+    assert all(t.factor >= 1 and t.floor_u > 0 and t.why for t in tols)
 
 
 def test_lower_effective_precision_is_reported():

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import Phase
 
 from replayssm import cli, registry
+from replayssm.precision import parse_mode
 from replayssm.records import Recorder, errors
 from replayssm.records.jobs import fuzz_records, validate_record
 from replayssm.registry import get
@@ -62,7 +63,8 @@ def doubles(monkeypatch):
 def test_the_band_sits_below_the_weakest_gallery_catch_and_is_off_with_stochastic_rounding():
     # gdn mutant-low-precision-state at si8a16 (1.093 x), mamba2 mutant-int8-truncation (1.116 x): tolerances.py
     assert 1.0 < MARGINAL_FACTOR < 1.093
-    assert marginal_factor("s32a16") == MARGINAL_FACTOR and marginal_factor("s16a16-sr") == MARGINAL_FACTOR_SR == 1.0
+    assert marginal_factor(parse_mode("s32a16")) == MARGINAL_FACTOR
+    assert marginal_factor(parse_mode("s16a16-sr")) == MARGINAL_FACTOR_SR == 1.0
     ls = Lockstep(Scenario.tiny("mamba2", "speculative", mode="s16a16-sr", steps=2), "literal-replay")
     ls.fail(0, "state", "just above", row=0, value=1.001, bound=1.0)
     assert ls.failure_counts == {"state": 1} and not ls.marginals

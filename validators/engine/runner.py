@@ -54,8 +54,8 @@ from collections import Counter
 
 import torch
 
-from replayssm.conventions import Conventions, declared
-from replayssm.families import families, family
+from replayssm.conventions import Conventions
+from replayssm.families import Family, families
 from replayssm.interface import PAD_SLOT, KernelConfig, KernelUnderTest, policy
 from replayssm.ops.literal import (
     LiteralFlushWhenFullKernel,
@@ -79,8 +79,8 @@ from replayssm.validators.engine.golden_truth import GoldenTruth, masked
 from replayssm.validators.engine.metrics import error_metrics
 from replayssm.validators.engine.poison_alloc import HOW as POISON_HOW
 from replayssm.validators.engine.poison_alloc import poison_kernel_calls
+from replayssm.validators.engine.resolved import ResolvedScenario, declared_policy, family_of, resolve
 from replayssm.validators.engine.result import Failure, ValidationResult
-from replayssm.validators.engine.tolerances import marginal_factor as band_of
 
 CANARY_GENERATION = 1 << 40
 # The per-step metrics (``Lockstep.metrics``, the result's ``worst <metric>`` summary).
@@ -94,25 +94,21 @@ BANDED_METRICS = {"bound_ratio": "output", "state_bound_ratio": "state", "checkp
 SR_REPLICAS = 2
 
 
-def reference_step(family_name: str, state: torch.Tensor, tok: dict[str, torch.Tensor],
+def reference_step(fam: Family | str, state: torch.Tensor, tok: dict[str, torch.Tensor],
                    params: dict[str, torch.Tensor], conv: Conventions | None = None):
     """One fp64 recurrence step (docs/recurrences.md section 1) of the family's ``naive.py`` for all rows:
-    (output, new state);
+    (output, new state); ``fam``: the family (or its name);
     ``conv``: the kernel's declared conventions (replayssm/conventions.py)."""
-    return family(family_name).reference_step(state, tok, params, conv)
+    return family_of(fam).reference_step(state, tok, params, conv)
 
 
-def kernel_conventions(cls: type[KernelUnderTest], sc: Scenario) -> Conventions:
+def kernel_conventions(cls: type[KernelUnderTest], sc: Scenario | ResolvedScenario) -> Conventions:
     """The conventions a kernel class declares for ``sc`` (``cls.conventions``: fields, or fields per
     decode ``{"standard": {...}, "speculative": {...}}``); ValueError naming ``conventions``."""
-    decl = dict(getattr(cls, "conventions", {}) or {})
-    if decl and set(decl) <= {"standard", "speculative"}:
-        decl = dict(decl.get(sc.decode, {}))
-    return declared(decl, family(sc.family).conventions, sc.precision.act_dtype,
-                    who=f"kernel {getattr(cls, 'name', '') or cls.__name__!r}")
+    return resolve(sc, cls).conventions
 
 
-def readout_magnitude(family_name: str, state: torch.Tensor, tok: dict[str, torch.Tensor],
+def readout_magnitude(fam: Family | str, state: torch.Tensor, tok: dict[str, torch.Tensor],
                       params: dict[str, torch.Tensor], scaled: bool) -> torch.Tensor:
     """The magnitude of the terms each output sums (the condition of the readout), per output
     element (the family's ``readout_magnitude``, e.g. Mamba-2 ``sum_n |S_pn| |C_n| + |D x|``); for
@@ -122,7 +118,7 @@ def readout_magnitude(family_name: str, state: torch.Tensor, tok: dict[str, torc
     S = state.abs()
     if scaled:
         S = S.amax(-1, keepdim=True).expand_as(S)
-    return family(family_name).readout_magnitude(S, tok, params)
+    return family_of(fam).readout_magnitude(S, tok, params)
 
 
 # The literal replay model of each non-default bookkeeping policy (a mixin over the family's).
@@ -130,107 +126,80 @@ POLICY_LITERALS = {"flush-when-full": LiteralFlushWhenFullKernel, "fold-every-co
                    "host-cursors": LiteralHostCursorsKernel, "fold-at-commit": LiteralFoldAtCommitKernel}
 
 
-def policy_literal_name(family_name: str, policy_name: str) -> str:
+def _literal_mixin(fam: Family, name: str, mixin: type) -> str:
+    """Register ``name`` for the family (on first use): ``mixin`` over the family's literal replay model."""
+    try:
+        get(name, fam.name)
+    except ValueError:
+        register(type(f"{mixin.__name__}_{fam.name}", (mixin, fam.literal_replay),
+                      {"name": name, "family": fam.name, "__module__": mixin.__module__}), replace=True)
+    return name
+
+
+def policy_literal_name(fam: Family | str, policy_name: str) -> str:
     """The registered literal replay model of ``policy_name`` for the family (``literal-replay``
     for the spec's rule, else ``literal-replay-<policy>``, registered on first use)."""
     pol = policy(policy_name).name
     if pol == "spec":
         return "literal-replay"
-    name = f"literal-replay-{pol}"
-    try:
-        get(name, family_name)
-    except ValueError:
-        base = family(family_name).literal_replay
-        mixin = POLICY_LITERALS[pol]
-        register(type(f"{mixin.__name__}_{family_name}", (mixin, base),
-                      {"name": name, "family": family_name, "__module__": mixin.__module__}), replace=True)
-    return name
+    return _literal_mixin(family_of(fam), f"literal-replay-{pol}", POLICY_LITERALS[pol])
 
 
-for _fam in families():
-    for _pol in POLICY_LITERALS:
-        policy_literal_name(_fam, _pol)
-
-
-def staged_literal_name(family_name: str) -> str:
+def staged_literal_name(fam: Family | str) -> str:
     """The registered literal model of a staged fold (``zero_accept = "staged"``,
     replayssm/ops/literal_staged.py) for the family: ``literal-replay-staged``."""
-    name = "literal-replay-staged"
-    try:
-        get(name, family_name)
-    except ValueError:
-        base = family(family_name).literal_replay
-        register(type(f"LiteralStagedFoldKernel_{family_name}", (LiteralStagedFoldKernel, base),
-                      {"name": name, "family": family_name, "__module__": LiteralStagedFoldKernel.__module__}),
-                 replace=True)
-    return name
+    return _literal_mixin(family_of(fam), "literal-replay-staged", LiteralStagedFoldKernel)
 
 
-for _fam in families():
-    staged_literal_name(_fam)
-
-
-def next_verify_literal_name(family_name: str) -> str:
+def next_verify_literal_name(fam: Family | str) -> str:
     """The registered literal model of a fold at the next verify (``fold_at = "next-verify"``,
     replayssm/ops/literal_next_verify.py) for the family: ``literal-replay-fold-at-next-verify``."""
-    name = "literal-replay-fold-at-next-verify"
-    try:
-        get(name, family_name)
-    except ValueError:
-        base = family(family_name).literal_replay
-        register(type(f"LiteralNextVerifyFoldKernel_{family_name}", (LiteralNextVerifyFoldKernel, base),
-                      {"name": name, "family": family_name, "__module__": LiteralNextVerifyFoldKernel.__module__}),
-                 replace=True)
-    return name
+    return _literal_mixin(family_of(fam), "literal-replay-fold-at-next-verify", LiteralNextVerifyFoldKernel)
 
 
-for _fam in families():
+# registered in this order: policies, staged, next-verify (each for every family)
+for _fam in families().values():
+    for _pol in POLICY_LITERALS:
+        policy_literal_name(_fam, _pol)
+for _fam in families().values():
+    staged_literal_name(_fam)
+for _fam in families().values():
     next_verify_literal_name(_fam)
 
 
-def declared_policy(cls: type[KernelUnderTest]) -> str:
-    """The bookkeeping policy a kernel class declares (ValueError naming it when unknown)."""
-    try:
-        return policy(getattr(cls, "bookkeeping", "spec")).name
-    except ValueError as e:
-        raise ValueError(f"bookkeeping: kernel {getattr(cls, 'name', cls)!r} declares an unknown policy "
-                         f"({str(e).split(': ', 1)[1]})") from None
-
-
-def literal_twin_name(cls: type[KernelUnderTest], sc: Scenario) -> str | None:
+def literal_twin_name(cls: type[KernelUnderTest], sc: Scenario | ResolvedScenario) -> str | None:
     """The literal model a kernel is compared with: ``cls.literal_twin`` if set, else the literal
     baseline for baseline kernels and the literal replay model of the kernel's declared policy
     otherwise; None when it cannot run the scenario's mode."""
+    r = sc if isinstance(sc, ResolvedScenario) else resolve(sc)
     pol = declared_policy(cls)
-    default = "literal-baseline" if cls.kind == "baseline" else policy_literal_name(sc.family, pol)
+    default = "literal-baseline" if cls.kind == "baseline" else policy_literal_name(r.family, pol)
     name = getattr(cls, "literal_twin", None) or default
     for cand in (name, default):
         try:
-            lit = get(cand, sc.family)
+            lit = get(cand, r.family.name)
         except ValueError:
             continue
-        if lit.unsupported_reason(sc.precision, sc.decode_config, dict(sc.kernel_options)) is None:
+        if lit.unsupported_reason(r.mode, r.sc.decode_config, dict(r.sc.kernel_options)) is None:
             return cand
     return None
 
 
-def build_kernel(kernel, sc: Scenario, device, params=None, twin: bool = False,
+def build_kernel(kernel, sc: Scenario | ResolvedScenario, device, params=None, twin: bool = False,
                  conventions: Conventions | None = None) -> KernelUnderTest:
     """A kernel for ``sc``: a registered name, a KernelUnderTest subclass, or an instance.  A literal
     ``twin`` gets only the scenario's kernel options it declares (the rest are the kernel under test's)
     and computes with ``conventions`` (the kernel under test's; otherwise a kernel gets its own)."""
     if isinstance(kernel, KernelUnderTest):
         return kernel
-    cls = get(kernel, sc.family) if isinstance(kernel, str) else kernel
-    if not (isinstance(cls, type) and issubclass(cls, KernelUnderTest)):
-        raise ValueError(f"kernel: expected a registered name, a KernelUnderTest subclass or instance, got {kernel!r}")
+    r = resolve(sc, kernel, device)
+    cls = r.kernel_cls
     if params is None:
-        params = make_params(sc)
-    cfg = KernelConfig(sc.geometry_obj, {k: v.to(device) for k, v in params.items()}, sc.precision,
-                       sc.decode_config.with_policy(declared_policy(cls)), num_slots=sc.num_slots,
-                       device=torch.device(device),
-                       options={k: v for k, v in sc.kernel_options.items() if not twin or k in cls.accepted_options},
-                       conventions=conventions if conventions is not None else kernel_conventions(cls, sc))
+        params = make_params(r.sc)
+    cfg = KernelConfig(r.geometry, {k: v.to(r.device) for k, v in params.items()}, r.mode, r.decode,
+                       num_slots=r.sc.num_slots, device=r.device,
+                       options={k: v for k, v in r.sc.kernel_options.items() if not twin or k in cls.accepted_options},
+                       conventions=conventions if conventions is not None else r.conventions)
     return cls(cfg)
 
 
@@ -255,9 +224,9 @@ class Lockstep:
     when a check due at that step needs it.
     """
 
-    def __init__(self, sc: Scenario, kernel, *, device="cpu", literal_every: int = 1, invariants_every: int = 1,
-                 state_every: int = 1, max_failures: int = 200, record_metrics: bool = True, digest: bool = True,
-                 steps: list[StepPlan] | None = None, truth: str = "reference",
+    def __init__(self, sc: Scenario | ResolvedScenario, kernel, *, device="cpu", literal_every: int = 1,
+                 invariants_every: int = 1, state_every: int = 1, max_failures: int = 200, record_metrics: bool = True,
+                 digest: bool = True, steps: list[StepPlan] | None = None, truth: str = "reference",
                  poison_allocations: str | None = None, marginal_factor: float | None = None) -> None:
         if truth not in ("reference", "golden"):
             raise ValueError(f"truth: expected 'reference' or 'golden', got {truth!r}")
@@ -265,7 +234,10 @@ class Lockstep:
             raise ValueError(f"poison_allocations (--poison-allocations): expected one of {list(POISON_HOW)}, got "
                              f"{poison_allocations!r}")
         self.poison_allocations = poison_allocations
-        self.marginal_factor = band_of(sc.precision) if marginal_factor is None else float(marginal_factor)
+        # The scenario's names resolved once (validators/engine/resolved.py): checks and helpers read ``resolved``.
+        self.resolved = r = resolve(sc, kernel, device)
+        sc = r.sc
+        self.marginal_factor = r.marginal_factor if marginal_factor is None else float(marginal_factor)
         if not self.marginal_factor >= 1.0:
             raise ValueError(f"marginal_factor: expected a number >= 1 (1: no marginal band), got {marginal_factor!r}")
         self.golden = GoldenTruth.load(sc) if truth == "golden" else None
@@ -274,46 +246,43 @@ class Lockstep:
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name}: expected an integer >= 0, got {v!r}")
         self.sc = sc
-        self.device = torch.device(device)
+        self.device = r.device
         self.params = make_params(sc)
-        self.kernel = build_kernel(kernel, sc, self.device, self.params)
-        if self.kernel.geometry != sc.geometry_obj or self.kernel.mode != sc.precision:
-            raise ValueError(f"kernel: instance was built for {self.kernel.geometry} {self.kernel.mode.id}, "
-                             f"the scenario needs {sc.geometry_obj} {sc.mode}")
+        self.kernel = build_kernel(kernel, r, self.device, self.params)
         self.kernel_name = self.kernel.name or type(self.kernel).__name__
         # The recurrence the kernel claims (its declared conventions): the reference and the literal
         # model follow it.
-        self.conv = kernel_conventions(type(self.kernel), sc)
+        self.conv = r.conventions
         if self.golden is not None and not self.conv.is_default:
             raise ValueError(f"truth: golden: the golden trajectories follow the default conventions; kernel "
                              f"{self.kernel_name!r} declares {self.conv.changes()}")
         # The fp64 running-error bound judges every step the literal model does not run; a family
         # without an error model keeps the literal model on every step (no option turns the
         # numerical checks off).
-        terms = error_model(sc.family, self.conv)
+        terms = error_model(r.family, self.conv)
         self.replay_kind = getattr(self.kernel, "base_kind", self.kernel.kind) != "baseline"
         init0 = make_initial_state(sc, 0, self.device)
         heads = state_norm(init0).shape[1]
-        self.bound = (RunningBound(terms, sc.precision, self.replay_kind, sc.rows, heads, self.device,
-                                   records_read_state="state-read-records" in family(sc.family).capabilities)
+        self.bound = (RunningBound(terms, r.mode, self.replay_kind, sc.rows, heads, self.device,
+                                   records_read_state="state-read-records" in r.family.capabilities)
                       if terms is not None else None)
         if self.bound is None and not literal_every:
             literal_every = 1
-        self.literal_name = literal_twin_name(type(self.kernel), sc) if literal_every else None
-        self.literal = (build_kernel(self.literal_name, sc, self.device, self.params, twin=True, conventions=self.conv)
+        self.literal_name = literal_twin_name(r.kernel_cls, r) if literal_every else None
+        self.literal = (build_kernel(self.literal_name, r, self.device, self.params, twin=True, conventions=self.conv)
                         if self.literal_name else None)
         self.literal_every = literal_every if self.literal is not None else 0
         self.replicas = []
-        if self.literal is not None and sc.precision.rounding == "stochastic":
+        if self.literal is not None and r.mode.rounding == "stochastic":
             for i in range(1, SR_REPLICAS + 1):
-                rsc = sc.replace(mode=dataclasses.replace(sc.precision, seed=sc.precision.seed + 7919 * i).id)
-                self.replicas.append(build_kernel(self.literal_name, rsc, self.device, self.params, twin=True,
+                rr = r.with_mode(dataclasses.replace(r.mode, seed=r.mode.seed + 7919 * i))
+                self.replicas.append(build_kernel(self.literal_name, rr, self.device, self.params, twin=True,
                                                   conventions=self.conv))
-        if self.literal_name == "literal-replay" and sc.precision.dot != "ieee":
+        if self.literal_name == "literal-replay" and r.mode.dot != "ieee":
             # a readout dot's rounding reaches the state through the records the family reads the state for:
             # the literal models reading it in another order join the rule (Family.dot_order_literals)
-            for name in family(sc.family).dot_order_literals:
-                self.replicas.append(build_kernel(name, sc, self.device, self.params, twin=True,
+            for name in r.family.dot_order_literals:
+                self.replicas.append(build_kernel(name, r, self.device, self.params, twin=True,
                                                   conventions=self.conv))
         self.invariants_every = invariants_every
         self.state_every = state_every
@@ -330,7 +299,7 @@ class Lockstep:
         self.notes: list[str] = []
         self.ref_params = {k: v.to(self.device, torch.float64) for k, v in self.params.items()}
         # The declared policy of the kernel's class (an instance may have swapped its own rule).
-        self.dec = sc.decode_config.with_policy(declared_policy(type(self.kernel)))
+        self.dec = r.decode
         self.ragged = any(p.window_lens is not None for p in self.plans)
         self.zero_noop = self.kernel.zero_accept in ("noop", "staged") and self.dec.speculative
         # A staged fold (zero_accept "staged"): a flush's checkpoint is judged after the commit, on the
@@ -383,7 +352,7 @@ class Lockstep:
         # A mutant built on a baseline says so in ``base_kind`` (its kind is "mutant").
         self.kind = "replay" if self.replay_kind else "baseline"
         self.hooks = {h: checks_at(h, self.kind) for h in HOOKS}
-        self.rule = ToleranceRule(sc.precision, sc.rows, self.device, label=sc.mode)
+        self.rule = ToleranceRule(r, sc.rows, self.device, label=sc.mode)
         self.step_idx = 0
         self.started = False
         self.digest = inv.RunDigest() if digest else None
@@ -557,7 +526,8 @@ class Lockstep:
         ids = [self.ids_list[r] if r in p.reset_rows else PAD_SLOT for r in range(self.sc.rows)]
         tids = torch.tensor(ids, dtype=torch.int64, device=self.device)
         default = p.reset_default or self.sc.initial_state == "zeros"
-        init = (torch.zeros((self.sc.rows, *self.sc.geometry_obj.state_shape), dtype=torch.float64, device=self.device)
+        init = (torch.zeros((self.sc.rows, *self.resolved.geometry.state_shape), dtype=torch.float64,
+                            device=self.device)
                 if default else make_initial_state(self.sc, generation=p.step + 1, device=self.device))
         orig = [0] * self.sc.rows
         for r, o in zip(p.reset_rows, p.reset_origins):
@@ -656,7 +626,7 @@ class Lockstep:
             inputs = {n: v.index_select(0, idx).contiguous() for n, v in inputs.items()}
             kw = {n: v.index_select(0, idx) for n, v in kw.items()}
             pads = [i for i, r in enumerate(p.perm) if r in self.pad_rows]
-        out = inv.poisoned_out(sc.rows, T, self.kernel.out_shape, sc.precision.act_dtype, pads, dev)
+        out = inv.poisoned_out(sc.rows, T, self.kernel.out_shape, self.resolved.mode.act_dtype, pads, dev)
         cur = self.cursor_kw(self.kernel)
         self.view_gaps["verify"] = []
         if p.layout == "views":
@@ -774,7 +744,7 @@ class Lockstep:
         t_idx = torch.arange(T, device=self.device)
         wl = torch.tensor([lens[r] if r in self.active else T for r in range(self.sc.rows)], device=self.device)
         ctx.tail = t_idx[None, :] >= wl[:, None]
-        fill = ctx.ref_out.to(self.sc.precision.act_dtype)
+        fill = ctx.ref_out.to(self.resolved.mode.act_dtype)
         mask = ctx.tail.view(*ctx.tail.shape, *([1] * (fill.dim() - 2))).expand_as(fill)
         ctx.out = torch.where(mask, fill, ctx.out)
         if ctx.lit_outs:
@@ -812,12 +782,13 @@ class Lockstep:
         kt = torch.tensor(accepted, device=self.device)
         after_first = None
         self._toks_states: list[torch.Tensor] = []
+        fam, scaled = self.resolved.family, self.resolved.mode.scaled_state
         for t in range(T):
             tok = {n: v[:, t].to(torch.float64) for n, v in inputs.items()}
             toks.append(tok)
-            y, st = reference_step(self.sc.family, st, tok, self.ref_params, self.conv)
+            y, st = reference_step(fam, st, tok, self.ref_params, self.conv)
             outs.append(y)
-            mags.append(readout_magnitude(self.sc.family, st, tok, self.ref_params, self.sc.precision.scaled_state))
+            mags.append(readout_magnitude(fam, st, tok, self.ref_params, scaled))
             if t == 0:
                 after_first = st
             if self.publish:  # the state after each window position (the materialize check's truth)
@@ -836,7 +807,7 @@ class Lockstep:
         fl[list(flush_rows)] = True
 
         def readout(s_abs, tok):
-            return readout_magnitude(self.sc.family, s_abs, tok, self.ref_params, False)
+            return readout_magnitude(self.resolved.family, s_abs, tok, self.ref_params, False)
         # a staged fold's commit(0) discards the flush's fold: the bound keeps the fold it had
         discard = (fl & (kt == 0)) if self.staged else None
         self.fp64 = self.bound.window(toks, self.ref_params, fl, self.dec.speculative, kt, like, readout,
@@ -1067,7 +1038,7 @@ class Lockstep:
         inputs = make_inputs(self.sc, nxt, self.device)
         try:
             for m in models:
-                out = inv.poisoned_out(self.sc.rows, self.sc.window, m.out_shape, self.sc.precision.act_dtype,
+                out = inv.poisoned_out(self.sc.rows, self.sc.window, m.out_shape, self.resolved.mode.act_dtype,
                                        self.pad_rows, self.device)
                 m.verify(self.ids, inputs, out=out, **self.cursor_kw(m))
             self._deferred_flush_checks(None, True)  # (counted as judged at the next verify: the probe is one)
@@ -1177,7 +1148,7 @@ class Lockstep:
                                wall_s=wall_s, failures=sorted(self.failures, key=lambda f: f.sort_key),
                                failure_counts=dict(self.failure_counts), exception=exception,
                                device=str(self.device),
-                               conventions=self.conv.label(family(sc.family).conventions))
+                               conventions=self.conv.label(self.resolved.family.conventions))
         res.metrics = {k: v for k, v in self.metrics.items() if any(x is not None for x in v)}
         summ = {}
         for key in METRICS:
@@ -1238,8 +1209,8 @@ def _exception_record(step: int, e: BaseException) -> dict:
             "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__))[-4000:]}
 
 
-def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, repeat_check: bool = True,
-                 literal_every: int = 1, invariants_every: int = 1, state_every: int = 1,
+def run_scenario(sc: Scenario | ResolvedScenario, kernel, *, device="cpu", progress: bool = False,
+                 repeat_check: bool = True, literal_every: int = 1, invariants_every: int = 1, state_every: int = 1,
                  stop_on_failure: bool = False, max_failures: int = 200, truth: str = "reference",
                  poison_allocations: str | None = None, marginal_factor: float | None = None) -> ValidationResult:
     """Validate ``kernel`` (registered name, class, or a zero-argument factory of fresh instances is not
@@ -1249,8 +1220,7 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
     commit calls is filled with that poison (validators/engine/poison_alloc.py), the repeat run's too.
     ``marginal_factor``: the marginal band of the banded checks (default ``tolerances.marginal_factor``
     of the mode; 1: none, every error above the bound fails)."""
-    if not isinstance(sc, Scenario):
-        raise ValueError(f"sc: expected a Scenario, got {type(sc).__name__}")
+    r = resolve(sc, kernel, device)  # the door: every name of the scenario resolved once (ValueError naming it)
     for name, v in (("invariants_every", invariants_every), ("state_every", state_every)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}: expected an integer >= 1, got {v!r} (0 would switch checks off; no option "
@@ -1258,14 +1228,14 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
     if isinstance(kernel, KernelUnderTest) and repeat_check:
         raise ValueError("kernel: pass a registered name or a class so the repeat check can build a fresh instance "
                          "(or repeat_check=False)")
-    ls = Lockstep(sc, kernel, device=device, literal_every=literal_every, invariants_every=invariants_every,
+    ls = Lockstep(r, kernel, device=r.device, literal_every=literal_every, invariants_every=invariants_every,
                   state_every=state_every, max_failures=max_failures, truth=truth,
                   poison_allocations=poison_allocations, marginal_factor=marginal_factor)
     n = len(ls.plans)
     bar = None
     if progress:
         from tqdm import tqdm
-        bar = tqdm(total=n, unit="step", desc=f"{ls.kernel_name} {sc.family} {sc.mode}", leave=False)
+        bar = tqdm(total=n, unit="step", desc=f"{ls.kernel_name} {r.sc.family} {r.sc.mode}", leave=False)
     exc = None
     step_digests = []
     t0 = time.perf_counter()
@@ -1289,5 +1259,5 @@ def run_scenario(sc: Scenario, kernel, *, device="cpu", progress: bool = False, 
     return ls.result(wall_s=wall, exception=exc)
 
 
-__all__ = ["SR_REPLICAS", "SR_WALK_CAP", "Lockstep", "build_kernel", "kernel_conventions", "literal_twin_name",
-           "reference_step", "run_scenario"]
+__all__ = ["SR_REPLICAS", "SR_WALK_CAP", "Lockstep", "ResolvedScenario", "build_kernel", "declared_policy",
+           "kernel_conventions", "literal_twin_name", "reference_step", "resolve", "run_scenario"]

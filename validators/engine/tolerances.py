@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from replayssm.precision import FORMATS, PrecisionMode, parse_mode
+from replayssm.precision import FORMATS, PrecisionMode
 
 
 @dataclass(frozen=True)
@@ -72,32 +72,40 @@ MARGINAL_FACTOR = 1.05
 MARGINAL_FACTOR_SR = 1.0
 
 
-def marginal_factor(mode: PrecisionMode | str) -> float:
+def _mode(mode: PrecisionMode) -> PrecisionMode:
+    """A resolved mode (names are resolved once, at the engine's door: ``validators/engine/resolved.py``)."""
+    if not isinstance(mode, PrecisionMode):
+        raise ValueError(f"mode: expected a PrecisionMode (resolve an id with replayssm.precision.parse_mode or "
+                         f"validators.engine.resolved.resolve), got {mode!r}")
+    return mode
+
+
+def marginal_factor(mode: PrecisionMode) -> float:
     """The marginal band of ``mode``: ``MARGINAL_FACTOR``, or with stochastic rounding ``MARGINAL_FACTOR_SR``."""
-    return MARGINAL_FACTOR_SR if parse_mode(mode).rounding == "stochastic" else MARGINAL_FACTOR
+    return MARGINAL_FACTOR_SR if _mode(mode).rounding == "stochastic" else MARGINAL_FACTOR
 
 
-def tolerance_for(mode: PrecisionMode | str) -> Tolerance:
-    m = parse_mode(mode)
+def tolerance_for(mode: PrecisionMode) -> Tolerance:
+    m = _mode(mode)
     fmt = FORMATS[m.state]
     return Tolerance(FACTOR, fmt.floor, f"FlashAttention's factor 2; floor {fmt.floor:g} u ({fmt.name} state's row)")
 
 
-def output_unit(mode: PrecisionMode | str) -> float:
+def output_unit(mode: PrecisionMode) -> float:
     """The u output errors are measured in: the coarsest rounding of the mode."""
-    return parse_mode(mode).unit_roundoff
+    return _mode(mode).unit_roundoff
 
 
-def state_unit(mode: PrecisionMode | str) -> float:
+def state_unit(mode: PrecisionMode) -> float:
     """The u state errors are measured in: state storage or arithmetic, whichever is coarser.  The
     readout dot is left out (a ``-tf32`` mode loosens the output checks, never the state's): where a
     family builds its state through the dot, the literal model rounds it the same way and the
     ``factor x err_literal`` term carries it."""
-    m = parse_mode(mode)
+    m = _mode(mode)
     return max(m.state_unit_roundoff, m.arith_unit_roundoff)
 
 
-def bound(mode: PrecisionMode | str, err_literal, scale, *, state: bool = False):
+def bound(mode: PrecisionMode, err_literal, scale, *, state: bool = False):
     """``factor * err_literal + floor_u * u * scale`` (floats or tensors)."""
     t = tolerance_for(mode)
     u = state_unit(mode) if state else output_unit(mode)

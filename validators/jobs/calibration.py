@@ -39,6 +39,7 @@ from replayssm.registry import get, kernels
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.engine.mutants.registry import MUTANTS
+from replayssm.validators.engine.resolved import resolve
 from replayssm.validators.engine.runner import run_scenario
 
 # The precision modes the population is drawn over (every state format, stochastic rounding, tf32 dots).
@@ -112,7 +113,7 @@ def draw(family: str, kernel: type, i: int, seed: int, steps: int, modes) -> Sce
         mode = rng.choice(modes)
         sc = Scenario.tiny(family, decode, mode=mode, distribution=dist, schedule=schedule, steps=steps,
                            seed=rng.randrange(2**31), initial_state="random")
-        if kernel.unsupported_reason(parse_mode(mode), sc.decode_config, {}) is None:
+        if kernel.unsupported_reason(resolve(sc).mode, sc.decode_config, {}) is None:
             return sc
     return None
 

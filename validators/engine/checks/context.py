@@ -17,12 +17,15 @@ import torch
 from replayssm.interface import KernelSnapshot
 from replayssm.scenarios.schedules import StepPlan
 from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.resolved import ResolvedScenario
 
 
 @dataclass(eq=False)
 class StepContext:
     """One step.  ``run`` is the :class:`~replayssm.validators.engine.runner.Lockstep` (scenario, rows,
-    cursors ``wp`` / ``origin`` after the commit, the tolerance rule ``rule``, canaries)."""
+    cursors ``wp`` / ``origin`` after the commit, the tolerance rule ``rule``, canaries);
+    ``resolved`` its scenario resolved once (family, mode, geometry, decode config, kernel class,
+    tolerance: ``validators/engine/resolved.py``)."""
 
     run: Any
     plan: StepPlan
@@ -63,6 +66,10 @@ class StepContext:
     @property
     def kernel(self):
         return self.run.kernel
+
+    @property
+    def resolved(self) -> ResolvedScenario:
+        return self.run.resolved
 
     @property
     def rule(self):
@@ -130,6 +137,10 @@ class RunContext:
     exception: dict | None = None
     repeat: bool = True
     hook: str = "end-of-run"
+
+    @property
+    def resolved(self) -> ResolvedScenario:
+        return self.run.resolved
 
     def fail(self, step: int, check: str, message: str, **where) -> None:
         self.run.fail(step, check, message, **where)

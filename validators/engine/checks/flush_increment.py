@@ -35,9 +35,8 @@ from __future__ import annotations
 import torch
 
 from replayssm.conventions import conv_kwargs
-from replayssm.families import family
 from replayssm.interface import PAD_SLOT
-from replayssm.precision import parse_mode
+from replayssm.precision import REFERENCE
 from replayssm.rounding import dequantize_state
 from replayssm.validators.engine.checks.fp64_bound import FACTOR, K_EXP, K_SUM
 from replayssm.validators.engine.checks.registry import REPLAY, register_check
@@ -47,7 +46,6 @@ from replayssm.validators.engine.checks.registry import REPLAY, register_check
 MAX_STORE_U = 4.0
 # A product of two operands each rounded to the dot's format: 2 u_dot relative.
 K_DOT = 2.0
-_FP64 = parse_mode("s64a64")
 
 
 def _history(snap, slot: int, n: int, ring: int) -> dict[str, torch.Tensor]:
@@ -61,8 +59,8 @@ def fold_of_own_storage(ctx, r: int, with_before: bool = False):
     (``with_before``: and the state before the window, ``(want, before)``)."""
     run = ctx.run
     snap = ctx.snapshots.get("before-verify")
-    math = family(run.sc.family).literal_replay.math
-    layout = math.record_layout(run.sc.geometry_obj)
+    math = ctx.resolved.family.literal_replay.math
+    layout = math.record_layout(ctx.resolved.geometry)
     if snap is None or set(snap.records) != set(layout):
         return None
     s = run.ids_list[r]
@@ -73,7 +71,7 @@ def fold_of_own_storage(ctx, r: int, with_before: bool = False):
     dev = s0.device  # where the snapshot lives (the kernel's device or the CPU)
     win = {k: v[r].to(dev, torch.float64) for k, v in ctx.inputs.items()}
     params = {k: v.to(dev) for k, v in run.ref_params.items()}
-    res = math.window(s0, hist, win, params, _FP64, dict(run.sc.kernel_options), **conv_kwargs(run.conv))
+    res = math.window(s0, hist, win, params, REFERENCE, dict(run.sc.kernel_options), **conv_kwargs(run.conv))
     # what the declared bookkeeping policy's flush folds: the committed prefix, or it and window position 0
     want = res.state_after_first if run.dec.flush_folds_first else res.state_before
     return (want, res.state_before) if with_before else want
@@ -86,13 +84,13 @@ def fold_of_own_storage(ctx, r: int, with_before: bool = False):
                 mutant="mutant-flush-bf16-arithmetic", witness={"family": "gdn", "steps": 10})
 def flush_increment(ctx) -> None:
     run = ctx.run
-    mode = run.sc.precision
+    mode = ctx.resolved.mode
     # The fold's arithmetic is fp32 whatever the readout dot; but a flush that also folds window
     # position 0 of a family whose records read the state through the dot builds that record with
     # S k at the dot's precision: beta e^g |delta(S k)_v| <= K_DOT u_dot |S_v|_2 (|k| = 1), per element.
     u_s, u_c = mode.state_unit_roundoff, mode.arith_unit_roundoff
     u_dot = (mode.dot_unit_roundoff if run.dec.flush_folds_first
-             and "state-read-records" in family(run.sc.family).capabilities else 0.0)
+             and "state-read-records" in ctx.resolved.family.capabilities else 0.0)
     terms = None if ctx.fp64 is None else ctx.fp64.get("fold_terms")
     fold_abs = None if ctx.fp64 is None else ctx.fp64.get("fold_abs")
     for r in ctx.flush_rows:

@@ -44,8 +44,9 @@ import inspect
 
 import torch
 
-from replayssm.families import family
+from replayssm.families import Family
 from replayssm.precision import PrecisionMode
+from replayssm.validators.engine.resolved import family_of
 
 # Constants of the bound (the rounding-error counts of the analysis above, with room for the
 # orders of operation real kernels use).  Measured on tiny, literal_every=0 (this
@@ -61,11 +62,12 @@ K_STORE = 1.0  # one rounding to the state format (relative to the element, <= t
 FACTOR = 2.0  # FlashAttention's factor 2, here on a bound that is already a worst case
 
 
-def error_model(family_name: str, conv=None):
-    """The family's ``error_coefficients`` (from its literal math), or None when it gives none;
+def error_model(fam: Family | str, conv=None):
+    """The family's (``fam``: the family or its name) ``error_coefficients`` (from its literal math), or None
+    when it gives none;
     ``conv``: the kernel's declared conventions, bound where the coefficients take them (KDA's gate
     law changes the decays the bound is made of)."""
-    fn = getattr(family(family_name).literal_replay.math, "error_coefficients", None)
+    fn = getattr(family_of(fam).literal_replay.math, "error_coefficients", None)
     if fn is not None and conv is not None and not conv.is_default and "conv" in inspect.signature(fn).parameters:
         return functools.partial(fn, conv=conv)
     return fn

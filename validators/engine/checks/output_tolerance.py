@@ -17,7 +17,6 @@ import torch
 
 from replayssm.validators.engine.checks.registry import BOTH, register_check
 from replayssm.validators.engine.metrics import error_metrics
-from replayssm.validators.engine.tolerances import bound
 
 
 @register_check("output", banded=True, hooks="after-verify", schedule="every-step", kinds=BOTH,
@@ -68,7 +67,7 @@ def _against_literal(ctx) -> None:
     lit_row = rule.running_max("output", act, torch.stack([x["max_abs"] for x in mls]).amax(0).amax(-1, keepdim=True))
     # The floor's scale: the largest output or readout term magnitude of the row's window.
     scale = _scale(ctx, act)
-    b = bound(run.sc.precision, lit_row, scale * rule.sr_walk(act)[:, None]).expand_as(m["max_abs"])
+    b = rule.bound(lit_row, scale * rule.sr_walk(act)[:, None]).expand_as(m["max_abs"])
     fp = None
     if ctx.fp64 is not None:  # the envelope with the fp64 running-error bound (tolerance_rule.py)
         fp = ctx.fp64["output_arith"].index_select(0, act)

@@ -37,7 +37,7 @@ def repeat_digests(run, kernel, n: int, skip=()) -> tuple[str, list[str]]:
     (a Lockstep): (digest of the final snapshot, slots ``skip`` zeroed; the chained output digest
     after each step)."""
     sc = run.sc
-    ls = type(run)(sc, kernel, device=run.device, literal_every=0, invariants_every=0, state_every=0,
+    ls = type(run)(run.resolved, kernel, device=run.device, literal_every=0, invariants_every=0, state_every=0,
                    record_metrics=False, steps=run.plans, poison_allocations=run.poison_allocations)
     hexes = []
     ls.start()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.families import family
 from replayssm.interface import PAD_SLOT
 from replayssm.precision import FORMATS
 from replayssm.validators.engine import invariants as inv
@@ -91,8 +90,9 @@ def _bits(fmt: str) -> int:
 
 def declared_record_formats(ctx) -> dict[str, str]:
     """Record name -> the format the mode declares for it (activation, or compute for decay records)."""
-    mode = ctx.run.sc.precision
-    layout = family(ctx.run.sc.family).literal_replay.math.record_layout(ctx.run.sc.geometry_obj)
+    r = ctx.resolved
+    mode = r.mode
+    layout = r.family.literal_replay.math.record_layout(r.geometry)
     compute = "fp64" if mode.is_reference else "fp32"
     return {name: (mode.act if role == "act" else compute) for name, (_shape, role) in layout.items()}
 
@@ -104,7 +104,7 @@ def declared_record_formats(ctx) -> dict[str, str]:
                 mutant="mutant-checkpoint-bf16-precision", witness={"family": "gdn", "steps": 10})
 def stored_precision(ctx) -> None:
     run = ctx.run
-    mode = run.sc.precision
+    mode = ctx.resolved.mode
     rows = [r for r in ctx.flush_rows if run.ids_list[r] != PAD_SLOT]
     if not rows:
         return

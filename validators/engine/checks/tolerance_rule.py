@@ -28,7 +28,8 @@ import torch
 from replayssm.precision import PrecisionMode
 from replayssm.validators.engine import invariants as inv
 from replayssm.validators.engine.metrics import error_metrics
-from replayssm.validators.engine.tolerances import bound, output_unit, state_unit, tolerance_for
+from replayssm.validators.engine.resolved import ResolvedScenario
+from replayssm.validators.engine.tolerances import output_unit, state_unit, tolerance_for
 
 # ... the floor grows like a random walk of one rounding per flush, up to this many flushes
 # (later the replicas' running envelope has seen enough of the noise).
@@ -49,16 +50,22 @@ class ToleranceRule:
     """The rule for one run at ``mode`` over ``rows`` rows; ``envelope`` (per-row running maxima
     and flush counts) is part of the run's resumable state."""
 
-    def __init__(self, mode: PrecisionMode, rows: int, device, label: str | None = None) -> None:
-        self.mode = mode
+    def __init__(self, mode: PrecisionMode | ResolvedScenario, rows: int, device, label: str | None = None) -> None:
+        if isinstance(mode, ResolvedScenario):  # the run's scenario, resolved once: its tolerance constants
+            self.mode, self.tol, self.u_out, self.u_state = mode.mode, mode.tolerance, mode.u_out, mode.u_state
+        else:
+            self.mode, self.tol = mode, tolerance_for(mode)
+            self.u_out, self.u_state = output_unit(mode), state_unit(mode)
+        mode = self.mode
         self.label = label or mode.id
         self.device = device
-        self.tol = tolerance_for(mode)
-        self.u_out = output_unit(mode)
-        self.u_state = state_unit(mode)
         self.sr_envelope = mode.rounding == "stochastic"
         self.envelope = {k: torch.zeros(rows, dtype=torch.float64, device=device)
                          for k in ("output", "state", "flushes")}
+
+    def bound(self, err_literal, scale, *, state: bool = False):
+        """``tolerances.bound`` at the rule's mode: ``factor * err_literal + floor_u * u * scale``."""
+        return self.tol.factor * err_literal + self.tol.floor_u * (self.u_state if state else self.u_out) * scale
 
     def sr_walk(self, idx: torch.Tensor) -> torch.Tensor:
         """Per row: sqrt(1 + flushes since reset) with stochastic rounding (independent rounding
@@ -131,7 +138,7 @@ class ToleranceRule:
         fp_err = None
         walk = self.state_walk(idx)
         if lit_err is not None:
-            b = bound(self.mode, lit_err, m["ref_max"] * walk, state=True)
+            b = self.bound(lit_err, m["ref_max"] * walk, state=True)
             if fp64_arith is not None:  # the envelope: another operation order's arithmetic
                 fp_err = fp64_arith.index_select(0, idx)
                 b = torch.maximum(b, fp_err + self.tol.floor_u * self.u_state * m["ref_max"])

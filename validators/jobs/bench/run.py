@@ -49,6 +49,7 @@ from replayssm.records import git_state
 from replayssm.registry import get, kernels
 from replayssm.scenarios.inputs import make_params
 from replayssm.scenarios.scenario import Scenario
+from replayssm.validators.engine.resolved import resolve
 from replayssm.validators.engine.runner import declared_policy, run_scenario
 
 # ---- generic harness ----------------------------------------------------------------------------------
@@ -263,13 +264,12 @@ def time_kernel_samples(family_name: str, name: str, geometry: str, mode: str, d
     host syncs, so one CUDA graph captures it.  Kernels with a raw
     launch path or host checks that can be turned off are replayed from one CUDA graph; the others
     (adapters: host bookkeeping, device syncs) are timed eagerly by ``do_bench``."""
-    fam = family(family_name)
-    g = preset(geometry, family_name)
-    cls = get(name, family_name)
     sc = check_scenario_of(family_name, geometry, mode, decode, k, options)
+    r = resolve(sc, name, device)
+    fam, g, cls = r.family, r.geometry, r.kernel_cls
     if verdict is None:
         verdict = check_configuration(name, sc, device)
-    act = parse_mode(mode).act_dtype
+    act = r.mode.act_dtype
     params = {n: v.to(device) for n, v in make_params(sc).items()}
     kern = _build(family_name, name, g, params, mode, decode, batch * nsets, device, options)
     T = decode.window

@@ -115,7 +115,7 @@ class CellRun:
         kt = torch.as_tensor(accepted, device=self.device)
         for t in range(int(accepted.max())):
             tok = {n: v[:, t].to(torch.float64) for n, v in inputs.items()}
-            _, st = reference_step(self.sc.family, st, tok, self.ls.ref_params)
+            _, st = reference_step(self.ls.resolved.family, st, tok, self.ls.ref_params)
             sel = (kt == t + 1).view(-1, *([1] * (st.dim() - 1)))
             new = torch.where(sel, st, new)
         self.shadow = new
@@ -244,7 +244,7 @@ class CellRun:
             gm = np.exp(self.block_sum / self.block_cnt)
         blocks = [[float(x) if c and math.isfinite(x) else None for x, c in zip(row, cnt)]
                   for row, cnt in zip(gm, self.block_cnt)]
-        g = self.sc.geometry_obj
+        g = self.ls.resolved.geometry
         return {
             "schema": CELL_SCHEMA, "id": self.spec.id, "config": self.cfg.digest, **self.spec.to_dict(),
             "scenario": self.sc.to_dict(), "geometry_name": dict(self.cfg.geometry)[self.spec.family],

@@ -78,7 +78,7 @@ import numpy as np
 import torch
 
 from replayssm.conventions import conv_kwargs
-from replayssm.families import Family, family
+from replayssm.families import Family
 from replayssm.ops.triton.bound_scan import bound_scan
 from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
 from replayssm.scenarios.inputs import make_inputs_steps
@@ -224,9 +224,9 @@ class FastCell:
         # a piece, so that every key fits in 4 per step, was tried: 97 % replays, but it ran no faster on an
         # H100.)
         self.max_graphs = max(MAX_GRAPHS, 8 * self.K) if self.spec else MAX_GRAPHS
-        g = sc.geometry_obj
+        g = ls.resolved.geometry
         K, R, T, dev = self.K, self.R, self.T, self.dev
-        act = sc.precision.act_dtype
+        act = ls.resolved.mode.act_dtype
         self.names = list(g.input_shapes())
         self.inb = {n: torch.empty((K, R, T, *s), dtype=act, device=dev) for n, s in g.input_shapes().items()}
         self.out = torch.empty((K, R, T, *ls.kernel.out_shape), dtype=act, device=dev)
@@ -247,7 +247,7 @@ class FastCell:
         self.hoist = self.fused and dev.type == "cuda" if hoist is None else bool(hoist)
         if self.hoist and not self.fused:
             raise ValueError("hoist: the hoisted chunk terms are taken by the fused reference step (fused=True)")
-        self.ref = _ChunkReference(family(sc.family), K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
+        self.ref = _ChunkReference(ls.resolved.family, K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
         self.raw_ck = raw_checkpoint(ls.kernel)
         self.ids_host = ls.ids.tolist()
         # the host's cursor walk over every row at once (the policy's rules as tables: the same answers)
@@ -442,7 +442,7 @@ class FastCell:
                 st = self.ref.step(st, j * T + t, self.y_v[j * T + t], keep=keep)
             else:  # with Lockstep._reference_window's readout magnitude, its maximum
                 st, mag = self.ref.step_magnitude(st, j * T + t, self.y_v[j * T + t], self.tok_v[j * T + t],
-                                                  self.sc.precision.scaled_state, keep=keep)
+                                                  self.ls.resolved.mode.scaled_state, keep=keep)
                 self.mag_v[j * T + t].copy_(mag.flatten(1).amax(-1))
             if not fuse:
                 new = self._keep(new, st, j, t, k, static)
@@ -562,7 +562,7 @@ class FastCell:
 
     def _readout(self, s_abs: torch.Tensor, tok: dict) -> torch.Tensor:
         """``Lockstep._bound_window``'s readout magnitude (of a state of bound values)."""
-        return readout_magnitude(self.sc.family, s_abs, tok, self.ls.ref_params, False)
+        return readout_magnitude(self.ls.resolved.family, s_abs, tok, self.ls.ref_params, False)
 
     def _keep_bound_static(self) -> None:
         """The bound's running state into its fixed buffers (after a resume replaced it)."""

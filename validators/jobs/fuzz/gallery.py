@@ -29,6 +29,7 @@ import torch
 from replayssm.precision import STANDARD_MODES, parse_mode
 from replayssm.records import UNKNOWN, git_state
 from replayssm.validators.engine.mutants import all_mutants
+from replayssm.validators.engine.resolved import resolve
 from replayssm.validators.engine.runner import run_scenario
 from replayssm.validators.jobs.fuzz.run import PROFILES, FuzzReport, fuzz_kernel
 
@@ -100,11 +101,12 @@ def run_dot_case(report: FuzzReport, dot: str) -> DotVerdict:
     reasons = {cls.unsupported_reason(parse_mode(m), sc.decode_config, {}) for m in dot_modes(dot)} if sc else {None}
     if None not in reasons:
         return DotVerdict(report.kernel, report.family, dot, None, f"refuses every -{dot} mode: {sorted(reasons)[0]}")
-    if sc is not None and not parse_mode(sc.mode).is_reference:
-        sc2 = dataclasses.replace(sc, mode=with_dot(sc.mode, dot))
-        cfg_reason = cls.unsupported_reason(parse_mode(sc2.mode), sc2.decode_config, sc2.kernel_options or {})
+    if sc is not None and not resolve(sc).mode.is_reference:
+        r2 = resolve(dataclasses.replace(sc, mode=with_dot(sc.mode, dot)), cls)
+        sc2 = r2.sc
+        cfg_reason = cls.unsupported_reason(r2.mode, sc2.decode_config, sc2.kernel_options or {})
         if cfg_reason is None:
-            res = run_scenario(sc2, cls, repeat_check=False, stop_on_failure=True)
+            res = run_scenario(r2, cls, repeat_check=False, stop_on_failure=True)
             f = res.first_failure
             if not res.passed and f is not None and (f.check != "exception" or spec.raises):
                 return DotVerdict(report.kernel, report.family, dot, True, f"replay {sc2.mode}: {f.check} @ {f.step}")
