@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 
 from replayssm.interface import KernelSnapshot
-from replayssm.ops.gdn.triton_base import TritonGDNBase, gates, l2_normalise, ticket
+from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, ticket
+from replayssm.ops.gdn.triton_base import TritonGDNBase
 from replayssm.ops.triton.rounding import cast_nearest, load_state, store_state
 from replayssm.registry import register
 

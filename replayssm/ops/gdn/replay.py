@@ -22,11 +22,12 @@ import triton
 
 from replayssm.interface import KernelSnapshot, next_pow2
 from replayssm.ops.committed import committed_rows_fp64
+from replayssm.ops.delta_rule.triton_base import OPTIONS, PREPASS_OPTIONS
 from replayssm.ops.gdn.literal import GDNMath
 from replayssm.ops.gdn.replay_decode import launch_replay_decode
 from replayssm.ops.gdn.replay_spec import launch_replay_spec, launch_replay_spec_commit
 from replayssm.ops.gdn.replay_split import coef_layout, launch_split
-from replayssm.ops.gdn.triton_base import OPTIONS, PREPASS_OPTIONS, TritonGDNBase
+from replayssm.ops.gdn.triton_base import TritonGDNBase
 from replayssm.ops.split_options import int_choice, prepass_option
 from replayssm.ops.triton.pdl import pdl_active, pdl_option
 from replayssm.registry import register

@@ -26,7 +26,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import gates, l2_normalise, store_block, ticket, value_block
+from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, store_block, ticket, value_block
 from replayssm.ops.triton.rounding import cast_nearest, load_state
 
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, select_row
 from replayssm.ops.gdn.replay_decode import fold_history, load_history, readout
-from replayssm.ops.gdn.triton_base import gates, l2_normalise, select_row
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, ticket
 from replayssm.ops.gdn.baseline import TritonGDNBaseline
-from replayssm.ops.gdn.triton_base import l2_normalise, ticket
-from replayssm.ops.kda.triton_base import TritonKDABase, kda_gates
+from replayssm.ops.kda.triton_base import TritonKDABase
 from replayssm.ops.triton.rounding import cast_nearest, load_state, store_state
 from replayssm.registry import register
 
@@ -65,7 +65,7 @@ def _kda_baseline_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A
         b = tl.load(b_ptr + tok * HV + h).to(tl.float32)
         qn = l2_normalise(q, 0) * SCALE
         kn = l2_normalise(k, 0)
-        g, beta = kda_gates(a, b, A_log, dt_bias)
+        g, beta = gates(a, b, A_log, dt_bias)
         s = s * tl.exp(g)[None, :]
         d = beta * (v - tl.sum(s * kn[None, :], 1))
         s = s + d[:, None] * kn[None, :]

@@ -24,8 +24,8 @@ import torch
 
 from replayssm.interface import next_pow2
 from replayssm.ops.committed import committed_rows_fp64
+from replayssm.ops.delta_rule.triton_base import OPTIONS
 from replayssm.ops.gdn.replay import TritonGDNReplay
-from replayssm.ops.gdn.triton_base import OPTIONS
 from replayssm.ops.kda.literal import KDAMath
 from replayssm.ops.kda.replay_decode import launch_replay_decode
 from replayssm.ops.kda.replay_spec import launch_replay_spec, launch_replay_spec_commit

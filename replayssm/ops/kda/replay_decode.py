@@ -34,8 +34,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import l2_normalise, store_block, ticket, value_block
-from replayssm.ops.kda.triton_base import history_coefficients, history_row_back, kda_gates
+from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, store_block, ticket, value_block
+from replayssm.ops.kda.triton_base import history_coefficients, history_row_back
 from replayssm.ops.triton.rounding import cast_nearest, load_state
 
 
@@ -62,8 +62,8 @@ def _kda_replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
     a = tl.load(a_ptr + (r * HV + h) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
     qn = l2_normalise(q, 0) * SCALE
     kn = l2_normalise(k, 0)
-    g, beta = kda_gates(a, tl.load(b_ptr + r * HV + h).to(tl.float32), tl.load(A_log_ptr + h),
-                        tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0))
+    g, beta = gates(a, tl.load(b_ptr + r * HV + h).to(tl.float32), tl.load(A_log_ptr + h),
+                    tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0))
     g = tl.where(mk, g, 0.0)
     alpha = tl.exp(g)
     ak = alpha * kn

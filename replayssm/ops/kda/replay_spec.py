@@ -27,9 +27,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, select_row
 from replayssm.ops.gdn.replay_spec import launch_replay_spec_commit
-from replayssm.ops.gdn.triton_base import l2_normalise, select_row
-from replayssm.ops.kda.triton_base import fold_history, kda_gates, load_history, readout
+from replayssm.ops.kda.triton_base import fold_history, load_history, readout
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
 
 
@@ -68,7 +68,7 @@ def _kda_replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr
     Qw = l2_normalise(Qw, 1) * SCALE
     Kw = l2_normalise(Kw, 1)
     dt_bias = tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0)
-    gw, betaw = kda_gates(aw, bw, tl.load(A_log_ptr + h), dt_bias[None, :])
+    gw, betaw = gates(aw, bw, tl.load(A_log_ptr + h), dt_bias[None, :])
     gw = tl.where(mtk, gw, 0.0)
     Gw = tl.cumsum(gw, 0)  # [BT, BK]
     # checkpoint and committed history
