@@ -89,6 +89,65 @@ def gates(a, b, A_log, dt_bias):
 
 
 @triton.jit
+def program_row(slot_ptr, HV: tl.constexpr, H: tl.constexpr, BK: tl.constexpr, K: tl.constexpr):
+    """A per-(row, value head, value-row block) program's prologue: its row ``r``, value head ``h``, third grid
+    index, slot (negative: a padding row, the caller returns), key head ``hk`` (value head h reads key head
+    ``h // (HV / H)``) and the key offsets and mask ``[BK]``."""
+    r = tl.program_id(0)
+    h = tl.program_id(1)
+    p = tl.program_id(2)
+    slot = tl.load(slot_ptr + r).to(tl.int64)
+    offs_k = tl.arange(0, BK)
+    return r, h, p, slot, h // (HV // H), offs_k, offs_k < K
+
+
+@triton.jit
+def gate_params(A_log_ptr, dt_bias_ptr, h, offs_k, mk, K: tl.constexpr, PER_CHANNEL_GATE: tl.constexpr):
+    """Value head ``h``'s gate parameters: ``A_log`` and ``dt_bias`` (a scalar, or ``[BK]`` per key channel)."""
+    if PER_CHANNEL_GATE:
+        dt_bias = tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0)
+    else:
+        dt_bias = tl.load(dt_bias_ptr + h)
+    return tl.load(A_log_ptr + h), dt_bias
+
+
+@triton.jit
+def token_gates(a_ptr, b_ptr, tok, h, offs_k, mk, A_log, dt_bias, HV: tl.constexpr, K: tl.constexpr,
+                PER_CHANNEL_GATE: tl.constexpr):
+    """Token ``tok``'s log gate ``g`` (a scalar, or ``[BK]`` per key channel) and ``beta`` for value head ``h``
+    (:func:`gates`, the parameters from :func:`gate_params`)."""
+    if PER_CHANNEL_GATE:
+        a = tl.load(a_ptr + (tok * HV + h) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+    else:
+        a = tl.load(a_ptr + tok * HV + h).to(tl.float32)
+    b = tl.load(b_ptr + tok * HV + h).to(tl.float32)
+    return gates(a, b, A_log, dt_bias)
+
+
+@triton.jit
+def token_qk(q_ptr, k_ptr, tok, hk, offs_k, mk, H: tl.constexpr, K: tl.constexpr, SCALE: tl.constexpr):
+    """Token ``tok``'s L2-normalised q (times ``SCALE``) and k of key head ``hk``, ``[BK]`` fp32."""
+    q = tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+    k = tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+    return l2_normalise(q, 0) * SCALE, l2_normalise(k, 0)
+
+
+@triton.jit
+def delta_step(s, g, beta, v, kn, PER_CHANNEL_GATE: tl.constexpr):
+    """One delta-rule step of a state tile ``s [BV, BK]`` (fp32): ``S <- alpha S`` (or ``S Diag(alpha)`` per key
+    channel), ``d = beta (v - S k)``, ``S <- S + d k^T``, ``alpha = exp(g)``: the new tile and ``d``."""
+    if PER_CHANNEL_GATE:
+        s = s * tl.exp(g)[None, :]
+        d = beta * (v - tl.sum(s * kn[None, :], 1))
+        s = s + d[:, None] * kn[None, :]
+    else:
+        alpha = tl.exp(g)
+        d = beta * (v - alpha * tl.sum(s * kn[None, :], 1))
+        s = alpha * s + d[:, None] * kn[None, :]
+    return s, d
+
+
+@triton.jit
 def select_row(x, sel):
     """Row ``sel`` (a one-hot mask over dim 0) of tile ``x`` as a vector."""
     return tl.sum(tl.where(sel[:, None], x, 0.0), 0)
@@ -360,5 +419,6 @@ class TritonDeltaRuleBase(ServingLayouts):
         self.ticket.zero_()
 
 
-__all__ = ["ACTS", "OPTIONS", "PREPASS_OPTIONS", "READOUTS", "STATES", "TritonDeltaRuleBase", "gates", "l2_normalise",
-           "launch_shape", "select_row", "store_block", "ticket", "value_block"]
+__all__ = ["ACTS", "OPTIONS", "PREPASS_OPTIONS", "READOUTS", "STATES", "TritonDeltaRuleBase", "delta_step",
+           "gate_params", "gates", "l2_normalise", "launch_shape", "program_row", "select_row", "store_block", "ticket",
+           "token_gates", "token_qk", "value_block"]
