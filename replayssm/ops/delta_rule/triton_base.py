@@ -133,6 +133,17 @@ def token_qk(q_ptr, k_ptr, tok, hk, offs_k, mk, H: tl.constexpr, K: tl.constexpr
 
 
 @triton.jit
+def token_inputs(q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, tok, h, hk, offs_k, mk, H: tl.constexpr,
+                 HV: tl.constexpr, K: tl.constexpr, SCALE: tl.constexpr, PER_CHANNEL_GATE: tl.constexpr):
+    """Token ``tok``'s normalised q (times ``SCALE``) and k (:func:`token_qk`), log gate and beta for value head
+    ``h`` (:func:`gate_params`, :func:`token_gates`)."""
+    qn, kn = token_qk(q_ptr, k_ptr, tok, hk, offs_k, mk, H, K, SCALE)
+    A_log, dt_bias = gate_params(A_log_ptr, dt_bias_ptr, h, offs_k, mk, K, PER_CHANNEL_GATE)
+    g, beta = token_gates(a_ptr, b_ptr, tok, h, offs_k, mk, A_log, dt_bias, HV, K, PER_CHANNEL_GATE)
+    return qn, kn, g, beta
+
+
+@triton.jit
 def delta_step(s, g, beta, v, kn, PER_CHANNEL_GATE: tl.constexpr):
     """One delta-rule step of a state tile ``s [BV, BK]`` (fp32): ``S <- alpha S`` (or ``S Diag(alpha)`` per key
     channel), ``d = beta (v - S k)``, ``S <- S + d k^T``, ``alpha = exp(g)``: the new tile and ``d``."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, store_block, ticket, value_block
+from replayssm.ops.delta_rule.triton_base import program_row, store_block, ticket, token_inputs, value_block
 from replayssm.ops.triton.rounding import cast_nearest, load_state
 
 
@@ -111,23 +111,12 @@ def _replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, 
                           SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr,
                           NPROG: tl.constexpr, NVT: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr,
                           INTERPRET: tl.constexpr):
-    r = tl.program_id(0)
-    h = tl.program_id(1)
-    pv = tl.program_id(2)
-    slot = tl.load(slot_ptr + r).to(tl.int64)
+    r, h, pv, slot, hk, offs_k, mk = program_row(slot_ptr, HV, H, BK, K)
     if slot < 0:
         return
-    hk = h // (HV // H)
-    offs_k = tl.arange(0, BK)
-    mk = offs_k < K
     # the current token
-    q = tl.load(q_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-    k = tl.load(k_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-    a = tl.load(a_ptr + r * HV + h).to(tl.float32)
-    b = tl.load(b_ptr + r * HV + h).to(tl.float32)
-    qn = l2_normalise(q, 0) * SCALE
-    kn = l2_normalise(k, 0)
-    g, beta = gates(a, b, tl.load(A_log_ptr + h), tl.load(dt_bias_ptr + h))
+    qn, kn, g, beta = token_inputs(q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, r, h, hk, offs_k, mk, H, HV, K,
+                                   SCALE, False)
     alpha = tl.exp(g)
     kq = tl.sum(kn * qn, 0)
     # the buffered history's keys and fold weights, and its readout coefficients: once per program,
