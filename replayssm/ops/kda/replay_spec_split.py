@@ -1,6 +1,6 @@
 """ReplaySSM KDA speculative verify in two launches: a per-(row, value head) coefficient pre-pass
-and a lean checkpoint stream (``options={"prepass": True}``; commit: the GDN kernel's device-side
-cursor update, ``replayssm.ops.gdn.replay_spec.launch_replay_spec_commit``).
+and a lean checkpoint stream (``options={"prepass": True}``; commit: the delta rule's device-side
+cursor update, ``replayssm.ops.delta_rule.replay_spec.launch_replay_spec_commit``).
 
 Oracle: ``literal-replay`` (family kda: its window solve) and the fp64 recurrence on the accepted
 stream.  Expected error: within a small factor of the literal model's at the same precision mode
