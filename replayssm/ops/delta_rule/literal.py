@@ -10,6 +10,7 @@ relative (each family's ``literal.py``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -55,16 +56,24 @@ class DeltaRuleMath(FamilyMath):
     (one per value head, or ``[HV, K]`` with ``per_channel_gate``) in the compute dtype.
 
     A family sets ``per_channel_gate``, ``fold_terms`` (the einsum of the fold's record sum, one row), its
-    ``gates`` (the window's g and beta), ``solve`` (the per-row in-window solve), ``solve_rows`` (its row-batched
-    twin) and ``step``; the fold's decay weights are :meth:`decays`.  A family that keeps the row-batched twin
-    declares ``batches_rows`` with ``fold_rows`` / ``window_rows`` in its own class (``FamilyMath.rows_batchable``)."""
+    ``gates_fn`` and ``step_fn`` (its naive gates and step), ``solve`` (the per-row in-window solve) and
+    ``solve_rows`` (its row-batched twin); the fold's decay weights are :meth:`decays`.  A family that keeps
+    the row-batched twin declares ``batches_rows`` with ``fold_rows`` / ``window_rows`` in its own class
+    (``FamilyMath.rows_batchable``)."""
 
     per_channel_gate: ClassVar[bool] = False
     fold_terms: ClassVar[str] = "jh,jhv,jhk->hvk"
+    gates_fn: ClassVar[Callable]
+    step_fn: ClassVar[Callable]
 
     def gates(self, win: dict[str, torch.Tensor], params: dict[str, torch.Tensor], conv=DEFAULT):
-        """The window's log gates ``g`` and ``beta`` (``conv``: the kernel's declared conventions)."""
-        raise NotImplementedError
+        """The window's log gates ``g [T, HV]`` (``[T, HV, K]`` per key channel) and ``beta [T, HV]`` (the
+        family's ``gates_fn``; ``conv``: the kernel's declared conventions)."""
+        return self.gates_fn(win["a"], win["b"], params["A_log"], params["dt_bias"], conv)
+
+    def step(self, s, tok, params, conv=DEFAULT):
+        return self.step_fn(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"],
+                            conv)
 
     def decays(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``exp(G_n)`` and ``exp(G_n - G_j)`` [n, ...] (G the inclusive cumulative sum of g over the token

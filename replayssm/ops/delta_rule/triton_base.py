@@ -256,6 +256,23 @@ def _close_step_kernel(slot_ptr, pending_ptr, R, BLOCK: tl.constexpr):
     tl.store(pending_ptr + slot, 0, mask=(offs < R) & (slot >= 0))
 
 
+def launch_decode(kernel, kern, slot_ids, inputs, out, tiles, **extra) -> None:
+    """Launch a standard-decode replay ``kernel`` (a family's one-launch step) of ``kern`` for all rows:
+    ``tiles(rows, value blocks)`` value blocks per program, ``extra`` the kernel's own constexprs."""
+    R = slot_ids.shape[0]
+    bv, nvb, nw = kern.launch_shape(R)
+    nvt = tiles(R, nvb)
+    nprog = triton.cdiv(nvb, nvt)
+    L = kern.decode.buffer
+    kernel[(R, kern.HV, nprog)](
+        slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log, kern.dt_bias,
+        kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,
+        kern.pending, kern.ticket, kern.sr_count, kern.seed, kern.num_slots,
+        H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, L=L, SCALE=kern.K ** -0.5, BK=kern.BK, BV=bv,
+        BL=triton.next_power_of_2(max(L - 1, 1)), NPROG=nprog, NVT=nvt, SCALED=kern.scaled, SR=kern.sr,
+        INTERPRET=kern.interpret, num_warps=nw, **extra)
+
+
 class TritonDeltaRuleBase(ServingLayouts):
     """Common part of the delta-rule Triton kernels (not registered itself): a family's base sets ``family``
     and ``PER_CHANNEL_GATE`` (its kernels' constexpr: one gate per value head, or one per key channel)."""
@@ -431,5 +448,5 @@ class TritonDeltaRuleBase(ServingLayouts):
 
 
 __all__ = ["ACTS", "OPTIONS", "PREPASS_OPTIONS", "READOUTS", "STATES", "TritonDeltaRuleBase", "delta_step",
-           "gate_params", "gates", "l2_normalise", "launch_shape", "program_row", "select_row", "store_block", "ticket",
-           "token_gates", "token_qk", "value_block"]
+           "gate_params", "gates", "l2_normalise", "launch_decode", "launch_shape", "program_row", "select_row",
+           "store_block", "ticket", "token_gates", "token_inputs", "token_qk", "value_block"]

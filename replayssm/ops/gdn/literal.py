@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.conventions import DEFAULT
 from replayssm.ops.delta_rule.literal import CumprodDecays, DeltaRuleMath, _dot
 from replayssm.ops.gdn.naive import gdn_gates, gdn_step
 from replayssm.ops.literal import LiteralBaselineKernel, LiteralReplayKernel
@@ -96,12 +95,9 @@ class GDNMath(DeltaRuleMath):
     The fold's decay weights are one method (:meth:`decays`) and the in-window solve another
     (:meth:`solve`), the places real kernels differ: the variants below do them other ways."""
 
+    gates_fn = staticmethod(gdn_gates)
+    step_fn = staticmethod(gdn_step)
     solve_rows = staticmethod(gdn_window_solve_rows)
-
-    def gates(self, win, params, conv=DEFAULT):
-        """The window's log gates ``g [T, HV]`` and ``beta [T, HV]`` (``conv``: the kernel's declared
-        conventions)."""
-        return gdn_gates(win["a"], win["b"], params["A_log"], params["dt_bias"], conv)
 
     def solve(self, s_h, qh, kh, v, g, beta, mode):
         """The window's outputs and d records from the state before the window."""
@@ -129,9 +125,6 @@ class GDNMath(DeltaRuleMath):
         vmax = tok["v"].abs().amax(-1)
         vmax = vmax.repeat_interleave(heads // vmax.shape[-1], dim=-1) if vmax.shape[-1] != heads else vmax
         return {"rho": torch.exp(g), "c": beta * vmax, "p": 2 * beta, "q": vmax}
-
-    def step(self, s, tok, params, conv=DEFAULT):
-        return gdn_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv)
 
 
 class GDNMathCumprod(CumprodDecays, GDNMath):

@@ -26,7 +26,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.delta_rule.triton_base import program_row, store_block, ticket, token_inputs, value_block
+from replayssm.ops.delta_rule.triton_base import (
+    launch_decode,
+    program_row,
+    store_block,
+    ticket,
+    token_inputs,
+    value_block,
+)
 from replayssm.ops.triton.rounding import cast_nearest, load_state
 
 
@@ -160,19 +167,7 @@ def _replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, 
 def launch_replay_decode(kern, slot_ids, inputs, out) -> None:
     """Launch one standard-decode step of ``kern`` (a TritonGDNReplay) for all rows (value blocks per
     program: ``kern.decode_tiles``)."""
-    R = slot_ids.shape[0]
-    bv, nvb, nw = kern.launch_shape(R)
-    nvt = kern.decode_tiles(R, nvb)
-    nprog = triton.cdiv(nvb, nvt)
-    L = kern.decode.buffer
-    _replay_decode_kernel[(R, kern.HV, nprog)](
-        slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log, kern.dt_bias,
-        kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,
-        kern.pending, kern.ticket, kern.sr_count, kern.seed, kern.num_slots,
-        H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, L=L, SCALE=kern.K ** -0.5, BK=kern.BK, BV=bv,
-        BL=triton.next_power_of_2(max(L - 1, 1)), NPROG=nprog, NVT=nvt, SCALED=kern.scaled, SR=kern.sr,
-        INTERPRET=kern.interpret, num_warps=nw)
-
+    launch_decode(_replay_decode_kernel, kern, slot_ids, inputs, out, kern.decode_tiles)
 
 __all__ = ["fold_history", "history_weights", "launch_replay_decode", "load_history", "load_keys", "load_values",
            "readout", "readout_weighted"]

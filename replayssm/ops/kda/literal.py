@@ -113,12 +113,9 @@ class KDAMath(DeltaRuleMath):
 
     per_channel_gate = True
     fold_terms = "jhc,jhv,jhc->hvc"
+    gates_fn = staticmethod(kda_gates)
+    step_fn = staticmethod(kda_step)
     solve_rows = staticmethod(kda_window_solve_rows)
-
-    def gates(self, win: dict[str, torch.Tensor], params: dict[str, torch.Tensor], conv=DEFAULT):
-        """The window's per-channel log gates ``g [T, HV, K]`` and ``beta [T, HV]`` (``conv``: the
-        kernel's declared conventions)."""
-        return kda_gates(win["a"], win["b"], params["A_log"], params["dt_bias"], conv)
 
     def solve(self, s_h, qh, kh, v, g, beta, mode):
         """The window's outputs and d records from the state before the window."""
@@ -145,9 +142,6 @@ class KDAMath(DeltaRuleMath):
         vmax = tok["v"].abs().amax(-1)
         vmax = vmax.repeat_interleave(heads // vmax.shape[-1], dim=-1) if vmax.shape[-1] != heads else vmax
         return {"rho": torch.exp(g.amax(-1)), "c": beta * vmax, "p": 2 * beta, "q": vmax, "dL": -g.amin(-1)}
-
-    def step(self, s, tok, params, conv=DEFAULT):
-        return kda_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv)
 
 
 class KDAMathCumprod(CumprodDecays, KDAMath):

@@ -34,7 +34,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.delta_rule.triton_base import program_row, store_block, ticket, token_inputs, value_block
+from replayssm.ops.delta_rule.triton_base import (
+    launch_decode,
+    program_row,
+    store_block,
+    ticket,
+    token_inputs,
+    value_block,
+)
 from replayssm.ops.kda.triton_base import history_coefficients, history_row_back
 from replayssm.ops.triton.rounding import cast_nearest, load_state
 
@@ -109,18 +116,6 @@ def _kda_replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
 def launch_replay_decode(kern, slot_ids, inputs, out) -> None:
     """Launch one standard-decode step of ``kern`` (a TritonKDAReplay) for all rows (value blocks
     per program: ``kern.split_tiles``, a whole value head from 128 rows up)."""
-    R = slot_ids.shape[0]
-    bv, nvb, nw = kern.launch_shape(R)
-    nvt = kern.split_tiles(R, nvb)
-    nprog = triton.cdiv(nvb, nvt)
-    L = kern.decode.buffer
-    _kda_replay_decode_kernel[(R, kern.HV, nprog)](
-        slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log, kern.dt_bias,
-        kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,
-        kern.pending, kern.ticket, kern.sr_count, kern.seed, kern.num_slots,
-        H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, L=L, SCALE=kern.K ** -0.5, BK=kern.BK, BV=bv,
-        BL=triton.next_power_of_2(max(L - 1, 1)), NPROG=nprog, NVT=nvt, HU=4, SCALED=kern.scaled, SR=kern.sr,
-        INTERPRET=kern.interpret, num_warps=nw)
-
+    launch_decode(_kda_replay_decode_kernel, kern, slot_ids, inputs, out, kern.split_tiles, HU=4)
 
 __all__ = ["launch_replay_decode"]
