@@ -9,58 +9,28 @@ Presets: ``qwen35-4b`` is a Qwen3.5-4B GDN layer (16 key / 32 value heads, 128 x
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
 from replayssm.conventions import DEFAULT
-from replayssm.families import Family, FamilyMutant, RecordTraffic, check_positive_dims, register_family, uniform_in
+from replayssm.families import FamilyMutant, register_family
+from replayssm.ops.delta_rule.family import DeltaRuleFamily, DeltaRuleGeometry
 from replayssm.ops.gdn import literal, naive
 from replayssm.ops.gdn import mutants as broken
 from replayssm.ops.ordered_sum import pairwise_sum
 from replayssm.ops.triton.reference import reference_rows
-from replayssm.precision import PrecisionMode
 
 
 @dataclass(frozen=True)
-class GDNGeometry:
+class GDNGeometry(DeltaRuleGeometry):
     """State ``[slots, HV, V, K]``; per token ``q, k [H, K]``, ``v [HV, V]``, ``a, b [HV]``;
     parameters ``A_log, dt_bias [HV]``; output ``o [HV, V]``."""
 
-    num_k_heads: int
-    num_v_heads: int
-    head_k_dim: int
-    head_v_dim: int
     family: str = "gdn"
 
-    def __post_init__(self) -> None:
-        check_positive_dims(self, ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"))
-        if self.num_v_heads % self.num_k_heads:
-            raise ValueError(
-                f"num_v_heads: expected a multiple of num_k_heads={self.num_k_heads}, got {self.num_v_heads}")
-        if self.family != "gdn":
-            raise ValueError(f"family: expected 'gdn', got {self.family!r}")
 
-    @property
-    def state_shape(self) -> tuple[int, ...]:
-        return (self.num_v_heads, self.head_v_dim, self.head_k_dim)
-
-    @property
-    def out_shape(self) -> tuple[int, ...]:
-        return (self.num_v_heads, self.head_v_dim)
-
-    def input_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {"q": (self.num_k_heads, self.head_k_dim), "k": (self.num_k_heads, self.head_k_dim),
-                "v": (self.num_v_heads, self.head_v_dim), "a": (self.num_v_heads,), "b": (self.num_v_heads,)}
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {"A_log": (self.num_v_heads,), "dt_bias": (self.num_v_heads,)}
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-class GatedDeltaNet(Family):
+class GatedDeltaNet(DeltaRuleFamily):
     name = "gdn"
     description = ("Gated DeltaNet, the gated delta rule (docs/recurrences.md section 1); ReplaySSM records d, "
                    "normalised k, g")
@@ -73,34 +43,13 @@ class GatedDeltaNet(Family):
         "gdn-hv64": GDNGeometry(num_k_heads=16, num_v_heads=64, head_k_dim=128, head_v_dim=128),
     }
     bench_geometry = "qwen35-4b"
-
-    def strategy_geometry(self, st, dims, wide):
-        return st.builds(
-            lambda h, r, k, v: {"family": "gdn", "num_k_heads": h, "num_v_heads": h * r, "head_k_dim": k,
-                                "head_v_dim": v},
-            st.sampled_from((1, 2)), st.sampled_from((1, 2)), st.sampled_from(wide), st.sampled_from(dims))
-
-    def make_params(self, uniform, dist):
-        neg_a = uniform_in(uniform("A_log"), *dist.neg_A)
-        return {"A_log": torch.log(neg_a),
-                "dt_bias": torch.add(torch.mul(uniform("dt_bias"), dist.dt_bias[1]), dist.dt_bias[0])}
-
-    def input_law(self, name):
-        return {"a": "gate", "b": "normal", "v": "value"}.get(name, "act")
-
-    conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form")
-    capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "state-read-records",
-                              "grouped-heads"))
+    literal_replay_cls = literal.GDNLiteralReplay
+    literal_baseline_cls = literal.GDNLiteralBaseline
     mutants = (
         FamilyMutant(broken.SolveWithoutBeta, "mutant-solve-without-beta",
                      "GDN in-window WY/UT solve drops beta_i from the off-diagonal", klass="arithmetic",
                      decodes=("speculative",)),
     )
-    dot_order_literals = ("literal-replay-recurrent",)
-
-    def reference_prepare(self, tok, params, conv=DEFAULT):
-        return tok
-
     def reference_advance(self, state, prep, params, conv=DEFAULT):
         t = prep
         return naive.gdn_step(state, t["q"], t["k"], t["v"], t["a"], t["b"], params["A_log"], params["dt_bias"], conv)
@@ -135,22 +84,6 @@ class GatedDeltaNet(Family):
     def readout_magnitude(self, state_abs, tok, params):
         qh, _ = naive.gdn_prepare(tok["q"], tok["k"], state_abs.shape[-3])
         return pairwise_sum(state_abs * qh.abs()[..., None, :])
-
-    @property
-    def literal_replay(self):
-        return literal.GDNLiteralReplay
-
-    @property
-    def literal_baseline(self):
-        return literal.GDNLiteralBaseline
-
-    def traffic(self, geometry, mode: PrecisionMode) -> RecordTraffic:
-        g, m = geometry, mode
-        a = m.act_bytes_per_element
-        state = g.num_v_heads * g.head_v_dim * g.head_k_dim * m.state_bytes_per_element(g.head_k_dim)
-        record = g.num_v_heads * g.head_v_dim * a + g.num_k_heads * g.head_k_dim * a + g.num_v_heads * 4
-        inputs = 2 * g.num_k_heads * g.head_k_dim * a + g.num_v_heads * g.head_v_dim * a + 2 * g.num_v_heads * a
-        return RecordTraffic(state, record, inputs, g.num_v_heads * g.head_v_dim * a)
 
     def bench_launch_candidates(self, kind, decode, batch):
         if kind == "baseline":

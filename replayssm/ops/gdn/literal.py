@@ -16,16 +16,11 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.conventions import DEFAULT
-from replayssm.ops.gdn.naive import gdn_gates, gdn_step, l2norm
-from replayssm.ops.literal import FamilyMath, LiteralBaselineKernel, LiteralReplayKernel, WindowResult
+from replayssm.ops.delta_rule.literal import CumprodDecays, DeltaRuleMath, _dot
+from replayssm.ops.gdn.naive import gdn_gates, gdn_step
+from replayssm.ops.literal import LiteralBaselineKernel, LiteralReplayKernel
 from replayssm.precision import PrecisionMode
 from replayssm.registry import register
-from replayssm.rounding import round_tf32
-
-
-def _dot(t: torch.Tensor, mode: PrecisionMode | None) -> torch.Tensor:
-    return round_tf32(t) if mode is not None and mode.dot == "tf32" else t
 
 
 def gdn_window_solve(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None):
@@ -93,67 +88,29 @@ def gdn_window_solve_rows(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = 
     return torch.stack(outs, dim=1), d
 
 
-class GDNMath(FamilyMath):
-    """Replay arithmetic: records d and normalised k in the activation dtype, g in compute dtype.
+class GDNMath(DeltaRuleMath):
+    """Replay arithmetic (``DeltaRuleMath``, one gate per value head): records d and normalised k in the
+    activation dtype, g in compute dtype.
 
     The fold's decay weights are one method (:meth:`decays`) and the in-window solve another
     (:meth:`solve`), the places real kernels differ: the variants below do them other ways."""
 
-    def decays(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``exp(G_n)`` [HV] and ``exp(G_n - G_j)`` [n, HV] (G the inclusive cumulative sum of g)."""
-        G = torch.cumsum(g, dim=0)
-        return torch.exp(G[-1]), torch.exp(G[-1] - G)
+    gates_fn = staticmethod(gdn_gates)
+    step_fn = staticmethod(gdn_step)
+    solve_rows = staticmethod(gdn_window_solve_rows)
 
     def solve(self, s_h, qh, kh, v, g, beta, mode):
         """The window's outputs and d records from the state before the window."""
         return gdn_window_solve(s_h, qh, kh, v, g, beta, mode)
 
-    def record_layout(self, g):
-        return {"d": ((g.num_v_heads, g.head_v_dim), "act"), "k": ((g.num_k_heads, g.head_k_dim), "act"),
-                "g": ((g.num_v_heads,), "decay")}
-
-    def fold(self, s0, hist, params, mode):
-        # S = exp(G) S0 + sum_j exp(G - G_j) d_j k_j^T   (G_j inclusive cumsum of g)
-        g = hist["g"]
-        if g.shape[0] == 0:
-            return s0
-        total, w = self.decays(g)  # [HV], [n, HV]
-        kh = hist["k"].repeat_interleave(s0.shape[0] // hist["k"].shape[-2], dim=-2)
-        return total[:, None, None] * s0 + torch.einsum("jh,jhv,jhk->hvk", w, hist["d"], kh)
-
-    def window(self, s0, hist, win, params, mode, options, conv=DEFAULT):
-        s_h = self.fold(s0, hist, params, mode)
-        nv = s0.shape[0]
-        qn = l2norm(win["q"], conv) * win["q"].shape[-1] ** -0.5
-        kn = l2norm(win["k"], conv)
-        rep = nv // win["q"].shape[-2]
-        qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
-        g, beta = gdn_gates(win["a"], win["b"], params["A_log"], params["dt_bias"], conv)
-        o, d = self.solve(s_h, qh, kh, win["v"], g, beta, mode)
-        after_first = torch.exp(g[0])[:, None, None] * s_h + d[0][:, :, None] * kh[0][:, None, :]
-        return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
-                            state_after_first=after_first)
-
-    # ---- the row-batched twin of fold / window (same arithmetic with a leading row axis r) -----------
+    # the row-batched twin of fold / window is the delta rule's, owned here (FamilyMath.rows_batchable)
     batches_rows = True
+    fold_rows = DeltaRuleMath.fold_rows
+    window_rows = DeltaRuleMath.window_rows
 
     def rows_batchable(self):
         # a mutant replaces the module's per-row solve (validators/engine/mutants/arithmetic.py)
         return super().rows_batchable() and gdn_window_solve is _SOLVE
-
-    def fold_rows(self, s0, hist, params, mode):
-        g = hist["g"]  # [R, n, HV]
-        if g.shape[1] == 0:
-            return s0
-        G = torch.cumsum(g, dim=1)
-        total, w = torch.exp(G[:, -1]), torch.exp(G[:, -1:] - G)
-        kh = hist["k"].repeat_interleave(s0.shape[1] // hist["k"].shape[-2], dim=-2)
-        return total[:, :, None, None] * s0 + torch.einsum("rjh,rjhv,rjhk->rhvk", w, hist["d"], kh)
-
-    def window_rows(self, s0, hist, win, params, mode, options, need_before=True, conv=DEFAULT):
-        return delta_window_rows(self.fold_rows(s0, hist, params, mode), win, mode, conv, l2norm,
-                                 lambda tok: gdn_gates(tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv),
-                                 gdn_window_solve_rows)
 
     def error_coefficients(self, tok, params, heads):
         """The running-error model of one token (fp64, all rows), as ``fp64_bound.norm_terms`` reads
@@ -169,20 +126,9 @@ class GDNMath(FamilyMath):
         vmax = vmax.repeat_interleave(heads // vmax.shape[-1], dim=-1) if vmax.shape[-1] != heads else vmax
         return {"rho": torch.exp(g), "c": beta * vmax, "p": 2 * beta, "q": vmax}
 
-    def step(self, s, tok, params, conv=DEFAULT):
-        return gdn_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv)
 
-
-class GDNMathCumprod(GDNMath):
+class GDNMathCumprod(CumprodDecays, GDNMath):
     """Fold weights as running products of the per-token decays exp(g_j) (fp32)."""
-
-    def decays(self, g):
-        a = torch.exp(g)
-        seg = [torch.ones_like(a[0])]
-        for j in range(g.shape[0] - 1, 0, -1):
-            seg.append(seg[-1] * a[j])
-        seg = torch.stack(seg[::-1])
-        return seg[0] * a[0], seg
 
 
 class GDNMathRecurrentWindow(GDNMath):
@@ -200,26 +146,6 @@ class GDNMathRecurrentWindow(GDNMath):
             outs.append((_dot(S, mode) * _dot(qh[t], mode)[:, None, :]).sum(-1))
             ds.append(d)
         return torch.stack(outs), torch.stack(ds)
-
-
-def delta_window_rows(s_h, win, mode, conv, norm, gates, solve) -> WindowResult:
-    """The row-batched window of a delta-rule family (GDN; KDA, whose gates are per key channel)
-    from the states before the window ``s_h [R, HV, V, K]``: ``norm`` the family's L2 norm,
-    ``gates(tok)`` its (g, beta) of one row's window, ``solve`` its row-batched in-window solve.
-    The normalisation and the gates (log1p, sigmoid) run on each row's own tensors, as the per-row
-    model: torch rounds log1p and sigmoid differently in its vectorised and scalar loops."""
-    R, nv = s_h.shape[0], s_h.shape[1]
-    rows = [(norm(win["q"][r], conv) * win["q"].shape[-1] ** -0.5, norm(win["k"][r], conv),
-             *gates({k: v[r] for k, v in win.items()})) for r in range(R)]
-    qn, kn, g, beta = (torch.stack(t) for t in zip(*rows))
-    rep = nv // win["q"].shape[-2]
-    qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
-    o, d = solve(s_h, qh, kh, win["v"], g, beta, mode)
-    decay = torch.exp(g[:, 0])  # [R, HV] (one gate per head) or [R, HV, K] (per key channel)
-    decay = decay[:, :, None, None] if decay.dim() == 2 else decay[:, :, None, :]
-    after_first = decay * s_h + d[:, 0][:, :, :, None] * kh[:, 0][:, :, None, :]
-    return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
-                        state_after_first=after_first)
 
 
 _SOLVE = gdn_window_solve  # the per-row solve this module defines (see GDNMath.rows_batchable)

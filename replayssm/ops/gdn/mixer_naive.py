@@ -10,30 +10,17 @@ the delta rule is this family's ``naive.py``, reused.  Expected error in fp64: ~
 
 from __future__ import annotations
 
-from replayssm.mixer.spec import MixerSpec, register_mixer
+from replayssm.mixer.spec import register_mixer
+from replayssm.ops.delta_rule.mixer import DeltaRuleMixer
 from replayssm.ops.gdn import naive
 
 
-class GDNMixer(MixerSpec):
+class GDNMixer(DeltaRuleMixer):
     family = "gdn"
     gate_act = "silu"
-    norm_before_gate = True
     norm_eps = 1e-6
-    conv_bias = False
     real_presets = ("qwen35-4b",)
-
-    def conv_inputs(self, g):
-        return ("q", "k", "v")
-
-    def norm_group(self, g):
-        return g.head_v_dim
-
-    def norm_weight_shape(self, g):
-        return (g.head_v_dim,)
-
-    def ssm_step(self, state, tok, params):
-        return naive.gdn_step(state, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"],
-                              params["dt_bias"])
+    step = staticmethod(naive.gdn_step)
 
 
 SPEC = register_mixer(GDNMixer())

@@ -21,34 +21,15 @@ from __future__ import annotations
 import torch
 
 from replayssm.conventions import DEFAULT, Conventions
+from replayssm.ops.delta_rule.naive import L2_EPS, l2norm, softplus
+from replayssm.ops.delta_rule.naive import qk_prepare as gdn_prepare
 from replayssm.ops.ordered_sum import pairwise_sum
-
-L2_EPS = DEFAULT.l2_eps
-
-
-def softplus(u: torch.Tensor) -> torch.Tensor:
-    """log1p(exp(u)), the identity for u > 20 (the literal models' and kernels' form)."""
-    return DEFAULT.softplus(u)
-
-
-def l2norm(u: torch.Tensor, conv: Conventions = DEFAULT) -> torch.Tensor:
-    """u / sqrt(sum(u^2) + 1e-6) over the last dimension (eps and form: ``conv``)."""
-    return conv.l2norm(u)
 
 
 def gdn_gates(a, b, A_log, dt_bias, conv: Conventions = DEFAULT):
     """g = -exp(A_log) softplus(a + dt_bias) (log decay), beta = sigmoid(b) (threshold and beta's
     rounding: ``conv``, the kernel's declared conventions, replayssm/conventions.py)."""
     return -torch.exp(A_log) * conv.softplus(a + dt_bias), conv.beta(b)
-
-
-def gdn_prepare(q, k, nv: int, conv: Conventions = DEFAULT):
-    """Normalised, per-value-head q (scaled by K^-1/2) and k: ``[..., H, K] -> [..., HV, K]``."""
-    K = q.shape[-1]
-    rep = nv // q.shape[-2]
-    qn = conv.l2norm(q) * K**-0.5
-    kn = conv.l2norm(k)
-    return qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
 
 
 def gdn_step(state, q, k, v, a, b, A_log, dt_bias, conv: Conventions = DEFAULT):
@@ -73,3 +54,6 @@ def gdn_sequence(state, q, k, v, a, b, A_log, dt_bias):
                             b[..., t, :], A_log, dt_bias)
         outs.append(o)
     return torch.stack(outs, dim=-3), state
+
+
+__all__ = ["L2_EPS", "gdn_gates", "gdn_prepare", "gdn_sequence", "gdn_step", "l2norm", "softplus"]

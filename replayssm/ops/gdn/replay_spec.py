@@ -14,9 +14,8 @@ Verify, one program per (row, value head, block of value rows), window of T' tok
 * a flush verify (``is_flush``) folds the committed history into the checkpoint (``S_h``) and
   writes it back; a non-flush verify never writes the checkpoint.
 
-Commit, one program per block of rows, on the device: ``k`` accepted; flush slot:
-``origin += write_pos (mod ring), write_pos = k``; else ``write_pos += k``; then
-``is_flush = write_pos + 2 T' > B + T'`` (flush one window early).
+Commit: the delta rule's device-side cursor update (``replayssm.ops.delta_rule.replay_spec``); the window
+prologue, checkpoint and cursor loads and the window's stores are that module's too.
 
 Oracle: ``literal-replay`` (``gdn_window_solve``) and ``gdn_sequence`` in fp64 on the accepted
 stream.  Expected error: within a small factor of the literal model's at the same mode.
@@ -27,9 +26,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from replayssm.ops.delta_rule.replay_spec import (
+    checkpoint_cursors,
+    launch_replay_spec_commit,
+    store_flush,
+    store_window,
+    window_inputs,
+)
+from replayssm.ops.delta_rule.triton_base import program_row, select_row, token_gates, token_qk, value_block
 from replayssm.ops.gdn.replay_decode import fold_history, load_history, readout
-from replayssm.ops.gdn.triton_base import gates, l2_normalise, select_row
-from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
+from replayssm.ops.triton.rounding import cast_nearest
 
 
 @triton.jit(do_not_specialize=["seed", "num_slots"])
@@ -40,41 +46,17 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
                         RING: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                         BT: tl.constexpr, BH: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr,
                         INTERPRET: tl.constexpr):
-    r = tl.program_id(0)
-    h = tl.program_id(1)
-    vb = tl.program_id(2)
-    slot = tl.load(slot_ptr + r).to(tl.int64)
+    r, h, vb, slot, hk, offs_k, mk = program_row(slot_ptr, HV, H, BK, K)
     if slot < 0:
         return
-    hk = h // (HV // H)
-    offs_k = tl.arange(0, BK)
-    offs_v = vb * BV + tl.arange(0, BV)
-    offs_t = tl.arange(0, BT)
-    mk = offs_k < K
-    mv = offs_v < V
-    mt = offs_t < T
-    ms = mv[:, None] & mk[None, :]
-    tile = offs_v[:, None] * K + offs_k[None, :]
-    # the window: normalised q (scaled), k [BT, BK]; v [BT, BV]; gates [BT]
-    tok = r * T + offs_t
-    mtk = mt[:, None] & mk[None, :]
-    mtv = mt[:, None] & mv[None, :]
-    Qw = tl.load(q_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
-    Kw = tl.load(k_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
-    Vw = tl.load(v_ptr + (tok[:, None] * HV + h) * V + offs_v[None, :], mask=mtv, other=0.0).to(tl.float32)
-    aw = tl.load(a_ptr + tok * HV + h, mask=mt, other=0.0).to(tl.float32)
-    bw = tl.load(b_ptr + tok * HV + h, mask=mt, other=0.0).to(tl.float32)
-    Qw = l2_normalise(Qw, 1) * SCALE
-    Kw = l2_normalise(Kw, 1)
-    gw, betaw = gates(aw, bw, tl.load(A_log_ptr + h), tl.load(dt_bias_ptr + h))
-    gw = tl.where(mt, gw, 0.0)
-    Gw = tl.cumsum(gw, 0)
+    offs_v, mv, ms, tile = value_block(vb, 0, offs_k, mk, 1, BV, V, K)
+    # the window: normalised q (scaled), k [BT, BK]; v [BT, BV]; gates [BT], their cumsum Gw
+    offs_t, mt, tok, mtk, mtv, Qw, Kw, Vw, gw, betaw, Gw = window_inputs(
+        q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, r, h, hk, offs_k, mk, offs_v, mv, H, HV, K, V, T,
+        BT, SCALE, False)
     # checkpoint and committed history
-    base = (slot * HV + h) * V
-    s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
-    w = tl.load(wpos_ptr + slot)
-    org = tl.load(origin_ptr + slot)
-    flush = tl.load(isflush_ptr + slot) != 0
+    base, s0, w, org, flush = checkpoint_cursors(ckpt_ptr, sc_ptr, wpos_ptr, origin_ptr, isflush_ptr, slot, h, offs_v,
+                                                 mv, tile, ms, HV, V, K, SCALED)
     offs_j = tl.arange(0, BH)
     Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING, offs_j < RING,
                                   offs_j < w, h, hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
@@ -108,22 +90,13 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
     for t in tl.static_range(T):
         sel = offs_t == t
         O += tl.where(sel[:, None], tl.sum(D * select_row(M, sel)[:, None], 0)[None, :], 0.0)
-    tl.store(out_ptr + (tok[:, None] * HV + h) * V + offs_v[None, :],
-             cast_nearest(O, out_ptr.dtype.element_ty, INTERPRET), mask=mtv)
-    # window records (all T' tokens) at logical positions write_pos + t
-    srow = slot * RING + (org + w + offs_t) % RING
-    tl.store(d_rec_ptr + (srow[:, None] * HV + h) * V + offs_v[None, :],
-             cast_nearest(D, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mtv)
-    tl.store(g_rec_ptr + srow * HV + h, gw, mask=mt & ((offs_t * 0 + vb) == 0))
-    tl.store(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :],
-             cast_nearest(Kw, k_rec_ptr.dtype.element_ty, INTERPRET),
-             mask=mtk & ((tok[:, None] * 0 + offs_k[None, :] * 0 + vb + h % (HV // H)) == 0))
+    store_window(out_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, O, D, Kw, gw, slot, org, w, offs_t, mt, tok, h, hk, vb,
+                 offs_v, offs_k, mtk, mtv, H, HV, K, V, RING, INTERPRET, False)
     if flush:
         s_h = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, org, h, hk, offs_v, mv, offs_k, mk,
                            H, HV, K, V, RING, 4)
-        cnt = tl.load(sr_ptr + slot)
-        store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s_h, ms, mv, h * V * K + tile, seed, slot,
-                    cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
+        store_flush(ckpt_ptr, sc_ptr, sr_ptr, s_h, base, tile, ms, offs_v, mv, slot, h, seed, V, K, SCALED, SR,
+                    INTERPRET)
     tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
 
 
@@ -131,12 +104,10 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
 def _token(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, tok, h, hk, offs_k, mk, offs_v, mv, A_log, dt_bias,
            H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, SCALE: tl.constexpr):
     """One window token: normalised q (scaled) and k [BK], v [BV], g and beta."""
-    q = tl.load(q_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-    k = tl.load(k_ptr + (tok * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
+    qn, kn = token_qk(q_ptr, k_ptr, tok, hk, offs_k, mk, H, K, SCALE)
     v = tl.load(v_ptr + (tok * HV + h) * V + offs_v, mask=mv, other=0.0).to(tl.float32)
-    g, beta = gates(tl.load(a_ptr + tok * HV + h).to(tl.float32), tl.load(b_ptr + tok * HV + h).to(tl.float32),
-                    A_log, dt_bias)
-    return l2_normalise(q, 0) * SCALE, l2_normalise(k, 0), v, g, beta
+    g, beta = token_gates(a_ptr, b_ptr, tok, h, offs_k, mk, A_log, dt_bias, HV, K, False)
+    return qn, kn, v, g, beta
 
 
 @triton.jit
@@ -162,24 +133,12 @@ def _replay_spec_small_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
     or a scalar (no [T', *] tiles, no row extraction), the solve and outputs in closed form:
     d_i = R_i - sum_{j<i} beta_i e^(G_i - G_j) (k_i . k_j) d_j,
     o_s = e^(G_s) S_h q_s + sum_{j<=s} e^(G_s - G_j) (k_j . q_s) d_j."""
-    r = tl.program_id(0)
-    h = tl.program_id(1)
-    vb = tl.program_id(2)
-    slot = tl.load(slot_ptr + r).to(tl.int64)
+    r, h, vb, slot, hk, offs_k, mk = program_row(slot_ptr, HV, H, BK, K)
     if slot < 0:
         return
-    hk = h // (HV // H)
-    offs_k = tl.arange(0, BK)
-    offs_v = vb * BV + tl.arange(0, BV)
-    mk = offs_k < K
-    mv = offs_v < V
-    ms = mv[:, None] & mk[None, :]
-    tile = offs_v[:, None] * K + offs_k[None, :]
-    base = (slot * HV + h) * V
-    s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
-    w = tl.load(wpos_ptr + slot)
-    org = tl.load(origin_ptr + slot)
-    flush = tl.load(isflush_ptr + slot) != 0
+    offs_v, mv, ms, tile = value_block(vb, 0, offs_k, mk, 1, BV, V, K)
+    base, s0, w, org, flush = checkpoint_cursors(ckpt_ptr, sc_ptr, wpos_ptr, origin_ptr, isflush_ptr, slot, h, offs_v,
+                                                 mv, tile, ms, HV, V, K, SCALED)
     offs_j = tl.arange(0, BH)
     Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING, offs_j < RING,
                                   offs_j < w, h, hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
@@ -230,29 +189,9 @@ def _replay_spec_small_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
     if flush:
         s_h = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, org, h, hk, offs_v, mv, offs_k, mk,
                            H, HV, K, V, RING, 4)
-        cnt = tl.load(sr_ptr + slot)
-        store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s_h, ms, mv, h * V * K + tile, seed, slot,
-                    cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
+        store_flush(ckpt_ptr, sc_ptr, sr_ptr, s_h, base, tile, ms, offs_v, mv, slot, h, seed, V, K, SCALED, SR,
+                    INTERPRET)
     tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
-
-
-@triton.jit(do_not_specialize=["R"])
-def _replay_spec_commit_kernel(slot_ptr, acc_ptr, wpos_ptr, origin_ptr, isflush_ptr, pending_ptr, sr_ptr, R,
-                               T: tl.constexpr, LSPEC: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    slot = tl.load(slot_ptr + offs, mask=offs < R, other=-1)
-    m = (offs < R) & (slot >= 0)
-    k = tl.load(acc_ptr + offs, mask=m, other=1).to(tl.int32)
-    w = tl.load(wpos_ptr + slot, mask=m, other=0)
-    org = tl.load(origin_ptr + slot, mask=m, other=0)
-    f = tl.load(isflush_ptr + slot, mask=m, other=0) != 0
-    nw = tl.where(f, k, w + k)
-    tl.store(origin_ptr + slot, tl.where(f, (org + w) % RING, org), mask=m)
-    tl.store(wpos_ptr + slot, nw, mask=m)
-    tl.store(isflush_ptr + slot, (nw + 2 * T > LSPEC).to(tl.int32), mask=m)
-    tl.store(pending_ptr + slot, 0, mask=m)
-    cnt = tl.load(sr_ptr + slot, mask=m, other=0)
-    tl.store(sr_ptr + slot, cnt + f.to(tl.int64), mask=m)
 
 
 def launch_replay_spec(kern, slot_ids, inputs, out) -> None:
@@ -277,14 +216,6 @@ def launch_replay_spec(kern, slot_ids, inputs, out) -> None:
         H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, T=dec.window, RING=dec.ring_rows, SCALE=kern.K ** -0.5,
         BK=kern.BK, BV=bv, BT=triton.next_power_of_2(dec.window), BH=bh,
         SCALED=kern.scaled, SR=kern.sr, INTERPRET=kern.interpret, num_warps=nw)
-
-
-def launch_replay_spec_commit(kern, slot_ids, accepted) -> None:
-    R = slot_ids.shape[0]
-    dec = kern.decode
-    _replay_spec_commit_kernel[(triton.cdiv(R, 256),)](
-        slot_ids, accepted, kern.write_pos, kern.origin, kern.is_flush, kern.pending, kern.sr_count, R,
-        T=dec.window, LSPEC=dec.lspec, RING=dec.ring_rows, BLOCK=256)
 
 
 __all__ = ["launch_replay_spec", "launch_replay_spec_commit"]

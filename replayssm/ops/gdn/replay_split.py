@@ -35,8 +35,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, ticket
 from replayssm.ops.gdn.replay_split_tc import gdn_spec_tc_stream_kernel
-from replayssm.ops.gdn.triton_base import fold_records, gates, l2_normalise, ticket, window_token
+from replayssm.ops.gdn.triton_base import fold_records, window_token
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.pdl import cursors_after_prepass, launch_kwargs, release_next, wait_previous
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state

@@ -27,57 +27,25 @@ short-to-long-memory range under either law.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
-import torch
+from dataclasses import dataclass
 
 from replayssm.conventions import DEFAULT
-from replayssm.families import Family, FamilyMutant, RecordTraffic, check_positive_dims, register_family, uniform_in
+from replayssm.families import FamilyMutant, register_family
+from replayssm.ops.delta_rule.family import DeltaRuleFamily, DeltaRuleGeometry
 from replayssm.ops.kda import literal, naive
 from replayssm.ops.kda import mutants as broken
-from replayssm.precision import PrecisionMode
 
 
 @dataclass(frozen=True)
-class KDAGeometry:
+class KDAGeometry(DeltaRuleGeometry):
     """State ``[slots, HV, V, K]``; per token ``q, k [H, K]``, ``v [HV, V]``, ``a [HV, K]``, ``b [HV]``;
     parameters ``A_log [HV]``, ``dt_bias [HV, K]``; output ``o [HV, V]``."""
 
-    num_k_heads: int
-    num_v_heads: int
-    head_k_dim: int
-    head_v_dim: int
     family: str = "kda"
-
-    def __post_init__(self) -> None:
-        check_positive_dims(self, ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"))
-        if self.num_v_heads % self.num_k_heads:
-            raise ValueError(
-                f"num_v_heads: expected a multiple of num_k_heads={self.num_k_heads}, got {self.num_v_heads}")
-        if self.family != "kda":
-            raise ValueError(f"family: expected 'kda', got {self.family!r}")
-
-    @property
-    def state_shape(self) -> tuple[int, ...]:
-        return (self.num_v_heads, self.head_v_dim, self.head_k_dim)
-
-    @property
-    def out_shape(self) -> tuple[int, ...]:
-        return (self.num_v_heads, self.head_v_dim)
-
-    def input_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {"q": (self.num_k_heads, self.head_k_dim), "k": (self.num_k_heads, self.head_k_dim),
-                "v": (self.num_v_heads, self.head_v_dim), "a": (self.num_v_heads, self.head_k_dim),
-                "b": (self.num_v_heads,)}
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {"A_log": (self.num_v_heads,), "dt_bias": (self.num_v_heads, self.head_k_dim)}
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+    per_channel_gate = True
 
 
-class KimiDeltaAttention(Family):
+class KimiDeltaAttention(DeltaRuleFamily):
     name = "kda"
     description = ("Kimi Delta Attention, the delta rule with a per-key-channel gate; ReplaySSM records d, "
                    "normalised k, per-channel g")
@@ -90,28 +58,9 @@ class KimiDeltaAttention(Family):
         "kimi-linear-48b": KDAGeometry(num_k_heads=32, num_v_heads=32, head_k_dim=128, head_v_dim=128),
     }
     bench_geometry = "kimi-linear-48b"
-
-    def strategy_geometry(self, st, dims, wide):
-        return st.builds(
-            lambda h, r, k, v: {"family": "kda", "num_k_heads": h, "num_v_heads": h * r, "head_k_dim": k,
-                                "head_v_dim": v},
-            st.sampled_from((1, 2)), st.sampled_from((1, 2)), st.sampled_from(wide), st.sampled_from(dims))
-
-    def make_params(self, uniform, dist):
-        neg_a = uniform_in(uniform("A_log"), *dist.neg_A)
-        return {"A_log": torch.log(neg_a),
-                "dt_bias": torch.add(torch.mul(uniform("dt_bias"), dist.dt_bias[1]), dist.dt_bias[0])}
-
-    def input_law(self, name):
-        return {"a": "gate", "b": "normal", "v": "value"}.get(name, "act")
-
-    conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form", "gate_lower_bound")
-    capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "state-read-records",
-                              "grouped-heads"))
-    dot_order_literals = ("literal-replay-recurrent",)
-
-    def reference_prepare(self, tok, params, conv=DEFAULT):
-        return tok
+    conventions = DeltaRuleFamily.conventions + ("gate_lower_bound",)
+    literal_replay_cls = literal.KDALiteralReplay
+    literal_baseline_cls = literal.KDALiteralBaseline
 
     def reference_advance(self, state, prep, params, conv=DEFAULT):
         t = prep
@@ -121,14 +70,6 @@ class KimiDeltaAttention(Family):
     def readout_magnitude(self, state_abs, tok, params):
         qh, _ = naive.kda_prepare(tok["q"], tok["k"], state_abs.shape[-3])
         return (state_abs * qh.abs()[..., None, :]).sum(-1)
-
-    @property
-    def literal_replay(self):
-        return literal.KDALiteralReplay
-
-    @property
-    def literal_baseline(self):
-        return literal.KDALiteralBaseline
 
     mutants = (
         FamilyMutant(broken.GateOnValueAxis, "mutant-gate-on-value-axis",
@@ -151,15 +92,6 @@ class KimiDeltaAttention(Family):
         if kind == "replay":
             return [{}, {"prepass": False}] if decode.speculative else [{}, {"prepass": True}]
         return [{}]
-
-    def traffic(self, geometry, mode: PrecisionMode) -> RecordTraffic:
-        g, m = geometry, mode
-        a = m.act_bytes_per_element
-        state = g.num_v_heads * g.head_v_dim * g.head_k_dim * m.state_bytes_per_element(g.head_k_dim)
-        record = g.num_v_heads * g.head_v_dim * a + g.num_k_heads * g.head_k_dim * a + g.num_v_heads * g.head_k_dim * 4
-        inputs = (2 * g.num_k_heads * g.head_k_dim * a + g.num_v_heads * g.head_v_dim * a
-                  + g.num_v_heads * g.head_k_dim * a + g.num_v_heads * a)
-        return RecordTraffic(state, record, inputs, g.num_v_heads * g.head_v_dim * a)
 
 
 FAMILY = register_family(KimiDeltaAttention())

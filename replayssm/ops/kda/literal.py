@@ -34,16 +34,11 @@ from __future__ import annotations
 import torch
 
 from replayssm.conventions import DEFAULT
-from replayssm.ops.gdn.literal import delta_window_rows
-from replayssm.ops.kda.naive import kda_gates, kda_step, l2norm
-from replayssm.ops.literal import FamilyMath, LiteralBaselineKernel, LiteralReplayKernel, WindowResult
+from replayssm.ops.delta_rule.literal import CumprodDecays, DeltaRuleMath, _dot
+from replayssm.ops.kda.naive import kda_gates, kda_step
+from replayssm.ops.literal import LiteralBaselineKernel, LiteralReplayKernel
 from replayssm.precision import PrecisionMode
 from replayssm.registry import register
-from replayssm.rounding import round_tf32
-
-
-def _dot(t: torch.Tensor, mode: PrecisionMode | None) -> torch.Tensor:
-    return round_tf32(t) if mode is not None and mode.dot == "tf32" else t
 
 
 def kda_window_solve(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = None):
@@ -109,68 +104,27 @@ def kda_window_solve_rows(s_h, qh, kh, v, g, beta, mode: PrecisionMode | None = 
     return torch.stack(outs, dim=1), d
 
 
-class KDAMath(FamilyMath):
-    """Replay arithmetic: records d and normalised k in the activation dtype, the per-channel log
-    gate g in the compute dtype.
+class KDAMath(DeltaRuleMath):
+    """Replay arithmetic (``DeltaRuleMath`` with a per-channel gate): records d and normalised k in the
+    activation dtype, the per-channel log gate g in the compute dtype.
 
     The gates (:meth:`gates`), the fold's decay weights (:meth:`decays`) and the in-window solve
     (:meth:`solve`) are one method each: the places a kernel (or a mutant) does them its own way."""
 
-    def gates(self, win: dict[str, torch.Tensor], params: dict[str, torch.Tensor], conv=DEFAULT):
-        """The window's per-channel log gates ``g [T, HV, K]`` and ``beta [T, HV]`` (``conv``: the
-        kernel's declared conventions)."""
-        return kda_gates(win["a"], win["b"], params["A_log"], params["dt_bias"], conv)
-
-    def decays(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``exp(G_n)`` [HV, K] and ``exp(G_n - G_j)`` [n, HV, K] (G the inclusive cumulative sum of
-        g over the token axis, per channel)."""
-        G = torch.cumsum(g, dim=0)
-        return torch.exp(G[-1]), torch.exp(G[-1] - G)
+    per_channel_gate = True
+    fold_terms = "jhc,jhv,jhc->hvc"
+    gates_fn = staticmethod(kda_gates)
+    step_fn = staticmethod(kda_step)
+    solve_rows = staticmethod(kda_window_solve_rows)
 
     def solve(self, s_h, qh, kh, v, g, beta, mode):
         """The window's outputs and d records from the state before the window."""
         return kda_window_solve(s_h, qh, kh, v, g, beta, mode)
 
-    def record_layout(self, g):
-        return {"d": ((g.num_v_heads, g.head_v_dim), "act"), "k": ((g.num_k_heads, g.head_k_dim), "act"),
-                "g": ((g.num_v_heads, g.head_k_dim), "decay")}
-
-    def fold(self, s0, hist, params, mode):
-        g = hist["g"]
-        if g.shape[0] == 0:
-            return s0
-        total, w = self.decays(g)  # [HV, K], [n, HV, K]
-        kh = hist["k"].repeat_interleave(s0.shape[0] // hist["k"].shape[-2], dim=-2)
-        return total[:, None, :] * s0 + torch.einsum("jhc,jhv,jhc->hvc", w, hist["d"], kh)
-
-    def window(self, s0, hist, win, params, mode, options, conv=DEFAULT):
-        s_h = self.fold(s0, hist, params, mode)
-        nv = s0.shape[0]
-        qn = l2norm(win["q"], conv) * win["q"].shape[-1] ** -0.5
-        kn = l2norm(win["k"], conv)
-        rep = nv // win["q"].shape[-2]
-        qh, kh = qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
-        g, beta = self.gates(win, params, conv)
-        o, d = self.solve(s_h, qh, kh, win["v"], g, beta, mode)
-        after_first = torch.exp(g[0])[:, None, :] * s_h + d[0][:, :, None] * kh[0][:, None, :]
-        return WindowResult(outputs=o, records={"d": d, "k": kn, "g": g}, state_before=s_h,
-                            state_after_first=after_first)
-
-    # ---- the row-batched twin of fold / window (same arithmetic with a leading row axis r) -----------
+    # the row-batched twin of fold / window is the delta rule's, owned here (FamilyMath.rows_batchable)
     batches_rows = True
-
-    def fold_rows(self, s0, hist, params, mode):
-        g = hist["g"]  # [R, n, HV, K]
-        if g.shape[1] == 0:
-            return s0
-        G = torch.cumsum(g, dim=1)
-        total, w = torch.exp(G[:, -1]), torch.exp(G[:, -1:] - G)
-        kh = hist["k"].repeat_interleave(s0.shape[1] // hist["k"].shape[-2], dim=-2)
-        return total[:, :, None, :] * s0 + torch.einsum("rjhc,rjhv,rjhc->rhvc", w, hist["d"], kh)
-
-    def window_rows(self, s0, hist, win, params, mode, options, need_before=True, conv=DEFAULT):
-        return delta_window_rows(self.fold_rows(s0, hist, params, mode), win, mode, conv, l2norm,
-                                 lambda tok: self.gates(tok, params, conv), kda_window_solve_rows)
+    fold_rows = DeltaRuleMath.fold_rows
+    window_rows = DeltaRuleMath.window_rows
 
     def error_coefficients(self, tok, params, heads, conv=DEFAULT):
         """The running-error model of one token (fp64, all rows), as ``fp64_bound.norm_terms`` reads
@@ -189,20 +143,9 @@ class KDAMath(FamilyMath):
         vmax = vmax.repeat_interleave(heads // vmax.shape[-1], dim=-1) if vmax.shape[-1] != heads else vmax
         return {"rho": torch.exp(g.amax(-1)), "c": beta * vmax, "p": 2 * beta, "q": vmax, "dL": -g.amin(-1)}
 
-    def step(self, s, tok, params, conv=DEFAULT):
-        return kda_step(s, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"], params["dt_bias"], conv)
 
-
-class KDAMathCumprod(KDAMath):
+class KDAMathCumprod(CumprodDecays, KDAMath):
     """Fold weights as running products of the per-token, per-channel decays exp(g_j) (fp32)."""
-
-    def decays(self, g):
-        a = torch.exp(g)
-        seg = [torch.ones_like(a[0])]
-        for j in range(g.shape[0] - 1, 0, -1):
-            seg.append(seg[-1] * a[j])
-        seg = torch.stack(seg[::-1])
-        return seg[0] * a[0], seg
 
 
 class KDAMathRecurrentWindow(KDAMath):

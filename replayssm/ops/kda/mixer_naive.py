@@ -13,30 +13,17 @@ family's ``naive.py``, reused.  Expected error in fp64: ~1e-15 relative.
 
 from __future__ import annotations
 
-from replayssm.mixer.spec import MixerSpec, register_mixer
+from replayssm.mixer.spec import register_mixer
+from replayssm.ops.delta_rule.mixer import DeltaRuleMixer
 from replayssm.ops.kda import naive
 
 
-class KDAMixer(MixerSpec):
+class KDAMixer(DeltaRuleMixer):
     family = "kda"
     gate_act = "sigmoid"
-    norm_before_gate = True
     norm_eps = 1e-5
-    conv_bias = False
     real_presets = ("kimi-linear-48b",)
-
-    def conv_inputs(self, g):
-        return ("q", "k", "v")
-
-    def norm_group(self, g):
-        return g.head_v_dim
-
-    def norm_weight_shape(self, g):
-        return (g.head_v_dim,)
-
-    def ssm_step(self, state, tok, params):
-        return naive.kda_step(state, tok["q"], tok["k"], tok["v"], tok["a"], tok["b"], params["A_log"],
-                              params["dt_bias"])
+    step = staticmethod(naive.kda_step)
 
 
 SPEC = register_mixer(KDAMixer())

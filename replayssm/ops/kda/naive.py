@@ -40,33 +40,14 @@ from __future__ import annotations
 import torch
 
 from replayssm.conventions import DEFAULT, Conventions
-
-L2_EPS = DEFAULT.l2_eps
-
-
-def softplus(u: torch.Tensor) -> torch.Tensor:
-    """log1p(exp(u)), the identity for u > 20."""
-    return DEFAULT.softplus(u)
-
-
-def l2norm(u: torch.Tensor, conv: Conventions = DEFAULT) -> torch.Tensor:
-    """u / sqrt(sum(u^2) + 1e-6) over the last dimension (eps and form: ``conv``)."""
-    return conv.l2norm(u)
+from replayssm.ops.delta_rule.naive import L2_EPS, l2norm, softplus
+from replayssm.ops.delta_rule.naive import qk_prepare as kda_prepare
 
 
 def kda_gates(a, b, A_log, dt_bias, conv: Conventions = DEFAULT):
     """Per-channel log decay ``g = -exp(A_log) softplus(a + dt_bias)`` ``[..., HV, K]`` and
     ``beta = sigmoid(b)`` ``[..., HV]`` (threshold, beta's rounding and the gate law: ``conv``)."""
     return conv.kda_log_gate(a, A_log, dt_bias), conv.beta(b)
-
-
-def kda_prepare(q, k, nv: int, conv: Conventions = DEFAULT):
-    """Normalised, per-value-head q (scaled by K^-1/2) and k: ``[..., H, K] -> [..., HV, K]``."""
-    K = q.shape[-1]
-    rep = nv // q.shape[-2]
-    qn = conv.l2norm(q) * K**-0.5
-    kn = conv.l2norm(k)
-    return qn.repeat_interleave(rep, dim=-2), kn.repeat_interleave(rep, dim=-2)
 
 
 def kda_step(state, q, k, v, a, b, A_log, dt_bias, conv: Conventions = DEFAULT):
@@ -121,3 +102,6 @@ def kda_closed_form(state, q, k, v, a, b, A_log, dt_bias):
         "tjhc,thc,hjv->thv", ek, qh, d)
     final = state * torch.exp(G[-1])[:, None, :] + torch.einsum("jhc,hjv->hvc", ek[-1], d)
     return o, final
+
+
+__all__ = ["L2_EPS", "kda_closed_form", "kda_gates", "kda_prepare", "kda_sequence", "kda_step", "l2norm", "softplus"]

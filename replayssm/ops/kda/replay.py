@@ -7,8 +7,8 @@ Storage: checkpoint ``[slots, HV, V, K]`` in the state dtype (fp8 with fp32 scal
 ``[slots, HV, V]``); records ``d [slots, rows, HV, V]`` and ``k [slots, rows, H, K]`` in the
 activation dtype, the per-channel log gate ``g [slots, rows, HV, K]`` in fp32; rows = L (standard)
 or next_pow2(B + T') (speculative ring).  ``snapshot()`` returns exactly these.  Cursors, options,
-snapshot and restore are the Gated DeltaNet replay kernel's (``replayssm.ops.gdn.replay``): this
-class changes the record layout, the launches and the fp64 fold.
+snapshot and restore are the delta rule's (``replayssm.ops.delta_rule.replay``): this class sets the
+launches, the two-launch coefficient layout and the literal math of the fp64 fold.
 
 Oracle: ``literal-replay`` (family kda) and the fp64 recurrence.  Expected error: within a small
 factor of the literal model's at the same precision mode (tests/ops/kda/test_kda_triton.py).
@@ -20,33 +20,29 @@ not natively; exact, since window position t depends only on positions <= t).
 
 from __future__ import annotations
 
-import torch
-
-from replayssm.interface import next_pow2
-from replayssm.ops.committed import committed_rows_fp64
-from replayssm.ops.gdn.replay import TritonGDNReplay
-from replayssm.ops.gdn.triton_base import OPTIONS
+from replayssm.ops.delta_rule.replay import DeltaRuleReplay
+from replayssm.ops.delta_rule.triton_base import OPTIONS
 from replayssm.ops.kda.literal import KDAMath
 from replayssm.ops.kda.replay_decode import launch_replay_decode
 from replayssm.ops.kda.replay_spec import launch_replay_spec, launch_replay_spec_commit
 from replayssm.ops.kda.replay_spec_split import spec_coef_layout
 from replayssm.ops.kda.replay_split import coef_layout, launch_split
 from replayssm.ops.kda.triton_base import TritonKDABase
-from replayssm.ops.split_options import int_choice
 from replayssm.registry import register
 
-# the GDN replay's two-launch options this kernel implements (no key-dim chunks)
+# the delta-rule replay's two-launch options this kernel implements (no key-dim chunks)
 SPLIT_OPTIONS = ("prepass", "coef_warps", "fold_unroll", "tiles")
 
 
 @register
-class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
+class TritonKDAReplay(TritonKDABase, DeltaRuleReplay):
     name = "triton-replay"
     family = "kda"
     accepted_options = OPTIONS + SPLIT_OPTIONS
     SPEC_ONE_WARP = False  # its verify holds a [history, K] decay tile per program: not measured on one warp
     SPLIT_READOUT = False  # its streams (replay_split.py, replay_spec_split.py) read out with reduce / dot only
     PDL_DEFAULT = False  # its launches take no PDL (the pdl option is Gated DeltaNet's and Mamba-2's)
+    math_cls = KDAMath
     launch_split = staticmethod(launch_split)
     launch_replay_spec = staticmethod(launch_replay_spec)
     launch_replay_spec_commit = staticmethod(launch_replay_spec_commit)
@@ -63,21 +59,14 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
         return not decode.speculative and options.get("prepass") is not False \
             and options.get("readout", "reduce") == "reduce"
 
-    def __init__(self, config) -> None:
-        super().__init__(config)
-        g, rows, S = self.geometry, self.decode.ring_rows, self.num_slots
-        # the per-channel log gate record (the GDN layout has one g per value head)
-        self.records["g"] = torch.zeros((S, rows, g.num_v_heads, g.head_k_dim), dtype=torch.float32,
-                                        device=self.device)
-        if self.decode.speculative:  # the committed history (<= B records) and the window's T' tokens
-            self.jb = next_pow2(self.decode.buffer)
-            self.coef_layout = spec_coef_layout(self.jb, self.tp, self.BK)
-        else:
-            self.jb = next_pow2(max(self.decode.buffer - 1, 1))
-            self.coef_layout = coef_layout(self.jb, self.BK)
-        # one warp per pre-pass program: its [K] rows reduce inside a warp (measured on one H200 at batch 512:
-        # the standard pre-pass 57 us on 1 warp, 74 on 2, 136 on 4; the speculative one 200, 385, 608)
-        self.coef_warps = int_choice(config.options, "coef_warps", (1, 2, 4, 8), 1)
+    # coef_warps defaults to one warp per pre-pass program (DeltaRuleReplay): its [K] rows reduce inside a warp
+    # (measured on one H200 at batch 512: the standard pre-pass 57 us on 1 warp, 74 on 2, 136 on 4; the
+    # speculative one 200, 385, 608)
+    def split_coef_layout(self) -> dict[str, int]:
+        # the committed history (<= B records) and the window's T' tokens in speculative decode
+        if self.decode.speculative:
+            return spec_coef_layout(self.jb, self.tp, self.BK)
+        return coef_layout(self.jb, self.BK)
 
     def use_split(self, rows: int) -> bool:
         if self.readout != "reduce":
@@ -103,13 +92,6 @@ class TritonKDAReplay(TritonKDABase, TritonGDNReplay):
         if self.decode.speculative or self.tiles_per_program is not None:
             return super().split_tiles(rows, nvb)
         return nvb if rows >= 128 or self.interpret else min(4, nvb)
-
-    def committed_state(self, slot_ids) -> torch.Tensor:
-        ids = self._check_slot_ids(slot_ids)
-        return committed_rows_fp64(ids, self._host(self.write_pos), self._host(self.origin), self.decode.ring_rows,
-                                   self.records, self._checkpoints64,
-                                   lambda s0, hist: KDAMath().fold_rows(s0, hist, None, None), self.state_shape,
-                                   self.device)
 
 
 __all__ = ["TritonKDAReplay"]

@@ -34,8 +34,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import l2_normalise, store_block, ticket, value_block
-from replayssm.ops.kda.triton_base import history_coefficients, history_row_back, kda_gates
+from replayssm.ops.delta_rule.triton_base import (
+    launch_decode,
+    program_row,
+    store_block,
+    ticket,
+    token_inputs,
+    value_block,
+)
+from replayssm.ops.kda.triton_base import history_coefficients, history_row_back
 from replayssm.ops.triton.rounding import cast_nearest, load_state
 
 
@@ -47,23 +54,12 @@ def _kda_replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
                               SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BL: tl.constexpr,
                               NPROG: tl.constexpr, NVT: tl.constexpr, HU: tl.constexpr, SCALED: tl.constexpr,
                               SR: tl.constexpr, INTERPRET: tl.constexpr):
-    r = tl.program_id(0)
-    h = tl.program_id(1)
-    pv = tl.program_id(2)
-    slot = tl.load(slot_ptr + r).to(tl.int64)
+    r, h, pv, slot, hk, offs_k, mk = program_row(slot_ptr, HV, H, BK, K)
     if slot < 0:
         return
-    hk = h // (HV // H)
-    offs_k = tl.arange(0, BK)
-    mk = offs_k < K
     # the current token
-    q = tl.load(q_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-    k = tl.load(k_ptr + (r * H + hk) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-    a = tl.load(a_ptr + (r * HV + h) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
-    qn = l2_normalise(q, 0) * SCALE
-    kn = l2_normalise(k, 0)
-    g, beta = kda_gates(a, tl.load(b_ptr + r * HV + h).to(tl.float32), tl.load(A_log_ptr + h),
-                        tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0))
+    qn, kn, g, beta = token_inputs(q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, r, h, hk, offs_k, mk, H, HV, K,
+                                   SCALE, True)
     g = tl.where(mk, g, 0.0)
     alpha = tl.exp(g)
     ak = alpha * kn
@@ -120,18 +116,6 @@ def _kda_replay_decode_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
 def launch_replay_decode(kern, slot_ids, inputs, out) -> None:
     """Launch one standard-decode step of ``kern`` (a TritonKDAReplay) for all rows (value blocks
     per program: ``kern.split_tiles``, a whole value head from 128 rows up)."""
-    R = slot_ids.shape[0]
-    bv, nvb, nw = kern.launch_shape(R)
-    nvt = kern.split_tiles(R, nvb)
-    nprog = triton.cdiv(nvb, nvt)
-    L = kern.decode.buffer
-    _kda_replay_decode_kernel[(R, kern.HV, nprog)](
-        slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log, kern.dt_bias,
-        kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,
-        kern.pending, kern.ticket, kern.sr_count, kern.seed, kern.num_slots,
-        H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, L=L, SCALE=kern.K ** -0.5, BK=kern.BK, BV=bv,
-        BL=triton.next_power_of_2(max(L - 1, 1)), NPROG=nprog, NVT=nvt, HU=4, SCALED=kern.scaled, SR=kern.sr,
-        INTERPRET=kern.interpret, num_warps=nw)
-
+    launch_decode(_kda_replay_decode_kernel, kern, slot_ids, inputs, out, kern.split_tiles, HU=4)
 
 __all__ = ["launch_replay_decode"]

@@ -1,5 +1,6 @@
-"""ReplaySSM speculative verify for KDA, in Triton (commit: the GDN kernel's device-side cursor
-update, which is family-independent: ``replayssm.ops.gdn.replay_spec.launch_replay_spec_commit``).
+"""ReplaySSM speculative verify for KDA, in Triton (commit: the delta rule's device-side cursor
+update, which is family-independent: ``replayssm.ops.delta_rule.replay_spec.launch_replay_spec_commit``; the
+window prologue, checkpoint and cursor loads and the window's stores are that module's too).
 
 Verify, one program per (row, value head, block of value rows), window of T' tokens (docs/recurrences.md section 3 with
 per-channel decays):
@@ -27,10 +28,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.replay_spec import launch_replay_spec_commit
-from replayssm.ops.gdn.triton_base import l2_normalise, select_row
-from replayssm.ops.kda.triton_base import fold_history, kda_gates, load_history, readout
-from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, load_state, store_state
+from replayssm.ops.delta_rule.replay_spec import (
+    checkpoint_cursors,
+    launch_replay_spec_commit,
+    store_flush,
+    store_window,
+    window_inputs,
+)
+from replayssm.ops.delta_rule.triton_base import program_row, select_row, value_block
+from replayssm.ops.kda.triton_base import fold_history, load_history, readout
 
 
 @triton.jit(do_not_specialize=["seed", "num_slots"])
@@ -41,42 +47,18 @@ def _kda_replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr
                             RING: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                             BT: tl.constexpr, BH: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr,
                             INTERPRET: tl.constexpr):
-    r = tl.program_id(0)
-    h = tl.program_id(1)
-    vb = tl.program_id(2)
-    slot = tl.load(slot_ptr + r).to(tl.int64)
+    r, h, vb, slot, hk, offs_k, mk = program_row(slot_ptr, HV, H, BK, K)
     if slot < 0:
         return
-    hk = h // (HV // H)
-    offs_k = tl.arange(0, BK)
-    offs_v = vb * BV + tl.arange(0, BV)
-    offs_t = tl.arange(0, BT)
-    mk = offs_k < K
-    mv = offs_v < V
-    mt = offs_t < T
-    ms = mv[:, None] & mk[None, :]
-    tile = offs_v[:, None] * K + offs_k[None, :]
-    # the window: normalised q (scaled), k [BT, BK]; v [BT, BV]; per-channel gates [BT, BK], beta [BT]
-    tok = r * T + offs_t
-    mtk = mt[:, None] & mk[None, :]
-    mtv = mt[:, None] & mv[None, :]
-    Qw = tl.load(q_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
-    Kw = tl.load(k_ptr + (tok[:, None] * H + hk) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
-    Vw = tl.load(v_ptr + (tok[:, None] * HV + h) * V + offs_v[None, :], mask=mtv, other=0.0).to(tl.float32)
-    aw = tl.load(a_ptr + (tok[:, None] * HV + h) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
-    bw = tl.load(b_ptr + tok * HV + h, mask=mt, other=0.0).to(tl.float32)
-    Qw = l2_normalise(Qw, 1) * SCALE
-    Kw = l2_normalise(Kw, 1)
-    dt_bias = tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0)
-    gw, betaw = kda_gates(aw, bw, tl.load(A_log_ptr + h), dt_bias[None, :])
-    gw = tl.where(mtk, gw, 0.0)
-    Gw = tl.cumsum(gw, 0)  # [BT, BK]
+    offs_v, mv, ms, tile = value_block(vb, 0, offs_k, mk, 1, BV, V, K)
+    # the window: normalised q (scaled), k [BT, BK]; v [BT, BV]; per-channel gates [BT, BK] (their cumsum Gw),
+    # beta [BT]
+    offs_t, mt, tok, mtk, mtv, Qw, Kw, Vw, gw, betaw, Gw = window_inputs(
+        q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, r, h, hk, offs_k, mk, offs_v, mv, H, HV, K, V, T,
+        BT, SCALE, True)
     # checkpoint and committed history
-    base = (slot * HV + h) * V
-    s0 = load_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, ms, mv, SCALED)
-    w = tl.load(wpos_ptr + slot)
-    org = tl.load(origin_ptr + slot)
-    flush = tl.load(isflush_ptr + slot) != 0
+    base, s0, w, org, flush = checkpoint_cursors(ckpt_ptr, sc_ptr, wpos_ptr, origin_ptr, isflush_ptr, slot, h, offs_v,
+                                                 mv, tile, ms, HV, V, K, SCALED)
     offs_j = tl.arange(0, BH)
     Dh, KW, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING, offs_j < RING,
                               offs_j < w, h, hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
@@ -108,22 +90,12 @@ def _kda_replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr
     for t in tl.static_range(T):
         sel = offs_t == t
         O += tl.where(sel[:, None], tl.sum(D * select_row(M, sel)[:, None], 0)[None, :], 0.0)
-    tl.store(out_ptr + (tok[:, None] * HV + h) * V + offs_v[None, :],
-             cast_nearest(O, out_ptr.dtype.element_ty, INTERPRET), mask=mtv)
-    # window records (all T' tokens) at logical positions write_pos + t
-    srow = slot * RING + (org + w + offs_t) % RING
-    tl.store(d_rec_ptr + (srow[:, None] * HV + h) * V + offs_v[None, :],
-             cast_nearest(D, d_rec_ptr.dtype.element_ty, INTERPRET), mask=mtv)
-    tl.store(g_rec_ptr + (srow[:, None] * HV + h) * K + offs_k[None, :], gw,
-             mask=mtk & ((tok[:, None] * 0 + offs_k[None, :] * 0 + vb) == 0))
-    tl.store(k_rec_ptr + (srow[:, None] * H + hk) * K + offs_k[None, :],
-             cast_nearest(Kw, k_rec_ptr.dtype.element_ty, INTERPRET),
-             mask=mtk & ((tok[:, None] * 0 + offs_k[None, :] * 0 + vb + h % (HV // H)) == 0))
+    store_window(out_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, O, D, Kw, gw, slot, org, w, offs_t, mt, tok, h, hk, vb,
+                 offs_v, offs_k, mtk, mtv, H, HV, K, V, RING, INTERPRET, True)
     if flush:
         s_h = fold_history(s0, eG, KW, offs_j, w, d_rec_ptr, slot, org, h, offs_v, mv, HV, V, RING)
-        cnt = tl.load(sr_ptr + slot)
-        store_state(ckpt_ptr + base * K + tile, sc_ptr + base + offs_v, s_h, ms, mv, h * V * K + tile, seed, slot,
-                    cnt, STREAM_FLUSH, SCALED, SR, INTERPRET)
+        store_flush(ckpt_ptr, sc_ptr, sr_ptr, s_h, base, tile, ms, offs_v, mv, slot, h, seed, V, K, SCALED, SR,
+                    INTERPRET)
     tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
 
 

@@ -1,6 +1,6 @@
 """ReplaySSM KDA speculative verify in two launches: a per-(row, value head) coefficient pre-pass
-and a lean checkpoint stream (``options={"prepass": True}``; commit: the GDN kernel's device-side
-cursor update, ``replayssm.ops.gdn.replay_spec.launch_replay_spec_commit``).
+and a lean checkpoint stream (``options={"prepass": True}``; commit: the delta rule's device-side
+cursor update, ``replayssm.ops.delta_rule.replay_spec.launch_replay_spec_commit``).
 
 Oracle: ``literal-replay`` (family kda: its window solve) and the fp64 recurrence on the accepted
 stream.  Expected error: within a small factor of the literal model's at the same precision mode
@@ -33,8 +33,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import l2_normalise, select_row
-from replayssm.ops.kda.triton_base import fold_weighted, history_row_back, kda_gates, stream_tile
+from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, select_row
+from replayssm.ops.kda.triton_base import fold_weighted, history_row_back, stream_tile
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.pdl import cursor_snapshot
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
@@ -80,7 +80,7 @@ def _kda_spec_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bi
     aw = tl.load(a_ptr + (tok[:, None] * HV + h) * K + offs_k[None, :], mask=mtk, other=0.0).to(tl.float32)
     bw = tl.load(b_ptr + tok * HV + h, mask=mt, other=0.0).to(tl.float32)
     dt_bias = tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0)
-    gw, betaw = kda_gates(aw, bw, tl.load(A_log_ptr + h), dt_bias[None, :])
+    gw, betaw = gates(aw, bw, tl.load(A_log_ptr + h), dt_bias[None, :])
     gw = tl.where(mtk, gw, 0.0)
     Gw = tl.cumsum(gw, 0)
     cb = (r * HV + h) * NCOEF

@@ -31,9 +31,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import l2_normalise, ticket
+from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, ticket
 from replayssm.ops.kda.replay_spec_split import launch_spec_split
-from replayssm.ops.kda.triton_base import fold_weighted, history_coefficients, kda_gates, stream_tile
+from replayssm.ops.kda.triton_base import fold_weighted, history_coefficients, stream_tile
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 
@@ -69,8 +69,8 @@ def _kda_coef_kernel(slot_ptr, q_ptr, k_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_pt
     a = tl.load(a_ptr + (r * HV + h) * K + offs_k, mask=mk, other=0.0).to(tl.float32)
     qn = l2_normalise(q, 0) * SCALE
     kn = l2_normalise(k, 0)
-    g, beta = kda_gates(a, tl.load(b_ptr + r * HV + h).to(tl.float32), tl.load(A_log_ptr + h),
-                        tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0))
+    g, beta = gates(a, tl.load(b_ptr + r * HV + h).to(tl.float32), tl.load(A_log_ptr + h),
+                    tl.load(dt_bias_ptr + h * K + offs_k, mask=mk, other=0.0))
     g = tl.where(mk, g, 0.0)
     alpha = tl.exp(g)
     ak = alpha * kn

@@ -5,7 +5,7 @@ KDA is the delta rule with a per-key-channel gate (``naive.py``): per value head
 ``S [V, K]`` decays column by column, ``S <- S Diag(alpha)`` with ``alpha = exp(g)``, ``g [K]``.
 The state storage, the device cursors, the reset and the host-side checks are those of the Gated
 DeltaNet kernels (same ``[slots, positions, HV, V, K]`` layout, same cursor rules, same
-options): :class:`TritonKDABase` reuses ``replayssm.ops.gdn.triton_base.TritonGDNBase`` and changes
+options): :class:`TritonKDABase` is ``replayssm.ops.delta_rule.triton_base.TritonDeltaRuleBase`` and changes
 what is family-specific: the per-channel gate parameters and the fp64 fold of the records.
 
 Oracle: the literal models of ``replayssm.ops.kda.literal`` (same records, same cursor rules of
@@ -29,19 +29,9 @@ import torch
 import triton
 import triton.language as tl
 
-from replayssm.ops.gdn.triton_base import TritonGDNBase
+from replayssm.ops.delta_rule.triton_base import TritonDeltaRuleBase
 from replayssm.ops.kda.literal import KDAMath
-from replayssm.ops.triton.math import softplus
 from replayssm.ops.triton.rounding import load_state
-
-
-@triton.jit
-def kda_gates(a, b, A_log, dt_bias):
-    """Per-channel log gate ``g = -exp(A_log) softplus(a + dt_bias)`` (``a, dt_bias [BK]``) and
-    ``beta = sigmoid(b)`` (``naive.kda_gates``; fp32, a few ulp from exp/log)."""
-    g = -tl.exp(A_log) * softplus(a + dt_bias)
-    beta = 1.0 / (1.0 + tl.exp(-b))
-    return g, beta
 
 
 @triton.jit
@@ -179,14 +169,15 @@ def fold_weighted(s, d_rec_ptr, wf_ptr, slot, origin, w, h, offs_v, mv, offs_k,
     return s
 
 
-class TritonKDABase(TritonGDNBase):
-    """Common part of the KDA Triton kernels (not registered itself): the GDN kernels' storage and
+class TritonKDABase(TritonDeltaRuleBase):
+    """Common part of the KDA Triton kernels (not registered itself): the delta-rule kernels' storage and
     cursors with KDA's per-channel gate parameters ``A_log [HV]``, ``dt_bias [HV, K]``
     (their shapes are checked by ``KernelConfig`` against the geometry's ``param_shapes``).  They
-    compute the softplus gate law only (:func:`kda_gates`): a config whose conventions carry the
-    bounded law (``gate_lower_bound``, replayssm/conventions.py) is refused before any work."""
+    compute the softplus gate law only (``replayssm.ops.delta_rule.triton_base.gates``): a config whose
+    conventions carry the bounded law (``gate_lower_bound``, replayssm/conventions.py) is refused before any work."""
 
     family = "kda"
+    PER_CHANNEL_GATE = True
 
     def __init__(self, config) -> None:
         lb = config.conventions.gate_lower_bound
@@ -203,4 +194,4 @@ def fold_fp64(s0: torch.Tensor, hist: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 __all__ = ["TritonKDABase", "decay_weighted_keys", "fold_fp64", "fold_history", "fold_weighted", "history_coefficients",
-           "history_row_back", "kda_gates", "load_history", "readout", "stream_tile"]
+           "history_row_back", "load_history", "readout", "stream_tile"]
