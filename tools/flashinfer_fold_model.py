@@ -13,7 +13,8 @@ maximum, the quantity the check bounds (by 4.01 u for fp16 here).  Expected with
 (a) ~5 u, (b) ~1-1.5 u.  ``--state fp32`` (the checkpoint the fp32 accumulator, as ``s32a16``
 stores it) predicts the size of the failure at ``s32a16``.
 
-Run: python tools/flashinfer_fold_model.py [--rows 8] [--flushes 6] [--state fp16-sr|fp32]
+Run: python tools/flashinfer_fold_model.py [--rows 8] [--flushes 6] [--state fp16-sr|fp32] [--record FILE]
+(``--record``: one ``findings`` record per model, metrics the median and max increment in u.)
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from __future__ import annotations
 import argparse
 
 import torch
+
+from replayssm.records.ledger import append
+from replayssm.records.record import Recorder
 
 U_FP16 = 2.0**-11
 STATES = {"fp16-sr": U_FP16, "fp32": 2.0**-24}
@@ -73,12 +77,25 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=8, help="batch rows (each 128 heads)")
     ap.add_argument("--flushes", type=int, default=6, help="flushes a row (the first two warm the state up)")
     ap.add_argument("--state", choices=sorted(STATES), default="fp16-sr", help="the checkpoint's format")
+    ap.add_argument("--record", metavar="FILE", help="append one findings record per model (JSON lines)")
     args = ap.parse_args()
     if args.rows < 1 or args.flushes < 3:
         ap.error("--rows must be >= 1 and --flushes >= 3")
+    rec = Recorder("findings", source="tools/flashinfer_fold_model.py") if args.record else None
+    records = []
     for name, v in flush_errors(args.rows, args.flushes, state=args.state).items():
         v = sorted(v)
         print(f"{name}: flush-increment {v[len(v) // 2]:.2f} u median, {v[-1]:.2f} u max over {len(v)} flushes")
+        if rec is not None:
+            model = "bf16-weighted-B" if name.startswith("bf16") else "fp32-weighted-B"
+            records.append(rec.record(f"mamba2/flashinfer-fold-model/{model}/{args.state}", family="mamba2",
+                                      kernel="flashinfer-replay", geometry="super120b", verdict="none",
+                                      config={"rows": args.rows, "flushes": args.flushes, "state": args.state,
+                                              "heads": 128, "P": 64, "N": 128, "records_per_flush": 12},
+                                      metrics={"increment_u_median": round(v[len(v) // 2], 3),
+                                               "increment_u_max": round(v[-1], 3), "flushes": len(v)}))
+    if records:
+        append(args.record, records)
 
 
 if __name__ == "__main__":
