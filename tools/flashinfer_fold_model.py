@@ -1,5 +1,5 @@
 """A model of FlashInfer 0.7.2's ``checkpointing_ssu`` fold, to size its bf16 step against the
-``flush-increment`` check (docs/findings.md, "FlashInfer's verdicts").
+``flush-increment`` check (docs/findings.md, "FlashInfer 0.7.2.post1 on the H200").
 
 Oracle: the fp64 fold of the kernel's own previous checkpoint and records (what ``flush-increment``
 compares with), at super120b's head shape (P = 64, N = 128, 128 heads a row), 12 records a flush,

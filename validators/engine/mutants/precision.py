@@ -155,7 +155,7 @@ class FlushBf16Arithmetic(_AtFlush):
 class _WeightedInputBf16Math(DelegatingMath):
     """Mamba-2's fold with each token's weighted input ``Δ_j exp(A (c_n - c_j)) B_j`` rounded to bf16
     before its product with ``x_j`` (fp32 accumulation): the bf16 tensor-core operand of FlashInfer
-    0.7.2's ``checkpointing_ssu`` fold (docs/findings.md, "FlashInfer's verdicts")."""
+    0.7.2's ``checkpointing_ssu`` fold (docs/findings.md, "FlashInfer 0.7.2.post1 on the H200")."""
 
     def fold(self, s0, hist, params, mode):
         delta = hist["dt"]
