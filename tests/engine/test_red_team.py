@@ -535,8 +535,8 @@ def test_the_lock_is_released_when_a_run_fails(env, capsys, monkeypatch, sub, ra
         monkeypatch.setattr(cli_validate, "run_scenario", boom)
         argv = [*VALIDATE, "--schedule", "random", "--steps", "2"]
     else:
-        from replayssm.validators.jobs.drift import sweep as D
-        monkeypatch.setattr(D, "run_sweep", boom)
+        from replayssm import drift_cli
+        monkeypatch.setattr(drift_cli, "run_sweep", boom)
         argv = DRIFT
     assert main([_sub(env, a) for a in argv]) == code
     capsys.readouterr()
