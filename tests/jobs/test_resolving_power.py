@@ -22,6 +22,7 @@ tests_slow``).  Expected: every claim holds on CPU; the quick subset takes ~10 s
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,7 @@ def _params(resolved: bool):
 def test_the_docs_tables_are_the_rendering_of_the_ledgers_records():
     text = DOC.read_text()
     assert update_doc(text, RECORDS) == text, "run replayssm calibrate --render docs/calibration.md"
-    assert {f"rec:{r['id']}" for r in CLAIMS} <= set(text.replace("](", " ").split())
+    assert {r["id"] for r in CLAIMS} <= set(re.findall(r"\[rec:([0-9a-f]+)\]", text))
 
 
 def test_the_records_are_the_cases_the_calibration_runs_with_its_settings():
