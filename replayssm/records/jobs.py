@@ -203,7 +203,8 @@ def calibration_records(recorder: Recorder, report: dict, options: dict | None =
 def resolving_records(recorder: Recorder, report: dict, options: dict | None = None) -> list[dict]:
     """One record per case of a resolving-power run (``validators.calibration.resolving_power``'s dict):
     ``resolving/<family>/<loss>/<mode>``, the checks that caught the loss (``caught_by``), per check the
-    scenarios, fewest steps and error / bound ratio at the catch; verdict pass when some check resolves
+    scenarios, fewest steps and error / bound ratio at the catch, and the checks that saw the loss only
+    within the marginal band (``marginal_by``: no catch); verdict pass when some check resolves
     the loss, fail (reason ``unresolved``) when none does."""
     st = report["settings"]
     out = []
@@ -214,6 +215,10 @@ def resolving_records(recorder: Recorder, report: dict, options: dict | None = N
         for check, p in c["checks"].items():
             k = _key(check)
             m.update({f"scenarios_{k}": p["scenarios"], f"steps_{k}": p["steps"], f"ratio_{k}": p["ratio"]})
+        m["marginal_by"] = sorted(c.get("marginal", {}))
+        for check, p in c.get("marginal", {}).items():
+            k = _key(check)
+            m.update({f"marginal_scenarios_{k}": p["scenarios"], f"marginal_ratio_{k}": p["ratio"]})
         reason = ("unresolved: no check failed in "
                   f"{c['scenarios']} scenarios of {st['steps']} steps") if c["verdict"] != "resolved" else None
         out.append(recorder.record(

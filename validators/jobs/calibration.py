@@ -16,7 +16,10 @@ kernel with one known precision loss must fail some check (else the loss is unre
   mutants, and a fold accumulated in bf16 built here) at every mode of :data:`RESOLVING_MODES`
   the loss applies to, over every input distribution on the exhaustive speculative schedule and
   standard decode; per check it reports the scenarios it caught the loss in, the fewest steps to
-  its first failure and the error / bound ratio there.  A loss no check fails is ``unresolved``.
+  its first failure and the error / bound ratio there (and the checks that saw it only within the
+  marginal band, no catch).  A loss no check fails is ``unresolved``.  :func:`resolving_cases`,
+  :func:`resolving_scenarios` and :func:`catches` are its case list, scenarios and rule of a catch
+  (tests/jobs/test_resolving_power.py re-runs every case the ledger's records claim with them).
 
 Expected: 0 false alarms (the target: 0 in 10^4 scenarios per family); the measured tables are
 docs/calibration.md, regenerated from the ledger's records by :func:`render_tables`.
@@ -272,7 +275,8 @@ RESOLVING_MODES = ("s32a32", "s32a32-tf32", "s32a16", "s32a16-tf32", "s16a16", "
 RESOLVING_SCHEDULES = (("speculative", "exhaustive"), ("standard", "random"))
 
 
-def _loss_class(loss: Loss, fam: str) -> type | None:
+def loss_class(loss: Loss, fam: str) -> type | None:
+    """The kernel class with ``loss`` in family ``fam`` (None: the family lacks the loss's mechanism)."""
     if callable(loss.kernel):
         return loss.kernel(fam)
     if loss.kernel in MUTANTS:
@@ -280,67 +284,109 @@ def _loss_class(loss: Loss, fam: str) -> type | None:
     return kernels(fam).get((fam, loss.kernel))
 
 
-def resolving_power(families=None, steps: int = 12, seed: int = 0, modes=None, losses=None, device: str = "cpu",
-                    progress: Callable[[str], None] | None = None) -> dict:
-    """For each family, loss of :data:`LOSSES` (``losses``: names, or :class:`Loss` objects) and mode of
-    ``modes`` (default :data:`RESOLVING_MODES`) the loss applies to: every distribution x
-    :data:`RESOLVING_SCHEDULES`, ``steps`` steps each; per check the scenarios that caught it, the fewest
-    steps to its first failure and the error / bound ratio there.  ``verdict``: ``resolved`` or
-    ``unresolved`` (no check failed; a run that only raised is no catch unless raising is the mutant's bug)."""
-    fams, modes = _check_args(families, 1, steps, RESOLVING_MODES if modes is None else modes)
+def raising_is_its_bug(loss: Loss) -> bool:
+    """Whether a run of ``loss``'s kernel that ends in an exception is a catch (the mutant declares it)."""
+    return not callable(loss.kernel) and loss.kernel in MUTANTS and MUTANTS[loss.kernel].raises
+
+
+def _losses(losses) -> list[Loss]:
     by_name = {x.name: x for x in LOSSES}
     if losses is None:
-        chosen = list(LOSSES)
-    else:
-        chosen = [x if isinstance(x, Loss) else by_name.get(x) for x in losses]
-        if not chosen or any(x is None for x in chosen):
-            raise ValueError(f"losses: expected some of {sorted(by_name)} (or Loss objects), got {list(losses)!r}")
-    out = {"settings": {"steps": steps, "seed": seed, "modes": list(modes), "geometry": "tiny",
-                        "distributions": sorted(DISTRIBUTIONS),
-                        "schedules": [f"{d}/{s}" for d, s in RESOLVING_SCHEDULES], "device": device}, "cases": []}
+        return list(LOSSES)
+    chosen = [x if isinstance(x, Loss) else by_name.get(x) for x in losses]
+    if not chosen or any(x is None for x in chosen):
+        raise ValueError(f"losses: expected some of {sorted(by_name)} (or Loss objects), got {list(losses)!r}")
+    return chosen
+
+
+def resolving_cases(families=None, modes=None, losses=None) -> list[tuple[str, Loss, type, str]]:
+    """The cases :func:`resolving_power` runs, in its order: ``(family, loss, kernel class, mode)`` for
+    every family, loss of ``losses`` (default :data:`LOSSES`) the family has the mechanism of, and mode
+    of ``modes`` (default :data:`RESOLVING_MODES`) the loss applies to and the kernel runs."""
+    fams, modes = _check_args(families, 1, 1, RESOLVING_MODES if modes is None else modes)
+    out = []
     for fam in fams:
-        for loss in chosen:
-            cls = _loss_class(loss, fam)
+        for loss in _losses(losses):
+            cls = loss_class(loss, fam)
             if cls is None:
                 continue  # the family lacks the loss's mechanism (the mutant's needs)
-            raises_ok = not callable(loss.kernel) and loss.kernel in MUTANTS and MUTANTS[loss.kernel].raises
             for mode in modes:
                 pm = parse_mode(mode)
                 if loss.lost_u(pm) is None or cls.unsupported_reason(pm, decode_of("speculative"), {}) is not None:
                     continue
-                out["cases"].append(_resolve(fam, loss, cls, mode, pm, steps, seed, device, raises_ok))
-                if progress is not None:
-                    c = out["cases"][-1]
-                    progress(f"resolving: {fam} {loss.name} {mode}: {c['verdict']} "
-                             f"({', '.join(c['caught_by']) or 'no check'})")
+                out.append((fam, loss, cls, mode))
     return out
 
 
-def _resolve(fam, loss, cls, mode, pm, steps, seed, device, raises_ok) -> dict:
+def resolving_scenarios(fam: str, cls: type, mode: str, steps: int, seed: int) -> list[Scenario]:
+    """The scenarios of one case, in the order it runs them: every input distribution x
+    :data:`RESOLVING_SCHEDULES` whose decode ``cls`` runs, ``tiny``, random initial state."""
+    pm = parse_mode(mode)
+    return [Scenario.tiny(fam, decode, mode=mode, distribution=dist, schedule=schedule, steps=steps, seed=seed,
+                          initial_state="random")
+            for dist in sorted(DISTRIBUTIONS) for decode, schedule in RESOLVING_SCHEDULES
+            if cls.unsupported_reason(pm, decode_of(decode), {}) is None]
+
+
+def catches(res, raises_ok: bool) -> dict[str, int]:
+    """The checks a run of a loss kernel caught it by, with their failure counts (an exception only
+    where raising is the kernel's bug); a marginal (within the band, ``res.marginals``) is no catch."""
+    return {c: k for c, k in res.failure_counts.items() if c != "exception" or raises_ok}
+
+
+def resolving_power(families=None, steps: int = 12, seed: int = 0, modes=None, losses=None, device: str = "cpu",
+                    progress: Callable[[str], None] | None = None) -> dict:
+    """For each case of :func:`resolving_cases` (family, loss of :data:`LOSSES` -- ``losses``: names, or
+    :class:`Loss` objects -- and mode of ``modes``, default :data:`RESOLVING_MODES`, the loss applies to):
+    the :func:`resolving_scenarios`, ``steps`` steps each; per check the scenarios that caught it, the
+    fewest steps to its first failure and the error / bound ratio there (``marginal``: the same for the
+    checks that saw it only within the marginal band, no catch).  ``verdict``: ``resolved`` or
+    ``unresolved`` (no check failed; a run that only raised is no catch unless raising is the mutant's bug)."""
+    fams, modes = _check_args(families, 1, steps, RESOLVING_MODES if modes is None else modes)
+    cases = resolving_cases(fams, modes, losses)
+    out = {"settings": {"steps": steps, "seed": seed, "modes": list(modes), "geometry": "tiny",
+                        "distributions": sorted(DISTRIBUTIONS),
+                        "schedules": [f"{d}/{s}" for d, s in RESOLVING_SCHEDULES], "device": device}, "cases": []}
+    for fam, loss, cls, mode in cases:
+        out["cases"].append(_resolve(fam, loss, cls, mode, steps, seed, device))
+        if progress is not None:
+            c = out["cases"][-1]
+            progress(f"resolving: {fam} {loss.name} {mode}: {c['verdict']} "
+                     f"({', '.join(c['caught_by']) or 'no check'})")
+    return out
+
+
+def _tally(per: dict, check: str, failures) -> None:
+    first = min((f for f in failures if f.check == check), key=lambda f: f.sort_key, default=None)
+    p = per.setdefault(check, {"scenarios": 0, "steps": None, "ratio": None})
+    p["scenarios"] += 1
+    if first is not None and (p["steps"] is None or first.step + 1 < p["steps"]):
+        p["steps"] = first.step + 1
+        p["ratio"] = first.value / first.bound if first.value is not None and first.bound else None
+
+
+def _resolve(fam, loss, cls, mode, steps, seed, device) -> dict:
+    pm = parse_mode(mode)
+    raises_ok = raising_is_its_bug(loss)
     per: dict[str, dict] = {}
+    marginal: dict[str, dict] = {}
     scenarios, caught, raised = 0, 0, 0
-    for dist in sorted(DISTRIBUTIONS):
-        for decode, schedule in RESOLVING_SCHEDULES:
-            if cls.unsupported_reason(pm, decode_of(decode), {}) is not None:
-                continue
-            sc = Scenario.tiny(fam, decode, mode=mode, distribution=dist, schedule=schedule, steps=steps, seed=seed,
-                               initial_state="random")
-            res = run_scenario(sc, cls, device=device, repeat_check=False)
-            scenarios += 1
-            counts = {c: k for c, k in res.failure_counts.items() if c != "exception" or raises_ok}
-            raised += bool(res.exception)
-            caught += bool(counts)
-            for c in counts:
-                first = min((f for f in res.failures if f.check == c), key=lambda f: f.sort_key, default=None)
-                p = per.setdefault(c, {"scenarios": 0, "steps": None, "ratio": None})
-                p["scenarios"] += 1
-                if first is not None and (p["steps"] is None or first.step + 1 < p["steps"]):
-                    p["steps"] = first.step + 1
-                    p["ratio"] = first.value / first.bound if first.value is not None and first.bound else None
+    for sc in resolving_scenarios(fam, cls, mode, steps, seed):
+        res = run_scenario(sc, cls, device=device, repeat_check=False)
+        scenarios += 1
+        counts = catches(res, raises_ok)
+        raised += bool(res.exception)
+        caught += bool(counts)
+        for c in counts:
+            _tally(per, c, res.failures)
+        for c in res.marginal_counts:
+            if c not in counts:
+                _tally(marginal, c, res.marginals)
     return {"family": fam, "loss": loss.name, "what": loss.what, "kernel": cls.name, "mode": mode,
             "lost_u": loss.lost_u(pm), "declared_u": pm.state_unit_roundoff, "scenarios": scenarios,
             "scenarios_caught": caught, "raised": raised, "checks": dict(sorted(per.items())),
-            "caught_by": sorted(per), "verdict": "resolved" if per else "unresolved"}
+            "caught_by": sorted(per), "marginal": {c: p for c, p in sorted(marginal.items()) if c not in per},
+            "verdict": "resolved" if per else "unresolved"}
 
 
 # ---- the tables of docs/calibration.md, from records ------------------------------------------------------------
@@ -348,7 +394,7 @@ def _resolve(fam, loss, cls, mode, pm, steps, seed, device, raises_ok) -> dict:
 BEGIN, END = "<!-- calibration-tables:begin -->", "<!-- calibration-tables:end -->"
 
 
-def _latest(records) -> dict[str, dict]:
+def latest_records(records) -> dict[str, dict]:
     """The newest record of each case of the calibration job (the ledger's order breaks ties)."""
     out: dict[str, dict] = {}
     for r in records:
@@ -368,7 +414,7 @@ def _rec(r: dict, ledger: str) -> str:
 def render_tables(records, ledger: str = "reports/ledger.jsonl") -> str:
     """The false-alarm and resolving-power tables (Markdown) of the newest calibration records among
     ``records``, each row citing its record (``ledger``: the link target)."""
-    latest = _latest(records)
+    latest = latest_records(records)
     fams = sorted({r["family"] for r in latest.values() if r["family"]})
     lines = ["### False alarms per family", "",
              "| family | correct kernels | scenarios | with a false alarm | 95 % upper bound on the rate | record |",
@@ -391,7 +437,8 @@ def render_tables(records, ledger: str = "reports/ledger.jsonl") -> str:
     res = [r for case, r in sorted(latest.items()) if case.startswith("resolving/")]
     lines += ["", "### Resolving power: which check catches each loss", "",
               "Per check: the fewest steps to its first failure, the error / bound ratio there (— for an exact "
-              "check), the scenarios it failed.", "",
+              "check), the scenarios it failed; marginal only: the checks that saw the loss within the marginal "
+              "band and never failed it (no catch).", "",
               "| family | loss | mode | verdict | caught by | scenarios caught | record |",
               "|---|---|---|---|---|---|---|"]
     for r in res:
@@ -399,6 +446,9 @@ def render_tables(records, ledger: str = "reports/ledger.jsonl") -> str:
         by = "; ".join(f"`{c}`: {m.get('steps_' + c.replace('-', '_'))} steps, ratio "
                        f"{_num(m.get('ratio_' + c.replace('-', '_')))}, {m.get('scenarios_' + c.replace('-', '_'))} "
                        f"scenarios" for c in m["caught_by"]) or "no check failed"
+        near = ", ".join(f"`{c}` ({m.get('marginal_scenarios_' + c.replace('-', '_'))} scenarios, ratio "
+                         f"{_num(m.get('marginal_ratio_' + c.replace('-', '_')))})" for c in m.get("marginal_by", []))
+        by += f"; marginal only: {near}" if near else ""
         lines.append(f"| {r['family']} | {r['config']['loss']} | {r['mode']} | "
                      f"{'resolved' if m['resolved'] else '**unresolved**'} | {by} | "
                      f"{m['scenarios_caught']}/{m['scenarios']} | {_rec(r, ledger)} |")
@@ -433,5 +483,7 @@ def update_doc(text: str, records, ledger: str = "reports/ledger.jsonl") -> str:
     return f"{head}{BEGIN}\n{render_tables(records, ledger)}{END}{tail}"
 
 
-__all__ = ["BEGIN", "END", "LOSSES", "MODES", "RESOLVING_MODES", "SCHEDULES", "Bf16Accumulation", "CheckTally",
-           "Loss", "calibrate", "draw", "population", "render_tables", "resolving_power", "update_doc", "upper_bound"]
+__all__ = ["BEGIN", "END", "LOSSES", "MODES", "RESOLVING_MODES", "RESOLVING_SCHEDULES", "SCHEDULES", "Bf16Accumulation",
+           "CheckTally", "Loss", "calibrate", "catches", "draw", "latest_records", "loss_class", "population",
+           "raising_is_its_bug", "render_tables", "resolving_cases", "resolving_power", "resolving_scenarios",
+           "update_doc", "upper_bound"]

@@ -220,10 +220,10 @@ register_mutant(UnwrittenSlabAdopted, "mutant-unwritten-slab-adopted",
                 "(kekzl/imp #1503)", klass="bookkeeping", gallery=False)
 register_mutant(OutAssumesContiguous, "mutant-out-assumes-contiguous",
                 "verify stores its outputs through out's first element as if out were contiguous (strides ignored)",
-                klass="interface", families=("mamba2",), gallery=False)
+                klass="interface", gallery=False)
 register_mutant(SlotIdsUnitStride, "mutant-slot-ids-unit-stride",
                 "slot_ids read with unit stride: a block-table column block_table[:, 0] is read along its first row "
-                "(vLLM #51682)", klass="interface", families=("gdn",), gallery=False)
+                "(vLLM #51682)", klass="interface", gallery=False)
 register_mutant(StagedFoldKeptAtZero, "mutant-staged-fold-kept-at-zero",
                 "a staged fold's commit(0) after a flush keeps the fold (checkpoint and cursors move, as under 'noop')",
                 klass="bookkeeping", decodes=("speculative",), gallery=False)

@@ -186,31 +186,32 @@ class HostCursorsStale(LiteralHostCursorsKernel):
         return self._committed_by_own_cursors(slot_ids)
 
 
-# One family each: the mechanisms are family-independent.  ``gallery=False``: CI catches each by a
-# direct run of its named scenario (tests/engine/test_serving.py, < 1 s each) rather than by fuzzing
+# On every family (the mechanisms are family-independent).  ``gallery=False``: CI catches each by a
+# direct run of its named scenario (tests/engine/test_serving.py on one family, tests/ops/kda/test_kda.py
+# on KDA, < 1 s each) rather than by fuzzing
 # (measured with the ci profile, catch + shrink: 2.7 s, 6.8 s, 7.9 s, 28 s on the loaded 2-core
 # machine); ``replayssm fuzz --kernel <name>`` still finds each.
 register_mutant(ZeroAcceptCommitsDrafts, "mutant-zero-accept-commits-drafts",
                 "commit(k = 0) commits the whole window, rejected drafts included (vLLM #56419)",
-                klass="bookkeeping", families=("mamba2",), decodes=SPEC_ONLY, gallery=False)
+                klass="bookkeeping", decodes=SPEC_ONLY, gallery=False)
 register_mutant(ZeroAcceptReadsDraftMinus1, "mutant-zero-accept-reads-draft-minus-1",
                 "commit(k) copies draft state k - 1 even for k = 0: index -1 (vLLM #56419, out-of-bounds read)",
-                klass="bookkeeping", families=("gdn",), base="baseline", decodes=SPEC_ONLY, gallery=False)
+                klass="bookkeeping", base="baseline", decodes=SPEC_ONLY, gallery=False)
 register_mutant(AcceptedForCompactedRows, "mutant-accepted-for-compacted-rows",
                 "accepted counts read by compacted active-row index, not batch row (vLLM PR #55504, PR #47428)",
-                klass="bookkeeping", families=("mamba2",), decodes=SPEC_ONLY, gallery=False)
+                klass="bookkeeping", decodes=SPEC_ONLY, gallery=False)
 register_mutant(RecycledSlotKeepsState, "mutant-recycled-slot-keeps-state",
                 "a re-admitted slot keeps its previous tenant's checkpoint (tpu-inference PR #2408)",
-                klass="bookkeeping", families=("mamba2",), gallery=False)
+                klass="bookkeeping", gallery=False)
 register_mutant(PaddingLaneWrites, "mutant-padding-lane-writes",
                 "a ragged verify writes the padding lanes past T'_r (SGLang gdn_replayssm_spec_decode)",
-                klass="interface", families=("gdn",), decodes=SPEC_ONLY, gallery=False)
+                klass="interface", decodes=SPEC_ONLY, gallery=False)
 register_mutant(NonSpecReadsDraftSlot0, "mutant-nonspec-reads-draft-slot-0",
                 "after commit(k >= 2) a window-1 step reads draft slot 0, not the live slot k-1 (vLLM #39273)",
-                klass="bookkeeping", families=("gdn",), base="baseline", gallery=False)
+                klass="bookkeeping", base="baseline", gallery=False)
 register_mutant(PackedWindowOverrun, "mutant-packed-window-overrun",
                 "packed layout: every row runs T'max tokens from its offset, writing outputs past its window",
-                klass="interface", families=("mamba2",), decodes=SPEC_ONLY, gallery=False)
+                klass="interface", decodes=SPEC_ONLY, gallery=False)
 register_mutant(HostCursorsStale, "mutant-host-cursors-stale",
                 "host-cursors: committed_state folds by the last verify's cursors, not the caller's table",
-                klass="bookkeeping", families=("gdn",), gallery=False)
+                klass="bookkeeping", gallery=False)
