@@ -72,6 +72,11 @@ class MixerKernel:
         self.T = self.decode.window
 
     @classmethod
+    def source_reason(cls) -> str | None:
+        """Why the kernel's external code cannot be loaded (one line saying how to get it), or None."""
+        return None
+
+    @classmethod
     def unsupported_reason(cls, geometry: MixerGeometry, mode: PrecisionMode) -> str | None:
         return None
 
