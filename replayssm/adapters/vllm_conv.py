@@ -85,6 +85,7 @@ class VLLMConvMixer(ComposedMixer):
     description = "vLLM causal_conv1d_update (lazy offset, num_accepted_tokens) + the literal ReplaySSM"
     conv_policy = "lazy-offset"
     store = VLLMConvStore
+    triton_conv = True
 
     @classmethod
     def source_reason(cls):

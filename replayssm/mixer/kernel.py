@@ -63,6 +63,7 @@ class MixerKernel:
     description: ClassVar[str] = ""
     conv_policy: ClassVar[str] = ""  # the declared design (replayssm/ops/conv/policies.py)
     decodes: ClassVar[tuple[str, ...]] = ("speculative", "standard")
+    triton_conv: ClassVar[bool] = False  # its conv is a Triton kernel (the interpreter on a CPU: slow)
 
     def __init__(self, config: MixerConfig) -> None:
         conv_policy(self.conv_policy)
