@@ -15,10 +15,11 @@ Which function: on a CUDA device with the extension built, ``causal_conv1d_updat
 ``conv_state_indices`` = the slots, ``cache_seqlens`` = the ring cursors, int32); otherwise
 ``causal_conv1d_update_ref`` (plain torch: gathers the window before the cursor, scatters the new
 inputs at the cursor, ``F.conv1d`` in the weight's dtype, then SiLU and one rounding to the input
-dtype).  The reference takes no ``conv_state_indices``: the adapter gathers the named slots' rings,
-calls it, and writes them back (what an engine without the CUDA kernel does).  The weights are given
-in fp32 (their values are the activation-dtype ones, so exact), so the reference accumulates in fp32
-as the CUDA kernel does.  The library has no commit: the engine's books are ``cache_seqlens += k``,
+dtype; also fp64 activations, which the CUDA kernel does not take).  The reference takes no
+``conv_state_indices``: the adapter gathers the named slots' rings, calls it, and writes them back
+(what an engine without the CUDA kernel does).  The weights are given in the compute dtype (fp32, or
+fp64 at s64a64; their values are the activation dtype's, so exact), so the reference accumulates in
+fp32 as the CUDA kernel does.  The library has no commit: the engine's books are ``cache_seqlens += k``,
 the adapter's commit (the ``circular`` design's).
 
 Oracle: the mixer runner (fp64 whole step, the tolerance rule against the literal mixer, the committed
@@ -147,12 +148,12 @@ class CausalConv1dStore(CircularStore):
         rr, slots = [r for r, _ in rows], [s for _, s in rows]
         xs = x[rr].transpose(1, 2).contiguous()  # [n, C, T]
         cursor = self.tensors["cursor"][slots].to(device=x.device, dtype=torch.int32)
-        w = weight.to(torch.float32).contiguous()
-        b = None if bias is None else bias.to(torch.float32).contiguous()
-        if uses_cuda_kernel(x.device):
+        w = weight.contiguous()  # the compute dtype (fp32; fp64 at s64a64), values of the activation dtype
+        b = None if bias is None else bias.contiguous()
+        if uses_cuda_kernel(x.device) and x.dtype != torch.float64:
             idx = torch.tensor(slots, dtype=torch.int32, device=x.device)
-            o = mod.causal_conv1d_update(xs, self.tensors["state"], w, b, activation="silu", cache_seqlens=cursor,
-                                         conv_state_indices=idx)
+            o = mod.causal_conv1d_update(xs, self.tensors["state"], w.float(), None if b is None else b.float(),
+                                         activation="silu", cache_seqlens=cursor, conv_state_indices=idx)
         else:
             st = self.tensors["state"][slots]  # the named rings, gathered (the reference takes no indices)
             o = mod.causal_conv1d_update_ref(xs, st, w, b, activation="silu", cache_seqlens=cursor)

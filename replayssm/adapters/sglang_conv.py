@@ -5,7 +5,7 @@ its conv update + the family's literal ReplaySSM + the literal gated norm.
 The kernel file ``sglang/kernels/ops/mamba/causal_conv1d_triton.py`` is imported unchanged from the
 installed package (``pip install --no-deps sglang==0.5.23``) the way ``sglang.py`` imports the ReplaySSM
 kernels (no package ``__init__`` runs; its one helper, ``is_arch_support_pdl``, is a stand-in).  On CPU
-it runs through the Triton interpreter (``TRITON_INTERPRET=1``), fp32 and fp16 activations only: the
+it runs through the Triton interpreter (``TRITON_INTERPRET=1``), fp64, fp32 and fp16 activations only: the
 interpreter's fp32 -> bf16 store truncates (round toward zero) where the GPU rounds to nearest, so bf16
 activations are refused there with that reason.
 
@@ -65,8 +65,8 @@ class SGLangConvStore(DraftSnapshotsStore):
         rr = [r for r, _ in rows]
         xs = x[rr].transpose(1, 2).contiguous()  # [n, C, T]
         idx = torch.tensor([s for _, s in rows], dtype=torch.int32, device=x.device)
-        w = weight.to(torch.float32).contiguous()
-        b = None if bias is None else bias.to(torch.float32).contiguous()
+        w = weight.contiguous()  # the compute dtype (fp32; fp64 at s64a64), values of the activation dtype
+        b = None if bias is None else bias.contiguous()
         with launch_guard(x.device):
             o = mod.causal_conv1d_update(xs, self.tensors["state"], w, b, activation="silu", conv_state_indices=idx,
                                          intermediate_conv_window=self.tensors["snapshots"],

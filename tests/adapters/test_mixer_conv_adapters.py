@@ -72,10 +72,12 @@ def wrapped(adapter, store):
                                                                "store": store})
 
 
-@pytest.mark.parametrize("fam,mode", [("mamba2", "s32a16"), ("gdn", "s32a16"), ("kda", "s16a16"), ("gdn", "s32a32")],
+@pytest.mark.parametrize("fam,mode", [("mamba2", "s32a16"), ("gdn", "s32a16"), ("kda", "s16a16"), ("gdn", "s32a32"),
+                                      ("gdn", "s64a64")],
                          ids=["mamba2-causal-conv1d-s32a16", "gdn-causal-conv1d-s32a16", "kda-causal-conv1d-s16a16",
-                              "gdn-causal-conv1d-s32a32"])
+                              "gdn-causal-conv1d-s32a32", "gdn-causal-conv1d-s64a64"])
 def test_causal_conv1d_adapter_passes(causal_conv1d_src, fam, mode):
+    """s64a64: the weights go to the reference in the compute dtype (the fuzzer's reproducer of a cast to fp32)."""
     res = validate_mixer("mixer-causal-conv1d", mixer_preset("tiny", fam), mode, default_plan(4, steps=8))
     assert res.passed, res.verdict()
     assert res.conv_policy == "circular"
