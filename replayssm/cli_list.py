@@ -1,5 +1,6 @@
-"""``replayssm list``: registered kernels (by kind: replay, baseline, mutant), precision modes,
-geometries, schedules and input distributions.  ``--json`` for machines."""
+"""``replayssm list``: registered kernels (by kind: replay, baseline, mutant), the mixer kernels (each
+adapter available, or one line saying how to get its source), precision modes, geometries, schedules
+and input distributions.  ``--json`` for machines."""
 
 from __future__ import annotations
 
@@ -8,17 +9,20 @@ import json
 from replayssm import adapters
 from replayssm.families import families
 from replayssm.families import family as family_of
+from replayssm.mixer.kernel import ComposedMixer, mixer_kernels
 from replayssm.precision import STANDARD_MODES, VALID_FORMS
 from replayssm.registry import kernels
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.schedules import SCHEDULES
 from replayssm.validators.engine import mutants  # noqa: F401 - registers every mutant
+from replayssm.validators.engine.mixer import runner as _mixer  # noqa: F401 - registers every mixer kernel
 
 
 def add_parser(subparsers):
     p = subparsers.add_parser("list", help="list kernels, precision modes, geometries, schedules, distributions")
     p.add_argument("what", nargs="?", default="all",
-                   choices=["all", "kernels", "modes", "geometries", "schedules", "distributions", "adapters"])
+                   choices=["all", "kernels", "mixer", "modes", "geometries", "schedules", "distributions",
+                            "adapters"])
     p.add_argument("--family", help="only kernels of this family (a registered family)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--vllm-src", metavar="PATH", help="vLLM ReplaySSM source tree for the vllm adapters "
@@ -48,12 +52,24 @@ def collect(family: str | None = None) -> dict:
           for (f, n), c in kernels(family).items()]
     return {
         "kernels": ks,
+        "mixer": mixer_listing(),
         "modes": {"standard": list(STANDARD_MODES), "forms": VALID_FORMS},
         "geometries": geometries,
         "schedules": dict(SCHEDULES),
         "distributions": {d.name: d.description for d in DISTRIBUTIONS.values()},
         "adapters": {name: {"available": ok, "status": line} for name, (ok, line) in adapters.availability().items()},
     }
+
+
+def mixer_listing() -> list[dict]:
+    """Every mixer kernel: its conv design, its SSM kernel, and whether its external source loads."""
+    out = []
+    for name, cls in mixer_kernels().items():
+        reason = cls.source_reason()
+        out.append({"name": name, "conv_policy": cls.conv_policy, "description": cls.description,
+                    "ssm_kernel": cls.ssm_kernel if issubclass(cls, ComposedMixer) else None,
+                    "available": reason is None, "status": reason or "available"})
+    return out
 
 
 def use_vllm_src(args) -> None:
@@ -84,6 +100,13 @@ def run(args) -> int:
             for k in kinds[kind]:
                 print(f"  {k['family']:<7} {k['name']:<32} {k['description']}")
             print()
+    if "mixer" in info:
+        print("Mixer kernels (--level mixer; docs/mixer.md):")
+        for k in info["mixer"]:
+            print(f"  {k['name']:<32} {k['conv_policy']:<18} {k['description']}")
+            if not k["available"]:
+                print(f"  {'':<32} unavailable: {k['status']}")
+        print()
     if "modes" in info:
         print("Precision modes: " + " ".join(info["modes"]["standard"]))
         print("  forms: " + info["modes"]["forms"])

@@ -85,13 +85,21 @@ class VLLMConvMixer(ComposedMixer):
     description = "vLLM causal_conv1d_update (lazy offset, num_accepted_tokens) + the literal ReplaySSM"
     conv_policy = "lazy-offset"
     store = VLLMConvStore
+    triton_conv = True
 
     @classmethod
-    def unsupported_reason(cls, geometry, mode):
+    def source_reason(cls):
         try:
             load_conv()
         except src.SourceUnavailable as e:
             return str(e)
+        return None
+
+    @classmethod
+    def unsupported_reason(cls, geometry, mode):
+        reason = cls.source_reason()
+        if reason:
+            return reason
         if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
             return "no CUDA device: run with TRITON_INTERPRET=1 (the Triton interpreter)"
         if os.environ.get("TRITON_INTERPRET") == "1" and mode.act_dtype == torch.bfloat16:

@@ -63,6 +63,7 @@ class MixerKernel:
     description: ClassVar[str] = ""
     conv_policy: ClassVar[str] = ""  # the declared design (replayssm/ops/conv/policies.py)
     decodes: ClassVar[tuple[str, ...]] = ("speculative", "standard")
+    triton_conv: ClassVar[bool] = False  # its conv is a Triton kernel (the interpreter on a CPU: slow)
 
     def __init__(self, config: MixerConfig) -> None:
         conv_policy(self.conv_policy)
@@ -70,6 +71,11 @@ class MixerKernel:
         self.decode, self.num_slots, self.device = config.decode, config.num_slots, config.device
         self.spec = config.geometry.spec
         self.T = self.decode.window
+
+    @classmethod
+    def source_reason(cls) -> str | None:
+        """Why the kernel's external code cannot be loaded (one line saying how to get it), or None."""
+        return None
 
     @classmethod
     def unsupported_reason(cls, geometry: MixerGeometry, mode: PrecisionMode) -> str | None:

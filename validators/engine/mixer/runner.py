@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-import replayssm.adapters.vllm_conv  # noqa: F401  (registers the vLLM conv adapter)
+import replayssm.adapters.causal_conv1d  # noqa: F401  (registers the conv adapters: their code loads on first use)
+import replayssm.adapters.sglang_conv  # noqa: F401
+import replayssm.adapters.vllm_conv  # noqa: F401
 from replayssm.families import family
 from replayssm.interface import PAD_SLOT, DecodeConfig
 from replayssm.mixer.kernel import ComposedMixer, MixerConfig, MixerKernel, mixer_kernel

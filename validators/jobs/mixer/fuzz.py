@@ -47,7 +47,7 @@ def is_mutant(cls: type[MixerKernel]) -> bool:
 def is_interpreted(cls: type[MixerKernel], device: str = "cpu") -> bool:
     """A mixer with Triton code (its conv or its SSM kernel) on a CPU: the Triton interpreter, slow."""
     ssm = getattr(cls, "ssm_kernel", "") if issubclass(cls, ComposedMixer) else ""
-    triton = "triton" in cls.name or "triton" in ssm or "vllm" in cls.name
+    triton = "triton" in cls.name or "triton" in ssm or getattr(cls, "triton_conv", False)
     return str(device).startswith("cpu") and triton
 
 
