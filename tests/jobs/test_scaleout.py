@@ -273,6 +273,7 @@ def test_ray_flags_only_with_backend_ray(argv, flag, capsys):
     assert f"{flag[0]}: only with --backend ray" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # (12-16 s on the shared local cluster; drift's Ray test stays in the quick run)
 def test_fuzz_backend_ray_reproduces_the_serial_run(ray_cluster, tmp_path, capsys):
     """One task per kernel on the local cluster: the same lines (in the serial order), JSON and shrunk
     reproducer as the serial run, the wall times aside."""
@@ -292,6 +293,7 @@ def test_fuzz_backend_ray_reproduces_the_serial_run(ray_cluster, tmp_path, capsy
     assert runs["ray"][0].splitlines()[0].startswith("PASS literal-replay [mamba2]: 4 scenarios")
 
 
+@pytest.mark.slow  # (12-16 s on the shared local cluster; drift's Ray test stays in the quick run)
 def test_bench_backend_ray_reproduces_the_serial_table_less_its_timings(ray_cluster):
     """One task per row of the table on the local cluster: the serial result but for the measured
     times (and the date), the same lines logged in the same order."""
