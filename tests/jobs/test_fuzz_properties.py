@@ -45,8 +45,20 @@ CALIBRATION_VARIANTS = {"literal-replay-fp32-records", "literal-replay-fp64-weig
                         "literal-replay-other-norm", "literal-replay-unfused-fold"}
 
 
-@pytest.mark.parametrize("cls", [pytest.param(c, marks=pytest.mark.slow) if c.name in CALIBRATION_VARIANTS else c
-                                 for c in KERNELS], ids=[f"{c.family}-{c.name}" for c in KERNELS])
+# The bookkeeping policies' literal models (replayssm/ops/literal.py, literal_staged.py,
+# literal_next_verify.py) are one code for every family: the quick run fuzzes them on Mamba-2, the slow
+# tier on GDN and KDA too (3-5 s each under the interpreter's load; ./dev test keeps its 10 minutes).
+POLICY_LITERALS = {"literal-replay-flush-when-full", "literal-replay-fold-at-commit",
+                   "literal-replay-fold-every-commit",
+                   "literal-replay-staged", "literal-replay-fold-at-next-verify"}
+
+
+def _quick(c) -> bool:
+    return c.name not in CALIBRATION_VARIANTS and not (c.name in POLICY_LITERALS and c.family != "mamba2")
+
+
+@pytest.mark.parametrize("cls", [c if _quick(c) else pytest.param(c, marks=pytest.mark.slow) for c in KERNELS],
+                         ids=[f"{c.family}-{c.name}" for c in KERNELS])
 def test_validation_contract_holds_for_drawn_scenarios(cls):
     n = None  # dev / nightly: the profile's own count
     if profile_name() == "ci":
