@@ -228,6 +228,20 @@ def drift_speed(recs, _arg=None) -> str:
                 _cite(r),
             ]
         )
+    # the job's own sweep record of the default CPU run (`./dev main --record FILE`)
+    own = [r for r in recs if r["job"] == "drift" and r["case"] == "drift/sweep/gdn=tiny,mamba2=tiny/2x2048"
+           and r["device"]["kind"] == "cpu" and r["metrics"].get("cells_run") == 48]
+    for r in sorted(own, key=lambda r: r["created"]):
+        rows.append(
+            [
+                f"`./dev main` default (48 cells, {r['metrics']['workers']} workers)",
+                "2-core CPU",
+                r["commit"][:12],
+                f"{r['metrics']['wall_s']:.1f} s",
+                _g(r["metrics"]["tokens_per_s"]),
+                _cite(r),
+            ]
+        )
     return _table(["what", "device", "commit", "wall", "validated tokens/s", "record"], rows)
 
 
