@@ -44,7 +44,7 @@ def add_parser(subparsers):
                    help="a random model's LM head is scaled to this fraction of ln(vocab) (default 0.5)")
     p.add_argument("--mutant", choices=sorted(forcing.MUTANTS), help="run a model-level mutant instead")
     p.add_argument("--budgets", metavar="FILE", help="budget file (default golden/tolerances.toml)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]: where the kernel runs (default cpu)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]: where the model and the kernel run (default cpu)")
     p.add_argument("--out", metavar="DIR", default="out/model", help="report folder (default out/model)")
     add_record_argument(p)
     return p

@@ -111,12 +111,14 @@ def mixers_of(model, arch) -> list:
 
 
 def teacher_logits(model, mixers, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The teacher's logits ``[N, vocab]`` (fp64) and final hidden states of the stream ``ids``."""
+    """The teacher's logits ``[N, vocab]`` (fp64, on the host) and final hidden states (on the model's
+    device) of the stream ``ids``."""
     for m in mixers:
         m.driver, m.hook = "reference", None
+    dev = model.device
     with torch.no_grad():
-        out = model(ids[None], output_hidden_states=True, use_cache=False)
-    return out.logits[0].to(torch.float64), out.hidden_states[-1][0]
+        out = model(ids[None].to(dev), output_hidden_states=True, use_cache=False)
+    return out.logits[0].to("cpu", torch.float64), out.hidden_states[-1][0]
 
 
 def _attention_layers(model) -> list[int]:
@@ -125,9 +127,10 @@ def _attention_layers(model) -> list[int]:
 
 def student_logits(model, mixers, ids: torch.Tensor, tokens: int, kernel: str, mode, decode: DecodeConfig,
                    schedule: str, seed: int, device="cpu", mutant: str | None = None, options: dict | None = None):
-    """The student's logits at positions 0..tokens-1 (``ids`` holds tokens + T' stream tokens) and
-    its :class:`Engagement`."""
+    """The student's logits at positions 0..tokens-1 (``ids`` holds tokens + T' stream tokens; the
+    logits come back on the host) and its :class:`Engagement`. The model runs where its weights are."""
     T = decode.window
+    dev = model.device
     for m in mixers:
         m.start(kernel, mode, decode, device, options)
         m.hook = MUTANTS[mutant]() if mutant in HOOKS else None
@@ -142,12 +145,13 @@ def student_logits(model, mixers, ids: torch.Tensor, tokens: int, kernel: str, m
         while n < tokens:
             k = schedule_k(schedule, rng, T, n, tokens)
             flush = decode.is_flush(wp)
-            pos = torch.arange(n, n + T)[None]
-            logits = model(ids[None, n:n + T], past_key_values=cache, position_ids=pos, use_cache=True).logits[0]
+            pos = torch.arange(n, n + T, device=dev)[None]
+            window = ids[None, n:n + T].to(dev)
+            logits = model(window, past_key_values=cache, position_ids=pos, use_cache=True).logits[0]
             if mutant == ScratchKVRollback.name and k < T:
                 for m in mixers:
                     m.commit(0)
-                model(ids[None, n:n + T], past_key_values=hf.new_cache(model), position_ids=pos, use_cache=True)
+                model(window, past_key_values=hf.new_cache(model), position_ids=pos, use_cache=True)
             for m in mixers:
                 m.commit(k)
                 if m.hook is not None:
@@ -163,7 +167,7 @@ def student_logits(model, mixers, ids: torch.Tensor, tokens: int, kernel: str, m
             eng.wraps += int(new_origin < origin)
             wp, origin = new_wp, new_origin
             keep = min(k, tokens - n)
-            out[n:n + keep] = logits[:keep].to(torch.float64)
+            out[n:n + keep] = logits[:keep].to("cpu", torch.float64)
             n += k
     return out, eng
 

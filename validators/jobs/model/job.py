@@ -198,6 +198,7 @@ def run(job: ModelJob, progress=None) -> dict:
     budgets = load_model_budgets(job.budgets)
     t0 = time.perf_counter()
     model, arch, mixers, dtype = build_model(job)
+    model.to(job.device)
     if job.family is not None and arch.family != job.family:
         raise ValueError(f"--family: {job.family} does not match the checkpoint's {arch.name} (a {arch.family} model)")
     get(job.kernel, arch.family)
