@@ -29,6 +29,8 @@ CITATION = re.compile(r"rec:[0-9a-f]{16}")
 NOT_MEASUREMENTS: dict[tuple[str, str], str] = {
     ("docs/fuzzing.md", "`nox -s fuzz -- [BUDGET_S]"): "the CLI's default budget",
     ("docs/fuzzing.md", "`shrink_budget_s`, default 20 s"): "the CLI's default shrink budget",
+    ("docs/fuzzing.md", "every job stops drawing at `DEADLINE_S` = 480 s"): "the recipe's deadline constant and the call "
+    "limit it fits",
     ("docs/scaleout.md", "heartbeat refreshed every `--claim-ttl`/4 seconds"): "a protocol constant",
 }
 
