@@ -29,9 +29,10 @@ CITATION = re.compile(r"rec:[0-9a-f]{16}")
 NOT_MEASUREMENTS: dict[tuple[str, str], str] = {
     ("docs/fuzzing.md", "`nox -s fuzz -- [BUDGET_S]"): "the CLI's default budget",
     ("docs/fuzzing.md", "`shrink_budget_s`, default 20 s"): "the CLI's default shrink budget",
-    ("docs/fuzzing.md", "every job stops drawing at `DEADLINE_S` = 480 s"): "the recipe's deadline constant and the call "
-    "limit it fits",
+    ("docs/fuzzing.md", "every job stops drawing at `DEADLINE_S` = 480 s"):
+        "the recipe's deadline constant and the call limit it fits",
     ("docs/scaleout.md", "heartbeat refreshed every `--claim-ttl`/4 seconds"): "a protocol constant",
+    ("tools/validate_speed.py", "Issue 18 item 1's target"): "a target the tool measures against",
 }
 
 
@@ -108,11 +109,13 @@ def test_user_docs_cite_a_record_for_every_measured_figure(path):
 
 def test_every_not_measurement_entry_still_matches():
     stale = [key for key in NOT_MEASUREMENTS if key[1] not in (ROOT / key[0]).read_text()]
+    assert all(reason for reason in NOT_MEASUREMENTS.values())
     assert not stale, stale
 
 
 def test_package_comments_cite_a_record_for_every_measured_figure():
     found = [f"{p.relative_to(ROOT)}:{line + offset - 1}: {fig}"
              for d in PACKAGE_DIRS for p in sorted((ROOT / d).rglob("*.py")) if "__pycache__" not in p.parts
-             for line, text in _comment_units(p) for offset, fig in unrecorded_figures(text)]
+             for line, text in _comment_units(p)
+             for offset, fig in unrecorded_figures(text, _allowed(str(p.relative_to(ROOT))))]
     assert not found, found
