@@ -3,10 +3,11 @@
 Oracle: a doc's unit of prose (a paragraph, a list item with its continuation lines, a table row, a
 heading; the changelog fragments are docs too) that states a measured figure (a number with a unit
 of time or throughput: s, ms, µs, us, min, minutes, hours, tokens/s, GB/s, TB/s, TFLOP/s; or a date
-20XX-XX-XX) names the record it came from (``rec:<id>``, checked against the ledger by tests/core/test_ledger.py) in the same unit.  A unit
-whose figure is not a measurement (a time limit, a CLI default) is listed in ``NOT_MEASUREMENTS``
-with its reason; every entry there must still match, so the list cannot go stale.  Comments and
-docstrings of the package follow the same rule, a comment block or a string literal as the unit.
+20XX-XX-XX) names the record it came from (``rec:<id>``, checked against the ledger by
+tests/core/test_ledger.py) in the same unit. A unit whose figure is not a measurement (a time limit,
+a CLI default) is listed in ``NOT_MEASUREMENTS`` with its reason; every entry there must still
+match, so the list cannot go stale. Comments and docstrings of the package follow the same rule, a
+comment block or a string literal as the unit.
 """
 
 import re
