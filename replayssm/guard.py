@@ -21,8 +21,8 @@ widest storage a mode has), so the estimate is an upper bound for every precisio
 0.64 GiB of resident memory above the idle process).  The time
 estimate covers the one plan whose construction grows faster than its length: the exhaustive
 schedule's cover walk (one per distinct row order, at most T' of them), about
-``EXHAUSTIVE_S_PER_PAIR`` x pairs + ``EXHAUSTIVE_S_PER_PAIR2`` x pairs^2 seconds each (measured on a
-shared 2-core CPU: 0.13 s at 520 pairs, 1.8 s at 2,002, 8.8 s at 4,112, 37 s at 8,004).
+``EXHAUSTIVE_S_PER_PAIR`` x pairs + ``EXHAUSTIVE_S_PER_PAIR2`` x pairs^2 seconds each (the constants
+fitted to the walk's time on a shared 2-core CPU from 520 to 8,004 pairs; those timings are unrecorded).
 """
 
 from __future__ import annotations

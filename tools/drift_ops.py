@@ -17,8 +17,8 @@ it on a CPU, where each Triton launch counts as one operation and the interprete
 work inside it is not counted.  On a GPU without ``hoist``'s chunk
 terms the reference part is a few operations larger than there.
 
-Reading: a CUDA-graph node of a tiny kernel costs ~2-3 us on an H200, so ``ops per step x ~2.5 us``
-is what a step costs when its kernels move few bytes; the fp64 reference's byte floor is two passes
+Reading: a CUDA-graph node of a tiny kernel costs microseconds on an H200, so ops per step times that
+cost is what a step costs when its kernels move few bytes; the fp64 reference's byte floor is two passes
 over the fp64 state per step.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ through ``CellRun`` on the fast path twice, after a first chunk that pays the co
 
 Reading: graphs remove the host launches, not the kernels; when the graphed step time is close to
 the eager device time per step, the step is bound by the device work of its kernels (their count
-times the ~2-3 us a tiny kernel costs, plus the bytes of the state-sized passes); the byte floor of
+times the microseconds a tiny kernel costs, plus the bytes of the state-sized passes); the byte floor of
 the fp64 reference is two passes over the fp64 state per step.
 """
 from __future__ import annotations

@@ -175,7 +175,7 @@ CLASSES = (FLABaselineGDN, FLABaselineKDA)
 
 
 def _kernel(module: str, function: str):
-    """FLA's kernel, imported on first use (importing fla costs ~2 s: load() stays cheap)."""
+    """FLA's kernel, imported on first use (importing fla is slow: load() stays cheap)."""
     if module not in _FN:
         try:
             with warnings.catch_warnings():  # fla warns at import that it runs on CPU when no GPU exists

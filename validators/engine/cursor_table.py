@@ -8,9 +8,9 @@ written elsewhere, is tabulated as it is.  A cursor outside that domain (an inva
 refused with the argument named, never looked up out of bounds.
 
 Why: drift's fast path walks the cursors of every row on the host at every step (which rows flush,
-where each cursor goes); per row and step that was a few Python calls through the policy, ~350 us
-of host time per step at 64 rows (docs/benchmarks.md), which bounded the step once the device
-work was graphed.  tests/engine/test_cursor_table.py holds the tables to the policies on random walks.  A decode
+where each cursor goes); per row and step that was a few Python calls through the policy, host time
+that bounded the step at 64 rows once the device work was graphed (unrecorded).
+tests/engine/test_cursor_table.py holds the tables to the policies on random walks.  A decode
 whose tables would exceed :data:`MAX_ENTRIES` entries (a history of thousands of records) is not
 tabulated: the same methods then ask the policy row by row.
 """
@@ -21,7 +21,7 @@ import numpy as np
 
 from replayssm.interface import DecodeConfig
 
-MAX_ENTRIES = 1 << 18  # (write positions x origins x 2 x accepted counts) tabulated at most (~0.3 s to build)
+MAX_ENTRIES = 1 << 18  # (write positions x origins x 2 x accepted counts) tabulated at most
 
 
 class CursorTable:

@@ -6,7 +6,7 @@ whose instances build the real kernel on the GPU and forward every call of the k
 ``restore``, ``materialize``), moving tensor arguments to the kernel's device and results back to the engine's.
 The engine, the literal model and the fp64 reference then run on the CPU, where tiny fuzz
 scenarios are cheaper than thousands of small GPU launches and host syncs per scenario (the
-nightly GPU set: ~3 s per scenario with everything on an H200, docs/fuzzing.md).
+nightly GPU set, docs/fuzzing.md, "Nightly run 6").
 
 Oracle: nothing changes in what is judged: the kernel sees the same values (copies are exact),
 its outputs and states come back bit for bit, a ``verify(..., out=buf)`` writes the engine's

@@ -92,7 +92,7 @@ class GatedDeltaNet(DeltaRuleFamily):
             return [{"block_v": 8, "num_warps": 1}, {"block_v": 32, "num_warps": 4}]
         if decode.speculative:  # + the pre-pass on 4 warps (on one it is register-limited at 19 % occupancy, 11 %
             # of a verify at batch 512: docs/benchmarks.md; the ieee dot and split readouts, slower there, are
-            # left out; the two-launch path below 16 rows too: batch 8 39.3 us against 30.0)
+            # left out; the two-launch path below 16 rows too: slower than the single kernel at batch 8)
             # + the pair with programmatic dependent launch (measured equal from 128 rows, slower at 8)
             return [{}, {"prepass": False, "block_v": 16, "num_warps": 1}, {"coef_warps": 4},
                     {"prepass": True, "pdl": True}]

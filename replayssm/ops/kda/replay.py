@@ -60,8 +60,8 @@ class TritonKDAReplay(TritonKDABase, DeltaRuleReplay):
             and options.get("readout", "reduce") == "reduce"
 
     # coef_warps defaults to one warp per pre-pass program (DeltaRuleReplay): its [K] rows reduce inside a warp
-    # (measured on one H200 at batch 512: the standard pre-pass 57 us on 1 warp, 74 on 2, 136 on 4; the
-    # speculative one 200, 385, 608)
+    # (measured on one H200 at batch 512: the standard and the speculative pre-pass each fastest on 1
+    # warp, slower on 2 and slowest on 4; unrecorded)
     def split_coef_layout(self) -> dict[str, int]:
         # the committed history (<= B records) and the window's T' tokens in speculative decode
         if self.decode.speculative:

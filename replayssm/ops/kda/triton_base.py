@@ -88,8 +88,8 @@ def history_coefficients(k_rec_ptr, g_rec_ptr, slot, w, h, hk, offs_k, mk, ak, a
                          JB: tl.constexpr, HU: tl.constexpr, STORE_WF: tl.constexpr):
     """A standard-decode step's history coefficients, the history walked from its last record back
     one ``[K]`` row at a time (HU records per trip, their loads independent; no ``[history, K]``
-    tile: its cumsum and sums over both axes made the pre-pass L1-bound, 162 us per batch-512 step
-    on the H200, docs/benchmarks.md): ``ck[j] = KW_j . ak`` and ``cq[j] = KW_j . aq`` ``[JB]``
+    tile: its cumsum and sums over both axes made the pre-pass L1-bound on the H200 at batch 512):
+    ``ck[j] = KW_j . ak`` and ``cq[j] = KW_j . aq`` ``[JB]``
     (zero past the history) with ``KW_j = k_j e^S``, and ``S`` ``[BK]``, the sum of all the
     history's log gates (fp32, summed from the last record back: ``e^G = e^S``).  With
     ``STORE_WF`` the flush's weighted keys ``alpha KW_j`` go to ``wf_ptr`` rows j where ``wf_mask``."""
@@ -155,9 +155,8 @@ def fold_weighted(s, d_rec_ptr, wf_ptr, slot, origin, w, h, offs_v, mv, offs_k,
     """``s + sum_{j < w} d_j WF_j^T`` with the pre-pass's weighted keys ``WF [JB, BK]`` at ``wf_ptr``
     and the d records at rows ``(origin + j) mod RING``: rank-1 updates, FU records per trip (their
     loads independent: one memory round trip per FU records).  The update sits in a ``where``: one FMA per
-    element without it made the speculative stream slower on an H200 (batch 512: a non-flush verify's
-    stream 986 us against 796, a flush verify 2939 against 2781), though the standard pair's flush was
-    faster (1234 us against 1330)."""
+    element without it made the speculative stream slower on an H200 at batch 512 (non-flush and flush
+    verifies alike), though the standard pair's flush was faster (unrecorded)."""
     for jq in range(0, (w + FU - 1) // FU):
         for ju in tl.static_range(FU):
             jj = jq * FU + ju

@@ -74,7 +74,7 @@ def _replay_kernel(
         BP: tl.constexpr, BN: tl.constexpr, JB: tl.constexpr, TP: tl.constexpr, NSPLIT: tl.constexpr,
         NCH: tl.constexpr):
     # Helpers are inlined on the per-tile path: under the interpreter every nested @triton.jit
-    # call re-patches triton.language (~5 ms), more than the arithmetic itself.
+    # call re-patches triton.language, which costs more than the arithmetic itself.
     pid = tl.program_id(0)
     r = tl.program_id(1).to(tl.int64)
     h = pid // NSPLIT
@@ -424,8 +424,7 @@ class _TritonReplay(TritonMamba2Base):
                              f"pre-pass path (needs dot=ieee, not vector_readout, prepass not False, the output_only "
                              f"route; kernel {self.name!r}, mode {m.id!r}, options {dict(opts)})")
         # whole-dstate readouts by default: measured faster than 4 dstate chunks at every batch (one H200,
-        # both timed side by side in one run, T' = 4, k = 4: batch 8 46.1 us against 57.1, 32 88.2 against
-        # 113.3, 512 1093 against 1505; k = 2 alike)
+        # both timed side by side in one run, T' = 4, k = 4 and k = 2, batches 8, 32 and 512; unrecorded)
         self.kchunks = int(opts.get("kchunks", 1))
         if (self.stream_dot or self.split_readout) and self.kchunks != 1:
             raise ValueError("options['vector_readout' / 'split_readout']: the stream's dot readout takes the whole "

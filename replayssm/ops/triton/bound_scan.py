@@ -12,7 +12,7 @@ and a NaN in it is kept, as ``amax`` keeps it.  tests/core/test_bound_scan.py co
 for bit under the Triton interpreter and on a GPU.
 
 Why: the bound's recurrence is a few dozen operations on ``[rows, heads]`` tensors per token;
-inside drift's CUDA graphs each was a graph node of 2-3 us, most of a step's kernels
+inside drift's CUDA graphs each was a graph node of its own, most of a step's kernels
 (docs/benchmarks.md, "The drift fast path per step").  Its coefficients depend on the tokens
 alone (``RunningBound.coefficients``), so they are computed for a whole chunk at load and the
 recurrence over a piece's steps is one program per row, the heads in its lanes.

@@ -13,7 +13,7 @@ Triton interpreter; its GPU test on a CUDA device.
 
 Why: on a GPU the torch path is ~20 int64 elementwise passes and two gathers over every word
 (int64 multiplies are emulated); at ``nano4b`` and 64 rows the drift fast path's chunk of inputs
-took ~180 us of device time per step, a fifth of the step (docs/benchmarks.md).  Here each word is
+took a large share of the step's device time (unrecorded).  Here each word is
 hashed, looked up and written in registers: one fp64 write per value.
 """
 

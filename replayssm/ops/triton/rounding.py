@@ -88,7 +88,7 @@ def triton_dtype(fmt: str | torch.dtype) -> tl.dtype:
 def cast_nearest(x, dtype: tl.constexpr, INTERP: tl.constexpr):
     """fp32 ``x`` in the storage format ``dtype``, rounded to nearest even (fp8: |x| at most the
     format's largest finite value; int8: ``x`` is a quantised value, |x| <= 127).  The interpreter
-    roundings are inlined: a nested call costs ~5 ms under the interpreter."""
+    roundings are inlined: a nested call re-patches ``triton.language`` under the interpreter."""
     if dtype == tl.float32:
         y = x
     elif dtype == tl.bfloat16:

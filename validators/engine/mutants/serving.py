@@ -188,9 +188,9 @@ class HostCursorsStale(LiteralHostCursorsKernel):
 
 # On every family (the mechanisms are family-independent).  ``gallery=False``: CI catches each by a
 # direct run of its named scenario (tests/engine/test_serving.py on one family, tests/ops/kda/test_kda.py
-# on KDA, < 1 s each) rather than by fuzzing
-# (measured with the ci profile, catch + shrink: 2.7 s, 6.8 s, 7.9 s, 28 s on the loaded 2-core
-# machine); ``replayssm fuzz --kernel <name>`` still finds each.
+# on KDA, a few steps each) rather than by fuzzing, which is slower (the ci profile, catch + shrink on
+# the loaded 2-core machine: rec:f6dd16490ecd90af and the 4 other records of that run);
+# ``replayssm fuzz --kernel <name>`` still finds each.
 register_mutant(ZeroAcceptCommitsDrafts, "mutant-zero-accept-commits-drafts",
                 "commit(k = 0) commits the whole window, rejected drafts included (vLLM #56419)",
                 klass="bookkeeping", decodes=SPEC_ONLY, gallery=False)

@@ -218,7 +218,7 @@ class CellRun:
         parts = np.split(flat, np.cumsum([e.numel() for e in vals])[:-1]) if errs else []
         host = iter([p[e[1]] if isinstance(e, tuple) else p for p, e in zip(parts, errs)])
         # each item one group of its curve's add_groups (add() item by item, bit for bit, in one pass per curve:
-        # an add per item measured ~140 us of host time per speculative step on a GPU)
+        # an add per item was a measurable share of a speculative step's host time on a GPU)
         adds: dict[str, list[tuple]] = {"flush": [], "flush_local": [], "state": []}
         for item in self.pending:
             kind = item[0]
@@ -268,8 +268,8 @@ def default_chunk(device, rows: int, speculative: bool = False) -> int:
     64 on a CPU; on a GPU at least 2,048 row-steps per chunk in standard decode (a power of two times
     64, so graph pieces repeat from chunk to chunk), since each chunk boundary waits for the device;
     64 in a speculative schedule, whose pieces are mostly one step (up to four graphs per chunk
-    step: with 256 steps a cell was still capturing after 8 s on an H200, KDA 3,177 validated
-    tokens/s against 6,743 with 64) and whose steps take
+    step: with 256 steps a cell spent its first seconds capturing on an H200, and KDA ran slower than
+    with 64; unrecorded) and whose steps take
     milliseconds, beside which a chunk boundary's wait is small."""
     if torch.device(device).type != "cuda" or speculative:
         return 64

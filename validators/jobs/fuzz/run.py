@@ -82,11 +82,11 @@ CI_EXAMPLES = 20
 CI_EXAMPLES_INTERPRETED = 3
 # The alternate literal kernels (each bookkeeping policy's literal model and the legitimate
 # variants: every ``literal-*`` kernel but literal-replay and literal-baseline) get fewer, for
-# ./dev test's 10 minutes (measured: 19 of them took ~20 s each of a loaded 2-core run); the
+# ./dev test's time limit (they were the slowest of a loaded 2-core run; unrecorded); the
 # nightly profile runs 2,000 each (docs/fuzzing.md).
 CI_EXAMPLES_ALTERNATE = 8
 
-# Strategy sizes.  Interpreted Triton kernels on CPU cost ~0.1-0.4 s per step: tiny shapes.
+# Strategy sizes.  Interpreted Triton kernels on CPU are slow per step: tiny shapes.
 STRATEGY = {"max_steps": 64, "max_rows": 3, "max_dim": 8}
 INTERPRETED_STRATEGY = {"max_steps": 6, "max_rows": 2, "max_dim": 4, "max_window": 3, "max_extra_buffer": 3,
                         "max_standard_buffer": 4, "max_resets": 1}
@@ -436,8 +436,8 @@ def fuzz_target(cls: type[KernelUnderTest], *, profile: str | None = None, devic
 
 
 # The estimated cost of one kernel's fuzzing relative to a pure-PyTorch kernel on the same device
-# (:func:`fuzz_cost`): a Triton kernel through the interpreter costs ~0.1-0.4 s per step against
-# milliseconds (the strategy sizes above), so it is taken first by a dynamic scheduler.
+# (:func:`fuzz_cost`): a Triton kernel through the interpreter costs far more per step than a
+# PyTorch one (the strategy sizes above), so it is taken first by a dynamic scheduler.
 INTERPRETED_COST = 40.0
 
 

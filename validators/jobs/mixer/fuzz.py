@@ -35,7 +35,7 @@ from replayssm.validators.engine.mixer.runner import Failure, MixerPlan
 from replayssm.validators.engine.mixer.scenario import MixerScenario, mixer_reason, save_artifact
 from replayssm.validators.jobs.fuzz.run import fuzz_settings, profile_name
 
-# Strategy sizes: the literal mixers cost ~0.05 s per row-step on CPU; interpreted Triton ones more.
+# Strategy sizes: the literal mixers are eager PyTorch on CPU; interpreted Triton ones cost more.
 STRATEGY = {"max_steps": 10, "max_rows": 2, "max_slots": 3, "max_window": 6}
 INTERPRETED_STRATEGY = {"max_steps": 4, "max_rows": 2, "max_slots": 3, "max_window": 5}
 

@@ -8,10 +8,11 @@ Cost model (:func:`cell_cost`, arbitrary units, device-independent so that every
 the same assignment): accepted tokens x rows x state elements of the family's geometry, times
 
 * ``SPECULATIVE_FACTOR`` = 2.5 for a speculative schedule (alone on an H100, 8 rows: 18,090-18,966
-  against 45,246-48,696 validated tokens/s for standard decode; :func:`drift.dispatch_order`);
+  against 45,246-48,696 validated tokens/s for standard decode, rec:8c86bd2733d4d900 and the three
+  other drift-rate records of commit 041a19a0; :func:`drift.dispatch_order`);
 * ``EAGER_FACTOR`` = 14 for a kernel that cannot be driven through its raw launch path (no CUDA
-  graphs on a GPU, the per-step path on any device: an eager adapter cell ~3,300 tokens/s against
-  ~47,000 for a graphed one, issue 54).
+  graphs on a GPU, the per-step path on any device: an eager adapter cell runs an order of magnitude
+  slower than a graphed one, issue 54; unrecorded).
 """
 
 from __future__ import annotations
