@@ -10,6 +10,9 @@ scenario (6 steps, speculative and standard), ``--device cuda``; the verdict is 
 ``ERROR SUMMARY`` (0 errors) and the validate exit code (0).  GPU only: ``nox -s sanitize``
 (writes ``out/sanitize/summary.json``), or ``python tools/sanitize.py --out DIR [FAMILY:KERNEL ...]``
 (default: our Triton kernels of every family; an adapter needs its sources installed).
+``summary.json`` is rewritten after every run, so a session cut short keeps the runs it finished;
+``--timeout S`` stops one run after S seconds (a fail, its reason said); ``--record FILE`` appends one
+``sanitize`` record per run (schema replayssm.record/1).
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from replayssm.guard import check_record_path
+from replayssm.records import Recorder, append
 
 DEFAULT = [f"{fam}:{k}" for fam in ("mamba2", "gdn", "kda") for k in ("triton-replay", "triton-baseline")]
 TOOLS = ("initcheck", "memcheck")
@@ -48,7 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("targets", nargs="*", default=DEFAULT, metavar="FAMILY:KERNEL")
     ap.add_argument("--out", default="out/sanitize", help="folder for the validate results and summary.json")
+    ap.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds one run may take")
+    ap.add_argument("--record", default=None, metavar="FILE", help="append one sanitize record per run")
     args = ap.parse_args(argv)
+    if args.timeout is not None and not args.timeout > 0:
+        print(f"--timeout: expected seconds > 0, got {args.timeout}", file=sys.stderr)
+        return 2
+    check_record_path(args.record)
     if shutil.which("compute-sanitizer") is None:
         print("compute-sanitizer: not on PATH (it ships with the CUDA toolkit)", file=sys.stderr)
         return 2
@@ -60,25 +72,49 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
     env.pop("TRITON_INTERPRET", None)
+    recorder = Recorder("sanitize", device="cuda", source="tools/sanitize.py") if args.record else None
     runs, failed = [], 0
     for target in args.targets:
         family, kernel = target.split(":")
         for decode in DECODES:
             for tool in TOOLS:
-                t0 = time.perf_counter()
-                p = subprocess.run(command(tool, family, kernel, decode, out), env=env, capture_output=True,
-                                   text=True)
-                text = p.stdout + p.stderr
-                n = errors_of(text)
-                ok = p.returncode == 0 and n == 0
-                failed += not ok
-                runs.append({"family": family, "kernel": kernel, "decode": decode, "tool": tool,
-                             "exit_code": p.returncode, "errors": n, "passed": ok,
-                             "wall_s": round(time.perf_counter() - t0, 1), "tail": text[-2000:] if not ok else ""})
-                print(f"{'PASS' if ok else 'FAIL'} {tool:9s} {family}:{kernel} {decode}: exit {p.returncode}, "
-                      f"{n} sanitizer error(s)", flush=True)
-    (out / "summary.json").write_text(json.dumps({"runs": runs, "failed": failed}, indent=1))
+                run = one_run(tool, family, kernel, decode, out, env, args.timeout)
+                failed += not run["passed"]
+                runs.append(run)
+                print(f"{'PASS' if run['passed'] else 'FAIL'} {tool:9s} {family}:{kernel} {decode}: "
+                      f"exit {run['exit_code']}, {run['errors']} sanitizer error(s)", flush=True)
+                (out / "summary.json").write_text(json.dumps({"runs": runs, "failed": failed}, indent=1))
+                if recorder is not None:
+                    append(args.record, [record_of(recorder, run)])
     return 1 if failed else 0
+
+
+def one_run(tool: str, family: str, kernel: str, decode: str, out: Path, env: dict, timeout: float | None) -> dict:
+    """One validate under ``tool``: its exit code, the sanitizer's error count and the verdict."""
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(command(tool, family, kernel, decode, out), env=env, capture_output=True, text=True,
+                           timeout=timeout)
+        code, text = p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        code = None
+        text = "".join(x.decode() if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr))
+        text += f"\nstopped after --timeout {timeout} s"
+    n = errors_of(text)
+    ok = code == 0 and n == 0
+    return {"family": family, "kernel": kernel, "decode": decode, "tool": tool, "exit_code": code, "errors": n,
+            "passed": ok, "wall_s": round(time.perf_counter() - t0, 1), "tail": text[-2000:] if not ok else ""}
+
+
+def record_of(recorder: Recorder, run: dict) -> dict:
+    """The ``sanitize`` record of one run (the sanitizer's tail as the reason of a fail)."""
+    return recorder.record(f"{run['family']}/{run['kernel']}/{run['decode']}/{run['tool']}", family=run["family"],
+                           kernel=run["kernel"], geometry="tiny",
+                           metrics={"errors": run["errors"], "exit_code": run["exit_code"], "wall_s": run["wall_s"]},
+                           config={"tool": run["tool"], "decode": run["decode"], "steps": 6,
+                                   "caching_allocator": False},
+                           verdict="pass" if run["passed"] else "fail",
+                           reason=None if run["passed"] else run["tail"][-500:])
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from replayssm.records.provenance import device_info, git_state, versions
 
 SCHEMA_ID = "replayssm.record/1"
 JOBS = ("validate", "fuzz", "drift", "bench", "golden", "gallery", "findings", "mixer", "model", "profile",
-        "calibration")
+        "calibration", "sanitize")
 VERDICTS = ("pass", "fail", "marginal", "none")
 
 
