@@ -10,6 +10,7 @@ import os
 
 os.environ.setdefault("TRITON_INTERPRET", "0" if __import__("torch").cuda.is_available() else "1")
 
+import json  # noqa: E402
 import pathlib  # noqa: E402
 
 import pytest  # noqa: E402
@@ -19,6 +20,7 @@ from replayssm.cli import main  # noqa: E402
 from replayssm.mixer.kernel import LITERALS, ComposedMixer, MixerConfig, mixer_kernel  # noqa: E402
 from replayssm.mixer.spec import mixer_preset  # noqa: E402
 from replayssm.ops.conv.literal import STORES  # noqa: E402
+from replayssm.records.record import validate as validate_record  # noqa: E402
 from replayssm.validators.engine.mixer.mutants import MUTANTS  # noqa: E402
 from replayssm.validators.engine.mixer.runner import default_plan, make_inputs, make_params, validate_mixer  # noqa: E402
 
@@ -136,11 +138,19 @@ def test_bad_inputs_refused_before_any_change():
 
 
 def test_cli_validate_level_mixer(tmp_path, capsys):
+    rec = tmp_path / "rec.jsonl"
     rc = main(["validate", "--level", "mixer", "--kernel", "mutant-conv-unwritten-snapshot", "--family", "kda",
-               "--steps", "4", "--out", str(tmp_path)])
+               "--steps", "4", "--out", str(tmp_path), "--record", str(rec)])
     assert rc == 1 and "FAIL" in capsys.readouterr().out
     assert (tmp_path / "mutant-conv-unwritten-snapshot-kda-mixer.json").is_file()
     assert main(["validate", "--level", "mixer", "--kernel", "mixer-literal-lazy-offset", "--steps", "4",
-                 "--out", str(tmp_path)]) == 0
+                 "--out", str(tmp_path), "--record", str(rec)]) == 0
+    records = [json.loads(line) for line in rec.read_text().splitlines()]
+    for r in records:
+        validate_record(r)
+    assert [(r["job"], r["case"], r["verdict"]) for r in records] == [
+        ("mixer", "kda/mutant-conv-unwritten-snapshot/s32a16/tiny/mixer-validate", "fail"),
+        ("mixer", "mamba2/mixer-literal-lazy-offset/s32a16/tiny/mixer-validate", "pass")]
+    assert "conv-state" in records[0]["reason"] and records[1]["metrics"]["steps_run"] == 4
     assert main(["validate", "--level", "mixer", "--kernel", "mixer-literal-lazy-offset", "--schedule", "x",
                  "--out", str(tmp_path)]) == 2

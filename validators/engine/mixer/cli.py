@@ -6,7 +6,8 @@ adapters ``mixer-vllm-conv``, ``mixer-causal-conv1d``, ``mixer-sglang-conv``, th
 (T', default d_conv + 1), ``--buffer``, ``--steps`` (default 24), ``--seed``, ``--device``, ``--out``,
 ``--vllm-src``, ``--quiet``; ``--scenario FILE`` replays a mixer scenario instead of the default plan
 (the fuzzer's reproducer names its kernel; ``--kernel`` overrides it); any other scenario flag is refused
-(exit 2) rather than ignored.  Writes ``<out>/<kernel>-<family>-mixer.json``; exit 0 pass, 1 fail.
+(exit 2) rather than ignored.  Writes ``<out>/<kernel>-<family>-mixer.json``; exit 0 pass, 1 fail;
+``--record FILE`` appends one ``mixer`` record (case ``<family>/<kernel>/<mode>/<geometry>/mixer-validate``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import json
 import os
 
-from replayssm.guard import check_writable, out_path
+from replayssm.guard import check_record_path, check_writable, out_path
 from replayssm.mixer.kernel import mixer_kernel
 from replayssm.mixer.spec import mixer_preset
+from replayssm.records import Recorder, append
+from replayssm.records.jobs import source
 from replayssm.validators.engine.mixer.runner import default_plan, validate_mixer
 from replayssm.validators.engine.mixer.scenario import load_scenario
 
@@ -44,8 +47,11 @@ def run_validate(args) -> int:
     mode = args.precision or "s32a16"
     dest = out_path(args.out, f"{cls.name}-{fam}-mixer.json", "--out")
     check_writable(args.out, "--out")
+    check_record_path(getattr(args, "record", None))
     res = validate_mixer(cls, geometry, mode, plan, seed=args.seed or 0, device=args.device)
-    return _report(args, res, dest)
+    config = {"level": "mixer", "geometry": args.geometry or "tiny", "d_conv": geometry.d_conv,
+              "steps": len(plan.steps), "window": plan.window, "buffer": plan.buffer, "slots": plan.num_slots, "seed": args.seed or 0}
+    return _report(args, res, dest, config)
 
 
 def _replay(args) -> int:
@@ -57,13 +63,30 @@ def _replay(args) -> int:
     cls = mixer_kernel(args.kernel or named or "")
     dest = out_path(args.out, f"{cls.name}-{sc.family}-mixer.json", "--out")
     check_writable(args.out, "--out")
-    return _report(args, sc.run(cls, device=args.device), dest)
+    check_record_path(getattr(args, "record", None))
+    return _report(args, sc.run(cls, device=args.device), dest, {"level": "mixer", "scenario": str(args.scenario)})
 
 
-def _report(args, res, dest) -> int:
+def _report(args, res, dest, config: dict) -> int:
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(res.to_dict(), indent=2) + "\n")
     print(res.verdict())
     if not args.quiet:
         print(f"result: {dest}")
+    if getattr(args, "record", None):
+        append(args.record, [validate_record(Recorder("mixer", device=args.device, source=source(args)), res,
+                                             config)])
     return 0 if res.passed else 1
+
+
+def validate_record(recorder: Recorder, res, config: dict) -> dict:
+    """The ``mixer`` record of one mixer validation: its verdict, steps and worst error/bound per check."""
+    first = res.first_failure
+    geometry = config.get("geometry")
+    return recorder.record(f"{res.family}/{res.kernel}/{res.mode}/{geometry or 'scenario'}/mixer-validate",
+                           metrics={"steps_run": res.steps_run, "failures": len(res.failures),
+                                    **{f"worst_{k}": v for k, v in res.worst.items()}},
+                           verdict="pass" if res.passed else "fail",
+                           reason=None if first is None else first.describe(),
+                           config={**config, "conv_policy": res.conv_policy}, family=res.family, kernel=res.kernel,
+                           mode=res.mode, geometry=geometry)
