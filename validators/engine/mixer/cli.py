@@ -50,7 +50,8 @@ def run_validate(args) -> int:
     check_record_path(getattr(args, "record", None))
     res = validate_mixer(cls, geometry, mode, plan, seed=args.seed or 0, device=args.device)
     config = {"level": "mixer", "geometry": args.geometry or "tiny", "d_conv": geometry.d_conv,
-              "steps": len(plan.steps), "window": plan.window, "buffer": plan.buffer, "slots": plan.num_slots, "seed": args.seed or 0}
+              "steps": len(plan.steps), "window": plan.window, "buffer": plan.buffer, "slots": plan.num_slots,
+              "seed": args.seed or 0}
     return _report(args, res, dest, config)
 
 
