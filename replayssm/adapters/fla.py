@@ -188,9 +188,9 @@ def _kernel(module: str, function: str):
     return _FN[module]
 
 
-def load(path: str | None = None) -> list[str]:
-    """Register ``fla-baseline`` (gdn, kda) when fla-core VERSION is installed (checked from its metadata, not
-    imported); one-line ``RuntimeError`` otherwise."""
+def installed_version() -> str:
+    """fla-core's version when it is VERSION (checked from its metadata, not imported); one-line ``RuntimeError``
+    otherwise."""
     from importlib import metadata
     if importlib.util.find_spec("fla") is None:
         raise RuntimeError(f"flash-linear-attention: package 'fla' not installed; {HOW}")
@@ -201,6 +201,12 @@ def load(path: str | None = None) -> list[str]:
     if have != VERSION:
         raise RuntimeError(f"flash-linear-attention: fla-core {have} installed, the adapter is written against "
                            f"fla-core {VERSION}; {HOW}")
+    return have
+
+
+def load(path: str | None = None) -> list[str]:
+    """Register ``fla-baseline`` (gdn, kda) when fla-core VERSION is installed (:func:`installed_version`)."""
+    have = installed_version()
     for cls in CLASSES:
         register(cls, replace=True)
     return [f"{cls.family}/{cls.name} (fla-core {have})" for cls in CLASSES]

@@ -1,7 +1,8 @@
 """``replayssm validate --level mixer``: one mixer kernel on the default mixer plan (runner.py).
 
 Flags read: ``--kernel`` (a mixer kernel: ``mixer-literal-<policy>``, ``mixer-triton-replay``, the
-adapters ``mixer-vllm-conv``, ``mixer-causal-conv1d``, ``mixer-sglang-conv``, the ``mutant-conv-*``),
+adapters ``mixer-vllm-conv``, ``mixer-causal-conv1d``, ``mixer-sglang-conv``, ``mixer-fla-shortconv``, the
+``mutant-conv-*``),
 ``--family``, ``--geometry`` (a family preset; the mixer adds d_conv = 4), ``--precision``, ``--window``
 (T', default d_conv + 1), ``--buffer``, ``--steps`` (default 24), ``--seed``, ``--device``, ``--out``,
 ``--vllm-src``, ``--quiet``; ``--scenario FILE`` replays a mixer scenario instead of the default plan

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 import replayssm.adapters.causal_conv1d  # noqa: F401  (registers the conv adapters: their code loads on first use)
+import replayssm.adapters.fla_conv  # noqa: F401
 import replayssm.adapters.sglang_conv  # noqa: F401
 import replayssm.adapters.vllm_conv  # noqa: F401
 from replayssm.families import family
