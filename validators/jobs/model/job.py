@@ -210,6 +210,9 @@ def run(job: ModelJob, progress=None) -> dict:
         scale, _ = hf.calibrate_head(model, hidden, job.entropy_fraction)
         teacher, _ = forcing.teacher_logits(model, mixers, ids)
     entropy = hf.mean_entropy(teacher[:job.tokens])
+    del hidden
+    if torch.device(job.device).type == "cuda":
+        torch.cuda.empty_cache()  # the teacher's prefill held the stream's attention scores: give them back
     runs = []
     for mode in job.modes:
         for sched in job.schedules:
