@@ -144,16 +144,26 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
     if PER_CHANNEL_GATE:
         Dh, KW, eG = chan.load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING, offs_j < RING,
                                        offs_j < w, h, hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
-        # R = beta (V - S_h (e^Gw * k)) and SQ = S_h (e^Gw * q) [BT, BV]; A[i, j], M[s, j] [BT, BT]
-        SK = tl.zeros([BT, BV], dtype=tl.float32)
-        SQ = tl.zeros([BT, BV], dtype=tl.float32)
+    else:
+        Dh, Kh, wj, eG = head.load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING,
+                                           offs_j < RING, offs_j < w, h, hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
+    # the checkpoint's readouts [BT, BV]: S_h k_t, S_h q_t (per channel S_h (e^Gw * k), S_h (e^Gw * q)); per channel
+    # A[i, j], M[s, j] [BT, BT], else KK[i, t] = k_i . k_t, KQ[s, j] = k_j . q_s
+    SK = tl.zeros([BT, BV], dtype=tl.float32)
+    SQ = tl.zeros([BT, BV], dtype=tl.float32)
+    if PER_CHANNEL_GATE:
         A = tl.zeros([BT, BT], dtype=tl.float32)
         M = tl.zeros([BT, BT], dtype=tl.float32)
-        for t in tl.static_range(T):
-            sel = offs_t == t
+    else:
+        KK = tl.zeros([BT, BT], dtype=tl.float32)
+        KQ = tl.zeros([BT, BT], dtype=tl.float32)
+    for t in tl.static_range(T):
+        sel = offs_t == t
+        if PER_CHANNEL_GATE:
             Gt = select_row(Gw, sel)
-            kt = select_row(Kw, sel)
-            qt = select_row(Qw, sel)
+        kt = select_row(Kw, sel)
+        qt = select_row(Qw, sel)
+        if PER_CHANNEL_GATE:
             SK = tl.where(sel[:, None], chan.readout(s0, eG, Dh, KW, tl.exp(Gt) * kt)[None, :], SK)
             SQ = tl.where(sel[:, None], chan.readout(s0, eG, Dh, KW, tl.exp(Gt) * qt)[None, :], SQ)
             past = offs_t <= t
@@ -161,30 +171,21 @@ def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_
             kdec = tl.where(past[:, None], Kw * dec, 0.0)
             A = tl.where(sel[:, None] & (offs_t < t)[None, :], tl.sum(kdec * kt[None, :], 1)[None, :], A)
             M = tl.where(sel[:, None], tl.sum(kdec * qt[None, :], 1)[None, :], M)
-        R = betaw[:, None] * (Vw - SK)
-        A = betaw[:, None] * A
-    else:
-        Dh, Kh, wj, eG = head.load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING,
-                                           offs_j < RING, offs_j < w, h, hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
-        # S_h k_t, S_h q_t [BT, BV]; KK[i, t] = k_i . k_t; KQ[s, j] = k_j . q_s
-        SK = tl.zeros([BT, BV], dtype=tl.float32)
-        SQ = tl.zeros([BT, BV], dtype=tl.float32)
-        KK = tl.zeros([BT, BT], dtype=tl.float32)
-        KQ = tl.zeros([BT, BT], dtype=tl.float32)
-        for t in tl.static_range(T):
-            sel = offs_t == t
-            kt = select_row(Kw, sel)
-            qt = select_row(Qw, sel)
+        else:
             SK = tl.where(sel[:, None], head.readout(s0, eG, Dh, Kh, wj, kt)[None, :], SK)
             SQ = tl.where(sel[:, None], head.readout(s0, eG, Dh, Kh, wj, qt)[None, :], SQ)
             KK = tl.where(offs_t[None, :] == t, tl.sum(Kw * kt[None, :], 1)[:, None], KK)
             KQ = tl.where(sel[:, None], tl.sum(Kw * qt[None, :], 1)[None, :], KQ)
+    # causal solve d = (I + A)^-1 R
+    if PER_CHANNEL_GATE:
+        R = betaw[:, None] * (Vw - SK)
+        A = betaw[:, None] * A
+    else:
         eGw = tl.exp(Gw)
         R = betaw[:, None] * (Vw - eGw[:, None] * SK)
         lower = offs_t[:, None] > offs_t[None, :]
         dG = tl.where(offs_t[:, None] >= offs_t[None, :], Gw[:, None] - Gw[None, :], 0.0)
         A = tl.where(lower, betaw[:, None] * tl.exp(dG) * KK, 0.0)
-    # causal solve d = (I + A)^-1 R
     D = tl.zeros([BT, BV], dtype=tl.float32)
     for t in tl.static_range(T):
         sel = offs_t == t
