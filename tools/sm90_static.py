@@ -37,8 +37,8 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from replayssm.ops.delta_rule import replay_decode  # noqa: E402
 from replayssm.ops.gdn import replay_split  # noqa: E402
-from replayssm.ops.kda import replay_decode as kda_decode  # noqa: E402
 from replayssm.ops.kda import replay_split as kda_split  # noqa: E402
 
 BIN = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
@@ -100,9 +100,9 @@ def kda_coef_counts(warps: int, ptx_version: str | None) -> dict:
 
 def kda_decode_counts(warps: int, ptx_version: str | None) -> dict:
     const = dict(H=32, HV=32, K=128, V=128, L=16, SCALE=128 ** -0.5, BK=128, BV=8 * warps, BL=16, NPROG=1,
-                 NVT=128 // (8 * warps), HU=4, SCALED=False, SR=False, INTERPRET=False)
+                 NVT=128 // (8 * warps), HU=4, SCALED=False, SR=False, INTERPRET=False, PER_CHANNEL_GATE=True)
     return {"kernel": "kda-decode", "value_rows": 8 * warps,
-            **sass_counts(kda_decode._kda_replay_decode_kernel, KDA_DECODE_SIG, const, warps, ptx_version)}
+            **sass_counts(replay_decode._replay_decode_kernel, KDA_DECODE_SIG, const, warps, ptx_version)}
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
 """The Triton ReplaySSM kernel for Gated DeltaNet ("triton-replay"): standard decode
-(``replay_decode.py``) and speculative verify/commit (``replay_spec.py``) behind the kernel
+(the delta rule's ``replay_decode.py``) and speculative verify/commit (``replay_spec.py``, the delta rule's
+``replay_spec.py`` for T' > 4 and the commit) behind the kernel
 interface, with the records stored as the literal model stores them; the host side (storage, options,
 launch geometry, inspection, snapshot and restore) is the delta rule's (``replayssm.ops.delta_rule.replay``).
 
@@ -19,9 +20,9 @@ not natively; exact, since window position t depends only on positions <= t).
 from __future__ import annotations
 
 from replayssm.ops.delta_rule.replay import DeltaRuleReplay
+from replayssm.ops.delta_rule.replay_decode import launch_replay_decode
 from replayssm.ops.delta_rule.triton_base import OPTIONS, PREPASS_OPTIONS
 from replayssm.ops.gdn.literal import GDNMath
-from replayssm.ops.gdn.replay_decode import launch_replay_decode
 from replayssm.ops.gdn.replay_spec import launch_replay_spec, launch_replay_spec_commit
 from replayssm.ops.gdn.replay_split import coef_layout, launch_split
 from replayssm.ops.gdn.triton_base import TritonGDNBase

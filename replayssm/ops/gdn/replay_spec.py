@@ -1,21 +1,21 @@
-"""ReplaySSM speculative verify and commit for Gated DeltaNet, in Triton.
+"""ReplaySSM speculative verify for Gated DeltaNet, in Triton: the token-by-token kernel for T' <= 4 with the
+``reduce`` readout; longer windows and the ``tile`` readout take the delta rule's window-tile kernel
+(``replayssm.ops.delta_rule.replay_spec``, ``PER_CHANNEL_GATE`` false), whose module also holds the device-side
+commit and the checkpoint, cursor and flush helpers used here.
 
 Verify, one program per (row, value head, block of value rows), window of T' tokens (docs/recurrences.md section 3):
 
 * the state before the window is ``S_h = exp(G_w) S_0 + sum_{j<w} exp(G_w - G_j) d_j k_j^T`` over
   the committed history (ring rows ``(origin + j) mod ring``); it is read out against each window
-  k and q without being built (as in standard decode);
-* the causal in-window solve (WY/UT form): with ``G`` the inclusive cumsum of the window's g,
-  ``R_i = beta_i (v_i - exp(G_i) S_h k_i)``, ``A_ij = beta_i exp(G_i - G_j) (k_i . k_j)`` for
-  i > j, ``d = (I + A)^-1 R`` by forward substitution (T' rows, each a [BV] vector), and
+  k and q without being built (as in standard decode; ``replayssm.ops.delta_rule.history_head``);
+* the causal in-window solve in closed form, token by token (every window quantity a vector or a scalar):
+  with ``G`` the inclusive cumsum of the window's g, ``d_i = beta_i (v_i - exp(G_i) S_h k_i) -
+  sum_{j<i} beta_i exp(G_i - G_j) (k_i . k_j) d_j`` and
   ``o_s = exp(G_s) S_h q_s + sum_{j<=s} exp(G_s - G_j) (k_j . q_s) d_j``;
 * every window token's records (d, normalised k, g) go to ring rows
   ``(origin + write_pos + t) mod ring`` (rejected drafts too: they are never committed);
 * a flush verify (``is_flush``) folds the committed history into the checkpoint (``S_h``) and
   writes it back; a non-flush verify never writes the checkpoint.
-
-Commit: the delta rule's device-side cursor update (``replayssm.ops.delta_rule.replay_spec``); the window
-prologue, checkpoint and cursor loads and the window's stores are that module's too.
 
 Oracle: ``literal-replay`` (``gdn_window_solve``) and ``gdn_sequence`` in fp64 on the accepted
 stream.  Expected error: within a small factor of the literal model's at the same mode.
@@ -26,78 +26,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from replayssm.ops.delta_rule.replay_spec import (
-    checkpoint_cursors,
-    launch_replay_spec_commit,
-    store_flush,
-    store_window,
-    window_inputs,
-)
-from replayssm.ops.delta_rule.triton_base import program_row, select_row, token_gates, token_qk, value_block
-from replayssm.ops.gdn.replay_decode import fold_history, load_history, readout
+from replayssm.ops.delta_rule.history_head import fold_history, load_history, readout
+from replayssm.ops.delta_rule.replay_spec import checkpoint_cursors, launch_replay_spec_commit, store_flush
+from replayssm.ops.delta_rule.replay_spec import launch_replay_spec as launch_tile_spec
+from replayssm.ops.delta_rule.triton_base import program_row, token_gates, token_qk, value_block
 from replayssm.ops.triton.rounding import cast_nearest
-
-
-@triton.jit(do_not_specialize=["seed", "num_slots"])
-def _replay_spec_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_ptr, A_log_ptr, dt_bias_ptr,
-                        ckpt_ptr, sc_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, wpos_ptr, origin_ptr, isflush_ptr,
-                        pending_ptr, sr_ptr, seed, num_slots,
-                        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, T: tl.constexpr,
-                        RING: tl.constexpr, SCALE: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                        BT: tl.constexpr, BH: tl.constexpr, SCALED: tl.constexpr, SR: tl.constexpr,
-                        INTERPRET: tl.constexpr):
-    r, h, vb, slot, hk, offs_k, mk = program_row(slot_ptr, HV, H, BK, K)
-    if slot < 0:
-        return
-    offs_v, mv, ms, tile = value_block(vb, 0, offs_k, mk, 1, BV, V, K)
-    # the window: normalised q (scaled), k [BT, BK]; v [BT, BV]; gates [BT], their cumsum Gw
-    offs_t, mt, tok, mtk, mtv, Qw, Kw, Vw, gw, betaw, Gw = window_inputs(
-        q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, r, h, hk, offs_k, mk, offs_v, mv, H, HV, K, V, T,
-        BT, SCALE, False)
-    # checkpoint and committed history
-    base, s0, w, org, flush = checkpoint_cursors(ckpt_ptr, sc_ptr, wpos_ptr, origin_ptr, isflush_ptr, slot, h, offs_v,
-                                                 mv, tile, ms, HV, V, K, SCALED)
-    offs_j = tl.arange(0, BH)
-    Dh, Kh, wj, eG = load_history(d_rec_ptr, k_rec_ptr, g_rec_ptr, slot, (org + offs_j) % RING, offs_j < RING,
-                                  offs_j < w, h, hk, offs_v, mv, offs_k, mk, H, HV, K, V, RING)
-    # S_h k_t, S_h q_t [BT, BV]; KK[i, t] = k_i . k_t; KQ[s, j] = k_j . q_s
-    SK = tl.zeros([BT, BV], dtype=tl.float32)
-    SQ = tl.zeros([BT, BV], dtype=tl.float32)
-    KK = tl.zeros([BT, BT], dtype=tl.float32)
-    KQ = tl.zeros([BT, BT], dtype=tl.float32)
-    for t in tl.static_range(T):
-        sel = offs_t == t
-        kt = select_row(Kw, sel)
-        qt = select_row(Qw, sel)
-        SK = tl.where(sel[:, None], readout(s0, eG, Dh, Kh, wj, kt)[None, :], SK)
-        SQ = tl.where(sel[:, None], readout(s0, eG, Dh, Kh, wj, qt)[None, :], SQ)
-        KK = tl.where(offs_t[None, :] == t, tl.sum(Kw * kt[None, :], 1)[:, None], KK)
-        KQ = tl.where(sel[:, None], tl.sum(Kw * qt[None, :], 1)[None, :], KQ)
-    # causal solve d = (I + A)^-1 R
-    eGw = tl.exp(Gw)
-    R = betaw[:, None] * (Vw - eGw[:, None] * SK)
-    lower = offs_t[:, None] > offs_t[None, :]
-    dG = tl.where(offs_t[:, None] >= offs_t[None, :], Gw[:, None] - Gw[None, :], 0.0)
-    A = tl.where(lower, betaw[:, None] * tl.exp(dG) * KK, 0.0)
-    D = tl.zeros([BT, BV], dtype=tl.float32)
-    for t in tl.static_range(T):
-        sel = offs_t == t
-        dt = select_row(R, sel) - tl.sum(D * select_row(A, sel)[:, None], 0)
-        D = tl.where(sel[:, None], dt[None, :], D)
-    # outputs o_s = exp(G_s) S_h q_s + sum_{j<=s} exp(G_s - G_j) (k_j . q_s) d_j
-    M = tl.where(offs_t[:, None] >= offs_t[None, :], tl.exp(dG) * KQ, 0.0)
-    O = eGw[:, None] * SQ
-    for t in tl.static_range(T):
-        sel = offs_t == t
-        O += tl.where(sel[:, None], tl.sum(D * select_row(M, sel)[:, None], 0)[None, :], 0.0)
-    store_window(out_ptr, d_rec_ptr, k_rec_ptr, g_rec_ptr, O, D, Kw, gw, slot, org, w, offs_t, mt, tok, h, hk, vb,
-                 offs_v, offs_k, mtk, mtv, H, HV, K, V, RING, INTERPRET, False)
-    if flush:
-        s_h = fold_history(s0, eG, wj, offs_j, w, d_rec_ptr, k_rec_ptr, slot, org, h, hk, offs_v, mv, offs_k, mk,
-                           H, HV, K, V, RING, 4)
-        store_flush(ckpt_ptr, sc_ptr, sr_ptr, s_h, base, tile, ms, offs_v, mv, slot, h, seed, V, K, SCALED, SR,
-                    INTERPRET)
-    tl.store(pending_ptr + slot, 1, mask=(h + vb) == 0)
 
 
 @triton.jit
@@ -195,27 +128,21 @@ def _replay_spec_small_kernel(slot_ptr, q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, out_p
 
 
 def launch_replay_spec(kern, slot_ids, inputs, out) -> None:
-    """Launch one speculative verify of ``kern`` (a TritonGDNReplay) for all rows."""
+    """Launch one speculative verify of ``kern`` (a TritonGDNReplay) for all rows: the token-by-token kernel for
+    T' <= 4 with the ``reduce`` readout, else the delta rule's window-tile kernel (``PER_CHANNEL_GATE`` false)."""
+    dec = kern.decode
+    if kern.readout != "reduce" or dec.window > 4:
+        launch_tile_spec(kern, slot_ids, inputs, out)
+        return
     R = slot_ids.shape[0]
     bv, nvb, nw = kern.launch_shape(R)
-    dec = kern.decode
-    bh = triton.next_power_of_2(dec.buffer)
-    if kern.readout == "reduce" and dec.window <= 4:
-        _replay_spec_small_kernel[(R, kern.HV, nvb)](
-            slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log,
-            kern.dt_bias, kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"],
-            kern.write_pos, kern.origin, kern.is_flush, kern.pending, kern.sr_count, kern.seed, kern.num_slots,
-            H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, T=dec.window, RING=dec.ring_rows, SCALE=kern.K ** -0.5,
-            BK=kern.BK, BV=bv, BH=bh, SCALED=kern.scaled, SR=kern.sr, INTERPRET=kern.interpret,
-            num_warps=nw)
-        return
-    _replay_spec_kernel[(R, kern.HV, nvb)](
-        slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log, kern.dt_bias,
-        kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"], kern.write_pos,
-        kern.origin, kern.is_flush, kern.pending, kern.sr_count, kern.seed, kern.num_slots,
+    _replay_spec_small_kernel[(R, kern.HV, nvb)](
+        slot_ids, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"], out, kern.A_log,
+        kern.dt_bias, kern.states, kern.scales, kern.records["d"], kern.records["k"], kern.records["g"],
+        kern.write_pos, kern.origin, kern.is_flush, kern.pending, kern.sr_count, kern.seed, kern.num_slots,
         H=kern.H, HV=kern.HV, K=kern.K, V=kern.V, T=dec.window, RING=dec.ring_rows, SCALE=kern.K ** -0.5,
-        BK=kern.BK, BV=bv, BT=triton.next_power_of_2(dec.window), BH=bh,
-        SCALED=kern.scaled, SR=kern.sr, INTERPRET=kern.interpret, num_warps=nw)
+        BK=kern.BK, BV=bv, BH=triton.next_power_of_2(dec.buffer), SCALED=kern.scaled, SR=kern.sr,
+        INTERPRET=kern.interpret, num_warps=nw)
 
 
 __all__ = ["launch_replay_spec", "launch_replay_spec_commit"]

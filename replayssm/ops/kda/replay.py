@@ -1,7 +1,8 @@
 """The Triton ReplaySSM kernel for KDA ("triton-replay", family kda): standard decode
-(``replay_decode.py``, one launch per step by default, and the two-launch path ``replay_split.py``) and
-speculative verify/commit (the two-launch ``replay_spec_split.py``; with ``prepass=False`` the single kernel
-``replay_spec.py``) behind the kernel interface, with the records stored as the literal model stores them.
+(the delta rule's ``replay_decode.py``, one launch per step by default, and the two-launch path
+``replay_split.py``) and speculative verify/commit (the two-launch ``replay_spec_split.py``; with ``prepass=False``
+the delta rule's single kernel ``replay_spec.py``, which holds the commit too) behind the kernel interface, with
+the records stored as the literal model stores them.
 
 Storage: checkpoint ``[slots, HV, V, K]`` in the state dtype (fp8 with fp32 scales
 ``[slots, HV, V]``); records ``d [slots, rows, HV, V]`` and ``k [slots, rows, H, K]`` in the
@@ -21,10 +22,10 @@ not natively; exact, since window position t depends only on positions <= t).
 from __future__ import annotations
 
 from replayssm.ops.delta_rule.replay import DeltaRuleReplay
+from replayssm.ops.delta_rule.replay_decode import launch_replay_decode
+from replayssm.ops.delta_rule.replay_spec import launch_replay_spec, launch_replay_spec_commit
 from replayssm.ops.delta_rule.triton_base import OPTIONS
 from replayssm.ops.kda.literal import KDAMath
-from replayssm.ops.kda.replay_decode import launch_replay_decode
-from replayssm.ops.kda.replay_spec import launch_replay_spec, launch_replay_spec_commit
 from replayssm.ops.kda.replay_spec_split import spec_coef_layout
 from replayssm.ops.kda.replay_split import coef_layout, launch_split
 from replayssm.ops.kda.triton_base import TritonKDABase
@@ -92,6 +93,11 @@ class TritonKDAReplay(TritonKDABase, DeltaRuleReplay):
         if self.decode.speculative or self.tiles_per_program is not None:
             return super().split_tiles(rows, nvb)
         return nvb if rows >= 128 or self.interpret else min(4, nvb)
+
+    def decode_tiles(self, rows: int, nvb: int) -> int:
+        """Value blocks per program of the one-launch standard decode: :meth:`split_tiles` (per-channel
+        coefficients are not cheap: a whole value head from 128 rows up)."""
+        return self.split_tiles(rows, nvb)
 
 
 __all__ = ["TritonKDAReplay"]

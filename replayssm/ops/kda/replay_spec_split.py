@@ -33,8 +33,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from replayssm.ops.delta_rule.history_channel import history_row_back
 from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, select_row
-from replayssm.ops.kda.triton_base import fold_weighted, history_row_back, stream_tile
+from replayssm.ops.kda.triton_base import fold_weighted, stream_tile
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.pdl import cursor_snapshot
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state

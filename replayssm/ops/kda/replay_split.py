@@ -7,7 +7,7 @@ factor of the literal model's at the same precision mode (fp32 reduction order d
 single-kernel path's); tests/ops/kda/test_kda_triton.py.
 
 Not the default in standard decode (``options={"prepass": True}``; always with the tf32 readouts):
-the one-launch kernel (``replay_decode.py``) walks the history once per program and keeps the
+the one-launch kernel (the delta rule's ``replay_decode.py``) walks the history once per program and keeps the
 coefficients in registers over a whole value head, and measured faster at every batch size on an
 H200 (``ops/kda/replay.py``, ``use_split``; docs/benchmarks.md, "KDA: replay against baseline").
 Here the pre-pass does everything that does not touch the state once per (row, value head) (the
@@ -31,9 +31,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from replayssm.ops.delta_rule.history_channel import history_coefficients
 from replayssm.ops.delta_rule.triton_base import gates, l2_normalise, ticket
 from replayssm.ops.kda.replay_spec_split import launch_spec_split
-from replayssm.ops.kda.triton_base import fold_weighted, history_coefficients, stream_tile
+from replayssm.ops.kda.triton_base import fold_weighted, stream_tile
 from replayssm.ops.split_options import coef_offsets
 from replayssm.ops.triton.rounding import STREAM_FLUSH, cast_nearest, store_state
 
