@@ -28,7 +28,7 @@ import torch
 
 from replayssm.interface import PAD_SLOT, DecodeConfig, KernelConfig
 from replayssm.mixer.spec import MixerGeometry
-from replayssm.ops.conv.literal import STORES, ConvStore
+from replayssm.ops.conv.literal import STORES, ConvStore, ReversedOrderStore
 from replayssm.ops.conv.policies import conv_policy
 from replayssm.precision import PrecisionMode, parse_mode
 from replayssm.registry import build
@@ -228,6 +228,15 @@ def _literal(policy_name: str) -> type[ComposedMixer]:
 
 
 LITERALS = {p: register_mixer_kernel(_literal(p)) for p in STORES}
+
+
+@register_mixer_kernel
+class ReversedOrderMixer(ComposedMixer):
+    name = "mixer-literal-reversed-order"
+    description = ("legitimate variant: the literal compact-at-commit mixer with the conv taps summed newest first, "
+                   "the bias last, SiLU as x * sigmoid(x)")
+    conv_policy = "compact-at-commit"
+    store = ReversedOrderStore
 
 
 @register_mixer_kernel

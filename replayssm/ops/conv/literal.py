@@ -6,6 +6,11 @@ window and positions 0..s (``naive.conv_step`` in the compute dtype, fp32 from j
 vLLM; then SiLU, then one rounding to the activation dtype) and stores the window inputs the
 design's way; ``commit(k)`` rolls the design's books to k accepted tokens.  Expected error: one
 activation-dtype rounding of the activated conv output; the stored window itself is exact.
+
+:class:`ReversedOrderStore` is the same design with the other legitimate arithmetic: the taps summed
+from the newest input back, the bias added last, SiLU as ``x * sigmoid(x)``.  Any correct kernel is
+free to choose its order (FLA sums pairwise), so the mixer's tolerance rule takes the larger error of
+the two literal orders (``validators/engine/mixer/runner.py``).
 """
 
 from __future__ import annotations
@@ -60,10 +65,15 @@ class ConvStore:
         out = torch.zeros_like(x)
         for r, s in rows:
             win = self.read_window(s).clone()
-            y, _ = conv_sequence(win.to(self.ct), x[r].to(self.ct), weight, bias)
-            out[r] = silu(y).to(self.act)
+            out[r] = self.activated_conv(win.to(self.ct), x[r].to(self.ct), weight, bias).to(self.act)
             self.write_window(s, win, x[r])
         return out
+
+    def activated_conv(self, window: torch.Tensor, u: torch.Tensor, weight: torch.Tensor,
+                       bias: torch.Tensor | None) -> torch.Tensor:
+        """SiLU(conv) ``[T, C]`` in the compute dtype: taps from the oldest input up, then the SiLU."""
+        y, _ = conv_sequence(window, u, weight, bias)
+        return silu(y)
 
     def commit(self, rows: list[tuple[int, int]], ks: list[int]) -> None:
         for (_, s), k in zip(rows, ks):
@@ -155,6 +165,23 @@ class CircularStore(ConvStore):
 
     def commit_slot(self, slot, k):
         self.tensors["cursor"][slot] = (int(self.tensors["cursor"][slot]) + k) % self.ring
+
+
+class ReversedOrderStore(CompactAtCommitStore):
+    """The compact-at-commit design in the other legitimate order: taps from the newest input back,
+    the bias last, SiLU as ``x * sigmoid(x)``."""
+
+    def activated_conv(self, window, u, weight, bias):
+        full = torch.cat([window, u.transpose(0, 1)], dim=-1)  # [C, W + T]
+        W, outs = window.shape[-1], []
+        for t in range(u.shape[0]):
+            acc = torch.zeros_like(u[t])
+            for j in reversed(range(W + 1)):
+                acc = acc + full[:, t + j] * weight[:, j]
+            if bias is not None:
+                acc = acc + bias
+            outs.append(acc * torch.sigmoid(acc))
+        return torch.stack(outs)
 
 
 STORES: dict[str, type[ConvStore]] = {c.implements: c for c in (LazyOffsetStore, CompactAtCommitStore,

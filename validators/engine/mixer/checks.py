@@ -4,7 +4,8 @@ Oracle per check:
 
 * ``mixer-output``: every window output (drafts included) against the fp64 whole-step reference on
   committed prefix + window[0..s], by the tolerance rule ``err <= factor * err(literal) + floor``
-  (``validators/tolerances.bound``, the literal mixer at the same mode; scale: the row's max |ref|).
+  (``validators/tolerances.bound``; err(literal): the larger error of the literal mixer in its two
+  legitimate conv orders at the same mode, ``runner.LITERALS``; scale: the row's max |ref|).
 * ``conv-state``: the committed conv window, read from the kernel's raw storage by its declared
   design (``replayssm/ops/conv/policies.py``), equals the last d_conv - 1 accepted conv inputs bit for bit.
 * ``ssm-state``: the committed SSM state against the fp64 reference, tolerance rule (state units).
@@ -23,14 +24,14 @@ from replayssm.validators.engine.tolerances import bound
 CHECKS = ("mixer-output", "conv-state", "ssm-state", "padding", "unnamed-slots")
 
 
-def tolerance_failure(what: str, mode, got: torch.Tensor, lit: torch.Tensor, ref: torch.Tensor, state: bool
-                      ) -> tuple[str | None, float]:
-    """Max abs errors of ``got`` and ``lit`` against ``ref`` (one row): a message when ``got`` breaks the
-    rule, and the ratio err / bound."""
+def tolerance_failure(what: str, mode, got: torch.Tensor, lits: tuple[torch.Tensor, ...], ref: torch.Tensor,
+                      state: bool) -> tuple[str | None, float]:
+    """Max abs errors of ``got`` and of the literal models ``lits`` against ``ref`` (one row): a message
+    when ``got`` breaks the rule with the literals' largest error, and the ratio err / bound."""
     if not torch.isfinite(got).all():
         return f"{what}: non-finite values", float("inf")
     err = (got.double() - ref).abs().max().item()
-    err_lit = (lit.double() - ref).abs().max().item()
+    err_lit = max((lit.double() - ref).abs().max().item() for lit in lits)
     scale = ref.abs().max().item()
     b = bound(mode, err_lit, scale, state=state)
     ratio = err / b if b > 0 else (0.0 if err == 0 else float("inf"))

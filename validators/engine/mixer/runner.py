@@ -38,6 +38,9 @@ from replayssm.validators.engine.mixer import (
 )
 
 LITERAL = "mixer-literal-compact-at-commit"
+# The literal mixer in both legitimate conv orders: a correct kernel may sum the taps in any order
+# (FLA 0.6.0 sums pairwise: 1.01-1.16x a one-order bound at gdn/kda s32a32, rec:10f2e0a4dfde64bb).
+LITERALS = (LITERAL, "mixer-literal-reversed-order")
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,8 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
     params = make_params(geometry, mode, seed)
     cfg = MixerConfig(geometry, params, mode, plan.decode, plan.num_slots, torch.device(device))
     kern = kernel_cls(cfg)
-    lit = mixer_kernel(LITERAL)(MixerConfig(geometry, params, mode, plan.decode, plan.num_slots, torch.device(device)))
+    lits = [mixer_kernel(n)(MixerConfig(geometry, params, mode, plan.decode, plan.num_slots, torch.device(device)))
+            for n in LITERALS]
     res = MixerResult(kernel_cls.name, geometry.family, mode.id, kernel_cls.conv_policy)
     spec, S, W, C = geometry.spec, plan.num_slots, geometry.d_conv - 1, geometry.conv_channels
     act = mode.act_dtype
@@ -220,7 +224,7 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
     ref_window = init_conv.clone()  # [S, C, W] activation dtype: the last W accepted conv inputs
 
     def admit(slots, state, conv):
-        for k in (kern, lit):
+        for k in (kern, *lits):
             k.reset(slots.to(device), state.to(device, mode.compute_dtype), conv.to(device))
         ref_state[slots], ref_window[slots] = state, conv
 
@@ -247,7 +251,7 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
         before = _fields(kern)
         out = torch.full((R, T, *geometry.out_shape), float("nan"), dtype=act, device=device)
         kern.verify(slot_ids, inputs, out=out)
-        out_lit = lit.verify(slot_ids, inputs)
+        out_lits = [lit.verify(slot_ids, inputs) for lit in lits]
         msg = checks.padding_failure(out, [r for r, s in enumerate(ids) if s == PAD_SLOT], [r for r, _ in rows])
         if msg:
             fail(i, -1, -1, "padding", msg)
@@ -260,7 +264,8 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
                 refs.append(y)
                 states.append(st)
             ref = torch.stack(refs)
-            msg, rt = checks.tolerance_failure("mixer-output", mode, out[r], out_lit[r], ref, state=False)
+            msg, rt = checks.tolerance_failure("mixer-output", mode, out[r], tuple(o[r] for o in out_lits), ref,
+                                               state=False)
             ratio("mixer-output", rt)
             if msg:
                 fail(i, r, s, "mixer-output", msg)
@@ -268,11 +273,12 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
             accepted[s] = (states[k - 1], inputs["conv_x"][r, :k].cpu())
         acc = torch.tensor(ks, dtype=torch.int64, device=device)
         kern.commit(slot_ids, acc)
-        lit.commit(slot_ids, acc)
+        for lit in lits:
+            lit.commit(slot_ids, acc)
         storage = kern.conv_storage()
         active = [s for _, s in rows]
         got_states = kern.committed_state(torch.tensor(active, dtype=torch.int64, device=device))
-        lit_states = lit.committed_state(torch.tensor(active, dtype=torch.int64, device=device))
+        lit_states = [lit.committed_state(torch.tensor(active, dtype=torch.int64, device=device)) for lit in lits]
         for j, (r, s) in enumerate(rows):
             new_state, xs = accepted[s]
             ref_state[s] = new_state
@@ -281,7 +287,8 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
             msg = msg or checks.conv_state_failure(window, ref_window[s])
             if msg:
                 fail(i, r, s, "conv-state", msg)
-            msg, rt = checks.tolerance_failure("ssm-state", mode, got_states[j], lit_states[j], new_state, state=True)
+            msg, rt = checks.tolerance_failure("ssm-state", mode, got_states[j], tuple(ls[j] for ls in lit_states),
+                                               new_state, state=True)
             ratio("ssm-state", rt)
             if msg:
                 fail(i, r, s, "ssm-state", msg)
