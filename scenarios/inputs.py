@@ -36,12 +36,15 @@ import statistics
 import zlib
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 import torch
 
-from replayssm.families import family
+from replayssm.families import Family, family
+from replayssm.interface import Geometry
 from replayssm.ops.triton.counter_inputs import counter_values
+from replayssm.precision import PrecisionMode, parse_mode
 
 _M32 = 0xFFFFFFFF
 _M64 = 0xFFFFFFFFFFFFFFFF
@@ -231,18 +234,64 @@ def _random_bits_flat(keys: list[int], counts: list[int], device) -> torch.Tenso
 
 
 # ---- scenario-level generators --------------------------------------------------------------------------
-def _dist(sc) -> Distribution:
-    return DISTRIBUTIONS[sc.distribution]
+@dataclass(frozen=True, eq=False)
+class ScenarioInputs:
+    """A scenario's input generator with its names resolved once: ``sc`` (the JSON value: seed, rows,
+    window, distribution, initial state), the family object, the precision mode, the geometry, the
+    distribution and every input's ``(law, scale)``.  Built by :func:`inputs_of` (from the objects the
+    engine resolved at its door, or from the scenario's names once); the generators below read these
+    fields at every step and look no name up again."""
+
+    sc: Any
+    family: Family
+    mode: PrecisionMode
+    geometry: Geometry
+    dist: Distribution
+    input_shapes: dict[str, tuple[int, ...]]
+    laws: dict[str, tuple[str, float]]
+
+    def replace(self, **changes) -> ScenarioInputs:
+        """The generator of ``sc.replace(**changes)`` (fields that keep family, mode and geometry: rows,
+        slots, seed, initial state ...), the resolved objects kept."""
+        if {"family", "mode", "geometry"} & set(changes):
+            raise ValueError(f"changes: family, mode and geometry are resolved; got {sorted(changes)}")
+        return inputs_of(self.sc.replace(**changes), self.family, self.mode, self.geometry)
+
+
+def _value_law(fam: Family, d: Distribution, name: str) -> tuple[str, float]:
+    """The law of input ``name``'s values (``normal``, ``t2`` or ``uniform``) and their scale."""
+    law = fam.input_law(name)
+    if law == "gate":
+        return "normal", d.dt_scale
+    if law == "normal":
+        return "normal", 1.0
+    return d.act_law, d.value_scale if law == "value" else 1.0
+
+
+def inputs_of(sc, fam: Family | None = None, mode: PrecisionMode | None = None,
+              geometry: Geometry | None = None) -> ScenarioInputs:
+    """The input generator of scenario ``sc`` (a :class:`ScenarioInputs` is returned as it is): the
+    family, mode and geometry objects given, or looked up from ``sc``'s names here, once."""
+    if isinstance(sc, ScenarioInputs):
+        return sc
+    fam = family(sc.family) if fam is None else fam
+    mode = parse_mode(sc.mode) if mode is None else mode
+    geometry = sc.geometry_obj if geometry is None else geometry
+    d = DISTRIBUTIONS[sc.distribution]
+    shapes = geometry.input_shapes()
+    return ScenarioInputs(sc, fam, mode, geometry, d, shapes, {n: _value_law(fam, d, n) for n in shapes})
 
 
 def make_params(sc, device="cpu") -> dict[str, torch.Tensor]:
-    """The layer parameters (fp32) of ``sc`` (``A``/``dt_bias``/``D`` or ``A_log``/``dt_bias``)."""
-    shapes = sc.geometry_obj.param_shapes()
+    """The layer parameters (fp32) of ``sc`` (a scenario or its :class:`ScenarioInputs`;
+    ``A``/``dt_bias``/``D`` or ``A_log``/``dt_bias``)."""
+    g = inputs_of(sc)
+    shapes = g.geometry.param_shapes()
 
     def u(name):
-        return sample("uniform", key_of(sc.seed, _stream("param:" + name)), shapes[name], device)
+        return sample("uniform", key_of(g.sc.seed, _stream("param:" + name)), shapes[name], device)
 
-    out = family(sc.family).make_params(u, _dist(sc))
+    out = g.family.make_params(u, g.dist)
     return {k: v.to(torch.float32) for k, v in out.items()}
 
 
@@ -254,60 +303,52 @@ def make_initial_state(sc, generation: int = 0, device="cpu") -> torch.Tensor:
     ``prefill``: the prefill -> decode hand-off, the state after an fp64 token-by-token prefill
     (the family's reference recurrence, docs/recurrences.md section 1) of a ``PREFILL_TOKENS`` prompt from zeros, handed
     over in fp32 (what a prefill kernel writes).  ``generation`` > 0 gives the states of later
-    resets (slot reuse: each re-admitted request has its own prompt)."""
-    shape = (sc.rows, *sc.geometry_obj.state_shape)
-    if sc.initial_state == "zeros":
+    resets (slot reuse: each re-admitted request has its own prompt).  ``sc``: a scenario or its
+    :class:`ScenarioInputs`."""
+    g = inputs_of(sc)
+    shape = (g.sc.rows, *g.geometry.state_shape)
+    if g.sc.initial_state == "zeros":
         return torch.zeros(shape, dtype=torch.float64, device=device)
-    if sc.initial_state == "prefill":
-        return prefill_state(sc, generation, device).to(torch.float32).to(torch.float64)
-    x = sample("normal", key_of(sc.seed, _stream("initial_state"), generation), shape, device)
+    if g.sc.initial_state == "prefill":
+        return prefill_state(g, generation, device).to(torch.float32).to(torch.float64)
+    x = sample("normal", key_of(g.sc.seed, _stream("initial_state"), generation), shape, device)
     return torch.mul(x, 0.5).to(torch.float32).to(torch.float64)
 
 
 def prefill_state(sc, generation: int = 0, device="cpu") -> torch.Tensor:
     """fp64 ``[rows, *state_shape]``: the reference recurrence over the prompt of ``generation``
     (``PREFILL_TOKENS`` tokens of the scenario's input law, stream ``prompt``) from zeros."""
-    fam = family(sc.family)
-    params = {k: v.to(device=device, dtype=torch.float64) for k, v in make_params(sc, device).items()}
-    prompt = make_inputs(sc, generation, device, stream="prompt", tokens=PREFILL_TOKENS)
-    st = torch.zeros((sc.rows, *sc.geometry_obj.state_shape), dtype=torch.float64, device=device)
+    g = inputs_of(sc)
+    params = {k: v.to(device=device, dtype=torch.float64) for k, v in make_params(g, device).items()}
+    prompt = make_inputs(g, generation, device, stream="prompt", tokens=PREFILL_TOKENS)
+    st = torch.zeros((g.sc.rows, *g.geometry.state_shape), dtype=torch.float64, device=device)
     for t in range(PREFILL_TOKENS):
-        _, st = fam.reference_step(st, {n: v[:, t].to(torch.float64) for n, v in prompt.items()}, params)
+        _, st = g.family.reference_step(st, {n: v[:, t].to(torch.float64) for n, v in prompt.items()}, params)
     return st
 
 
 def make_inputs(sc, step: int, device="cpu", *, stream: str = "inputs", tokens: int | None = None
                 ) -> dict[str, torch.Tensor]:
     """Window inputs of ``step``: each ``[rows, T', *shape]`` (``tokens`` instead of T' when
-    given) in the mode's activation dtype."""
-    g = sc.geometry_obj
-    act = sc.precision.act_dtype
-    T = sc.window if tokens is None else tokens
-    shapes = {name: (sc.rows, T, *shape) for name, shape in g.input_shapes().items()}
+    given) in the mode's activation dtype.  ``sc``: a scenario or its :class:`ScenarioInputs` (which
+    a caller making inputs at every step passes: nothing is looked up)."""
+    g = inputs_of(sc)
+    act = g.mode.act_dtype
+    T = g.sc.window if tokens is None else tokens
+    shapes = {name: (g.sc.rows, T, *shape) for name, shape in g.input_shapes.items()}
     counts = [math.prod(s) for s in shapes.values()]
-    keys = [key_of(sc.seed, _stream(f"{stream}:{name}"), step) for name in shapes]
+    keys = [key_of(g.sc.seed, _stream(f"{stream}:{name}"), step) for name in shapes]
     if fused_on(device):
-        return {name: _fused_values(sc, name, [key], count, device).to(act).reshape(full)
+        return {name: _fused_values(g, name, [key], count, device).to(act).reshape(full)
                 for (name, full), key, count in zip(shapes.items(), keys, counts)}
-    return {name: _input_values(sc, name, bits).to(act).reshape(full)
+    return {name: _input_values(g, name, bits).to(act).reshape(full)
             for (name, full), bits in zip(shapes.items(), random_bits_batched(keys, counts, device))}
 
 
-def _value_law(sc, name: str) -> tuple[str, float]:
-    """The law of input ``name``'s values (``normal``, ``t2`` or ``uniform``) and their scale."""
-    d = _dist(sc)
-    law = family(sc.family).input_law(name)
-    if law == "gate":
-        return "normal", d.dt_scale
-    if law == "normal":
-        return "normal", 1.0
-    return d.act_law, d.value_scale if law == "value" else 1.0
-
-
-def _input_values(sc, name: str, bits: torch.Tensor) -> torch.Tensor:
+def _input_values(g: ScenarioInputs, name: str, bits: torch.Tensor) -> torch.Tensor:
     """fp64 values of input ``name`` from its words (elementwise: any batching gives the same bits;
     a product by 1 is exact, so it is skipped)."""
-    law, scale = _value_law(sc, name)
+    law, scale = g.laws[name]
     x = _apply_law(law, bits)
     return torch.mul(x, scale) if scale != 1.0 else x
 
@@ -320,10 +361,10 @@ def fused_on(device) -> bool:
     return torch.device(device).type in FUSED_DEVICE_TYPES
 
 
-def _fused_values(sc, name: str, keys: list[int], count: int, device) -> torch.Tensor:
+def _fused_values(g: ScenarioInputs, name: str, keys: list[int], count: int, device) -> torch.Tensor:
     """:func:`_input_values` of ``count`` words under each of ``keys`` (concatenated), in one launch."""
     device = torch.device(device)
-    law, scale = _value_law(sc, name)
+    law, scale = g.laws[name]
     table = None if law == "uniform" else _table(law, device)
     words = _key_words(keys)
     if device.type == "cuda":  # pinned and asynchronous: a pageable copy would wait for the device
@@ -337,26 +378,27 @@ def make_inputs_steps(sc, steps: list[int], device="cpu", *, stream: str = "inpu
     """:func:`make_inputs` of several steps in one pass: each ``[len(steps), rows, T', *shape]``,
     bit-identical to stacking ``make_inputs(sc, s)`` over ``steps`` (the same words; only exact
     integer ops, a gather and elementwise IEEE ops touch them)."""
-    g = sc.geometry_obj
-    act = sc.precision.act_dtype
-    shapes = {name: (sc.rows, sc.window, *shape) for name, shape in g.input_shapes().items()}
-    keys = np.concatenate([keys_of_steps((sc.seed, _stream(f"{stream}:{name}")), steps) for name in shapes])
+    g = inputs_of(sc)
+    act = g.mode.act_dtype
+    shapes = {name: (g.sc.rows, g.sc.window, *shape) for name, shape in g.input_shapes.items()}
+    keys = np.concatenate([keys_of_steps((g.sc.seed, _stream(f"{stream}:{name}")), steps) for name in shapes])
     if fused_on(device):
         n = len(steps)
-        return {name: _fused_values(sc, name, keys[i * n:(i + 1) * n], math.prod(full), device).to(act)
+        return {name: _fused_values(g, name, keys[i * n:(i + 1) * n], math.prod(full), device).to(act)
                 .reshape(n, *full) for i, (name, full) in enumerate(shapes.items())}
     counts = [math.prod(full) for full in shapes.values() for _ in steps]
     words = _random_bits_flat(keys, counts, device).split([c * len(steps) for c in counts[::len(steps)]])
-    return {name: _input_values(sc, name, bits).to(act).reshape(len(steps), *full)
+    return {name: _input_values(g, name, bits).to(act).reshape(len(steps), *full)
             for (name, full), bits in zip(shapes.items(), words)}
 
 
 def inputs_digest(sc, steps: int = 4) -> str:
     """sha256 over the params, initial state and first ``steps`` inputs of ``sc`` (CPU)."""
     h = hashlib.sha256()
-    tensors = [*make_params(sc).values(), make_initial_state(sc)]
+    g = inputs_of(sc)
+    tensors = [*make_params(g).values(), make_initial_state(g)]
     for s in range(steps):
-        tensors += list(make_inputs(sc, s).values())
+        tensors += list(make_inputs(g, s).values())
     for t in tensors:
         t = t.contiguous()
         h.update(str(t.dtype).encode())
@@ -364,6 +406,6 @@ def inputs_digest(sc, steps: int = 4) -> str:
     return h.hexdigest()
 
 
-__all__ = ["DISTRIBUTIONS", "FUSED_DEVICE_TYPES", "PREFILL_TOKENS", "Distribution", "fused_on", "inputs_digest",
-           "key_of", "make_initial_state", "make_inputs", "make_inputs_steps", "make_params", "prefill_state",
-           "random_bits", "random_bits_batched", "sample", "table_digest"]
+__all__ = ["DISTRIBUTIONS", "FUSED_DEVICE_TYPES", "PREFILL_TOKENS", "Distribution", "ScenarioInputs", "fused_on",
+           "inputs_digest", "inputs_of", "key_of", "make_initial_state", "make_inputs", "make_inputs_steps",
+           "make_params", "prefill_state", "random_bits", "random_bits_batched", "sample", "table_digest"]

@@ -37,13 +37,15 @@ Example::
 
 from __future__ import annotations
 
+from functools import cache
+
 from hypothesis import reject
 from hypothesis import strategies as st
 
 from replayssm.families import family as family_of
 from replayssm.families import family_names, geometry_from_dict, preset
 from replayssm.interface import PAD_SLOT, DecodeConfig, KernelUnderTest, geometry_reason, policy
-from replayssm.precision import STANDARD_MODES, parse_mode
+from replayssm.precision import STANDARD_MODES, PrecisionMode, parse_mode
 from replayssm.registry import get
 from replayssm.scenarios.inputs import DISTRIBUTIONS
 from replayssm.scenarios.scenario import Scenario
@@ -54,6 +56,16 @@ FUZZ_MODES: tuple[str, ...] = ("s32a32", *[m for m in STANDARD_MODES if m != "s3
                                "s32a16-tf32", "s16a16-sr3", "sfp8a16-sr5", "si8a16-sr")
 # Input regimes, the public tests' mild one first (what shrinking falls back to).
 FUZZ_DISTRIBUTIONS: tuple[str, ...] = ("mild", *[d for d in DISTRIBUTIONS if d != "mild"])
+
+
+@cache
+def _parsed(mode: str) -> PrecisionMode:
+    return parse_mode(mode)
+
+
+def _mode(mode) -> PrecisionMode:
+    """``parse_mode(mode)``, an id parsed once per process (the strategies run at every drawn example)."""
+    return _parsed(mode) if isinstance(mode, str) else parse_mode(mode)
 
 
 def _kernel_class(kernel, family: str | None) -> type[KernelUnderTest] | None:
@@ -112,7 +124,7 @@ def precision_modes(kernel: type[KernelUnderTest] | None = None, decode: DecodeC
     """Precision-mode ids from ``modes`` that ``kernel`` supports under ``decode`` (all when no kernel)."""
     keep = []
     for m in modes:
-        mode = parse_mode(m)
+        mode = _mode(m)
         if kernel is not None and decode is not None and kernel.unsupported_reason(mode, decode, options or {}):
             continue
         keep.append(m)
@@ -221,7 +233,7 @@ def scenarios(draw, family: str | None = None, kernel=None, *, geometry=None, ma
         mode = draw(precision_modes(cls, dec.with_policy(pol), modes=modes, options=kernel_options))
     except ValueError:
         reject()  # this T' / buffer is outside what the kernel supports; other draws are not
-    drift = sr_drift and parse_mode(mode).rounding == "stochastic" and draw(st.booleans())
+    drift = sr_drift and _mode(mode).rounding == "stochastic" and draw(st.booleans())
     if drift:
         dec = DecodeConfig(dec.decode, dec.window, dec.window if dec.speculative else 1)
     if geometry is None:
@@ -321,7 +333,7 @@ def supported_decodes(kernel: type[KernelUnderTest] | None, decodes: tuple[str, 
     pol = policy(getattr(kernel, "bookkeeping", "spec")).name
     probes = {"speculative": DecodeConfig("speculative", 2, 2, pol), "standard": DecodeConfig("standard", 1, 4, pol)}
     keep = tuple(d for d in decodes if any(
-        kernel.unsupported_reason(parse_mode(m), probes[d], options or {}) is None for m in modes))
+        kernel.unsupported_reason(_mode(m), probes[d], options or {}) is None for m in modes))
     if not keep:
         raise ValueError(f"kernel: {getattr(kernel, 'name', kernel)!r} supports none of the modes {list(modes)} "
                          f"under {' or '.join(decodes)} decode")

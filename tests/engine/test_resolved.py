@@ -3,7 +3,9 @@
 Oracle: the engine's source (an AST walk, as tests/core/test_layers.py) calls ``family(...)`` and
 ``parse_mode(...)`` only in the resolver and reads no name-derived property of a scenario
 (``Scenario.precision``, ``Scenario.geometry_obj``) elsewhere; a ``run_scenario`` walk resolves
-the scenario's family and mode once (counted at the resolver); ``resolve`` refuses bad input with a
+the scenario's family and mode once (counted at the resolver), and the calls of ``family`` and
+``parse_mode`` anywhere (the scenarios layer's input generator included, counted by their code
+objects) do not grow with the number of steps; ``resolve`` refuses bad input with a
 ``ValueError`` naming the argument, raised before any work (no inputs built, no kernel made).
 """
 
@@ -11,11 +13,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from replayssm import families, precision
 from replayssm.precision import PrecisionMode
 from replayssm.registry import get
 from replayssm.scenarios import Scenario
@@ -102,6 +106,37 @@ def test_a_run_resolves_the_scenario_once(monkeypatch, mode, lookups_):
     res = run_scenario(Scenario.tiny("mamba2", "speculative", mode=mode, steps=4), "literal-replay")
     assert res.passed, res.failures
     assert (fam.calls, pm.calls) == (lookups_, lookups_)
+
+
+def _lookups_anywhere(fn) -> dict[str, int]:
+    """Calls of ``family`` and ``parse_mode`` while ``fn`` runs, from any module (however imported)."""
+    codes = {families.family.__code__: "family", precision.parse_mode.__code__: "parse_mode"}
+    calls = dict.fromkeys(codes.values(), 0)
+
+    def prof(frame, event, _arg):
+        if event == "call" and frame.f_code in codes:
+            calls[codes[frame.f_code]] += 1
+
+    old = sys.getprofile()
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(old)
+    return calls
+
+
+@pytest.mark.parametrize("fam,mode", [("mamba2", "s32a16"), ("gdn", "s16a16-sr")], ids=["mamba2-nearest", "gdn-sr"])
+def test_name_lookups_do_not_grow_with_the_steps(fam, mode):
+    """Inputs, initial states and parameters come from the resolved scenario's generator: a run of 12
+    steps looks names up as often as one of 3 (8 steps: 131 calls before the generator, 15 after)."""
+    def run(steps):
+        res = run_scenario(Scenario.tiny(fam, "speculative", mode=mode, steps=steps, schedule="slot-reuse"),
+                           "literal-replay")
+        assert res.passed, res.failures
+
+    short, long = _lookups_anywhere(lambda: run(3)), _lookups_anywhere(lambda: run(12))
+    assert short == long, f"name lookups grow with the steps: 3 steps {short}, 12 steps {long}"
 
 
 BAD = {

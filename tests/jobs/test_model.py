@@ -6,7 +6,8 @@ Oracles: transformers' own PyTorch fallback of the GDN layer, of the Mamba-2 mix
 (the adapters reproduce the model's logits to its fp32 arithmetic); the fp64 teacher (the literal
 replay at s64a64 matches it to the model's fp32 norms); the ``[model.gdn]``, ``[model.mamba2]`` and
 ``[model.kda]`` budgets of golden/tolerances.toml (correct kernels inside, the late-by-one and
-scratch-KV-rollback mutants far outside).  Sizes: qwen3_next 4 layers (GDN, attention, GDN, GDN),
+scratch-KV-rollback mutants far outside); a checkpoint of each architecture written by save_pretrained loads
+back (``--weights``) with every weight as saved.  Sizes: qwen3_next 4 layers (GDN, attention, GDN, GDN),
 K = 16, V = 8; nemotron_h 5 layers (Mamba-2, attention, Mamba-2, MLP, Mamba-2), 4 heads x 8, dstate 16,
 2 groups; kimi_linear 4 layers (KDA, MLA attention, KDA, KDA), 2 heads, K = V = 16; 16 to 32
 positions, so each run takes seconds on the CPU (the Triton one through the interpreter).
@@ -165,22 +166,33 @@ def test_a_plan_without_rejections_is_refused():
         check_engagement(_job(tokens=2, schedules=("always-1",)))
 
 
-def test_local_checkpoint(tmp_path, capsys):
-    """A checkpoint the test writes with save_pretrained loads with no network and runs through the
-    CLI (report, schema-valid records); a missing or foreign directory is one line, exit 2."""
-    model, _ = hf.build_random("qwen3_next", "tiny", 1, torch.float32)
-    model.save_pretrained(tmp_path / "ckpt")
+@pytest.mark.parametrize("arch", _ARCHS)
+def test_local_checkpoint(arch, tmp_path, capsys):
+    """A checkpoint of each architecture (``--family gdn|mamba2|kda``) the test writes with save_pretrained
+    loads with no network, every weight as saved (none re-initialised by the loader), and runs through the
+    CLI (a report naming the architecture and family, schema-valid records)."""
+    model, _ = hf.build_random(arch, "tiny", 1, torch.float32)
+    ckpt = tmp_path / "ckpt"
+    model.save_pretrained(ckpt)
+    loaded, a = hf.load_local(ckpt, torch.float32)
+    saved, got = model.state_dict(), loaded.state_dict()
+    assert a.name == arch and sorted(saved) == sorted(got)
+    assert [k for k in saved if not torch.equal(saved[k], got[k])] == []
     out, rec = tmp_path / "out", tmp_path / "rec.jsonl"
-    rc = main(["model", "--weights", str(tmp_path / "ckpt"), "--precision", "s32a32", "--schedules", "random",
-               "--tokens", "24", "--out", str(out), "--record", str(rec)])
+    rc = main(["model", "--weights", str(ckpt), "--precision", "s32a32", "--schedules", "random",
+               "--tokens", "16", "--out", str(out), "--record", str(rec)])
     assert rc == 0, capsys.readouterr()
     rep = json.loads((out / "model.json").read_text())
-    assert rep["source"] == str(tmp_path / "ckpt") and rep["head_scale"] is None
-    assert (out / "model.md").read_text().startswith("# replayssm model: qwen3_next")
+    assert rep["source"] == str(ckpt) and rep["head_scale"] is None
+    assert rep["arch"] == arch and rep["family"] == a.family and rep["mixers"] == 3
+    assert (out / "model.md").read_text().startswith(f"# replayssm model: {arch}")
     for line in rec.read_text().splitlines():
         r = validate(json.loads(line))
         assert r["job"] == "model" and r["verdict"] == "pass"
-    capsys.readouterr()
+
+
+def test_a_missing_or_foreign_checkpoint_is_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
     assert main(["model", "--weights", str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert "--weights" in capsys.readouterr().err
     (tmp_path / "foreign").mkdir()

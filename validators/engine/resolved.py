@@ -4,9 +4,11 @@ Oracle: :func:`resolve` is the only place of the engine where a family or precis
 looked up (``family(...)``, ``parse_mode(...)``; tests/engine/test_resolved.py reads the engine's source
 for any other).  ``resolve(sc, kernel, device)`` returns a frozen :class:`ResolvedScenario`: the
 :class:`~replayssm.scenarios.scenario.Scenario` (which stays the JSON value), the family object,
-the precision mode, the geometry, the decode config under the kernel class's declared bookkeeping
-policy, the kernel class and its declared conventions, the device, and the tolerance rule's
-constants for the mode (``validators/engine/tolerances.py``).  The runner, the checks, the fp64 bound,
+the precision mode, the geometry, the scenario's input generator built from them
+(:class:`~replayssm.scenarios.inputs.ScenarioInputs`: the inputs of every step are made without a
+name lookup), the decode config under the kernel class's declared bookkeeping policy, the kernel
+class and its declared conventions, the device, and the tolerance rule's constants for the mode
+(``validators/engine/tolerances.py``).  The runner, the checks, the fp64 bound,
 the tolerance rule and the literal-twin choice read these fields instead of resolving the
 scenario's names again at every step.
 
@@ -26,6 +28,7 @@ from replayssm.families import Family, family
 from replayssm.interface import DecodeConfig, Geometry, KernelUnderTest, policy
 from replayssm.precision import PrecisionMode, parse_mode
 from replayssm.registry import get
+from replayssm.scenarios.inputs import ScenarioInputs, inputs_of
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.engine.tolerances import Tolerance, marginal_factor, output_unit, state_unit, tolerance_for
 
@@ -57,14 +60,16 @@ def declared_conventions(cls: type[KernelUnderTest], fam: Family, decode: str, m
 class ResolvedScenario:
     """A scenario with its names resolved (see the module docstring).  ``decode``: the scenario's
     decode config under ``kernel_cls``'s declared policy; ``conventions``: the ones ``kernel_cls``
-    declares (the family's defaults without a kernel); ``tolerance``, ``u_out``, ``u_state``: the
-    rule's factor and floor and the units output and state errors are measured in;
+    declares (the family's defaults without a kernel); ``inputs``: the scenario's input generator
+    (pass it, not ``sc``, to ``make_params`` / ``make_initial_state`` / ``make_inputs``); ``tolerance``,
+    ``u_out``, ``u_state``: the rule's factor and floor and the units output and state errors are measured in;
     ``marginal_factor``: the mode's default marginal band."""
 
     sc: Scenario
     family: Family
     mode: PrecisionMode
     geometry: Geometry
+    inputs: ScenarioInputs
     decode: DecodeConfig
     kernel_cls: type[KernelUnderTest] | None
     conventions: Conventions
@@ -130,7 +135,8 @@ def resolve(sc: Scenario | ResolvedScenario, kernel=None, device="cpu") -> Resol
         conv = declared_conventions(cls, fam, base.decode, mode)
     if isinstance(sc, ResolvedScenario):
         return dataclasses.replace(sc, decode=dec, kernel_cls=cls, conventions=conv, device=dev)
-    return ResolvedScenario(sc=base, family=fam, mode=mode, geometry=geometry, decode=dec, kernel_cls=cls,
+    return ResolvedScenario(sc=base, family=fam, mode=mode, geometry=geometry,
+                            inputs=inputs_of(base, fam, mode, geometry), decode=dec, kernel_cls=cls,
                             conventions=conv, device=dev, tolerance=tolerance_for(mode), u_out=output_unit(mode),
                             u_state=state_unit(mode), marginal_factor=marginal_factor(mode))
 

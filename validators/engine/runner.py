@@ -195,7 +195,7 @@ def build_kernel(kernel, sc: Scenario | ResolvedScenario, device, params=None, t
     r = resolve(sc, kernel, device)
     cls = r.kernel_cls
     if params is None:
-        params = make_params(r.sc)
+        params = make_params(r.inputs)
     cfg = KernelConfig(r.geometry, {k: v.to(r.device) for k, v in params.items()}, r.mode, r.decode,
                        num_slots=r.sc.num_slots, device=r.device,
                        options={k: v for k, v in r.sc.kernel_options.items() if not twin or k in cls.accepted_options},
@@ -247,7 +247,7 @@ class Lockstep:
                 raise ValueError(f"{name}: expected an integer >= 0, got {v!r}")
         self.sc = sc
         self.device = r.device
-        self.params = make_params(sc)
+        self.params = make_params(r.inputs)
         self.kernel = build_kernel(kernel, r, self.device, self.params)
         self.kernel_name = self.kernel.name or type(self.kernel).__name__
         # The recurrence the kernel claims (its declared conventions): the reference and the literal
@@ -261,7 +261,7 @@ class Lockstep:
         # numerical checks off).
         terms = error_model(r.family, self.conv)
         self.replay_kind = getattr(self.kernel, "base_kind", self.kernel.kind) != "baseline"
-        init0 = make_initial_state(sc, 0, self.device)
+        init0 = make_initial_state(r.inputs, 0, self.device)
         heads = state_norm(init0).shape[1]
         self.bound = (RunningBound(terms, r.mode, self.replay_kind, sc.rows, heads, self.device,
                                    records_read_state="state-read-records" in r.family.capabilities)
@@ -442,8 +442,9 @@ class Lockstep:
         sc, k = self.sc, self.kernel
         unused = sc.unused_slots
         if unused:
-            csc = sc.replace(rows=len(unused), slot_ids=tuple(unused), origins=None, schedule="always-1",
-                             schedule_params={}, steps=None, initial_state="random")
+            csc = self.resolved.inputs.replace(rows=len(unused), slot_ids=tuple(unused), origins=None,
+                                               schedule="always-1", schedule_params={}, steps=None,
+                                               initial_state="random")
             cids = torch.tensor(unused, dtype=torch.int64, device=self.device)
             cinit = make_initial_state(csc, generation=CANARY_GENERATION, device=self.device)
             corig = None
@@ -459,7 +460,7 @@ class Lockstep:
             for s in unused:
                 w, o = self.cursor_table[s]
                 self.cursor_table[s] = list(self.dec.commit_cursor(w, o, self.dec.is_flush(w), kc))
-        init = make_initial_state(sc, 0, self.device)
+        init = make_initial_state(self.resolved.inputs, 0, self.device)
         origins = torch.tensor(self._origins(sc.resolved_origins), dtype=torch.int64, device=self.device)
         for r, s in enumerate(self.ids_list):
             if s != PAD_SLOT:
@@ -528,7 +529,7 @@ class Lockstep:
         default = p.reset_default or self.sc.initial_state == "zeros"
         init = (torch.zeros((self.sc.rows, *self.resolved.geometry.state_shape), dtype=torch.float64,
                             device=self.device)
-                if default else make_initial_state(self.sc, generation=p.step + 1, device=self.device))
+                if default else make_initial_state(self.resolved.inputs, generation=p.step + 1, device=self.device))
         orig = [0] * self.sc.rows
         for r, o in zip(p.reset_rows, p.reset_origins):
             orig[r] = o if self.dec.uses_ring else 0
@@ -843,7 +844,7 @@ class Lockstep:
         p, zero_rows, probe_rows = self.effective_plan(self.plans[self.step_idx])
         s, sc, k, dev = p.step, self.sc, self.kernel, self.device
         self.reset_rows(p)
-        inputs = make_inputs(sc, s, dev)
+        inputs = make_inputs(self.resolved.inputs, s, dev)
         due = self._due(s, last=self.step_idx == len(self.plans) - 1)
         needs = self._needs(due)
         self.watch_inputs = "inputs" in needs
@@ -1035,7 +1036,7 @@ class Lockstep:
             return
         snaps = [m.snapshot() for m in models]
         nxt = self.plans[self.step_idx].step if self.step_idx < len(self.plans) else self.plans[-1].step + 1
-        inputs = make_inputs(self.sc, nxt, self.device)
+        inputs = make_inputs(self.resolved.inputs, nxt, self.device)
         try:
             for m in models:
                 out = inv.poisoned_out(self.sc.rows, self.sc.window, m.out_shape, self.resolved.mode.act_dtype,

@@ -36,7 +36,6 @@ def repeat_digests(run, kernel, n: int, skip=()) -> tuple[str, list[str]]:
     """Run a fresh ``kernel`` (a name or a class) through the first ``n`` planned steps of ``run``
     (a Lockstep): (digest of the final snapshot, slots ``skip`` zeroed; the chained output digest
     after each step)."""
-    sc = run.sc
     ls = type(run)(run.resolved, kernel, device=run.device, literal_every=0, invariants_every=0, state_every=0,
                    record_metrics=False, steps=run.plans, poison_allocations=run.poison_allocations)
     hexes = []
@@ -44,7 +43,7 @@ def repeat_digests(run, kernel, n: int, skip=()) -> tuple[str, list[str]]:
     for _ in range(n):
         p, _zero, _probe = ls.effective_plan(ls.plans[ls.step_idx])
         ls.reset_rows(p)
-        inputs = make_inputs(sc, p.step, ls.device)
+        inputs = make_inputs(run.resolved.inputs, p.step, ls.device)
         out, ret = ls.kernel_verify(p, inputs)
         ls.digest.update(ls.verify_outputs(p, out if ret is None else ret))
         ls.kernel_commit(p)

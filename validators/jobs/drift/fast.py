@@ -186,7 +186,7 @@ class _ChunkReference:
         writes them (``Family.reference_advance_magnitude``: the same bits)."""
         if not self.products or scaled:
             new = self.step(st, i, y_out, keep=keep)
-            return new, readout_magnitude(self.fam.name, new, tok, self.params, scaled)
+            return new, readout_magnitude(self.fam, new, tok, self.params, scaled)
         prep = {k: v[i] for k, v in self.v.items()}
         y, new, mag = self.fam.reference_advance_magnitude(st, prep, self.params, keep=keep)
         y_out.copy_(y)
@@ -330,10 +330,10 @@ class FastCell:
         terms -- buffers the previous chunk's output checks never read, so this is queued on the device
         behind the previous chunk's steps before the host waits for their checks (the host's share of
         it then overlaps the device's)."""
-        cell, sc = self.cell, self.sc
+        cell = self.cell
         plans = cell.plans[at:min(at + self.K, cell.n_steps)]
         n, T, R = len(plans), self.T, self.R
-        gen = make_inputs_steps(sc, [p.step for p in plans], self.dev)
+        gen = make_inputs_steps(self.ls.resolved.inputs, [p.step for p in plans], self.dev)
         for name, b in self.inb.items():
             b[:n].copy_(gen[name])
         self.acc_host[:n] = np.array([p.accepted for p in plans], dtype=np.int64)
