@@ -85,8 +85,6 @@ from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators.engine import invariants as inv
 from replayssm.validators.engine.checks.context import StepContext
 from replayssm.validators.engine.checks.fp64_bound_host import window_outputs
-from replayssm.validators.engine.checks.output_bits import non_finite, unwritten_output
-from replayssm.validators.engine.checks.output_tolerance import output as output_check
 from replayssm.validators.engine.cursor_table import CursorTable
 from replayssm.validators.engine.metrics import error_metrics, rel_l2_into, row_rel_l2, row_rel_l2_masked
 from replayssm.validators.engine.runner import readout_magnitude
@@ -94,6 +92,8 @@ from replayssm.validators.engine.runner import readout_magnitude
 MAX_GRAPHS = 48
 MAX_INDEX_LISTS = 512  # row lists kept as device tensors (speculative flushes vary by row)
 BOUND_KEYS = ("E", "A", "M", "n", "L")  # the running bound's state, in bound_scan's order
+# the checks due at a drift step (no literal model, no sampled invariants or states: qualifies)
+EVERY_STEP = frozenset({"every-step"})
 
 
 def raw_path(kernel) -> bool:
@@ -527,12 +527,10 @@ class FastCell:
         count the flushes (the tolerance rule's envelope) and, eagerly, advance the running bound over
         the window (with graphs the piece did)."""
         ls = self.ls
+        # (with a bound, the step's flush mask -- what the rows listed are -- in one device op: the same counts)
+        ls.count_flushes(flush_rows, None if self.bound is None else self.flush_mask[j])
         if self.bound is None:
-            for r in flush_rows:
-                ls.lit_env["flushes"][r] += 1
             return
-        if flush_rows:  # the step's flush mask (what the rows listed are): one device op, the same counts
-            ls.lit_env["flushes"].add_(self.flush_mask[j])
         if self.host_bound:
             self._bound_advance_host(j, flush_rows)
         elif not self.graphs:
@@ -645,9 +643,7 @@ class FastCell:
         k = self.acc_host[j0:j0 + n].copy()
         for i in range(n):  # the fp64 bound's per-step work (only a piece's last step flushes)
             self._bound_step(j0 + i, np.flatnonzero(fl[i]).tolist())
-        wrap = fl & (origin + wp >= sc.ring_rows) if ls.dec.speculative else None
-        self._cover(fl, wrap)
-        ls.phases.update(zip(wp[:, a].ravel().tolist(), k[:, a].ravel().tolist()))
+        ls.book_verifies(wp, origin, fl, k)
         ls.tokens_verified += n * len(a) * sc.window
         ls.tokens_accepted += int(k[:, a].sum())
         ls.step_idx += n
@@ -660,25 +656,6 @@ class FastCell:
                 pos = pos + k[i]
         cell.pos[:] = pos  # the last step's accepted tokens are added by _events
         return pos, k[-1], np.flatnonzero(fl[-1]).tolist()
-
-    def _cover(self, fl: np.ndarray, wrap: np.ndarray | None) -> None:
-        """The steps' coverage counts (``fl``, ``wrap``: ``[steps, R]`` masks of flushes and ring wraps), added
-        as the row loop of ``Lockstep.step`` adds them -- step by step and row by row while a count it adds is
-        still a new key, so the report's keys come in the same order."""
-        cov, a = self.ls.coverage, self.act
-        nf = int(fl[:, a].sum())
-        nw = 0 if wrap is None else int(wrap[:, a].sum())
-        counts = (("flush verifies", nf), ("non-flush verifies", fl.shape[0] * len(a) - nf), ("ring wraps", nw))
-        if any(n and key not in cov for key, n in counts):
-            for i in range(fl.shape[0]):
-                for r in a.tolist():
-                    cov["flush verifies" if fl[i, r] else "non-flush verifies"] += 1
-                    if wrap is not None and wrap[i, r]:
-                        cov["ring wraps"] += 1
-            return
-        for key, n in counts:
-            if n:
-                cov[key] += n
 
     def _events(self, j: int, flush_rows: list[int], pos_before: np.ndarray, k: np.ndarray,
                 ref_before: torch.Tensor, measured: bool = False) -> None:
@@ -819,18 +796,16 @@ class FastCell:
         self.checked = hi
 
     def _output_failures(self, plan, out: torch.Tensor, ref_out: torch.Tensor, j: int) -> None:
-        """The engine's own unwritten-output, non-finite and output (fp64 bound) checks on one
-        flagged step, chunk step ``j`` (no literal model, no padding rows on the fast path)."""
-        ctx = StepContext(run=self.ls, plan=plan, inputs={}, flush_rows=[], hook="after-verify", out=out,
-                          ref_out=ref_out)
-        unwritten_output(ctx)
-        non_finite(ctx)
+        """The engine's own after-verify checks of every step (unwritten-output, non-finite, output against
+        the fp64 bound, ...) on one flagged step, chunk step ``j`` (no literal model, no padding rows on the
+        fast path), through the orchestrator's hook runner, as ``Lockstep.step`` runs them."""
+        ctx = StepContext(run=self.ls, plan=plan, inputs={}, flush_rows=[], out=out, ref_out=ref_out)
         if self.bound is not None:
             ctx.metrics = error_metrics(ctx.o_act, ref_out.index_select(0, self.ls.active_idx), self.ls.rule.u_out,
                                         lead=2)
             ctx.ref_magnitude, ctx.walk = self.mag[j], self.walk[j]
             ctx.fp64 = {"output": self.fp_out[j]}
-            output_check(ctx)
+        self.ls.run_checks("after-verify", ctx, EVERY_STEP)
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def _sync_static(self) -> None:
