@@ -77,12 +77,11 @@ from collections import Counter
 import numpy as np
 import torch
 
-from replayssm.conventions import conv_kwargs
-from replayssm.families import Family
 from replayssm.ops.triton.bound_scan import bound_scan
 from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.captured import ChunkReference, raw_checkpoint, raw_path
 from replayssm.validators.engine.checks.context import StepContext
 from replayssm.validators.engine.checks.fp64_bound_host import window_outputs
 from replayssm.validators.engine.cursor_table import CursorTable
@@ -96,29 +95,6 @@ BOUND_KEYS = ("E", "A", "M", "n", "L")  # the running bound's state, in bound_sc
 EVERY_STEP = frozenset({"every-step"})
 
 
-def raw_path(kernel) -> bool:
-    """Whether ``kernel`` can be driven through ``launch_verify``/``launch_commit``: they exist and
-    its ``verify``/``commit`` are the ones of the class that defines them (a subclass overriding
-    ``verify`` -- a mutant -- must keep going through it)."""
-    cls = type(kernel)
-    owner = next((c for c in cls.__mro__ if "launch_verify" in vars(c)), None)
-    if owner is None or "launch_commit" not in vars(owner):
-        return False
-    names = ("verify", "commit", "launch_verify", "launch_commit") + (
-        ("verify_padded",) if hasattr(owner, "verify_padded") else ())  # what a serving-layout kernel's verify calls
-    return all(getattr(cls, n) is getattr(owner, n) for n in names)
-
-
-def raw_checkpoint(kernel) -> bool:
-    """Whether ``kernel``'s checkpoint can be read through ``launch_checkpoint`` (no host sync): it
-    exists and ``checkpoint_state`` is the one of the class defining it (a mutant overriding the
-    read keeps going through it)."""
-    cls = type(kernel)
-    owner = next((c for c in cls.__mro__ if "launch_checkpoint" in vars(c)), None)
-    return owner is not None and all(getattr(cls, n) is getattr(owner, n)
-                                     for n in ("checkpoint_state", "launch_checkpoint"))
-
-
 def qualifies(cell) -> str | None:
     """Why ``cell`` cannot take the fast path, or None."""
     ls, sc = cell.ls, cell.sc
@@ -129,68 +105,6 @@ def qualifies(cell) -> str | None:
     if any(p.reset_rows for p in cell.plans):
         return "a step resets rows"
     return None
-
-
-class _ChunkReference:
-    """The family's fp64 reference step over a chunk: ``reference_prepare`` (exact, elementwise) of
-    every token of the chunk at once into fixed buffers (what a CUDA graph replays over), then
-    ``reference_advance`` token by token -- the same two functions ``reference_step`` runs, so the
-    same bits."""
-
-    def __init__(self, fam, K: int, params: dict[str, torch.Tensor], conv=None, fused: bool = False,
-                 hoist: bool = False) -> None:
-        self.fam, self.K, self.params = fam, K, params
-        self.kw = conv_kwargs(conv)  # the kernel's declared conventions (as the slow path's reference_step)
-        # the fused Triton step and the hoisted terms compute the default conventions only
-        if self.kw and (fused or hoist):
-            raise ValueError("fused/hoist: the fused fp64 step computes the default conventions only; "
-                             f"this kernel declares {conv.changes()}")
-        self.hoist = hoist
-        self.advance = fam.reference_advance_fused if fused else fam.reference_advance
-        self.fused = fused
-        # the fused pass's readout products give the readout magnitude (the same bits, a pass fewer)
-        self.products = fused and type(fam).reference_advance_magnitude is not Family.reference_advance_magnitude
-        self.buf: dict[str, torch.Tensor] | None = None
-
-    def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
-        """Tokens ``[n, R, ...]`` (fp64, token-major) into the buffers."""
-        prep = self.fam.reference_prepare(tok, self.params, **self.kw)
-        if self.hoist:
-            prep = self.fam.reference_hoist(prep, self.params)
-        if self.buf is None:
-            self.buf = {k: torch.empty((self.K, *v.shape[1:]), dtype=v.dtype, device=v.device) for k, v in prep.items()}
-            self.v = {k: b.unbind(0) for k, b in self.buf.items()}
-        for k, v in prep.items():
-            self.buf[k][:n].copy_(v)
-
-    def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None, rows: torch.Tensor | None = None,
-             keep: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given.  ``rows``
-        (fused only; a bool ``[R]`` mask): the rows whose new state is needed, the others' undefined.
-        ``keep`` (fused only; ``(dst, mask)``): the marked rows of the new state also written into ``dst``."""
-        if keep is not None and not self.fused:
-            raise ValueError("keep: only the fused reference writes kept rows (FastCell._fuse_keep)")
-        prep = {k: v[i] for k, v in self.v.items()}
-        if (rows is not None or keep is not None) and self.fused:
-            y, new = self.advance(st, prep, self.params, rows=rows, keep=keep)
-        else:
-            y, new = self.advance(st, prep, self.params, **self.kw)
-        if y_out is not None:
-            y_out.copy_(y)
-        return new
-
-    def step_magnitude(self, st: torch.Tensor, i: int, y_out: torch.Tensor, tok: dict, scaled: bool,
-                       keep: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`step` and ``runner.readout_magnitude`` of the new state (``tok``: the token, fp64;
-        ``scaled``: per-row scaled states), from the fused pass's readout products where the family
-        writes them (``Family.reference_advance_magnitude``: the same bits)."""
-        if not self.products or scaled:
-            new = self.step(st, i, y_out, keep=keep)
-            return new, readout_magnitude(self.fam.name, new, tok, self.params, scaled)
-        prep = {k: v[i] for k, v in self.v.items()}
-        y, new, mag = self.fam.reference_advance_magnitude(st, prep, self.params, keep=keep)
-        y_out.copy_(y)
-        return new, mag
 
 
 class FastCell:
@@ -247,7 +161,7 @@ class FastCell:
         self.hoist = self.fused and dev.type == "cuda" if hoist is None else bool(hoist)
         if self.hoist and not self.fused:
             raise ValueError("hoist: the hoisted chunk terms are taken by the fused reference step (fused=True)")
-        self.ref = _ChunkReference(ls.resolved.family, K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
+        self.ref = ChunkReference(ls.resolved.family, K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
         self.raw_ck = raw_checkpoint(ls.kernel)
         self.ids_host = ls.ids.tolist()
         # the host's cursor walk over every row at once (the policy's rules as tables: the same answers)
@@ -906,4 +820,4 @@ class FastCell:
         return int(np.minimum(cell.pos, cell.cfg.tokens).sum()) - before
 
 
-__all__ = ["FastCell", "qualifies", "raw_path"]
+__all__ = ["ChunkReference", "FastCell", "qualifies", "raw_checkpoint", "raw_path"]
