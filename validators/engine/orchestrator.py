@@ -2,11 +2,11 @@
 
 Oracle: docs/validation.md (what a step judges) and the step order below.  Expected difference
 between the executions: none -- the eager execution (:class:`~replayssm.validators.engine.runner.Lockstep`:
-any kernel, any device, one step at a time) and the captured execution
-(:class:`~replayssm.validators.engine.captured.CapturedExecution`: blocks of steps on fixed buffers, under
-CUDA graphs on a GPU, the checks deferred to the block's end) give the same verdicts, failures,
-metrics and bookkeeping bit for bit (tests/engine/test_orchestrator.py; tests/jobs/test_drift_fast.py
-on drift's cells).
+any kernel, any device, one step at a time) and the captured execution (blocks of steps on fixed
+buffers, under CUDA graphs on a GPU, the checks deferred to the block's end; its engine parts in
+``validators/engine/captured.py``, driven by drift's fast path, ``validators/jobs/drift/fast.py``) give the
+same verdicts, failures, metrics and bookkeeping bit for bit (tests/jobs/test_orchestrator_executions.py,
+tests/jobs/test_drift_fast.py).
 
 A step is :data:`STEP`, in that order.  :class:`Orchestrator` holds what every execution shares:
 the check schedules (which checks are due at a step, what they need), the hook runner (a due
