@@ -5,7 +5,8 @@ execution (drift's fast path on the fixed buffers a CUDA graph captures, run eag
 ``FastCell(static=True)``; and its default CPU form) must give the same cell result -- verdict
 (failure counts and failures), curves, flush and state errors, blocks, token counts -- as JSON text,
 and leave the orchestrator's bookkeeping (cursors, coverage keys in order, phases, tokens) the same.
-A mutant whose outputs keep the NaN poison makes both report the same ``unwritten-output`` failures.
+A mutant whose outputs keep the NaN poison makes both report the same ``unwritten-output`` failures;
+a kernel that raises ends the cell at the same step with the same message on both.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 
 import pytest
 
+from replayssm import registry
+from replayssm.ops.mamba2.literal import Mamba2LiteralReplay
 from replayssm.validators.jobs.drift.cell_run import CellRun
 from replayssm.validators.jobs.drift.cells import SweepConfig
 from replayssm.validators.jobs.drift.fast import FastCell
@@ -60,3 +63,28 @@ def test_executions_report_the_same_failures(fam):
     res = eager.result()
     assert res["failure_counts"].get("unwritten-output", 0) > 0, json.dumps(res)[:400]
     assert json.dumps(captured.result(), sort_keys=True) == json.dumps(res, sort_keys=True)
+
+
+class _RaisesAtStep5(Mamba2LiteralReplay):
+    """Raises at its 6th verify (a kernel error: the cell ends there, reported)."""
+
+    name = "test-raises-at-step-5"
+    calls = 0
+
+    def verify(self, slot_ids, inputs, out=None):
+        type(self).calls += 1
+        if type(self).calls == 6:
+            raise RuntimeError("kernel fault")
+        return super().verify(slot_ids, inputs, out=out)
+
+
+def test_executions_end_a_cell_at_the_same_kernel_error(monkeypatch):
+    monkeypatch.setitem(registry._REGISTRY, ("mamba2", _RaisesAtStep5.name), _RaisesAtStep5)
+    results = []
+    for execution in ("eager", "fast"):
+        _RaisesAtStep5.calls = 0
+        res = _run("mamba2", _RaisesAtStep5.name, "standard", execution, tokens=16).result()
+        line, _, tb = res.pop("exception").partition("\n")
+        assert line == "step 5: RuntimeError: kernel fault" and "kernel fault" in tb
+        results.append(json.dumps(res, sort_keys=True))
+    assert results[0] == results[1]

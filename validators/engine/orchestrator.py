@@ -12,15 +12,13 @@ A step is :data:`STEP`, in that order.  :class:`Orchestrator` holds what every e
 the check schedules (which checks are due at a step, what they need), the hook runner (a due
 check's device flag first, the check only where it is raised), the failure book (failures and
 marginals), the verify bookkeeping of any number of steps at once (coverage, the ``(write_pos,
-k)`` phases), the tolerance envelope's flush counts and the record of an exception.  An execution
+k)`` phases) and the tolerance envelope's flush counts.  An execution
 supplies the state they read (``hooks``, ``coverage``, ``phases``, ``lit_env``, the ``*_every``
 samplings, ``dec``, ``active``, ...): the eager one builds it, the captured one drives the
 Lockstep it is given.
 """
 
 from __future__ import annotations
-
-import traceback
 
 import numpy as np
 import torch
@@ -36,11 +34,6 @@ from replayssm.validators.engine.result import Failure
 STEP = ("reset", "inputs", "verify", "verify-checks", "reference", "commit", "commit-checks")
 # The verify bookkeeping's coverage keys, in the order the row loop adds them.
 FLUSH_KEYS = ("flush verifies", "non-flush verifies")
-
-
-def exception_text(step: int, e: BaseException) -> tuple[str, str]:
-    """A kernel error at ``step`` as an execution reports it: (one line, the traceback's tail)."""
-    return f"step {step}: {type(e).__name__}: {e}", traceback.format_exc()[-2000:]
 
 
 class Orchestrator:
@@ -139,4 +132,4 @@ class Orchestrator:
                 cov[key] += n
 
 
-__all__ = ["FLUSH_KEYS", "STEP", "Orchestrator", "exception_text"]
+__all__ = ["FLUSH_KEYS", "STEP", "Orchestrator"]

@@ -71,7 +71,6 @@ resets a row; otherwise ``CellRun`` keeps the slow path.
 
 from __future__ import annotations
 
-import traceback
 from collections import Counter
 
 import numpy as np
@@ -803,8 +802,7 @@ class FastCell:
                     if flags[0]:
                         cell.shadow = new_sh
             except Exception as e:  # noqa: BLE001 - a kernel error ends the cell and is reported
-                cell.exception = f"step {cell.step}: {type(e).__name__}: {e}"
-                cell.pending.append(("exception", traceback.format_exc()[-2000:]))
+                cell.stop(e)
                 break
             pos_before, k, flush_rows = self._book_piece(steps)
             self._events(steps[-1] - at, flush_rows, pos_before, k, ref_before, measure)
