@@ -24,11 +24,12 @@ from replayssm.ops.triton.reference import reference_rows
 from replayssm.scenarios.inputs import make_inputs, make_inputs_steps
 from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.captured import ChunkReference
 from replayssm.validators.engine.runner import readout_magnitude
 from replayssm.validators.jobs.drift.analysis import BinnedCurve
 from replayssm.validators.jobs.drift.cell_run import CellRun
 from replayssm.validators.jobs.drift.cells import SweepConfig
-from replayssm.validators.jobs.drift.fast import FastCell, _ChunkReference, raw_path
+from replayssm.validators.jobs.drift.fast import FastCell, raw_path
 
 CELLS = ["mamba2.literal-replay.s32a16.long-memory.standard",
          "mamba2.literal-replay.sfp8a16-sr.long-memory.spec-random",
@@ -159,7 +160,7 @@ def test_chunked_mamba2_reference_is_mamba2_step_bitwise(has_z):
     tok = {n: torch.randn((K, R, *s), generator=gen).to(torch.bfloat16).to(torch.float64)
            for n, s in g.input_shapes().items()}
     tok["dt"] = tok["dt"] * 15  # both branches of softplus (identity above 20)
-    ref = _ChunkReference(family("mamba2"), K, params)
+    ref = ChunkReference(family("mamba2"), K, params)
     ref.load(tok, K)
     st = torch.randn((R, *g.state_shape), generator=gen, dtype=torch.float64)
     want = st

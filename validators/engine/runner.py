@@ -52,6 +52,7 @@ import time
 import traceback
 from collections import Counter
 
+import numpy as np
 import torch
 
 from replayssm.conventions import Conventions
@@ -77,6 +78,7 @@ from replayssm.validators.engine.checks.tolerance_rule import SR_WALK_CAP
 from replayssm.validators.engine.engine_views import Gaps, column_view, strided_views
 from replayssm.validators.engine.golden_truth import GoldenTruth, masked
 from replayssm.validators.engine.metrics import error_metrics
+from replayssm.validators.engine.orchestrator import Orchestrator
 from replayssm.validators.engine.poison_alloc import HOW as POISON_HOW
 from replayssm.validators.engine.poison_alloc import poison_kernel_calls
 from replayssm.validators.engine.resolved import ResolvedScenario, declared_policy, family_of, resolve
@@ -203,7 +205,7 @@ def build_kernel(kernel, sc: Scenario | ResolvedScenario, device, params=None, t
     return cls(cfg)
 
 
-class Lockstep:
+class Lockstep(Orchestrator):
     """Step-level engine: the kernel under test, the literal model and the fp64 reference in lockstep.
 
     ``kernel``: registered name, KernelUnderTest subclass, or an instance built for ``sc``
@@ -374,67 +376,10 @@ class Lockstep:
         if poison_allocations:  # (validators/engine/poison_alloc.py) every empty-like buffer of the kernel's calls
             poison_kernel_calls(self.kernel, poison_allocations, self.coverage)
 
-    # ---- schedules --------------------------------------------------------------------------------------
-    def _enabled(self, schedule: str) -> bool:
-        """Whether checks of ``schedule`` can run at all in this run."""
-        return {"every-step": True, "invariants": bool(self.invariants_every), "literal": bool(self.literal_every),
-                "state": bool(self.state_every), "every-flush": bool(self.invariants_every or self.state_every),
-                "once": True, "repeat": True}[schedule]
-
-    def _due(self, s: int, last: bool = False) -> set[str]:
-        """The schedules due at step ``s`` (``last``: the plan's last step, where every sampled
-        schedule that is on is due, so sampling never leaves the end of a run unjudged)."""
-        inv_on = bool(self.invariants_every) and (last or s % self.invariants_every == 0)
-        st_on = bool(self.state_every) and (last or s % self.state_every == 0)
-        due = {"every-step"}
-        if inv_on:
-            due.add("invariants")
-        if bool(self.literal_every) and s % self.literal_every == 0:
-            due.add("literal")
-        if st_on:
-            due.add("state")
-        if self.invariants_every or self.state_every:
-            due.add("every-flush")
-        return due
-
-    def _needs(self, due: set[str]) -> set[str]:
-        """Snapshot points the checks due this step need."""
-        return {n for checks in self.hooks.values() for c in checks if c.schedule in due for n in c.needs}
-
-    def _run_hook(self, hook: str, ctx, due: set[str]) -> None:
-        """Run the due checks of ``hook``: their device flags first, in one host sync, then each
-        check whose flag is set (or that has none)."""
-        ctx.hook = hook
-        checks = [c for c in self.hooks[hook] if c.schedule in due]
-        flagged = [c for c in checks if c.flag is not None]
-        raised = set()
-        if flagged:
-            vals = torch.stack([c.flag(ctx).reshape(()) for c in flagged]).tolist()
-            raised = {c.name for c, v in zip(flagged, vals) if v}
-        for c in checks:
-            if c.flag is None or c.name in raised:
-                c.run(ctx)
-
     @property
     def literals(self) -> list[KernelUnderTest]:
         """The literal model and its stochastic-rounding replicas (empty without a literal)."""
         return [] if self.literal is None else [self.literal, *self.replicas]
-
-    # ---- failures ---------------------------------------------------------------------------------------
-    def fail(self, step: int, check: str, message: str, **where) -> None:
-        """Report a failure of ``check``; one of a banded check within the marginal band
-        (``value / bound <= marginal_factor``) is kept as a marginal instead."""
-        f = Failure(step=step, check=check, message=message, **where)
-        marginal = CHECKS[check].banded if check in CHECKS else False
-        ratio = f.ratio
-        if marginal and ratio is not None and ratio <= self.marginal_factor:
-            self.marginal_counts[check] += 1
-            if len(self.marginals) < self.max_failures:
-                self.marginals.append(f)
-            return
-        self.failure_counts[check] += 1
-        if len(self.failures) < self.max_failures:
-            self.failures.append(f)
 
     # ---- setup --------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -850,13 +795,10 @@ class Lockstep:
         self.watch_inputs = "inputs" in needs
         use_lit = "literal" in due
         flush_rows = [r for r in self.active if self.dec.is_flush(self.wp[r])]
-        for r in flush_rows:
-            self.lit_env["flushes"][r] += 1
-        for r in self.active:
-            self.phases.add((self.wp[r], p.accepted[r]))
-            self.coverage["flush verifies" if r in flush_rows else "non-flush verifies"] += 1
-            if self.dec.uses_ring and r in flush_rows and self.origin[r] + self.wp[r] >= self.dec.ring_rows:
-                self.coverage["ring wraps"] += 1
+        self.count_flushes(flush_rows)
+        fl = np.zeros((1, sc.rows), dtype=bool)
+        fl[0, flush_rows] = True
+        self.book_verifies(np.array([self.wp]), np.array([self.origin]), fl, np.array([p.accepted]))
         ctx = StepContext(self, p, inputs, flush_rows, use_literal=use_lit, record={"step": s})
         if self.next_verify:  # the rows this verify may rewrite the checkpoint of: those owing a fold
             ctx.fold_rows = [r for r in self.active if r in self.owed]
@@ -866,7 +808,7 @@ class Lockstep:
 
         # -- verify (the kernel's batch rows in the plan's order, when it permutes them)
         ctx.out_given, ctx.returned = self.kernel_verify(p, inputs)
-        self._run_hook("verify-returned", ctx, due)
+        self.run_checks("verify-returned", ctx, due)
         ctx.out = self.verify_outputs(p, ctx.out_given if ctx.returned is None else ctx.returned)
         lens = self.lens_of(p)
         lit_kw = {} if p.window_lens is None or p.standard else {
@@ -915,9 +857,9 @@ class Lockstep:
         if m:
             ctx.device_record.update({"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(),
                                       "rms_ratio": m["rms_ratio"], "in_u": m["in_u"].amax()})
-        self._run_hook("after-verify", ctx, due)
+        self.run_checks("after-verify", ctx, due)
         if at_flush:
-            self._run_hook("at-flush", ctx, due)
+            self.run_checks("at-flush", ctx, due)
 
         # -- commit
         acc = self.kernel_commit(p)
@@ -944,7 +886,7 @@ class Lockstep:
                 self._extend_ref_hist(p)
         if "after-commit" in needs:
             ctx.snapshots["after-commit"] = self.snapshot()
-        self._run_hook("after-commit", ctx, due)
+        self.run_checks("after-commit", ctx, due)
 
         rec = ctx.record
         out = ctx.out
@@ -985,7 +927,7 @@ class Lockstep:
             ctx.checkpoint = self.kernel.checkpoint_state(self.ids)
             if use_lit:
                 ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
-        self._run_hook("at-flush", dataclasses.replace(ctx, flush_rows=rows), due)
+        self.run_checks("at-flush", dataclasses.replace(ctx, flush_rows=rows), due)
 
     def _deferred_flush_checks(self, ctx: StepContext | None, use_lit: bool) -> None:
         """A fold at the next verify: the at-flush checks of the last flush step, now that this
@@ -1012,7 +954,7 @@ class Lockstep:
                         for x, lit in zip(lit_folded, self.literals)]
             kw["lit_checkpoints"] = lits
         self.coverage["flush folds judged at the next verify"] += len(rows)
-        self._run_hook("at-flush", dataclasses.replace(fctx, **kw), due)
+        self.run_checks("at-flush", dataclasses.replace(fctx, **kw), due)
 
     def judge_owed_folds(self, why: str) -> None:
         """A fold at the next verify still owed (the last flush's, at the end of the run or when the run

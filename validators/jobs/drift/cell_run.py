@@ -120,6 +120,12 @@ class CellRun:
             new = torch.where(sel, st, new)
         self.shadow = new
 
+    def stop(self, e: BaseException) -> None:
+        """End the cell at a kernel error ``e`` of this step (either execution; call it in the ``except``
+        block): its line, and its traceback's tail among the pending items."""
+        self.exception = f"step {self.step}: {type(e).__name__}: {e}"
+        self.pending.append(("exception", traceback.format_exc()[-2000:]))
+
     def run_steps(self, n: int) -> int:
         """Run up to ``n`` steps (stopping at chunk boundaries); returns accepted tokens counted."""
         if self.fast is not None:
@@ -134,8 +140,7 @@ class CellRun:
             try:
                 ls.step()
             except Exception as e:  # noqa: BLE001 - a kernel error ends the cell and is reported
-                self.exception = f"step {self.step}: {type(e).__name__}: {e}"
-                self.pending.append(("exception", traceback.format_exc()[-2000:]))
+                self.stop(e)
                 break
             last = ls.last_step
             k = np.array(last["plan"].accepted, dtype=np.int64)

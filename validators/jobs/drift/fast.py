@@ -71,22 +71,18 @@ resets a row; otherwise ``CellRun`` keeps the slow path.
 
 from __future__ import annotations
 
-import traceback
 from collections import Counter
 
 import numpy as np
 import torch
 
-from replayssm.conventions import conv_kwargs
-from replayssm.families import Family
 from replayssm.ops.triton.bound_scan import bound_scan
 from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators.engine import invariants as inv
+from replayssm.validators.engine.captured import ChunkReference, raw_checkpoint, raw_path
 from replayssm.validators.engine.checks.context import StepContext
 from replayssm.validators.engine.checks.fp64_bound_host import window_outputs
-from replayssm.validators.engine.checks.output_bits import non_finite, unwritten_output
-from replayssm.validators.engine.checks.output_tolerance import output as output_check
 from replayssm.validators.engine.cursor_table import CursorTable
 from replayssm.validators.engine.metrics import error_metrics, rel_l2_into, row_rel_l2, row_rel_l2_masked
 from replayssm.validators.engine.runner import readout_magnitude
@@ -94,29 +90,8 @@ from replayssm.validators.engine.runner import readout_magnitude
 MAX_GRAPHS = 48
 MAX_INDEX_LISTS = 512  # row lists kept as device tensors (speculative flushes vary by row)
 BOUND_KEYS = ("E", "A", "M", "n", "L")  # the running bound's state, in bound_scan's order
-
-
-def raw_path(kernel) -> bool:
-    """Whether ``kernel`` can be driven through ``launch_verify``/``launch_commit``: they exist and
-    its ``verify``/``commit`` are the ones of the class that defines them (a subclass overriding
-    ``verify`` -- a mutant -- must keep going through it)."""
-    cls = type(kernel)
-    owner = next((c for c in cls.__mro__ if "launch_verify" in vars(c)), None)
-    if owner is None or "launch_commit" not in vars(owner):
-        return False
-    names = ("verify", "commit", "launch_verify", "launch_commit") + (
-        ("verify_padded",) if hasattr(owner, "verify_padded") else ())  # what a serving-layout kernel's verify calls
-    return all(getattr(cls, n) is getattr(owner, n) for n in names)
-
-
-def raw_checkpoint(kernel) -> bool:
-    """Whether ``kernel``'s checkpoint can be read through ``launch_checkpoint`` (no host sync): it
-    exists and ``checkpoint_state`` is the one of the class defining it (a mutant overriding the
-    read keeps going through it)."""
-    cls = type(kernel)
-    owner = next((c for c in cls.__mro__ if "launch_checkpoint" in vars(c)), None)
-    return owner is not None and all(getattr(cls, n) is getattr(owner, n)
-                                     for n in ("checkpoint_state", "launch_checkpoint"))
+# the checks due at a drift step (no literal model, no sampled invariants or states: qualifies)
+EVERY_STEP = frozenset({"every-step"})
 
 
 def qualifies(cell) -> str | None:
@@ -129,68 +104,6 @@ def qualifies(cell) -> str | None:
     if any(p.reset_rows for p in cell.plans):
         return "a step resets rows"
     return None
-
-
-class _ChunkReference:
-    """The family's fp64 reference step over a chunk: ``reference_prepare`` (exact, elementwise) of
-    every token of the chunk at once into fixed buffers (what a CUDA graph replays over), then
-    ``reference_advance`` token by token -- the same two functions ``reference_step`` runs, so the
-    same bits."""
-
-    def __init__(self, fam, K: int, params: dict[str, torch.Tensor], conv=None, fused: bool = False,
-                 hoist: bool = False) -> None:
-        self.fam, self.K, self.params = fam, K, params
-        self.kw = conv_kwargs(conv)  # the kernel's declared conventions (as the slow path's reference_step)
-        # the fused Triton step and the hoisted terms compute the default conventions only
-        if self.kw and (fused or hoist):
-            raise ValueError("fused/hoist: the fused fp64 step computes the default conventions only; "
-                             f"this kernel declares {conv.changes()}")
-        self.hoist = hoist
-        self.advance = fam.reference_advance_fused if fused else fam.reference_advance
-        self.fused = fused
-        # the fused pass's readout products give the readout magnitude (the same bits, a pass fewer)
-        self.products = fused and type(fam).reference_advance_magnitude is not Family.reference_advance_magnitude
-        self.buf: dict[str, torch.Tensor] | None = None
-
-    def load(self, tok: dict[str, torch.Tensor], n: int) -> None:
-        """Tokens ``[n, R, ...]`` (fp64, token-major) into the buffers."""
-        prep = self.fam.reference_prepare(tok, self.params, **self.kw)
-        if self.hoist:
-            prep = self.fam.reference_hoist(prep, self.params)
-        if self.buf is None:
-            self.buf = {k: torch.empty((self.K, *v.shape[1:]), dtype=v.dtype, device=v.device) for k, v in prep.items()}
-            self.v = {k: b.unbind(0) for k, b in self.buf.items()}
-        for k, v in prep.items():
-            self.buf[k][:n].copy_(v)
-
-    def step(self, st: torch.Tensor, i: int, y_out: torch.Tensor | None, rows: torch.Tensor | None = None,
-             keep: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        """Token ``i`` of the chunk on ``st``: the new state; the output into ``y_out`` if given.  ``rows``
-        (fused only; a bool ``[R]`` mask): the rows whose new state is needed, the others' undefined.
-        ``keep`` (fused only; ``(dst, mask)``): the marked rows of the new state also written into ``dst``."""
-        if keep is not None and not self.fused:
-            raise ValueError("keep: only the fused reference writes kept rows (FastCell._fuse_keep)")
-        prep = {k: v[i] for k, v in self.v.items()}
-        if (rows is not None or keep is not None) and self.fused:
-            y, new = self.advance(st, prep, self.params, rows=rows, keep=keep)
-        else:
-            y, new = self.advance(st, prep, self.params, **self.kw)
-        if y_out is not None:
-            y_out.copy_(y)
-        return new
-
-    def step_magnitude(self, st: torch.Tensor, i: int, y_out: torch.Tensor, tok: dict, scaled: bool,
-                       keep: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`step` and ``runner.readout_magnitude`` of the new state (``tok``: the token, fp64;
-        ``scaled``: per-row scaled states), from the fused pass's readout products where the family
-        writes them (``Family.reference_advance_magnitude``: the same bits)."""
-        if not self.products or scaled:
-            new = self.step(st, i, y_out, keep=keep)
-            return new, readout_magnitude(self.fam, new, tok, self.params, scaled)
-        prep = {k: v[i] for k, v in self.v.items()}
-        y, new, mag = self.fam.reference_advance_magnitude(st, prep, self.params, keep=keep)
-        y_out.copy_(y)
-        return new, mag
 
 
 class FastCell:
@@ -247,7 +160,7 @@ class FastCell:
         self.hoist = self.fused and dev.type == "cuda" if hoist is None else bool(hoist)
         if self.hoist and not self.fused:
             raise ValueError("hoist: the hoisted chunk terms are taken by the fused reference step (fused=True)")
-        self.ref = _ChunkReference(ls.resolved.family, K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
+        self.ref = ChunkReference(ls.resolved.family, K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
         self.raw_ck = raw_checkpoint(ls.kernel)
         self.ids_host = ls.ids.tolist()
         # the host's cursor walk over every row at once (the policy's rules as tables: the same answers)
@@ -527,12 +440,10 @@ class FastCell:
         count the flushes (the tolerance rule's envelope) and, eagerly, advance the running bound over
         the window (with graphs the piece did)."""
         ls = self.ls
+        # (with a bound, the step's flush mask -- what the rows listed are -- in one device op: the same counts)
+        ls.count_flushes(flush_rows, None if self.bound is None else self.flush_mask[j])
         if self.bound is None:
-            for r in flush_rows:
-                ls.lit_env["flushes"][r] += 1
             return
-        if flush_rows:  # the step's flush mask (what the rows listed are): one device op, the same counts
-            ls.lit_env["flushes"].add_(self.flush_mask[j])
         if self.host_bound:
             self._bound_advance_host(j, flush_rows)
         elif not self.graphs:
@@ -645,9 +556,7 @@ class FastCell:
         k = self.acc_host[j0:j0 + n].copy()
         for i in range(n):  # the fp64 bound's per-step work (only a piece's last step flushes)
             self._bound_step(j0 + i, np.flatnonzero(fl[i]).tolist())
-        wrap = fl & (origin + wp >= sc.ring_rows) if ls.dec.speculative else None
-        self._cover(fl, wrap)
-        ls.phases.update(zip(wp[:, a].ravel().tolist(), k[:, a].ravel().tolist()))
+        ls.book_verifies(wp, origin, fl, k)
         ls.tokens_verified += n * len(a) * sc.window
         ls.tokens_accepted += int(k[:, a].sum())
         ls.step_idx += n
@@ -660,25 +569,6 @@ class FastCell:
                 pos = pos + k[i]
         cell.pos[:] = pos  # the last step's accepted tokens are added by _events
         return pos, k[-1], np.flatnonzero(fl[-1]).tolist()
-
-    def _cover(self, fl: np.ndarray, wrap: np.ndarray | None) -> None:
-        """The steps' coverage counts (``fl``, ``wrap``: ``[steps, R]`` masks of flushes and ring wraps), added
-        as the row loop of ``Lockstep.step`` adds them -- step by step and row by row while a count it adds is
-        still a new key, so the report's keys come in the same order."""
-        cov, a = self.ls.coverage, self.act
-        nf = int(fl[:, a].sum())
-        nw = 0 if wrap is None else int(wrap[:, a].sum())
-        counts = (("flush verifies", nf), ("non-flush verifies", fl.shape[0] * len(a) - nf), ("ring wraps", nw))
-        if any(n and key not in cov for key, n in counts):
-            for i in range(fl.shape[0]):
-                for r in a.tolist():
-                    cov["flush verifies" if fl[i, r] else "non-flush verifies"] += 1
-                    if wrap is not None and wrap[i, r]:
-                        cov["ring wraps"] += 1
-            return
-        for key, n in counts:
-            if n:
-                cov[key] += n
 
     def _events(self, j: int, flush_rows: list[int], pos_before: np.ndarray, k: np.ndarray,
                 ref_before: torch.Tensor, measured: bool = False) -> None:
@@ -819,18 +709,16 @@ class FastCell:
         self.checked = hi
 
     def _output_failures(self, plan, out: torch.Tensor, ref_out: torch.Tensor, j: int) -> None:
-        """The engine's own unwritten-output, non-finite and output (fp64 bound) checks on one
-        flagged step, chunk step ``j`` (no literal model, no padding rows on the fast path)."""
-        ctx = StepContext(run=self.ls, plan=plan, inputs={}, flush_rows=[], hook="after-verify", out=out,
-                          ref_out=ref_out)
-        unwritten_output(ctx)
-        non_finite(ctx)
+        """The engine's own after-verify checks of every step (unwritten-output, non-finite, output against
+        the fp64 bound, ...) on one flagged step, chunk step ``j`` (no literal model, no padding rows on the
+        fast path), through the orchestrator's hook runner, as ``Lockstep.step`` runs them."""
+        ctx = StepContext(run=self.ls, plan=plan, inputs={}, flush_rows=[], out=out, ref_out=ref_out)
         if self.bound is not None:
             ctx.metrics = error_metrics(ctx.o_act, ref_out.index_select(0, self.ls.active_idx), self.ls.rule.u_out,
                                         lead=2)
             ctx.ref_magnitude, ctx.walk = self.mag[j], self.walk[j]
             ctx.fp64 = {"output": self.fp_out[j]}
-            output_check(ctx)
+        self.ls.run_checks("after-verify", ctx, EVERY_STEP)
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def _sync_static(self) -> None:
@@ -914,8 +802,7 @@ class FastCell:
                     if flags[0]:
                         cell.shadow = new_sh
             except Exception as e:  # noqa: BLE001 - a kernel error ends the cell and is reported
-                cell.exception = f"step {cell.step}: {type(e).__name__}: {e}"
-                cell.pending.append(("exception", traceback.format_exc()[-2000:]))
+                cell.stop(e)
                 break
             pos_before, k, flush_rows = self._book_piece(steps)
             self._events(steps[-1] - at, flush_rows, pos_before, k, ref_before, measure)
@@ -931,4 +818,4 @@ class FastCell:
         return int(np.minimum(cell.pos, cell.cfg.tokens).sum()) - before
 
 
-__all__ = ["FastCell", "qualifies", "raw_path"]
+__all__ = ["ChunkReference", "FastCell", "qualifies", "raw_checkpoint", "raw_path"]
