@@ -20,24 +20,60 @@ Lockstep it is given.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
-from replayssm.validators.engine.checks import CHECKS
+from replayssm.scenarios.schedules import StepPlan
+from replayssm.validators.engine.checks import CHECKS, StepContext
 from replayssm.validators.engine.result import Failure
 
-# The phases of one step, in order: reset rows -> inputs -> the kernel's verify -> the checks of the
-# verify (verify-returned, after-verify, at-flush) -> the fp64 reference window (and the literal models)
-# -> the kernel's commit and the cursors -> the checks of the commit (after-commit).  The captured
-# execution runs a block's phases on the device in the order its graphs need (verify, commit, then the
-# reference of the block) and the checks at the block's end, on the same values.
-STEP = ("reset", "inputs", "verify", "verify-checks", "reference", "commit", "commit-checks")
+# The phases of one step, in order: reset rows -> inputs (and the checks due) -> the verify's bookkeeping
+# and the kernel's verify (its verify-returned checks on what it returned) -> the literal models and the
+# fp64 reference window (the outputs' truth) -> the checks of the verify (after-verify, at-flush) -> the
+# kernel's commit and the cursors -> the checks of the commit (after-commit).  Each is an execution's
+# ``phase_<name>`` method (dashes as underscores), called in this order by :meth:`Orchestrator.run_phases`.
+# The captured execution runs a block's device phases in the order its graphs need (verify, commit, then
+# the reference of the block), books the block's verifies and commits through the shared methods below,
+# and runs the verify's checks at the block's end on a flagged step, on the same values.
+STEP = ("reset", "inputs", "verify", "reference", "verify-checks", "commit", "commit-checks")
+PHASES = tuple("phase_" + name.replace("-", "_") for name in STEP)
 # The verify bookkeeping's coverage keys, in the order the row loop adds them.
 FLUSH_KEYS = ("flush verifies", "non-flush verifies")
 
 
+@dataclasses.dataclass
+class StepState:
+    """What one step's phases hand each other: the plan as the kernel runs it (``p``), the rows committing
+    k = 0 as a no-op (``zero_rows``) and probed (``probe_rows``), then the inputs, the checks due and what
+    they need, the flush rows, the step's check context, ..."""
+
+    p: StepPlan
+    zero_rows: list[int]
+    probe_rows: list[int]
+    inputs: dict = dataclasses.field(default_factory=dict)
+    due: set = dataclasses.field(default_factory=set)
+    needs: set = dataclasses.field(default_factory=set)
+    use_lit: bool = False
+    flush_rows: list[int] = dataclasses.field(default_factory=list)
+    ctx: StepContext | None = None
+    lens: list[int] | None = None
+    lit_kw: dict = dataclasses.field(default_factory=dict)
+    at_flush: bool = False
+    staged_flush: bool = False
+    deferred_flush: bool = False
+    lit_folded: list | None = None
+    metrics: dict = dataclasses.field(default_factory=dict)
+
+
 class Orchestrator:
     """The step's shared phases (see the module docstring); :class:`Lockstep` is one."""
+
+    def run_phases(self, st: StepState) -> None:
+        """One step: the execution's phase methods in :data:`STEP`'s order."""
+        for name in PHASES:
+            getattr(self, name)(st)
 
     # ---- schedules --------------------------------------------------------------------------------------
     def _enabled(self, schedule: str) -> bool:
@@ -132,4 +168,4 @@ class Orchestrator:
                 cov[key] += n
 
 
-__all__ = ["FLUSH_KEYS", "STEP", "Orchestrator"]
+__all__ = ["FLUSH_KEYS", "PHASES", "STEP", "Orchestrator", "StepState"]

@@ -78,7 +78,7 @@ from replayssm.validators.engine.checks.tolerance_rule import SR_WALK_CAP
 from replayssm.validators.engine.engine_views import Gaps, column_view, strided_views
 from replayssm.validators.engine.golden_truth import GoldenTruth, masked
 from replayssm.validators.engine.metrics import error_metrics
-from replayssm.validators.engine.orchestrator import Orchestrator
+from replayssm.validators.engine.orchestrator import Orchestrator, StepState
 from replayssm.validators.engine.poison_alloc import HOW as POISON_HOW
 from replayssm.validators.engine.poison_alloc import poison_kernel_calls
 from replayssm.validators.engine.resolved import ResolvedScenario, declared_policy, family_of, resolve
@@ -777,42 +777,54 @@ class Lockstep(Orchestrator):
         return masked(ctx.o_act, mask.index_select(0, act), ctx.ref_out.index_select(0, act))
 
     def step(self) -> dict:
-        """Run the next planned step; returns its record (per-step metrics as floats when
-        ``record_metrics``; failures are added to the run).  ``self.last_step`` keeps the step's
-        device tensors for callers that accumulate without host syncs (drift): ``plan``,
-        ``inputs``, ``out``, ``ref_out``, ``max_abs`` / ``rel_l2`` ``[rows, T']`` (NaN for padding
-        rows), ``flush_rows``."""
+        """Run the next planned step, phase by phase in :data:`STEP`'s order (:meth:`run_phases`);
+        returns its record (per-step metrics as floats when ``record_metrics``; failures are added to
+        the run).  ``self.last_step`` keeps the step's device tensors for callers that accumulate
+        without host syncs (drift): ``plan``, ``inputs``, ``out``, ``ref_out``, ``max_abs`` /
+        ``rel_l2`` ``[rows, T']`` (NaN for padding rows), ``flush_rows``."""
         if not self.started:
             self.start()
         if self.step_idx >= len(self.plans):
             raise ValueError(f"step: the plan has {len(self.plans)} steps, all run")
-        p, zero_rows, probe_rows = self.effective_plan(self.plans[self.step_idx])
-        s, sc, k, dev = p.step, self.sc, self.kernel, self.device
-        self.reset_rows(p)
-        inputs = make_inputs(self.resolved.inputs, s, dev)
-        due = self._due(s, last=self.step_idx == len(self.plans) - 1)
-        needs = self._needs(due)
-        self.watch_inputs = "inputs" in needs
-        use_lit = "literal" in due
-        flush_rows = [r for r in self.active if self.dec.is_flush(self.wp[r])]
+        st = StepState(*self.effective_plan(self.plans[self.step_idx]))
+        self.run_phases(st)
+        return self._close_step(st)
+
+    # ---- the phases of one step (STEP) ----------------------------------------------------------------------
+    def phase_reset(self, st: StepState) -> None:
+        """Reset the rows the plan resets."""
+        self.reset_rows(st.p)
+
+    def phase_inputs(self, st: StepState) -> None:
+        """The step's inputs and the checks due (what they need)."""
+        st.inputs = make_inputs(self.resolved.inputs, st.p.step, self.device)
+        st.due = self._due(st.p.step, last=self.step_idx == len(self.plans) - 1)
+        st.needs = self._needs(st.due)
+        self.watch_inputs = "inputs" in st.needs
+        st.use_lit = "literal" in st.due
+
+    def phase_verify(self, st: StepState) -> None:
+        """The verify's bookkeeping (flush rows, envelope, coverage, phases), the kernel's verify (its
+        ``verify-returned`` checks at once, on what it returned), the snapshots and checkpoint its checks need."""
+        p, due, needs, sc = st.p, st.due, st.needs, self.sc
+        st.flush_rows = flush_rows = [r for r in self.active if self.dec.is_flush(self.wp[r])]
         self.count_flushes(flush_rows)
         fl = np.zeros((1, sc.rows), dtype=bool)
         fl[0, flush_rows] = True
         self.book_verifies(np.array([self.wp]), np.array([self.origin]), fl, np.array([p.accepted]))
-        ctx = StepContext(self, p, inputs, flush_rows, use_literal=use_lit, record={"step": s})
+        st.ctx = ctx = StepContext(self, p, st.inputs, flush_rows, use_literal=st.use_lit, record={"step": p.step})
         if self.next_verify:  # the rows this verify may rewrite the checkpoint of: those owing a fold
             ctx.fold_rows = [r for r in self.active if r in self.owed]
-        ctx.zero_rows, ctx.probe_rows = zero_rows, probe_rows
+        ctx.zero_rows, ctx.probe_rows = st.zero_rows, st.probe_rows
         if "before-verify" in needs:
             ctx.snapshots["before-verify"] = self.snapshot()
-
-        # -- verify (the kernel's batch rows in the plan's order, when it permutes them)
-        ctx.out_given, ctx.returned = self.kernel_verify(p, inputs)
+        # the kernel's batch rows in the plan's order, when it permutes them
+        ctx.out_given, ctx.returned = self.kernel_verify(p, st.inputs)
         self.run_checks("verify-returned", ctx, due)
         ctx.out = self.verify_outputs(p, ctx.out_given if ctx.returned is None else ctx.returned)
-        lens = self.lens_of(p)
-        lit_kw = {} if p.window_lens is None or p.standard else {
-            "window_lens": torch.tensor(p.window_lens, dtype=torch.int64, device=dev)}
+        st.lens = lens = self.lens_of(p)
+        st.lit_kw = {} if p.window_lens is None or p.standard else {
+            "window_lens": torch.tensor(p.window_lens, dtype=torch.int64, device=self.device)}
         if p.perm:
             self.coverage["permuted batches"] += 1
         if p.layout == "packed":
@@ -822,82 +834,97 @@ class Lockstep(Orchestrator):
         self.tokens_verified += (sum(lens[r] for r in self.active) if lens is not None
                                  else len(self.active) * sc.window)
         at_flush = bool(flush_rows) and any(c.schedule in due for c in self.hooks["at-flush"])
-        staged_flush = at_flush and self.staged
-        deferred_flush = at_flush and self.next_verify
-        if "after-verify" in needs or (deferred_flush and "before-verify" in needs):
+        st.staged_flush = at_flush and self.staged
+        st.deferred_flush = at_flush and self.next_verify
+        if "after-verify" in needs or (st.deferred_flush and "before-verify" in needs):
             ctx.snapshots["after-verify"] = self.snapshot()
-        at_flush = at_flush and not (staged_flush or deferred_flush)
-        if at_flush and "checkpoint" in needs:
-            ctx.checkpoint = k.checkpoint_state(self.ids)
+        st.at_flush = at_flush and not (st.staged_flush or st.deferred_flush)
+        if st.at_flush and "checkpoint" in needs:
+            ctx.checkpoint = self.kernel.checkpoint_state(self.ids)
 
-        # -- the literal model and the fp64 reference on the same window
-        ctx.lit_outs = [self._literal_verify(lit, p, inputs, lit_kw) for lit in self.literals] if use_lit else None
+    def phase_reference(self, st: StepState) -> None:
+        """The literal models and the fp64 reference on the same window (a fold owed to this verify
+        judged first), the window tails, the output metrics."""
+        p, ctx, use_lit, needs = st.p, st.ctx, st.use_lit, st.needs
+        ctx.lit_outs = ([self._literal_verify(lit, p, st.inputs, st.lit_kw) for lit in self.literals]
+                        if use_lit else None)
         if use_lit and ctx.checkpoint is not None:
             ctx.lit_checkpoints = [lit.checkpoint_state(self.ids) for lit in self.literals]
         self._deferred_flush_checks(ctx, use_lit)
-        lit_folded = None
-        if deferred_flush and use_lit and "checkpoint" in needs:  # the literal models that fold at the flush
-            lit_folded = [None if getattr(lit, "fold_at", "flush") == "next-verify" else lit.checkpoint_state(self.ids)
-                          for lit in self.literals]
+        if st.deferred_flush and use_lit and "checkpoint" in needs:  # the literal models that fold at the flush
+            st.lit_folded = [None if getattr(lit, "fold_at", "flush") == "next-verify"
+                             else lit.checkpoint_state(self.ids) for lit in self.literals]
         ctx.out_raw = ctx.out
         act = self.active_idx
         if self.golden is None:
             ctx.ref_state_before = self.ref
-            ctx.ref_out, ctx.ref_state, ctx.ref_first = self._reference_window(inputs, p.accepted, flush_rows)
+            ctx.ref_out, ctx.ref_state, ctx.ref_first = self._reference_window(st.inputs, p.accepted, st.flush_rows)
             ctx.ref_magnitude = self.ref_magnitude
         else:  # (ragged plans are refused with golden truth)
-            o_judged = self._golden_window(ctx, inputs, p, flush_rows)
+            o_judged = self._golden_window(ctx, st.inputs, p, st.flush_rows)
         ctx.fp64 = self.fp64 if self.bound is not None else None
-        if lens is not None:
-            self._fill_window_tails(ctx, lens)
+        if st.lens is not None:
+            self._fill_window_tails(ctx, st.lens)
         if self.golden is None:  # (after the tails are filled: o_act is computed once)
             o_judged = ctx.o_act
-        m = ctx.metrics = ({} if o_judged is None else
-                           error_metrics(o_judged, ctx.ref_out.index_select(0, act), self.rule.u_out, lead=2))
+        m = st.metrics = ctx.metrics = ({} if o_judged is None else
+                                          error_metrics(o_judged, ctx.ref_out.index_select(0, act),
+                                                        self.rule.u_out, lead=2))
         if m:
             ctx.device_record.update({"max_abs": m["max_abs"].amax(), "rel_l2": m["rel_l2"].amax(),
                                       "rms_ratio": m["rms_ratio"], "in_u": m["in_u"].amax()})
-        self.run_checks("after-verify", ctx, due)
-        if at_flush:
-            self.run_checks("at-flush", ctx, due)
 
-        # -- commit
+    def phase_verify_checks(self, st: StepState) -> None:
+        """The verify's checks: after-verify, then at-flush (a flush folded at this verify)."""
+        self.run_checks("after-verify", st.ctx, st.due)
+        if st.at_flush:
+            self.run_checks("at-flush", st.ctx, st.due)
+
+    def phase_commit(self, st: StepState) -> None:
+        """The kernel's commit (and the literal models'), the cursors, a staged fold's flush checks,
+        the fold owed to the next verify, the reference's committed state."""
+        p, ctx = st.p, st.ctx
         acc = self.kernel_commit(p)
-        if use_lit:
+        if st.use_lit:
             for lit in self.literals:
                 lit.commit(self.ids, acc)
         moves = self.dec.rule.checkpoint_moves_at_commit(self.dec)
         for r in self.active:
             held = self.wp[r] + p.accepted[r]
-            self.wp[r], self.origin[r] = self.commit_cursor(self.wp[r], self.origin[r], r in flush_rows,
+            self.wp[r], self.origin[r] = self.commit_cursor(self.wp[r], self.origin[r], r in st.flush_rows,
                                                             p.accepted[r])
             if moves and p.accepted[r] and self.wp[r] != held:  # the commit folded: one more checkpoint rounding
                 self.lit_env["flushes"][r] += 1
                 self.coverage["commit folds"] += 1
             self.tokens_accepted += p.accepted[r]
-        if staged_flush:
-            self._staged_flush_checks(ctx, p, flush_rows, due, needs, use_lit)
+        if st.staged_flush:
+            self._staged_flush_checks(ctx, p, st.flush_rows, st.due, st.needs, st.use_lit)
         if self.next_verify:
-            self.owed = set(flush_rows)
-            self.deferred = (ctx, due, needs, lit_folded) if deferred_flush else None
+            self.owed = set(st.flush_rows)
+            self.deferred = (ctx, st.due, st.needs, st.lit_folded) if st.deferred_flush else None
         if self.golden is None:
             self.ref = ctx.ref_state
             if self.publish:
                 self._extend_ref_hist(p)
-        if "after-commit" in needs:
+        if "after-commit" in st.needs:
             ctx.snapshots["after-commit"] = self.snapshot()
-        self.run_checks("after-commit", ctx, due)
 
+    def phase_commit_checks(self, st: StepState) -> None:
+        """The commit's checks (after-commit)."""
+        self.run_checks("after-commit", st.ctx, st.due)
+
+    def _close_step(self, st: StepState) -> dict:
+        """The step's record, digest and ``last_step``; the plan moves on."""
+        sc, dev, ctx, m = self.sc, self.device, st.ctx, st.metrics
         rec = ctx.record
-        out = ctx.out
         if self.digest is not None:
             self.digest.update(ctx.out_raw)
         full_max = torch.full((sc.rows, sc.window), float("nan"), dtype=torch.float64, device=dev)
         full_rel = full_max.clone()
         if m:
-            full_max[act], full_rel[act] = m["max_abs"], m["rel_l2"]
-        self.last_step = {"plan": p, "inputs": inputs, "out": out, "ref_out": ctx.ref_out, "max_abs": full_max,
-                          "rel_l2": full_rel, "flush_rows": flush_rows}
+            full_max[self.active_idx], full_rel[self.active_idx] = m["max_abs"], m["rel_l2"]
+        self.last_step = {"plan": st.p, "inputs": st.inputs, "out": ctx.out, "ref_out": ctx.ref_out,
+                          "max_abs": full_max, "rel_l2": full_rel, "flush_rows": st.flush_rows}
         if self.record_metrics:
             dev_rec = ctx.device_record
             names = list(dev_rec)
