@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import traceback
+from functools import partial
 
 import numpy as np
 import torch
@@ -145,51 +146,77 @@ class CellRun:
             last = ls.last_step
             k = np.array(last["plan"].accepted, dtype=np.int64)
             self.pending.append(("out", last["rel_l2"], pos_before, k))
-            if flush_rows:
-                ck = ls.kernel.checkpoint_state(ls.ids)
-                # The stored state holds this step's accepted tokens (standard decode; any baseline,
-                # whose state is the committed one) or the committed prefix before the window
-                # (speculative replay).
-                after = self.ck_after
-                folded = ls.ref if after else ref_before
-                idx = torch.tensor(flush_rows, device=self.device)
-                fidx = self.flushes[flush_rows] + 1
-                at = pos_before[flush_rows] + (k[flush_rows] if after else 0)
-                self.pending.append(("flush", row_rel_l2(ck.index_select(0, idx), folded.index_select(0, idx)),
-                                     fidx.copy(), at.copy()))
-                if after and self.armed.any():  # no row armed: no shadow is read before it is re-seeded
-                    self._advance_shadow(last["inputs"], k)
-                armed = [r for r in flush_rows if self.armed[r]]
-                if armed:
-                    ai = torch.tensor(armed, device=self.device)
-                    self.pending.append(("local", row_rel_l2(ck.index_select(0, ai), self.shadow.index_select(0, ai)),
-                                         self.flushes[armed] + 1))
-                self.flushes[flush_rows] += 1
-                rows_t = torch.tensor(flush_rows, device=self.device)
-                self.shadow = self.shadow.index_copy(0, rows_t, ck.index_select(0, rows_t).to(torch.float64))
-                for r in flush_rows:
-                    self.armed[r] = self.flushes[r] % self.cfg.local_every == 0
-                if not after and self.armed.any():
-                    self._advance_shadow(last["inputs"], k)
-            elif self.armed.any():
-                self._advance_shadow(last["inputs"], k)
-            self.pos += k
-            due = [r for r in ls.active if self.next_sample[r] < len(self.targets)
-                   and self.pos[r] >= self.targets[self.next_sample[r]]]
-            if due:
-                cs = ls.kernel.committed_state(ls.ids)
-                di = torch.tensor(due, device=self.device)
-                self.pending.append(("state", row_rel_l2(cs.index_select(0, di), ls.ref.index_select(0, di)),
-                                     self.pos[due].copy()))
-                for r in due:
-                    while self.next_sample[r] < len(self.targets) and self.pos[r] >= self.targets[self.next_sample[r]]:
-                        self.next_sample[r] += 1
+            self.measure_step(k, flush_rows, pos_before, ref_before, partial(self._advance_shadow, last["inputs"], k),
+                              shadow_stepped=False)
             self.step += 1
             if self.step % self.chunk == 0:
                 self._drain()
         if self.done:
             self._drain()
         return int(np.minimum(self.pos, self.cfg.tokens).sum()) - before
+
+    # ---- the drift measurements of a step (both executions) ------------------------------------------------------
+    def measure_step(self, k: np.ndarray, flush_rows: list[int], pos_before: np.ndarray, ref_before: torch.Tensor,
+                     advance, *, shadow_stepped: bool, checkpoint: torch.Tensor | None = None, take=None,
+                     reseed=None) -> None:
+        """After a step that accepted ``k`` (positions ``pos_before`` before it) and flushed ``flush_rows``
+        (the reference before it: ``ref_before``; after it: ``ls.ref``): the flush's error against the folded
+        reference and, on the armed rows, its local error against the shadow, then the flushed rows' shadow
+        re-seeded from the checkpoint; the shadow advanced over the step (``advance()``) where a row is armed
+        (``shadow_stepped``: the execution advanced it already on a step without a flush); the positions
+        moved and the committed-state samples then due.  ``checkpoint``: the flush's stored state (None: read
+        by ``checkpoint_state``); ``take(t, rows)``: ``t``'s rows (None: an index_select); ``reseed(ck,
+        rows)``: re-seed the shadow's ``rows`` from ``ck`` (None: an index_copy)."""
+        take = take or _take
+        if flush_rows:
+            ls = self.ls
+            ck = ls.kernel.checkpoint_state(ls.ids) if checkpoint is None else checkpoint
+            # The stored state holds this step's accepted tokens (standard decode; any baseline, whose state
+            # is the committed one) or the committed prefix before the window (speculative replay).
+            after = self.ck_after
+            folded = ls.ref if after else ref_before
+            fidx = self.flushes[flush_rows] + 1
+            at = pos_before[flush_rows] + (k[flush_rows] if after else 0)
+            self.pending.append(("flush", row_rel_l2(take(ck, flush_rows), take(folded, flush_rows)), fidx.copy(),
+                                 at.copy()))
+            if after and self.armed.any():  # no row armed: no shadow is read before it is re-seeded
+                advance()
+            armed = [r for r in flush_rows if self.armed[r]]
+            if armed:
+                self.pending.append(("local", row_rel_l2(take(ck, armed), take(self.shadow, armed)),
+                                     self.flushes[armed] + 1))
+            self.flushes[flush_rows] += 1
+            if reseed is None:
+                rows_t = torch.tensor(flush_rows, device=self.device)
+                self.shadow = self.shadow.index_copy(0, rows_t, ck.index_select(0, rows_t).to(torch.float64))
+            else:
+                reseed(ck, flush_rows)
+            for r in flush_rows:
+                self.armed[r] = self.flushes[r] % self.cfg.local_every == 0
+            if not after and self.armed.any():
+                advance()
+        elif not shadow_stepped and self.armed.any():
+            advance()
+        self.sample_states(k, take)
+
+    def sample_states(self, k: np.ndarray, take=None) -> None:
+        """The step's accepted counts ``k`` into ``pos``, and the committed-state samples then due
+        (``take``: as :meth:`measure_step`'s)."""
+        ls = self.ls
+        self.pos += k
+        a = np.asarray(ls.active, dtype=np.int64)
+        ns, tg = self.next_sample[a], self.targets
+        left = ns < len(tg)
+        due_mask = np.zeros(len(a), dtype=bool)
+        due_mask[left] = self.pos[a][left] >= tg[ns[left]]
+        due = a[due_mask].tolist()
+        if due:
+            cs = ls.kernel.committed_state(ls.ids)
+            self.pending.append(("state", row_rel_l2((take or _take)(cs, due), (take or _take)(ls.ref, due)),
+                                 self.pos[due].copy()))
+            for r in due:
+                while self.next_sample[r] < len(self.targets) and self.pos[r] >= self.targets[self.next_sample[r]]:
+                    self.next_sample[r] += 1
 
     def _drain(self) -> None:
         """Move pending device values to the host accumulators, in step order."""
@@ -264,6 +291,11 @@ class CellRun:
             "blocks": blocks, "failure_counts": dict(ls.failure_counts),
             "failures": [vars(f) for f in ls.failures[:5]], "exception": self.exception,
         }
+
+
+def _take(t: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """``t``'s rows ``rows`` (an index_select)."""
+    return t.index_select(0, torch.tensor(rows, device=t.device))
 
 
 # ---- provenance ------------------------------------------------------------------------------------------

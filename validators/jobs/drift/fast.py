@@ -84,7 +84,7 @@ from replayssm.validators.engine.captured import ChunkReference, raw_checkpoint,
 from replayssm.validators.engine.checks.context import StepContext
 from replayssm.validators.engine.checks.fp64_bound_host import window_outputs
 from replayssm.validators.engine.cursor_table import CursorTable
-from replayssm.validators.engine.metrics import error_metrics, rel_l2_into, row_rel_l2, row_rel_l2_masked
+from replayssm.validators.engine.metrics import error_metrics, rel_l2_into, row_rel_l2_masked
 from replayssm.validators.engine.runner import readout_magnitude
 
 MAX_GRAPHS = 48
@@ -587,39 +587,30 @@ class FastCell:
             armed_after = self._armed_after(flush_rows)
             cell.flushes[flush_rows] += 1
             cell.armed = armed_after
-            return self._samples(k)
-        if flush_rows:
-            ck = ls.kernel.launch_checkpoint(ls.ids) if self.raw_ck else ls.kernel.checkpoint_state(ls.ids)
-            after = cell.ck_after  # the stored state holds this step's tokens (CellRun.run_steps)
-            folded = ls.ref if after else ref_before
-            fidx = cell.flushes[flush_rows] + 1
-            at = pos_before[flush_rows] + (k[flush_rows] if after else 0)
-            cell.pending.append(("flush", row_rel_l2(self._take(ck, flush_rows), self._take(folded, flush_rows)),
-                                 fidx.copy(), at.copy()))
-            if after and cell.armed.any():  # no row armed: no shadow is read before it is re-seeded
-                self._set_shadow(self._advance(cell.shadow, j, k))
-            armed = [r for r in flush_rows if cell.armed[r]]
-            if armed:
-                cell.pending.append(("local", row_rel_l2(self._take(ck, armed), self._take(cell.shadow, armed)),
-                                     cell.flushes[armed] + 1))
-            armed_after = self._armed_after(flush_rows)
-            cell.flushes[flush_rows] += 1
-            cell.armed = armed_after
-            if self._all_rows(flush_rows, ck):  # every row re-seeded: a plain copy (the same values)
-                if self.graphs:
-                    cell.shadow.copy_(ck)
-                else:
-                    cell.shadow = ck.to(torch.float64)
+            return cell.sample_states(k, self._take)
+        ck = None
+        if flush_rows and self.raw_ck:
+            ck = ls.kernel.launch_checkpoint(ls.ids)
+        # the shadow of a step without a flush was advanced by the device step (its flag)
+        cell.measure_step(k, flush_rows, pos_before, ref_before,
+                          lambda: self._set_shadow(self._advance(cell.shadow, j, k)), shadow_stepped=True,
+                          checkpoint=ck, take=self._take, reseed=self._reseed_rows)
+
+    def _reseed_rows(self, ck: torch.Tensor, rows: list[int]) -> None:
+        """The shadow's ``rows`` re-seeded from the checkpoint ``ck`` (in place on the fixed buffers)."""
+        cell = self.cell
+        if self._all_rows(rows, ck):  # every row re-seeded: a plain copy (the same values)
+            if self.graphs:
+                cell.shadow.copy_(ck)
             else:
-                idx = self._idx(flush_rows)
-                src = ck.index_select(0, idx).to(torch.float64)
-                if self.graphs:
-                    cell.shadow.index_copy_(0, idx, src)
-                else:
-                    cell.shadow = cell.shadow.index_copy(0, idx, src)
-            if not after and cell.armed.any():
-                self._set_shadow(self._advance(cell.shadow, j, k))
-        self._samples(k)
+                cell.shadow = ck.to(torch.float64)
+        else:
+            idx = self._idx(rows)
+            src = ck.index_select(0, idx).to(torch.float64)
+            if self.graphs:
+                cell.shadow.index_copy_(0, idx, src)
+            else:
+                cell.shadow = cell.shadow.index_copy(0, idx, src)
 
     def _armed_after(self, flush_rows, armed: np.ndarray | None = None, flushes: np.ndarray | None = None
                      ) -> np.ndarray:
@@ -630,19 +621,6 @@ class FastCell:
         flushes = cell.flushes if flushes is None else flushes
         armed[flush_rows] = (flushes[flush_rows] + 1) % cell.cfg.local_every == 0
         return armed
-
-    def _samples(self, k: np.ndarray) -> None:
-        """The step's accepted counts ``k`` into ``cell.pos``, and the committed-state samples then due."""
-        cell, ls = self.cell, self.ls
-        cell.pos += k
-        due = self.act[self._due_mask(cell.pos)].tolist()
-        if due:
-            cs = ls.kernel.committed_state(ls.ids)
-            cell.pending.append(("state", row_rel_l2(self._take(cs, due), self._take(ls.ref, due)),
-                                 cell.pos[due].copy()))
-            for r in due:
-                while cell.next_sample[r] < len(cell.targets) and cell.pos[r] >= cell.targets[cell.next_sample[r]]:
-                    cell.next_sample[r] += 1
 
     @staticmethod
     def _all_rows(rows: list[int], t: torch.Tensor) -> bool:
@@ -668,15 +646,6 @@ class FastCell:
             self.cell.shadow.copy_(new)
         else:
             self.cell.shadow = new
-
-    def _due_mask(self, pos: np.ndarray) -> np.ndarray:
-        """Which active rows (a mask over ``act``) have a committed-state sample due at positions ``pos``."""
-        cell, a = self.cell, self.act
-        ns, tg = cell.next_sample[a], cell.targets
-        left = ns < len(tg)
-        due = np.zeros(len(a), dtype=bool)
-        due[left] = pos[a][left] >= tg[ns[left]]
-        return due
 
     def _due_steps(self, pos: np.ndarray) -> np.ndarray:
         """For positions ``pos [steps, R]``: whether some active row has a committed-state sample due."""
