@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from replayssm.interface import POLICIES, DecodeConfig
+from replayssm.scenarios.scenario import Scenario
 from replayssm.validators.engine.cursor_table import CursorTable
+from replayssm.validators.engine.runner import Lockstep
 
 DECODES = [("standard", 1, 16), ("standard", 1, 5), ("speculative", 4, 16), ("speculative", 2, 2),
            ("speculative", 3, 7)]
@@ -55,3 +57,22 @@ def test_out_of_domain_cursors_are_refused():
         tab.commit(np.array([0]), np.array([32]), np.array([False]), np.array([1]))
     with pytest.raises(ValueError, match="accepted"):
         tab.commit(np.array([0]), np.array([0]), np.array([False]), np.array([5]))
+
+
+@pytest.mark.parametrize("schedule", ["zero-accept", "slot-reuse"])
+def test_cursors_before_walks_as_the_step_moves_them(schedule):
+    """``Lockstep.cursors_before`` (failure messages) gives every step's cursors as the step found them,
+    a staged fold's commit(0) included (it moves no cursor), from the same rule through the tables."""
+    sc = Scenario.tiny("mamba2", "speculative", schedule=schedule, steps=16)
+    ls = Lockstep(sc, "literal-replay-staged")
+    ls.start()
+    seen = []
+    for p in ls.plans:
+        ls.reset_rows(p)
+        seen.append([(ls.wp[r], ls.origin[r]) for r in ls.active])
+        ls.reset_rows = lambda p: None  # (the step's own call: done above)
+        ls.step()
+        del ls.reset_rows
+    assert [[ls.cursors_before(p.step)[r] for r in ls.active] for p in ls.plans] == seen
+    wp, org = CursorTable(ls.dec, staged=True).commit(np.array([5]), np.array([3]), np.array([True]), np.array([0]))
+    assert (wp.tolist(), org.tolist()) == ([5], [3])

@@ -10,7 +10,10 @@ refused with the argument named, never looked up out of bounds.
 Why: drift's fast path walks the cursors of every row on the host at every step (which rows flush,
 where each cursor goes); per row and step that was a few Python calls through the policy, host time
 that bounded the step at 64 rows once the device work was graphed (unrecorded).
-tests/engine/test_cursor_table.py holds the tables to the policies on random walks.  A decode
+tests/engine/test_cursor_table.py holds the tables to the policies on random walks.  The one cursor rule
+of a step (:func:`commit_cursor`: the policy's, and a staged fold's commit(0) moving none) is what every
+walk uses: ``Lockstep``'s per-row commit, ``Lockstep.cursors_before`` (failure messages) and drift's fast
+path (:meth:`CursorTable.walk`, over a chunk of steps).  A decode
 whose tables would exceed :data:`MAX_ENTRIES` entries (a history of thousands of records) is not
 tabulated: the same methods then ask the policy row by row.
 """
@@ -24,11 +27,20 @@ from replayssm.interface import DecodeConfig
 MAX_ENTRIES = 1 << 18  # (write positions x origins x 2 x accepted counts) tabulated at most
 
 
-class CursorTable:
-    """``is_flush`` and ``commit_cursor`` of ``dec`` over arrays of rows."""
+def commit_cursor(dec: DecodeConfig, staged: bool, write_pos: int, origin: int, flushed: bool, k: int
+                  ) -> tuple[int, int]:
+    """The cursors after commit(``k``) under ``dec``'s policy; with ``staged`` (a staged fold,
+    ``zero_accept = "staged"``) a commit(0) moves none (it discards the flush's fold)."""
+    if staged and k == 0:
+        return write_pos, origin
+    return dec.commit_cursor(write_pos, origin, flushed, k)
 
-    def __init__(self, dec: DecodeConfig) -> None:
-        self.dec = dec
+
+class CursorTable:
+    """``is_flush`` and :func:`commit_cursor` of ``dec`` (``staged``: a staged fold's rule) over arrays of rows."""
+
+    def __init__(self, dec: DecodeConfig, staged: bool = False) -> None:
+        self.dec, self.staged = dec, staged
         self.W, self.O, self.K = dec.max_write_pos() + 1, dec.ring_rows, dec.window + 1
         self.flush_of = np.array([bool(dec.is_flush(w)) for w in range(self.W)], dtype=bool)
         shape = (self.W, self.O, 2, self.K)
@@ -42,7 +54,8 @@ class CursorTable:
             for o in range(self.O):
                 for f in (0, 1):
                     for k in range(self.K):
-                        self.next_wp[w, o, f, k], self.next_origin[w, o, f, k] = dec.commit_cursor(w, o, bool(f), k)
+                        nxt = commit_cursor(dec, staged, w, o, bool(f), k)
+                        self.next_wp[w, o, f, k], self.next_origin[w, o, f, k] = nxt
         # closed: every commit after the verify the rule gives (flushed = is_flush(wp)) lands in the domain,
         # so cursors checked once stay valid and the walk (:meth:`step`) needs no per-step check
         f = self.flush_of.astype(np.int64)[:, None, None]
@@ -70,7 +83,7 @@ class CursorTable:
         """Each row's cursors ``(write_pos, origin)`` after commit(``k``)."""
         self._check(wp, origin, k)
         if not self.tabulated:
-            pairs = [self.dec.commit_cursor(int(w), int(o), bool(f), int(kk))
+            pairs = [commit_cursor(self.dec, self.staged, int(w), int(o), bool(f), int(kk))
                      for w, o, f, kk in zip(wp, origin, flushed, k)]
             return (np.array([p[0] for p in pairs], dtype=np.int64).reshape(wp.shape),
                     np.array([p[1] for p in pairs], dtype=np.int64).reshape(wp.shape))
@@ -96,5 +109,19 @@ class CursorTable:
         norigin = np.where(rows, self.next_origin[wp, origin, f, k], origin)
         return fl, nwp, norigin
 
+    def walk(self, wp: np.ndarray, origin: np.ndarray, acc: np.ndarray, rows: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`step` over the accepted counts ``acc [n, R]`` from cursors ``wp``, ``origin`` ``[R]``:
+        the cursors before each step and after the last (``[n + 1, R]`` each) and which rows each flushes
+        (``[n, R]``)."""
+        n, R = acc.shape
+        wps = np.empty((n + 1, R), dtype=np.int64)
+        origins = np.empty((n + 1, R), dtype=np.int64)
+        fl = np.empty((n, R), dtype=bool)
+        wps[0], origins[0] = wp, origin
+        for i in range(n):
+            fl[i], wps[i + 1], origins[i + 1] = self.step(wps[i], origins[i], acc[i], rows)
+        return wps, origins, fl
 
-__all__ = ["CursorTable"]
+
+__all__ = ["CursorTable", "commit_cursor"]

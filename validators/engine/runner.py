@@ -75,6 +75,7 @@ from replayssm.validators.engine import mutants  # noqa: F401 - registers every 
 from replayssm.validators.engine.checks import CHECKS, HOOKS, RunContext, StepContext, ToleranceRule, checks_at
 from replayssm.validators.engine.checks.fp64_bound import RunningBound, error_model, state_norm
 from replayssm.validators.engine.checks.tolerance_rule import SR_WALK_CAP
+from replayssm.validators.engine.cursor_table import CursorTable, commit_cursor
 from replayssm.validators.engine.engine_views import Gaps, column_view, strided_views
 from replayssm.validators.engine.golden_truth import GoldenTruth, masked
 from replayssm.validators.engine.metrics import error_metrics
@@ -307,6 +308,7 @@ class Lockstep(Orchestrator):
         # A staged fold (zero_accept "staged"): a flush's checkpoint is judged after the commit, on the
         # rows that accepted k >= 1; commit(0) moves no cursor.
         self.staged = self.kernel.zero_accept == "staged" and self.dec.speculative
+        self._cursors: CursorTable | None = None  # the cursor rule tabulated (cursors_before)
         # A fold at the next verify (fold_at "next-verify"): a flush's fold lands at the slot's next
         # verify; only that verify may rewrite the checkpoint, and the flush's checks (its context kept
         # until then: ``deferred``) judge the checkpoint after it.  ``owed``: rows whose next verify folds.
@@ -439,24 +441,28 @@ class Lockstep(Orchestrator):
 
     def cursors_before(self, step: int) -> list[tuple[int, int]]:
         """Every row's ``(write_pos, origin)`` before the verify of plan step ``step`` (after that
-        step's resets), walked from the plan by the declared policy, as :meth:`step` moves them; the
-        same on drift's fast path, which keeps no per-step cursors.  Walks forward from the last
-        step asked (failure messages ask in step order)."""
+        step's resets), walked from the plan by the cursor rule :meth:`step` moves them by (the
+        policy's, a staged fold's commit(0) moving none: ``cursor_table.commit_cursor``), all rows
+        at once through its tables; the same on drift's fast path, which keeps no per-step cursors.
+        Walks forward from the last step asked (failure messages ask in step order)."""
+        if self._cursors is None:
+            self._cursors = CursorTable(self.dec, self.staged)
+        rows = np.zeros(self.sc.rows, dtype=bool)
+        rows[self.active] = True
         walk = getattr(self, "_cursor_walk", None)
         if walk is None or walk[0] >= len(self.plans) or self.plans[walk[0]].step > step:
-            walk = (0, [0] * self.sc.rows, self._origins(self.sc.resolved_origins))
-        i, wp, org = walk[0], list(walk[1]), list(walk[2])
+            walk = (0, np.zeros(self.sc.rows, dtype=np.int64),
+                    np.array(self._origins(self.sc.resolved_origins), dtype=np.int64))
+        i, wp, org = walk[0], walk[1].copy(), walk[2].copy()
         while i < len(self.plans):
             p = self.effective_plan(self.plans[i])[0]
             if p.step == step:
-                self._cursor_walk = (i, list(wp), list(org))
-                for r, o in zip(p.reset_rows, p.reset_origins):
-                    wp[r], org[r] = 0, (o if self.dec.uses_ring else 0)
-                return list(zip(wp, org))
+                self._cursor_walk = (i, wp.copy(), org.copy())
             for r, o in zip(p.reset_rows, p.reset_origins):
                 wp[r], org[r] = 0, (o if self.dec.uses_ring else 0)
-            for r in self.active:
-                wp[r], org[r] = self.dec.commit_cursor(wp[r], org[r], self.dec.is_flush(wp[r]), p.accepted[r])
+            if p.step == step:
+                return list(zip(wp.tolist(), org.tolist()))
+            wp, org = self._cursors.step(wp, org, np.asarray(p.accepted, dtype=np.int64), rows)[1:]
             i += 1
         raise ValueError(f"step: the plan has no step {step}")
 
@@ -665,10 +671,9 @@ class Lockstep(Orchestrator):
         return acc
 
     def commit_cursor(self, write_pos: int, origin: int, flushed: bool, k: int) -> tuple[int, int]:
-        """Cursors after commit(k) under the declared policy; a staged fold's commit(0) moves none."""
-        if self.staged and k == 0:
-            return write_pos, origin
-        return self.dec.commit_cursor(write_pos, origin, flushed, k)
+        """Cursors after commit(k) under the declared policy; a staged fold's commit(0) moves none
+        (``cursor_table.commit_cursor``, the rule every cursor walk uses)."""
+        return commit_cursor(self.dec, self.staged, write_pos, origin, flushed, k)
 
     def _literal_verify(self, lit, p: StepPlan, inputs: dict[str, torch.Tensor], kw: dict) -> torch.Tensor:
         """A literal model's verify of step ``p`` (the same call shape as the kernel's: one-token

@@ -164,7 +164,7 @@ class FastCell:
         self.raw_ck = raw_checkpoint(ls.kernel)
         self.ids_host = ls.ids.tolist()
         # the host's cursor walk over every row at once (the policy's rules as tables: the same answers)
-        self.cursors = CursorTable(ls.dec)
+        self.cursors = CursorTable(ls.dec, ls.staged)
         self.act = np.asarray(ls.active, dtype=np.int64)
         self.act_mask = np.zeros(R, dtype=bool)
         self.act_mask[self.act] = True
@@ -502,12 +502,7 @@ class FastCell:
         cell = self.cell
         i0 = cell.step - at
         n = min(at + self.K, cell.n_steps) - cell.step
-        wp = np.empty((n + 1, self.R), dtype=np.int64)
-        origin = np.empty((n + 1, self.R), dtype=np.int64)
-        fl = np.empty((n, self.R), dtype=bool)
-        wp[0], origin[0] = self.wp_host, self.origin_host
-        for i in range(n):
-            fl[i], wp[i + 1], origin[i + 1] = self.cursors.step(wp[i], origin[i], self.acc_host[i0 + i], self.act_mask)
+        wp, origin, fl = self.cursors.walk(self.wp_host, self.origin_host, self.acc_host[i0:i0 + n], self.act_mask)
         self.traj_at, self.traj_wp, self.traj_origin, self.traj_flush = cell.step, wp, origin, fl
         self.traj_armed, self.traj_after = self._arming(fl)
         self._fill_masks(i0, fl, self.acc_host[i0:i0 + n])
