@@ -6,16 +6,31 @@ whole block, exact elementwise ops, then ``reference_advance`` per token: what `
 runs), so every value is rounded as the eager execution rounds it; :func:`raw_path` /
 :func:`raw_checkpoint` say when a kernel's ``launch_*`` entry points (no host checks, no sync) are
 the interface calls a captured block may take instead (tests/jobs/test_drift_fast.py holds both).
-Drift's fast path (``validators/jobs/drift/fast.py``) drives the captured execution of a cell.
+:class:`CapturedExecution` holds the machinery of running blocks of steps on fixed buffers (the device step:
+verify, commit, the reference window and the output error; a block's static piece captured as a CUDA graph
+and replayed; the fp64 running bound over a block; the output checks deferred to the block's end, through
+the orchestrator's hook runner on a flagged step only).  Drift's fast path (``validators/jobs/drift/fast.py``,
+``FastCell``) is the execution built on it: it allocates the buffers and keeps the drift-only state (the
+shadow, the flush and local errors, the state samples), passed in through ``_piece_static`` and the
+shadow it hands the device step.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from replayssm.conventions import conv_kwargs
 from replayssm.families import Family
+from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
+from replayssm.validators.engine.checks.context import StepContext
+from replayssm.validators.engine.checks.fp64_bound_host import window_outputs
+from replayssm.validators.engine.metrics import error_metrics, rel_l2_into
 from replayssm.validators.engine.runner import readout_magnitude
+
+MAX_INDEX_LISTS = 512  # row lists kept as device tensors (speculative flushes vary by row)
+# the checks due at a drift step (no literal model, no sampled invariants or states: qualifies)
+EVERY_STEP = frozenset({"every-step"})
 
 
 def raw_path(kernel) -> bool:
@@ -104,4 +119,244 @@ class ChunkReference:
         return new, mag
 
 
-__all__ = ["ChunkReference", "raw_checkpoint", "raw_path"]
+class CapturedExecution:
+    """The engine's side of the captured execution (see the module docstring), for a subclass that
+    provides: ``ls`` (the orchestrator: a Lockstep), ``R``, ``T``, ``dev``, the chunk's fixed buffers
+    (``inb_v``, ``out``/``out_v``, ``ref_out``/``ref_out_v``, ``rel``/``rel_v``, ``acc``/``acc_v``,
+    ``sel_v``, ``sel_rows``, ``y_v``, ``live_v``; with a bound ``tok_v``, ``tok_buf``, ``mag``/``mag_v``,
+    ``w_buf``, ``coef_buf``, ``fp_out``, ``walk``, ``flush_mask``, ``bound``, ``bound_buf``), the reference
+    (``ref``: a :class:`ChunkReference`), the flags (``raw``, ``graphs``, ``spec``, ``fused``, ``hoist``,
+    ``host_bound``, ``live_rows``, ``capture``), the graph cache (``cache``, ``seen``, ``pool``,
+    ``max_graphs``, ``replays``, ``capture_error``), ``idx_cache``, ``plans``, ``chunk_at``, ``checked``,
+    ``steps_done`` (the steps run) and ``_piece_static`` (a block's static piece)."""
+
+    def _load_coefficients(self, nt: int) -> None:
+        """The bound's coefficients of the chunk's ``nt`` tokens (they depend on the tokens alone): in one
+        call on a GPU with ``hoist`` (whose elementwise math does not depend on the tensor's shape), else
+        token by token, on the shapes the slow path's window gives them (so the same bits on a CPU)."""
+        R, params = self.R, self.ls.ref_params
+        if self.hoist:
+            flat = {k: v[:nt].reshape(nt * R, *v.shape[2:]) for k, v in self.tok_buf.items()}
+            coef = {k: v.view(nt, R, -1) for k, v in self.bound.coefficients(flat, params).items()}
+        else:
+            per = [self.bound.coefficients(tok, params) for tok in self.tok_v[:nt]]
+            coef = {k: torch.stack([c[k] for c in per]) for k in per[0]}
+        if self.coef_buf is None:
+            self.coef_buf = {k: torch.empty((self.K * self.T, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                             for k, v in coef.items()}
+        for k, v in coef.items():
+            self.coef_buf[k][:nt].copy_(v)
+
+    def _advance(self, st: torch.Tensor, j: int, k: np.ndarray, static: bool = False, live: int | None = None
+                 ) -> torch.Tensor:
+        """``CellRun._advance_shadow``: ``st`` over each row's ``k`` accepted tokens of chunk step ``j``
+        (``static``: the same values by device masks alone, what a graph captures for any ``k``, written
+        into ``st`` itself -- a fixed buffer -- and returned; ``live``: which of ``self.live``'s masks names
+        the rows to compute, the others' results undefined)."""
+        new = st
+        fuse = static and self._fuse_keep(new)
+        for t in range(self.T if static else int(k.max())):
+            rows = None if live is None else self.live_v[live][j * self.T + t]
+            keep = (new, self.sel_rows[j * self.T + t]) if fuse else None
+            st = self.ref.step(st, j * self.T + t, None, rows, keep=keep)
+            if not fuse:
+                new = self._keep(new, st, j, t, k, static)
+        return new
+
+    def _fuse_keep(self, new: torch.Tensor) -> bool:
+        """Whether the fused reference step writes the kept rows into ``new`` itself (a contiguous fp64 buffer
+        of the fixed pieces), where :meth:`_keep` copies them after the step: the same values, a pass fewer."""
+        return self.fused and new.dtype == torch.float64 and new.is_contiguous()
+
+    def _keep(self, new: torch.Tensor, st: torch.Tensor, j: int, t: int, k: np.ndarray, static: bool) -> torch.Tensor:
+        """``st`` where a row accepted ``t + 1`` tokens at chunk step ``j``, else ``new``: by the host's
+        ``k`` (the fewest launches), or (``static``) always by the device mask ``sel``, the selected rows
+        copied into ``new`` in place (``new``: the piece's fixed buffer; a row is read and written at the
+        one token it keeps, where ``torch.where`` made three state-sized passes per token) -- the same
+        values (both move them exactly) with no host decision baked into a captured graph."""
+        if static:
+            if can_copy_rows(new, st):
+                return copy_rows(new, st, self.sel_rows[j * self.T + t])
+            return torch.where(self.sel_v[j * self.T + t], st, new)
+        hit = k == t + 1
+        if hit.all():
+            return st
+        if hit.any():
+            return torch.where(self.sel_v[j * self.T + t], st, new)
+        return new
+
+    def _rel(self, out: torch.Tensor, ro: torch.Tensor, dst: torch.Tensor, exact: bool) -> None:
+        rel_l2_into(out, ro, dst, exact=exact)
+
+    def _device_step(self, j: int, ref: torch.Tensor, shadow: torch.Tensor | None, k: np.ndarray, s: int):
+        """Verify + commit chunk step ``j``, the fp64 reference window, the output error; the shadow
+        advanced when given.  Returns (reference state, shadow)."""
+        ls, kern, T = self.ls, self.ls.kernel, self.T
+        inputs = {n: v[j] for n, v in self.inb_v.items()}
+        out = self.out_v[j]
+        if self.raw:
+            kern.launch_verify(ls.ids, inputs, out)
+            kern.launch_commit(ls.ids, self.acc_v[j])
+        else:
+            ret = kern.verify(ls.ids, inputs, out=out)
+            if ret is not out and ret is not None:
+                ls.fail(s, "out-param", "verify returned a new tensor instead of writing into out=")
+                out.copy_(ret)
+            kern.commit(ls.ids, self.acc_v[j])
+        st, new = ref, ref
+        static = self.graphs and self.spec
+        fuse = static and self._fuse_keep(new)
+        for t in range(T):
+            keep = (new, self.sel_rows[j * T + t]) if fuse else None
+            if self.bound is None:
+                st = self.ref.step(st, j * T + t, self.y_v[j * T + t], keep=keep)
+            else:  # with Lockstep._reference_window's readout magnitude, its maximum
+                st, mag = self.ref.step_magnitude(st, j * T + t, self.y_v[j * T + t], self.tok_v[j * T + t],
+                                                  self.ls.resolved.mode.scaled_state, keep=keep)
+                self.mag_v[j * T + t].copy_(mag.flatten(1).amax(-1))
+            if not fuse:
+                new = self._keep(new, st, j, t, k, static)
+        self._rel(out, self.ref_out_v[j], self.rel_v[j], exact=False)
+        if shadow is not None:
+            shadow = self._advance(shadow, j, k, static=self.graphs and self.spec, live=0 if self.live_rows else None)
+        return new, shadow
+
+    def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
+                     reseed: bool = False, measure: bool = False) -> None:
+        key = (j0, flags, reseed, measure)
+        g = self.cache.get(key)
+        if g is None and self.capture and self.seen[key] and len(self.cache) < self.max_graphs:
+            try:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=self.pool):
+                    self._piece_static(j0, flags, ks, ss, reseed, measure)
+            except RuntimeError as e:  # nothing ran during the capture: go on eagerly, say why
+                self.capture, g = False, None
+                self.capture_error = f"{type(e).__name__}: {e}"
+            else:
+                self.pool = self.pool or g.pool()
+                self.cache[key] = g
+        self.seen[key] += 1
+        if g is None:
+            self._piece_static(j0, flags, ks, ss, reseed, measure)
+        else:
+            g.replay()
+            self.replays += 1
+
+    def _bound_step(self, j: int, flush_rows: list[int]) -> None:
+        """What ``Lockstep.step`` does for the bound at chunk step ``j`` (before its cursors move):
+        count the flushes (the tolerance rule's envelope) and, eagerly, advance the running bound over
+        the window (with graphs the piece did)."""
+        ls = self.ls
+        # (with a bound, the step's flush mask -- what the rows listed are -- in one device op: the same counts)
+        ls.count_flushes(flush_rows, None if self.bound is None else self.flush_mask[j])
+        if self.bound is None:
+            return
+        if self.host_bound:
+            self._bound_advance_host(j, flush_rows)
+        elif not self.graphs:
+            self._bound_advance(j, ls.ref)
+        if ls.rule.sr_envelope:  # otherwise the walk is 1 (filled once)
+            self.walk[j].copy_(ls.rule.sr_walk(ls.active_idx))
+
+    def _bound_advance(self, j: int, like: torch.Tensor) -> None:
+        """``Lockstep._bound_window`` for chunk step ``j`` (flush rows in ``flush_mask[j]``, accepted
+        counts in ``acc[j]``; ``like``: a state, for its shape), its output bound into ``fp_out[j]``."""
+        ls, T, spec = self.ls, self.T, self.ls.dec.speculative
+        # no padding rows on the fast path: standard decode keeps every row's one token
+        fp = self.bound.window(self.tok_v[j * T:(j + 1) * T], ls.ref_params, self.flush_mask[j], spec,
+                               self.acc_v[j] if spec else None, like, self._readout,
+                               weights=self.w_buf[j * T:(j + 1) * T], outputs_only=True)
+        self.fp_out[j].copy_(fp["output"])
+
+    def _bound_advance_host(self, j: int, flush_rows: list[int]) -> None:
+        """:meth:`_bound_advance` on host arrays (a CPU: :func:`window_outputs`, the same bits)."""
+        T, spec = self.T, self.ls.dec.speculative
+        coef = {k: v[j * T:(j + 1) * T].numpy() for k, v in self.coef_buf.items()}
+        flush = np.zeros(self.R, dtype=bool)
+        flush[flush_rows] = True
+        fp = window_outputs(self.bound, coef, self.w_buf[j * T:(j + 1) * T].numpy(), flush, spec,
+                            self.acc_host[j] if spec else None)
+        self.fp_out[j].copy_(torch.from_numpy(fp))
+
+    def _readout(self, s_abs: torch.Tensor, tok: dict) -> torch.Tensor:
+        """``Lockstep._bound_window``'s readout magnitude (of a state of bound values)."""
+        return readout_magnitude(self.ls.resolved.family, s_abs, tok, self.ls.ref_params, False)
+
+    def _keep_bound_static(self) -> None:
+        """The bound's running state into its fixed buffers (after a resume replaced it)."""
+        for k, v in self.bound.cur.items():
+            if v is not self.bound_buf[k]:
+                self.bound_buf[k].copy_(v)
+        self.bound.cur = self.bound_buf
+
+    def _over_bound(self, a: int, b: int) -> torch.Tensor | None:
+        """Chunk steps ``a..b-1`` (offsets from ``a``) where some output error exceeds the fp64
+        bound: ``output_tolerance``'s bound, batched over the steps (the same elementwise bits); a device mask
+        over the steps, None without a bound."""
+        if self.bound is None or b <= a:
+            return None
+        rule = self.ls.rule
+        m = error_metrics(self.out[a:b], self.ref_out[a:b], rule.u_out, lead=3)
+        scale = torch.maximum(m["ref_max"], self.mag[a:b].flatten(3).amax(-1)).amax(-1, keepdim=True)
+        bnd = self.fp_out[a:b] + rule.tol.floor_u * rule.u_out * scale * self.walk[a:b][:, :, None]
+        return (m["max_abs"] > bnd).flatten(1).any(1)
+
+    @staticmethod
+    def _all_rows(rows: list[int], t: torch.Tensor) -> bool:
+        return len(rows) == t.shape[0] and rows == list(range(t.shape[0]))
+
+    def _take(self, t: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """``t``'s rows ``rows``: ``t`` itself when they are all of its rows in order (the same values, no
+        gather of a whole state), else an index_select."""
+        return t if self._all_rows(rows, t) else t.index_select(0, self._idx(rows))
+
+    def _idx(self, rows: list[int]) -> torch.Tensor:
+        """``rows`` as a device index tensor, made once per distinct list (no host copy per use)."""
+        key = tuple(rows)
+        t = self.idx_cache.get(key)
+        if t is None:
+            t = torch.tensor(rows, device=self.dev)
+            if len(self.idx_cache) < MAX_INDEX_LISTS:
+                self.idx_cache[key] = t
+        return t
+
+    def _check_outputs(self) -> None:
+        """Lockstep's exact output checks for the steps run since the last call, element by element
+        only where a step's output error is not finite (an unwritten or non-finite output)."""
+        lo, hi = self.checked, self.steps_done
+        if hi <= lo:
+            return
+        a, b = lo - self.chunk_at, hi - self.chunk_at
+        masks = [~torch.isfinite(self.rel[a:b]).flatten(1).all(1)]
+        over = self._over_bound(a, b)
+        if over is not None:
+            masks.append(over)
+        flagged = torch.stack(masks).cpu().numpy()  # the host's one wait for the chunk's checks
+        nonfinite = set(np.flatnonzero(flagged[0]).tolist())
+        for j in sorted(nonfinite | set(np.flatnonzero(flagged[1:].any(0)).tolist())):
+            out, ro = self.out_v[a + j], self.ref_out_v[a + j]
+            if j in nonfinite:
+                self._rel(out, ro, self.rel_v[a + j], exact=True)
+            self._output_failures(self.plans[lo + j], out, ro, a + j)
+        self.checked = hi
+
+    def _output_failures(self, plan, out: torch.Tensor, ref_out: torch.Tensor, j: int) -> None:
+        """The engine's own after-verify checks of every step (unwritten-output, non-finite, output against
+        the fp64 bound, ...) on one flagged step, chunk step ``j`` (no literal model, no padding rows on the
+        fast path), through the orchestrator's hook runner, as ``Lockstep.step`` runs them."""
+        ctx = StepContext(run=self.ls, plan=plan, inputs={}, flush_rows=[], out=out, ref_out=ref_out)
+        if self.bound is not None:
+            ctx.metrics = error_metrics(ctx.o_act, ref_out.index_select(0, self.ls.active_idx), self.ls.rule.u_out,
+                                        lead=2)
+            ctx.ref_magnitude, ctx.walk = self.mag[j], self.walk[j]
+            ctx.fp64 = {"output": self.fp_out[j]}
+        self.ls.run_checks("after-verify", ctx, EVERY_STEP)
+
+    def _pinned(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor for an asynchronous copy: pinned on a CUDA device (the caching host allocator
+        keeps the block until the copy has run), where a pageable one would wait for the device."""
+        return t.pin_memory() if self.dev.type == "cuda" else t
+
+
+__all__ = ["CapturedExecution", "EVERY_STEP", "MAX_INDEX_LISTS", "ChunkReference", "raw_checkpoint", "raw_path"]

@@ -64,6 +64,11 @@ except the traceback text when the kernel raises.  How it stays bit-identical wh
   flush measured on the host); ``static`` runs the graphs' pieces on their fixed buffers, eagerly
   (what the CPU tests check).
 
+The machinery of running blocks of steps (the device step, graph capture and replay, the fp64 bound over a
+block, the deferred output checks) is the engine's (``validators/engine/captured.py``,
+``CapturedExecution``); ``FastCell`` allocates the buffers and keeps the drift-only work (the shadow, the
+flush and local errors, the state samples, the pieces' flush measurement).
+
 A cell qualifies when its Lockstep runs without the literal model, invariants, state checks,
 metrics or digest (the drift configuration), every slot is used, no row is padding, and no step
 resets a row; otherwise ``CellRun`` keeps the slow path.
@@ -80,18 +85,12 @@ from replayssm.ops.triton.bound_scan import bound_scan
 from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
 from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators.engine import invariants as inv
-from replayssm.validators.engine.captured import ChunkReference, raw_checkpoint, raw_path
-from replayssm.validators.engine.checks.context import StepContext
-from replayssm.validators.engine.checks.fp64_bound_host import window_outputs
+from replayssm.validators.engine.captured import CapturedExecution, ChunkReference, raw_checkpoint, raw_path
 from replayssm.validators.engine.cursor_table import CursorTable
-from replayssm.validators.engine.metrics import error_metrics, rel_l2_into, row_rel_l2_masked
-from replayssm.validators.engine.runner import readout_magnitude
+from replayssm.validators.engine.metrics import row_rel_l2_masked
 
 MAX_GRAPHS = 48
-MAX_INDEX_LISTS = 512  # row lists kept as device tensors (speculative flushes vary by row)
 BOUND_KEYS = ("E", "A", "M", "n", "L")  # the running bound's state, in bound_scan's order
-# the checks due at a drift step (no literal model, no sampled invariants or states: qualifies)
-EVERY_STEP = frozenset({"every-step"})
 
 
 def qualifies(cell) -> str | None:
@@ -106,7 +105,7 @@ def qualifies(cell) -> str | None:
     return None
 
 
-class FastCell:
+class FastCell(CapturedExecution):
     """Drives a :class:`CellRun` on the fast path (see the module docstring).  ``graphs``: capture
     CUDA graphs (None: when the device is CUDA, the decode standard and the kernel has a raw path).
     ``static``: run the steps between host events on the fixed buffers a graph would capture, but
@@ -119,6 +118,7 @@ class FastCell:
             raise ValueError(f"cell: {cell.spec.id} cannot take the fast path ({why})")
         self.cell = cell
         ls, sc = cell.ls, cell.sc
+        self.plans = cell.plans
         self.ls, self.sc, self.dev = ls, sc, ls.device
         self.K, self.R, self.T = cell.chunk, sc.rows, sc.window
         self.spec = cell.spec.speculative
@@ -229,6 +229,11 @@ class FastCell:
         self.arange_T_host = np.arange(T).reshape(T, 1)
         self.traj_armed = self.traj_after = None  # [n, R]: rows armed before each step; after its flushes
 
+    @property
+    def steps_done(self) -> int:
+        """The steps run (the cell's)."""
+        return self.cell.step
+
     # ---- chunks ----------------------------------------------------------------------------------------------
     def _load_chunk(self, at: int) -> None:
         """Chunk ``at`` into the buffers: its inputs (unless :meth:`_load_inputs` queued them already) and
@@ -272,98 +277,7 @@ class FastCell:
                 self._load_coefficients(n * T)
         self.inputs_at = at
 
-    def _load_coefficients(self, nt: int) -> None:
-        """The bound's coefficients of the chunk's ``nt`` tokens (they depend on the tokens alone): in one
-        call on a GPU with ``hoist`` (whose elementwise math does not depend on the tensor's shape), else
-        token by token, on the shapes the slow path's window gives them (so the same bits on a CPU)."""
-        R, params = self.R, self.ls.ref_params
-        if self.hoist:
-            flat = {k: v[:nt].reshape(nt * R, *v.shape[2:]) for k, v in self.tok_buf.items()}
-            coef = {k: v.view(nt, R, -1) for k, v in self.bound.coefficients(flat, params).items()}
-        else:
-            per = [self.bound.coefficients(tok, params) for tok in self.tok_v[:nt]]
-            coef = {k: torch.stack([c[k] for c in per]) for k in per[0]}
-        if self.coef_buf is None:
-            self.coef_buf = {k: torch.empty((self.K * self.T, *v.shape[1:]), dtype=v.dtype, device=v.device)
-                             for k, v in coef.items()}
-        for k, v in coef.items():
-            self.coef_buf[k][:nt].copy_(v)
-
     # ---- device work ----------------------------------------------------------------------------------------
-    def _advance(self, st: torch.Tensor, j: int, k: np.ndarray, static: bool = False, live: int | None = None
-                 ) -> torch.Tensor:
-        """``CellRun._advance_shadow``: ``st`` over each row's ``k`` accepted tokens of chunk step ``j``
-        (``static``: the same values by device masks alone, what a graph captures for any ``k``, written
-        into ``st`` itself -- a fixed buffer -- and returned; ``live``: which of ``self.live``'s masks names
-        the rows to compute, the others' results undefined)."""
-        new = st
-        fuse = static and self._fuse_keep(new)
-        for t in range(self.T if static else int(k.max())):
-            rows = None if live is None else self.live_v[live][j * self.T + t]
-            keep = (new, self.sel_rows[j * self.T + t]) if fuse else None
-            st = self.ref.step(st, j * self.T + t, None, rows, keep=keep)
-            if not fuse:
-                new = self._keep(new, st, j, t, k, static)
-        return new
-
-    def _fuse_keep(self, new: torch.Tensor) -> bool:
-        """Whether the fused reference step writes the kept rows into ``new`` itself (a contiguous fp64 buffer
-        of the fixed pieces), where :meth:`_keep` copies them after the step: the same values, a pass fewer."""
-        return self.fused and new.dtype == torch.float64 and new.is_contiguous()
-
-    def _keep(self, new: torch.Tensor, st: torch.Tensor, j: int, t: int, k: np.ndarray, static: bool) -> torch.Tensor:
-        """``st`` where a row accepted ``t + 1`` tokens at chunk step ``j``, else ``new``: by the host's
-        ``k`` (the fewest launches), or (``static``) always by the device mask ``sel``, the selected rows
-        copied into ``new`` in place (``new``: the piece's fixed buffer; a row is read and written at the
-        one token it keeps, where ``torch.where`` made three state-sized passes per token) -- the same
-        values (both move them exactly) with no host decision baked into a captured graph."""
-        if static:
-            if can_copy_rows(new, st):
-                return copy_rows(new, st, self.sel_rows[j * self.T + t])
-            return torch.where(self.sel_v[j * self.T + t], st, new)
-        hit = k == t + 1
-        if hit.all():
-            return st
-        if hit.any():
-            return torch.where(self.sel_v[j * self.T + t], st, new)
-        return new
-
-    def _rel(self, out: torch.Tensor, ro: torch.Tensor, dst: torch.Tensor, exact: bool) -> None:
-        rel_l2_into(out, ro, dst, exact=exact)
-
-    def _device_step(self, j: int, ref: torch.Tensor, shadow: torch.Tensor | None, k: np.ndarray, s: int):
-        """Verify + commit chunk step ``j``, the fp64 reference window, the output error; the shadow
-        advanced when given.  Returns (reference state, shadow)."""
-        ls, kern, T = self.ls, self.ls.kernel, self.T
-        inputs = {n: v[j] for n, v in self.inb_v.items()}
-        out = self.out_v[j]
-        if self.raw:
-            kern.launch_verify(ls.ids, inputs, out)
-            kern.launch_commit(ls.ids, self.acc_v[j])
-        else:
-            ret = kern.verify(ls.ids, inputs, out=out)
-            if ret is not out and ret is not None:
-                ls.fail(s, "out-param", "verify returned a new tensor instead of writing into out=")
-                out.copy_(ret)
-            kern.commit(ls.ids, self.acc_v[j])
-        st, new = ref, ref
-        static = self.graphs and self.spec
-        fuse = static and self._fuse_keep(new)
-        for t in range(T):
-            keep = (new, self.sel_rows[j * T + t]) if fuse else None
-            if self.bound is None:
-                st = self.ref.step(st, j * T + t, self.y_v[j * T + t], keep=keep)
-            else:  # with Lockstep._reference_window's readout magnitude, its maximum
-                st, mag = self.ref.step_magnitude(st, j * T + t, self.y_v[j * T + t], self.tok_v[j * T + t],
-                                                  self.ls.resolved.mode.scaled_state, keep=keep)
-                self.mag_v[j * T + t].copy_(mag.flatten(1).amax(-1))
-            if not fuse:
-                new = self._keep(new, st, j, t, k, static)
-        self._rel(out, self.ref_out_v[j], self.rel_v[j], exact=False)
-        if shadow is not None:
-            shadow = self._advance(shadow, j, k, static=self.graphs and self.spec, live=0 if self.live_rows else None)
-        return new, shadow
-
     def _piece_static(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
                       reseed: bool = False, measure: bool = False) -> None:
         """Chunk steps ``j0..`` on the static reference and shadow buffers (what a graph captures);
@@ -411,88 +325,6 @@ class FastCell:
         if sh is self.shadow_buf and can_copy_rows(sh, ck):
             return copy_rows(sh, ck, rows)
         return torch.where(rows.view(self.R, *([1] * (sh.dim() - 1))), ck.to(torch.float64), sh)
-
-    def _run_graphed(self, j0: int, flags: tuple[bool, ...], ks: list[np.ndarray], ss: list[int],
-                     reseed: bool = False, measure: bool = False) -> None:
-        key = (j0, flags, reseed, measure)
-        g = self.cache.get(key)
-        if g is None and self.capture and self.seen[key] and len(self.cache) < self.max_graphs:
-            try:
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=self.pool):
-                    self._piece_static(j0, flags, ks, ss, reseed, measure)
-            except RuntimeError as e:  # nothing ran during the capture: go on eagerly, say why
-                self.capture, g = False, None
-                self.capture_error = f"{type(e).__name__}: {e}"
-            else:
-                self.pool = self.pool or g.pool()
-                self.cache[key] = g
-        self.seen[key] += 1
-        if g is None:
-            self._piece_static(j0, flags, ks, ss, reseed, measure)
-        else:
-            g.replay()
-            self.replays += 1
-
-    # ---- the fp64 running-error bound ----------------------------------------------------------------------
-    def _bound_step(self, j: int, flush_rows: list[int]) -> None:
-        """What ``Lockstep.step`` does for the bound at chunk step ``j`` (before its cursors move):
-        count the flushes (the tolerance rule's envelope) and, eagerly, advance the running bound over
-        the window (with graphs the piece did)."""
-        ls = self.ls
-        # (with a bound, the step's flush mask -- what the rows listed are -- in one device op: the same counts)
-        ls.count_flushes(flush_rows, None if self.bound is None else self.flush_mask[j])
-        if self.bound is None:
-            return
-        if self.host_bound:
-            self._bound_advance_host(j, flush_rows)
-        elif not self.graphs:
-            self._bound_advance(j, ls.ref)
-        if ls.rule.sr_envelope:  # otherwise the walk is 1 (filled once)
-            self.walk[j].copy_(ls.rule.sr_walk(ls.active_idx))
-
-    def _bound_advance(self, j: int, like: torch.Tensor) -> None:
-        """``Lockstep._bound_window`` for chunk step ``j`` (flush rows in ``flush_mask[j]``, accepted
-        counts in ``acc[j]``; ``like``: a state, for its shape), its output bound into ``fp_out[j]``."""
-        ls, T, spec = self.ls, self.T, self.ls.dec.speculative
-        # no padding rows on the fast path: standard decode keeps every row's one token
-        fp = self.bound.window(self.tok_v[j * T:(j + 1) * T], ls.ref_params, self.flush_mask[j], spec,
-                               self.acc_v[j] if spec else None, like, self._readout,
-                               weights=self.w_buf[j * T:(j + 1) * T], outputs_only=True)
-        self.fp_out[j].copy_(fp["output"])
-
-    def _bound_advance_host(self, j: int, flush_rows: list[int]) -> None:
-        """:meth:`_bound_advance` on host arrays (a CPU: :func:`window_outputs`, the same bits)."""
-        T, spec = self.T, self.ls.dec.speculative
-        coef = {k: v[j * T:(j + 1) * T].numpy() for k, v in self.coef_buf.items()}
-        flush = np.zeros(self.R, dtype=bool)
-        flush[flush_rows] = True
-        fp = window_outputs(self.bound, coef, self.w_buf[j * T:(j + 1) * T].numpy(), flush, spec,
-                            self.acc_host[j] if spec else None)
-        self.fp_out[j].copy_(torch.from_numpy(fp))
-
-    def _readout(self, s_abs: torch.Tensor, tok: dict) -> torch.Tensor:
-        """``Lockstep._bound_window``'s readout magnitude (of a state of bound values)."""
-        return readout_magnitude(self.ls.resolved.family, s_abs, tok, self.ls.ref_params, False)
-
-    def _keep_bound_static(self) -> None:
-        """The bound's running state into its fixed buffers (after a resume replaced it)."""
-        for k, v in self.bound.cur.items():
-            if v is not self.bound_buf[k]:
-                self.bound_buf[k].copy_(v)
-        self.bound.cur = self.bound_buf
-
-    def _over_bound(self, a: int, b: int) -> torch.Tensor | None:
-        """Chunk steps ``a..b-1`` (offsets from ``a``) where some output error exceeds the fp64
-        bound: ``output_tolerance``'s bound, batched over the steps (the same elementwise bits); a device mask
-        over the steps, None without a bound."""
-        if self.bound is None or b <= a:
-            return None
-        rule = self.ls.rule
-        m = error_metrics(self.out[a:b], self.ref_out[a:b], rule.u_out, lead=3)
-        scale = torch.maximum(m["ref_max"], self.mag[a:b].flatten(3).amax(-1)).amax(-1, keepdim=True)
-        bnd = self.fp_out[a:b] + rule.tol.floor_u * rule.u_out * scale * self.walk[a:b][:, :, None]
-        return (m["max_abs"] > bnd).flatten(1).any(1)
 
     # ---- host bookkeeping (Lockstep.step and CellRun.run_steps, without the device work) ----------------------
     def _walk(self, at: int) -> None:
@@ -617,25 +449,6 @@ class FastCell:
         armed[flush_rows] = (flushes[flush_rows] + 1) % cell.cfg.local_every == 0
         return armed
 
-    @staticmethod
-    def _all_rows(rows: list[int], t: torch.Tensor) -> bool:
-        return len(rows) == t.shape[0] and rows == list(range(t.shape[0]))
-
-    def _take(self, t: torch.Tensor, rows: list[int]) -> torch.Tensor:
-        """``t``'s rows ``rows``: ``t`` itself when they are all of its rows in order (the same values, no
-        gather of a whole state), else an index_select."""
-        return t if self._all_rows(rows, t) else t.index_select(0, self._idx(rows))
-
-    def _idx(self, rows: list[int]) -> torch.Tensor:
-        """``rows`` as a device index tensor, made once per distinct list (no host copy per use)."""
-        key = tuple(rows)
-        t = self.idx_cache.get(key)
-        if t is None:
-            t = torch.tensor(rows, device=self.dev)
-            if len(self.idx_cache) < MAX_INDEX_LISTS:
-                self.idx_cache[key] = t
-        return t
-
     def _set_shadow(self, new: torch.Tensor) -> None:
         if self.graphs:
             self.cell.shadow.copy_(new)
@@ -650,39 +463,6 @@ class FastCell:
         if not left.any():
             return np.zeros(pos.shape[0], dtype=bool)
         return (pos[:, a[left]] >= tg[ns[left]]).any(1)
-
-    # ---- the exact output checks, deferred ------------------------------------------------------------------
-    def _check_outputs(self) -> None:
-        """Lockstep's exact output checks for the steps run since the last call, element by element
-        only where a step's output error is not finite (an unwritten or non-finite output)."""
-        lo, hi = self.checked, self.cell.step
-        if hi <= lo:
-            return
-        a, b = lo - self.chunk_at, hi - self.chunk_at
-        masks = [~torch.isfinite(self.rel[a:b]).flatten(1).all(1)]
-        over = self._over_bound(a, b)
-        if over is not None:
-            masks.append(over)
-        flagged = torch.stack(masks).cpu().numpy()  # the host's one wait for the chunk's checks
-        nonfinite = set(np.flatnonzero(flagged[0]).tolist())
-        for j in sorted(nonfinite | set(np.flatnonzero(flagged[1:].any(0)).tolist())):
-            out, ro = self.out_v[a + j], self.ref_out_v[a + j]
-            if j in nonfinite:
-                self._rel(out, ro, self.rel_v[a + j], exact=True)
-            self._output_failures(self.cell.plans[lo + j], out, ro, a + j)
-        self.checked = hi
-
-    def _output_failures(self, plan, out: torch.Tensor, ref_out: torch.Tensor, j: int) -> None:
-        """The engine's own after-verify checks of every step (unwritten-output, non-finite, output against
-        the fp64 bound, ...) on one flagged step, chunk step ``j`` (no literal model, no padding rows on the
-        fast path), through the orchestrator's hook runner, as ``Lockstep.step`` runs them."""
-        ctx = StepContext(run=self.ls, plan=plan, inputs={}, flush_rows=[], out=out, ref_out=ref_out)
-        if self.bound is not None:
-            ctx.metrics = error_metrics(ctx.o_act, ref_out.index_select(0, self.ls.active_idx), self.ls.rule.u_out,
-                                        lead=2)
-            ctx.ref_magnitude, ctx.walk = self.mag[j], self.walk[j]
-            ctx.fp64 = {"output": self.fp_out[j]}
-        self.ls.run_checks("after-verify", ctx, EVERY_STEP)
 
     # ---- the loop ----------------------------------------------------------------------------------------------
     def _sync_static(self) -> None:
@@ -719,11 +499,6 @@ class FastCell:
         measure = bool(self.flush_in_graph and fls[n - 1].any())
         reseed = bool(measure and self.traj_after[i0 + n - 1].any())
         return steps, flags, reseed, measure
-
-    def _pinned(self, t: torch.Tensor) -> torch.Tensor:
-        """A host tensor for an asynchronous copy: pinned on a CUDA device (the caching host allocator
-        keeps the block until the copy has run), where a pageable one would wait for the device."""
-        return t.pin_memory() if self.dev.type == "cuda" else t
 
     def run(self, n: int) -> int:
         """``CellRun.run_steps(n)`` on the fast path."""
