@@ -76,8 +76,6 @@ resets a row; otherwise ``CellRun`` keeps the slow path.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 import torch
 
@@ -88,9 +86,6 @@ from replayssm.validators.engine import invariants as inv
 from replayssm.validators.engine.captured import CapturedExecution, ChunkReference, raw_checkpoint, raw_path
 from replayssm.validators.engine.cursor_table import CursorTable
 from replayssm.validators.engine.metrics import row_rel_l2_masked
-
-MAX_GRAPHS = 48
-BOUND_KEYS = ("E", "A", "M", "n", "L")  # the running bound's state, in bound_scan's order
 
 
 def qualifies(cell) -> str | None:
@@ -117,93 +112,24 @@ class FastCell(CapturedExecution):
         if why:
             raise ValueError(f"cell: {cell.spec.id} cannot take the fast path ({why})")
         self.cell = cell
-        ls, sc = cell.ls, cell.sc
         self.plans = cell.plans
-        self.ls, self.sc, self.dev = ls, sc, ls.device
-        self.K, self.R, self.T = cell.chunk, sc.rows, sc.window
-        self.spec = cell.spec.speculative
-        self.raw = raw_path(ls.kernel)
-        can_graph = self.dev.type == "cuda" and self.raw
-        if graphs and not can_graph:
-            raise ValueError("graphs: CUDA graphs need a CUDA device and a kernel with a raw launch path "
-                             "(launch_verify/launch_commit)")
-        self.capture = can_graph if graphs is None else bool(graphs)
-        self.graphs = self.capture or static  # fixed buffers, several steps per piece
-        # a speculative piece is mostly one step (some row flushes at almost every verify): a graph per
-        # (chunk step, shadow flag, flush measured, re-seeded), and per (start, length) for the runs of steps
-        # without a flush.  The keys of a spec-random cell of 10^6 tokens at 8 rows, chunks of 64
-        # (tools/drift_graph_keys.py, the host logic alone): 526 in 50,156 steps; with room for 4 per chunk step
-        # (256) 3.7 % of the pieces ran eagerly, with 8 per step (512) 1.2 %, the first occurrences.  (One step
-        # a piece, so that every key fits in 4 per step, was tried: 97 % replays, but it ran no faster on an
-        # H100.)
-        self.max_graphs = max(MAX_GRAPHS, 8 * self.K) if self.spec else MAX_GRAPHS
-        g = ls.resolved.geometry
+        ls = cell.ls
+        super().__init__(ls, cell.chunk, cell.spec.speculative, graphs=graphs, static=static, fused=fused,
+                         hoist=hoist, checked=cell.step)
         K, R, T, dev = self.K, self.R, self.T, self.dev
-        act = ls.resolved.mode.act_dtype
-        self.names = list(g.input_shapes())
-        self.inb = {n: torch.empty((K, R, T, *s), dtype=act, device=dev) for n, s in g.input_shapes().items()}
-        self.out = torch.empty((K, R, T, *ls.kernel.out_shape), dtype=act, device=dev)
-        self.ref_out = torch.empty((K, R, T, *ls.kernel.out_shape), dtype=torch.float64, device=dev)
-        self.rel = torch.empty((K, R, T), dtype=torch.float64, device=dev)
-        self.acc = torch.empty((K, R), dtype=torch.int64, device=dev)
-        self.sel = torch.empty((K, T, R), dtype=torch.bool, device=dev)
-        self.inb_v = {n: b.unbind(0) for n, b in self.inb.items()}
-        self.out_v, self.ref_out_v, self.rel_v, self.acc_v = (b.unbind(0) for b in (self.out, self.ref_out, self.rel,
-                                                                                    self.acc))
-        self.y_v = [self.ref_out[j][:, t] for j in range(K) for t in range(T)]
-        state_dims = len(g.state_shape)
-        self.sel_v = [self.sel[j, t].view(R, *([1] * state_dims)) for j in range(K) for t in range(T)]
-        self.sel_rows = [self.sel[j, t] for j in range(K) for t in range(T)]  # [R] each (copy_rows' masks)
-        self.arange_T = torch.arange(1, T + 1, device=dev).view(1, T, 1)
-        # the fused fp64 step computes the default conventions only (a declared one: the plain step)
-        self.fused = (dev.type == "cuda" and ls.conv.is_default) if fused is None else bool(fused)
-        self.hoist = self.fused and dev.type == "cuda" if hoist is None else bool(hoist)
-        if self.hoist and not self.fused:
-            raise ValueError("hoist: the hoisted chunk terms are taken by the fused reference step (fused=True)")
-        self.ref = ChunkReference(ls.resolved.family, K * T, ls.ref_params, ls.conv, self.fused, self.hoist)
-        self.raw_ck = raw_checkpoint(ls.kernel)
         self.ids_host = ls.ids.tolist()
         # the host's cursor walk over every row at once (the policy's rules as tables: the same answers)
         self.cursors = CursorTable(ls.dec, ls.staged)
         self.act = np.asarray(ls.active, dtype=np.int64)
         self.act_mask = np.zeros(R, dtype=bool)
         self.act_mask[self.act] = True
-        self.acc_host = np.zeros((K, R), dtype=np.int64)  # the chunk's accepted counts
         self.wp_host = np.zeros(R, dtype=np.int64)  # ls.wp / ls.origin as arrays (synced at each run call)
         self.origin_host = np.zeros(R, dtype=np.int64)
         self.traj_at = None  # first step of the cursor trajectory below (None: to walk)
         self.traj_wp = self.traj_origin = self.traj_flush = None  # [n + 1, R], [n + 1, R], [n, R]
-        self.flush_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # rows each step flushes
-        self.idx_cache: dict[tuple[int, ...], torch.Tensor] = {}
-        self.bound = ls.bound  # the fp64 running-error bound (None: the family gives no error model)
-        if self.bound is not None:
-            self.tok_buf = {n: torch.empty((K * T, R, *s), dtype=torch.float64, device=dev)
-                            for n, s in g.input_shapes().items()}
-            self.tok_v = [{n: b[i] for n, b in self.tok_buf.items()} for i in range(K * T)]
-            self.mag = torch.empty((K, R, T, 1), dtype=torch.float64, device=dev)  # readout magnitude maxima
-            self.mag_v = [self.mag[j, :, t, 0] for j in range(K) for t in range(T)]
-            self.w_buf = None  # the bound's output weights per token [K T, R, H] (RunningBound.weights)
-            self.fp_out = torch.empty((K, R, T), dtype=torch.float64, device=dev)  # the bound on each output
-            self.walk = torch.ones((K, R), dtype=torch.float64, device=dev)  # the rule's sr_walk at the step
-            self.coef_buf = None  # the bound's token coefficients [K T, R, H] (RunningBound.coefficients)
-            # eagerly on a CPU the window runs on host arrays (checks/fp64_bound_host.py: the same bits), from
-            # the coefficients computed at chunk load token by token (the window's shapes)
-            self.host_bound = not self.graphs and dev.type == "cpu"
-            if self.graphs:  # the bound's running state on fixed buffers (what a graph reads and writes)
-                self.bound_state = torch.stack([self.bound.cur[k] for k in BOUND_KEYS])
-                self.bound_buf = dict(zip(BOUND_KEYS, self.bound_state.unbind(0)))
-                self.bound_consts = self.bound.scan_constants(dev)
-        self.chunk_at = None  # first step of the chunk in the buffers
-        self.inputs_at = None  # first step of the chunk whose inputs are in the buffers
-        self.checked = cell.step  # steps before this one had their outputs checked
-        self.cache: dict[tuple, torch.cuda.CUDAGraph] = {}
-        self.seen: Counter = Counter()
-        self.pool = None
-        self.replays = 0
         self.pieces = 0  # pieces run (replayed, captured or eager)
         self.reseeds = 0  # pieces that re-seeded the shadow at a speculative flush (flush_in_graph)
         self.measured = 0  # pieces that measured their flush in the piece (flush_in_graph)
-        self.capture_error: str | None = None
         if self.graphs:
             self.ref_buf = ls.ref.clone()
             self.shadow_buf = cell.shadow.clone()
@@ -218,14 +144,6 @@ class FastCell(CapturedExecution):
             self.flush_err = torch.empty((K, R), dtype=torch.float64, device=dev)
             self.local_err = torch.empty((K, R), dtype=torch.float64, device=dev)
             self.local_mask = torch.zeros((K, R), dtype=torch.bool, device=dev)  # flushed and armed before it
-        # A speculative piece's fused shadow steps compute only the rows whose shadow is read: those armed
-        # (to measure a flush's error) that still have the token (accepted > t); [0]: the step's rows armed
-        # before its flush, [1]: after it (the re-seed's advance).  Filled by the host per piece, like
-        # flush_mask; the other rows' shadow is re-seeded from the checkpoint before it is ever read.
-        self.live_rows = self.graphs and self.spec and self.fused
-        if self.live_rows:
-            self.live = torch.zeros((2, K, T, R), dtype=torch.bool, device=dev)
-            self.live_v = [[self.live[w, j, t] for j in range(K) for t in range(T)] for w in range(2)]
         self.arange_T_host = np.arange(T).reshape(T, 1)
         self.traj_armed = self.traj_after = None  # [n, R]: rows armed before each step; after its flushes
 
