@@ -25,6 +25,7 @@ import torch
 from replayssm.conventions import conv_kwargs
 from replayssm.families import Family
 from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
+from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators.engine.checks.context import StepContext
 from replayssm.validators.engine.checks.fp64_bound_host import window_outputs
 from replayssm.validators.engine.metrics import error_metrics, rel_l2_into
@@ -220,6 +221,35 @@ class CapturedExecution:
         if self.live_rows:
             self.live = torch.zeros((2, K, T, R), dtype=torch.bool, device=dev)
             self.live_v = [[self.live[w, j, t] for j in range(K) for t in range(T)] for w in range(2)]
+
+    def _load_block(self, plans: list, walk=None) -> None:
+        """The input side of a block of steps (``plans``, at most ``K``): inputs, accepted counts (host and
+        device), the window masks, the reference's and the bound's token terms; ``walk()``: the host's work
+        on the accepted counts (``acc_host``), run before the device copies are queued."""
+        n, T, R = len(plans), self.T, self.R
+        gen = make_inputs_steps(self.ls.resolved.inputs, [p.step for p in plans], self.dev)
+        for name, b in self.inb.items():
+            b[:n].copy_(gen[name])
+        self.acc_host[:n] = np.array([p.accepted for p in plans], dtype=np.int64)
+        if walk is not None:
+            walk()
+        acc = self._pinned(torch.from_numpy(self.acc_host[:n].copy()))
+        self.acc[:n].copy_(acc, non_blocking=True)  # asynchronous: no host sync per chunk for it
+        torch.eq(self.acc[:n, None, :], self.arange_T, out=self.sel[:n])
+        tok = {name: v[:n].transpose(1, 2).reshape(n * T, R, *v.shape[3:]).to(torch.float64)
+               for name, v in self.inb.items()}
+        self.ref.load(tok, n * T)
+        if self.bound is not None:
+            for name, b in self.tok_buf.items():
+                b[:n * T].copy_(tok[name])
+            # the output weights of the whole chunk's tokens in one readout (they depend on the tokens
+            # alone): the bound's window reads them instead of two readouts per token
+            w = self.bound.weights({k: v[:n * T] for k, v in self.tok_buf.items()}, self.ls.ref, self._readout)
+            if self.w_buf is None:
+                self.w_buf = torch.empty((self.K * T, *w.shape[1:]), dtype=w.dtype, device=w.device)
+            self.w_buf[:n * T].copy_(w)
+            if self.graphs or self.host_bound:
+                self._load_coefficients(n * T)
 
     def _load_coefficients(self, nt: int) -> None:
         """The bound's coefficients of the chunk's ``nt`` tokens (they depend on the tokens alone): in one

@@ -81,7 +81,6 @@ import torch
 
 from replayssm.ops.triton.bound_scan import bound_scan
 from replayssm.ops.triton.row_copy import can_copy_rows, copy_rows
-from replayssm.scenarios.inputs import make_inputs_steps
 from replayssm.validators.engine import invariants as inv
 from replayssm.validators.engine.captured import CapturedExecution, ChunkReference, raw_checkpoint, raw_path
 from replayssm.validators.engine.cursor_table import CursorTable
@@ -162,37 +161,19 @@ class FastCell(CapturedExecution):
         self.chunk_at = at
 
     def _load_inputs(self, at: int) -> None:
-        """The input side of chunk ``at``: inputs, accepted counts, the reference's and the bound's token
-        terms -- buffers the previous chunk's output checks never read, so this is queued on the device
-        behind the previous chunk's steps before the host waits for their checks (the host's share of
-        it then overlaps the device's)."""
+        """The input side of chunk ``at`` (:meth:`CapturedExecution._load_block`), the host's cursor walk
+        done once its accepted counts are known -- buffers the previous chunk's output checks never read,
+        so this is queued on the device behind the previous chunk's steps before the host waits for their
+        checks (the host's share of it then overlaps the device's)."""
         cell = self.cell
         plans = cell.plans[at:min(at + self.K, cell.n_steps)]
-        n, T, R = len(plans), self.T, self.R
-        gen = make_inputs_steps(self.ls.resolved.inputs, [p.step for p in plans], self.dev)
-        for name, b in self.inb.items():
-            b[:n].copy_(gen[name])
-        self.acc_host[:n] = np.array([p.accepted for p in plans], dtype=np.int64)
-        self.cursors.check(self.wp_host[:0], None, self.acc_host[:n])
-        if at <= cell.step < at + n:  # the host's cursors are this chunk's: walk them now
-            self._walk(at)
-        acc = self._pinned(torch.from_numpy(self.acc_host[:n].copy()))
-        self.acc[:n].copy_(acc, non_blocking=True)  # asynchronous: no host sync per chunk for it
-        torch.eq(self.acc[:n, None, :], self.arange_T, out=self.sel[:n])
-        tok = {name: v[:n].transpose(1, 2).reshape(n * T, R, *v.shape[3:]).to(torch.float64)
-               for name, v in self.inb.items()}
-        self.ref.load(tok, n * T)
-        if self.bound is not None:
-            for name, b in self.tok_buf.items():
-                b[:n * T].copy_(tok[name])
-            # the output weights of the whole chunk's tokens in one readout (they depend on the tokens
-            # alone): the bound's window reads them instead of two readouts per token
-            w = self.bound.weights({k: v[:n * T] for k, v in self.tok_buf.items()}, self.ls.ref, self._readout)
-            if self.w_buf is None:
-                self.w_buf = torch.empty((self.K * T, *w.shape[1:]), dtype=w.dtype, device=w.device)
-            self.w_buf[:n * T].copy_(w)
-            if self.graphs or self.host_bound:
-                self._load_coefficients(n * T)
+        n = len(plans)
+
+        def walk() -> None:
+            self.cursors.check(self.wp_host[:0], None, self.acc_host[:n])
+            if at <= cell.step < at + n:  # the host's cursors are this chunk's: walk them now
+                self._walk(at)
+        self._load_block(plans, walk)
         self.inputs_at = at
 
     # ---- device work ----------------------------------------------------------------------------------------
