@@ -104,9 +104,9 @@ class MixerSpec(abc.ABC):
     def norm(self, y, z, weight, g):
         return rms_norm_gated(y, z, weight, self.norm_group(g), self.norm_eps, self.gate_act, self.norm_before_gate)
 
-    def reference_step(self, state, window, tok, params, g):
-        """The whole mixer step on one token in the dtype of ``state`` (all rows):
-        ``(out, new SSM state, new window)``.  ``tok``: ``conv_x [..., C]``, the gate inputs, ``z``."""
+    def reference_parts(self, state, window, tok, params, g):
+        """:meth:`reference_step` with its SSM part: ``(out, new SSM state, new window, the SSM's
+        inputs of the token, the SSM output y before the norm)``."""
         dt = state.dtype
         bias = params["conv_bias"].to(dt) if self.conv_bias else None
         c, window = conv_step(window.to(dt), tok["conv_x"].to(dt), params["conv_weight"].to(dt), bias)
@@ -114,7 +114,12 @@ class MixerSpec(abc.ABC):
         ssm_tok.update({n: tok[n].to(dt) for n in self.gate_inputs(g)})
         ssm_params = {n: params[n].to(dt) for n in g.param_shapes()}
         y, state = self.ssm_step(state, ssm_tok, ssm_params)
-        return self.norm(y, tok["z"].to(dt), params["norm_weight"].to(dt), g), state, window
+        return self.norm(y, tok["z"].to(dt), params["norm_weight"].to(dt), g), state, window, ssm_tok, y
+
+    def reference_step(self, state, window, tok, params, g):
+        """The whole mixer step on one token in the dtype of ``state`` (all rows):
+        ``(out, new SSM state, new window)``.  ``tok``: ``conv_x [..., C]``, the gate inputs, ``z``."""
+        return self.reference_parts(state, window, tok, params, g)[:3]
 
 
 _MIXERS: dict[str, MixerSpec] = {}

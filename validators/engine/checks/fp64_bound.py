@@ -199,7 +199,8 @@ class RunningBound:
         tok)`` the family's readout magnitude.  Keeps the bound after each row's ``accepted``
         prefix; returns per row the bounds (``FACTOR`` included) on each window output ``output``
         [R, T'], on the state after the accepted prefix ``state`` [R] and on a checkpoint written
-        by this verify ``checkpoint`` [R]; the same of the arithmetic alone (``*_arith``); and
+        by this verify ``checkpoint`` [R]; the same of the arithmetic alone (``*_arith``; the output's
+        also per head, ``output_arith_heads`` [R, T', H]: the mixer level's norm is per head); and
         ``fold_terms`` of the fold a flush stores, and ``fold_abs`` its arithmetic's absolute
         bound ``u_c (K_SUM n + K_EXP L) M`` (largest over heads).  ``weights``: the tokens' output
         weights from :meth:`weights` (``[T', R, H]``; None: computed here, token by token, the same
@@ -212,7 +213,7 @@ class RunningBound:
         if self.replay and speculative:
             terms, fold_abs, st = self._store_fold(st, flush)
             ckpt = st
-        kept, out, out_a = st, [], []
+        kept, out, out_a, out_ah = st, [], [], []
         units = self._units(like.shape[0], like) if weights is None else None
         # The readout magnitude is linear in the state and the state of bound values is constant
         # per head, so per token one readout of a unit state [R, H, 1, ...] (broadcast by the
@@ -230,7 +231,8 @@ class RunningBound:
             w = self._weights(tok, *units, readout) if weights is None else weights[t]
             fm = self._fold(st)
             out.append(((st["E"] + fm) * w).amax(-1))
-            out_a.append(((st["A"] + fm) * w).amax(-1))
+            out_ah.append((st["A"] + fm) * w)
+            out_a.append(out_ah[-1].amax(-1))
             if accepted is None:
                 kept = st
             else:
@@ -248,6 +250,7 @@ class RunningBound:
         return {"output": FACTOR * torch.stack(out, dim=1), "state": FACTOR * self.value(kept).amax(-1),
                 "checkpoint": FACTOR * ckpt["E"].amax(-1),
                 "output_arith": FACTOR * torch.stack(out_a, dim=1),
+                "output_arith_heads": FACTOR * torch.stack(out_ah, dim=1),
                 "state_arith": FACTOR * self.value_arith(kept).amax(-1),
                 "checkpoint_arith": FACTOR * ckpt["A"].amax(-1), "fold_terms": terms, "fold_abs": fold_abs}
 

@@ -36,6 +36,7 @@ from replayssm.validators.engine.mixer import (
     checks,
     mutants,  # noqa: F401  (registers the broken mixers)
 )
+from replayssm.validators.engine.mixer.envelope import MixerEnvelope
 
 LITERAL = "mixer-literal-compact-at-commit"
 # The literal mixer in both legitimate conv orders: a correct kernel may sum the taps in any order
@@ -196,8 +197,11 @@ def _fields(kernel: MixerKernel) -> dict[str, torch.Tensor]:
 
 def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry, mode="s32a16",
                    plan: MixerPlan | None = None, seed: int = 0, device="cpu",
-                   max_failures: int = 20) -> MixerResult:
-    """Run ``kernel_cls`` (a class or a registered mixer kernel name) through ``plan`` and judge each step."""
+                   max_failures: int = 20, arith_envelope: bool = True) -> MixerResult:
+    """Run ``kernel_cls`` (a class or a registered mixer kernel name) through ``plan`` and judge each step.
+    ``arith_envelope``: the mixer-output and ssm-state bounds take the fp64 arithmetic envelope
+    (``envelope.py``) where it is larger than the literal rule, as the SSM level does; False: the
+    literal rule alone (what shows the envelope is needed, tests/engine/test_mixer_envelope.py)."""
     if isinstance(kernel_cls, str):
         kernel_cls = mixer_kernel(kernel_cls)
     mode = parse_mode(mode)
@@ -222,11 +226,14 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
         init_state = init_state.to(mode.state_dtype).double()
     ref_state = init_state.clone()
     ref_window = init_conv.clone()  # [S, C, W] activation dtype: the last W accepted conv inputs
+    env = MixerEnvelope.build(kern, geometry, mode, plan.decode, S, "cpu") if arith_envelope else None  # fp64, host
 
     def admit(slots, state, conv):
         for k in (kern, *lits):
             k.reset(slots.to(device), state.to(device, mode.compute_dtype), conv.to(device))
         ref_state[slots], ref_window[slots] = state, conv
+        if env is not None:
+            env.admit(slots.tolist(), ref_state)
 
     admit(all_slots, init_state, init_conv)
     p64 = {n: v.double() for n, v in params.items()}
@@ -255,22 +262,34 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
         msg = checks.padding_failure(out, [r for r, s in enumerate(ids) if s == PAD_SLOT], [r for r, _ in rows])
         if msg:
             fail(i, -1, -1, "padding", msg)
-        accepted = {}
+        accepted, refs, states, ssm_toks, ys = {}, {}, {}, {}, {}
         for r, s in rows:
-            st, win, refs, states = ref_state[s], ref_window[s].double(), [], []
+            st, win, refs[r], states[r], ssm_toks[r], ys[r] = ref_state[s], ref_window[s].double(), [], [], [], []
             for t in range(T):
                 tok = {n: v[r, t].double() for n, v in inputs.items()}
-                y, st, win = spec.reference_step(st, win, tok, p64, geometry.ssm)
-                refs.append(y)
-                states.append(st)
-            ref = torch.stack(refs)
+                o, st, win, ssm_tok, y = spec.reference_parts(st, win, tok, p64, geometry.ssm)
+                refs[r].append(o)
+                states[r].append(st)
+                ssm_toks[r].append(ssm_tok)
+                ys[r].append(y)
+        arith = None
+        if env is not None:  # the SSM part's arithmetic bound over the window, the active rows stacked
+            toks = [{n: torch.stack([ssm_toks[r][t][n] for r, _ in rows]).cpu() for n in ssm_toks[rows[0][0]][t]}
+                    for t in range(T)]
+            arith = env.window([s for _, s in rows], toks, [ks[r] for r, _ in rows], p64)
+        for j, (r, s) in enumerate(rows):
+            ref = torch.stack(refs[r])
+            out_arith = None
+            if arith is not None:
+                out_arith = env.output_bound(torch.stack(ys[r]).cpu(), inputs["z"][r].double().cpu(),
+                                             p64["norm_weight"], arith["output_arith"][j].cpu())
             msg, rt = checks.tolerance_failure("mixer-output", mode, out[r], tuple(o[r] for o in out_lits), ref,
-                                               state=False)
+                                               state=False, arith=out_arith)
             ratio("mixer-output", rt)
             if msg:
                 fail(i, r, s, "mixer-output", msg)
             k = ks[r]
-            accepted[s] = (states[k - 1], inputs["conv_x"][r, :k].cpu())
+            accepted[s] = (states[r][k - 1], inputs["conv_x"][r, :k].cpu())
         acc = torch.tensor(ks, dtype=torch.int64, device=device)
         kern.commit(slot_ids, acc)
         for lit in lits:
@@ -288,7 +307,8 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
             if msg:
                 fail(i, r, s, "conv-state", msg)
             msg, rt = checks.tolerance_failure("ssm-state", mode, got_states[j], tuple(ls[j] for ls in lit_states),
-                                               new_state, state=True)
+                                               new_state, state=True,
+                                               arith=None if arith is None else arith["state_arith"][j:j + 1].cpu())
             ratio("ssm-state", rt)
             if msg:
                 fail(i, r, s, "ssm-state", msg)
