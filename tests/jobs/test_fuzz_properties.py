@@ -53,8 +53,15 @@ POLICY_LITERALS = {"literal-replay-flush-when-full", "literal-replay-fold-at-com
                    "literal-replay-staged", "literal-replay-fold-at-next-verify"}
 
 
+# The delta-rule baselines of GDN and KDA are one code (replayssm/ops/delta_rule): the quick run fuzzes
+# GDN's Triton baseline (and Mamba-2's baselines), the slow tier GDN's literal baseline and KDA's two
+# (10-15 s each under the interpreter; ./dev test keeps its 10 minutes).
+DELTA_RULE_BASELINES_SLOW = {("gdn", "literal-baseline"), ("kda", "literal-baseline"), ("kda", "triton-baseline")}
+
+
 def _quick(c) -> bool:
-    return c.name not in CALIBRATION_VARIANTS and not (c.name in POLICY_LITERALS and c.family != "mamba2")
+    return (c.name not in CALIBRATION_VARIANTS and not (c.name in POLICY_LITERALS and c.family != "mamba2")
+            and (c.family, c.name) not in DELTA_RULE_BASELINES_SLOW)
 
 
 @pytest.mark.parametrize("cls", [c if _quick(c) else pytest.param(c, marks=pytest.mark.slow) for c in KERNELS],
