@@ -38,6 +38,8 @@ from pathlib import Path
 import torch
 
 from replayssm.families import families
+from replayssm.records.ledger import append
+from replayssm.records.record import Recorder
 from replayssm.registry import kernels
 from replayssm.validators.engine import runner  # noqa: F401 - registers the policy literals
 from replayssm.validators.jobs.fuzz.run import PROFILES, sweep_kernel
@@ -156,7 +158,8 @@ def cmd_run(a) -> int:
                   f"{r['failures']} failures{' (' + r['error'] + ')' if 'error' in r else ''}", flush=True)
     summary = summarise(results)
     summary.update({"part": a.part, "parts": a.parts, "set": a.set, "seed": a.seed, "procs": procs,
-                    "wall_s": round(time.time() - t0, 1), "jobs": results})
+                    "wall_s": round(time.time() - t0, 1), "jobs": results,
+                    "provenance": Recorder("fuzz", device="cuda" if a.set == "gpu" else "cpu").provenance()})
     path = out / f"nightly_{a.set}_part{a.part}of{a.parts}.json"
     path.write_text(json.dumps(summary, indent=1) + "\n")
     t = summary["total"]
@@ -165,19 +168,45 @@ def cmd_run(a) -> int:
     return 0
 
 
+def merged_records(summary: dict, parts: list[dict], run: str) -> list[dict]:
+    """One ``fuzz`` record per kernel of a merged run (case ``FAMILY/KERNEL/nightly``: scenarios, false
+    alarms, errors, s / scenario), with the provenance the parts carry: every part must name the same
+    commit, clean, and the same device, or the merge refuses to record."""
+    provs = [p.get("provenance") for p in parts]
+    if any(pr is None for pr in provs):
+        raise SystemExit("--record: a part file has no provenance (written before parts carried it); "
+                         "expected part files of `nightly_fuzz.py run`")
+    keys = {(pr["commit"], pr["dirty"], json.dumps(pr["device"], sort_keys=True)) for pr in provs}
+    if len(keys) != 1 or next(iter(keys))[1]:
+        raise SystemExit(f"--record: the parts must come from one clean commit on one device, got {sorted(keys)}")
+    pr = provs[0]
+    rec = Recorder("fuzz", source=f"tools/nightly_fuzz.py merge ({run})", commit=pr["commit"], dirty=pr["dirty"],
+                   device_info_=pr["device"], versions_=pr["versions"])
+    config = {"run": run, "set": parts[0]["set"], "seed": parts[0]["seed"], "profile": "nightly"}
+    return [rec.record(f"{k['family']}/{k['kernel']}/nightly",
+                       metrics={m: k[m] for m in ("scenarios", "planned", "false_alarms", "errors", "stopped_by_budget",
+                                                  "s_per_scenario")},
+                       verdict="fail" if k["false_alarms"] or k["errors"] else "pass",
+                       config=dict(config, family=k["family"], kernel=k["kernel"], planned=k["planned"]),
+                       family=k["family"], kernel=k["kernel"])
+            for k in summary["kernels"].values()]
+
+
 def cmd_merge(a) -> int:
     """The parts' jobs, each (family, kernel, shard) once: the run with more scenarios, and on a tie
     the later file's (a part rerun after hitting its deadline replaces the short one; a shard
     rerun after a fix replaces the failing one: list the files oldest first)."""
-    best = {}
-    for f in a.files:
-        for r in json.loads(Path(f).read_text())["jobs"]:
+    best, parts = {}, [json.loads(Path(f).read_text()) for f in a.files]
+    for part in parts:
+        for r in part["jobs"]:
             key = (r["family"], r["kernel"], r["shard"], r["seed"])
             if key not in best or r["scenarios"] >= best[key]["scenarios"]:
                 best[key] = r
     results = list(best.values())
     summary = summarise(results)
     print(json.dumps(summary, indent=1))
+    if a.record:
+        append(a.record, merged_records(summary, parts, a.run))
     if a.markdown:
         rows = ["| family | kernel | scenarios | false alarms | s / scenario |", "|---|---|---|---|---|"]
         for k in summary["kernels"].values():
@@ -216,6 +245,9 @@ def main(argv=None) -> int:
     m = sub.add_parser("merge")
     m.add_argument("files", nargs="+")
     m.add_argument("--markdown", default="")
+    m.add_argument("--record", default="", metavar="FILE",
+                   help="append one fuzz record per kernel (case FAMILY/KERNEL/nightly) to FILE")
+    m.add_argument("--run", default="nightly", help="the run's name in the records' config (default nightly)")
     a = ap.parse_args(argv)
     for name in ("scenarios", "shard_size", "parts"):
         if getattr(a, name, 1) < 1:

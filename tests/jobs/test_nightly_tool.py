@@ -49,3 +49,35 @@ def test_bad_arguments_name_the_flag(argv, needle, tmp_path):
     with pytest.raises(SystemExit, match=needle):
         nightly.main([*argv, "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+
+
+_PROV = {"commit": "0b38ceafcfd4", "dirty": False, "device": {"kind": "cpu", "name": "AMD EPYC", "count": 1,
+                                                            "driver": None},
+         "versions": {"python": "3.11", "torch": "2.13.0+cpu", "triton": "3.9.0", "replayssm": "0.1.0", "cuda": None}}
+
+
+def _part_with(path, jobs, prov=_PROV):
+    path.write_text(json.dumps({"jobs": jobs, "set": "cpu", "seed": 20261201, "provenance": prov}))
+    return str(path)
+
+
+def test_merge_records_one_schema_valid_fuzz_record_per_kernel_with_the_parts_provenance(tmp_path, capsys):
+    from replayssm.records.ledger import load
+
+    a = _part_with(tmp_path / "a.json", [_job(0, 50), _job(1, 50, failures=1)])
+    rec = tmp_path / "rec.jsonl"
+    assert nightly.main(["merge", a, "--record", str(rec), "--run", "run8"]) == 0
+    [r] = load(rec)
+    assert (r["job"], r["case"], r["commit"], r["dirty"], r["verdict"]) == (
+        "fuzz", "gdn/triton-replay/nightly", "0b38ceafcfd4", False, "fail")
+    assert (r["metrics"]["scenarios"], r["metrics"]["false_alarms"], r["config"]["run"]) == (100, 1, "run8")
+
+
+@pytest.mark.parametrize("prov,needle", [(None, "no provenance"), (dict(_PROV, dirty=True), "one clean commit")],
+                         ids=["no-provenance", "dirty"])
+def test_merge_refuses_to_record_parts_it_cannot_vouch_for(tmp_path, capsys, prov, needle):
+    a = _part_with(tmp_path / "a.json", [_job(0, 50)], prov)
+    rec = tmp_path / "rec.jsonl"
+    with pytest.raises(SystemExit, match=needle):
+        nightly.main(["merge", a, "--record", str(rec)])
+    assert not rec.exists()
