@@ -7,7 +7,8 @@
 A generated block in a Markdown file sits between ``<!-- ledger: TABLE [ARG] -->`` and
 ``<!-- /ledger -->``; every row cites the records it shows as ``rec:ID``.  Tables: side-by-side
 FAMILY, kda-side-by-side, bench-gate, drift-full, drift-adapters, drift-speed, validate-speed,
-kda-bench, findings-validate, adapters-fuzz, nightly-fuzz.  Standard library only.
+kda-bench, findings-validate, adapters-fuzz, nightly-fuzz,
+findings-cpu SECTION.  Standard library only.
 """
 
 from __future__ import annotations
@@ -355,6 +356,42 @@ def nightly_fuzz(recs, _arg=None) -> str:
     return _table(["run", "family", "kernel", "device", "scenarios", "false alarms", "verdict", "record"], rows)
 
 
+def _decode(sc: dict) -> str:
+    if sc["decode"] == "standard":
+        return f"standard L = {sc['buffer']}"
+    return f"speculative T' = {sc['window']}, B = {sc['buffer']}"
+
+
+def findings_cpu(recs, section: str) -> str:
+    """The newest record of each case of the ``findings-cpu`` profile's SECTION, in the profile's order
+    (the validate records whose command wrote into ``findings-cpu/SECTION``)."""
+    newest: dict[tuple, dict] = {}
+    for r in recs:
+        if r["job"] == "validate" and f"findings-cpu/{section} " in r["source"] + " ":
+            key = (r["kernel"], r["config_digest"])
+            if key not in newest or r["created"] >= newest[key]["created"]:
+                newest[key] = r
+    rows = []
+    for r in newest.values():
+        sc, m = r["config"]["scenario"], r["metrics"]
+        options = ", ".join(f"`{k}={v}`" for k, v in sorted(sc["kernel_options"].items()))
+        rows.append([
+            r["family"],
+            r["kernel"] + (f" ({options})" if options else ""),
+            _decode(sc),
+            r["mode"],
+            f"{sc['schedule']}, {m['steps_run']} steps",
+            sc["distribution"],
+            "**FAIL**" if r["verdict"] == "fail" else r["verdict"],
+            _g(m.get("worst_in_u")),
+            _g(m.get("worst_bound_ratio")),
+            _g(m.get("worst_state_bound_ratio")),
+            _cite(r),
+        ])
+    return _table(["family", "kernel", "decode", "mode", "schedule", "inputs", "verdict", "output in u",
+                   "output / bound", "state / bound", "record"], rows)
+
+
 TABLES = {
     "side-by-side": side_by_side,
     "kda-side-by-side": kda_side_by_side,
@@ -367,6 +404,7 @@ TABLES = {
     "findings-validate": findings_validate,
     "adapters-fuzz": adapters_fuzz,
     "nightly-fuzz": nightly_fuzz,
+    "findings-cpu": findings_cpu,
 }
 
 
