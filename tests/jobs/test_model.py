@@ -1,13 +1,16 @@
-"""The model level (``replayssm model``, validators/jobs/model/): a tiny random qwen3_next whose GDN layers,
-a tiny random nemotron_h whose Mamba-2 mixers and a tiny random kimi_linear whose KDA layers decode
-through the kernel under test, judged by teacher forcing against their fp64-recurrence prefill.
+"""The model level (``replayssm model``, validators/jobs/model/): a tiny random qwen3_next and a tiny
+random qwen3_5 (Qwen3.5's text model) whose GDN layers, a tiny random nemotron_h whose Mamba-2 mixers
+and a tiny random kimi_linear whose KDA layers decode through the kernel under test, judged by teacher
+forcing against their fp64-recurrence prefill.
 
-Oracles: transformers' own PyTorch fallback of the GDN layer, of the Mamba-2 mixer and of the KDA layer
-(the adapters reproduce the model's logits to its fp32 arithmetic); the fp64 teacher (the literal
-replay at s64a64 matches it to the model's fp32 norms); the ``[model.gdn]``, ``[model.mamba2]`` and
-``[model.kda]`` budgets of golden/tolerances.toml (correct kernels inside, the late-by-one and
-scratch-KV-rollback mutants far outside); a checkpoint of each architecture written by save_pretrained loads
-back (``--weights``) with every weight as saved.  Sizes: qwen3_next 4 layers (GDN, attention, GDN, GDN),
+Oracles: transformers' own PyTorch fallback of the GDN layers (qwen3_next's and Qwen3.5's), of the
+Mamba-2 mixer and of the KDA layer (the adapters reproduce the model's logits to its fp32 arithmetic,
+the GDN ones also its cached token-by-token decode through the literal replay at s64a64); the fp64
+teacher (the literal replay at s64a64 matches it to the model's fp32 norms); the ``[model.gdn]``,
+``[model.mamba2]`` and ``[model.kda]`` budgets of golden/tolerances.toml (correct kernels inside, the
+late-by-one and scratch-KV-rollback mutants far outside); a checkpoint of each architecture written by
+save_pretrained loads back (``--weights``) with every weight as saved, and so does the text part of a
+Qwen3.5 multimodal checkpoint.  Sizes: qwen3_next and qwen3_5 4 layers (GDN, attention, GDN, GDN),
 K = 16, V = 8; nemotron_h 5 layers (Mamba-2, attention, Mamba-2, MLP, Mamba-2), 4 heads x 8, dstate 16,
 2 groups; kimi_linear 4 layers (KDA, MLA attention, KDA, KDA), 2 heads, K = V = 16; 16 to 32
 positions, so each run takes seconds on the CPU (the Triton one through the interpreter).
@@ -15,6 +18,7 @@ positions, so each run takes seconds on the CPU (the Triton one through the inte
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -23,6 +27,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from replayssm.cli import main  # noqa: E402
+from replayssm.interface import DecodeConfig  # noqa: E402
+from replayssm.precision import parse_mode  # noqa: E402
 from replayssm.records.record import validate  # noqa: E402
 from replayssm.validators.jobs.drift.model_columns import load_model_result  # noqa: E402
 from replayssm.validators.jobs.model import forcing, hf, report  # noqa: E402
@@ -34,22 +40,61 @@ def _job(**kw) -> ModelJob:
     return ModelJob(**{**base, **kw})
 
 
-def test_adapter_reproduces_the_torch_fallback(monkeypatch):
-    """The GDN adapter's logits against transformers' own layer with its PyTorch fallback forced (the
-    module resolved FLA's Triton kernels at import where fla is installed; ``__wrapped__`` is the
-    torch function): equal to the fallback's fp32 recurrence."""
-    import transformers.models.qwen3_next.modeling_qwen3_next as M
-    for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
-                 "causal_conv1d_update"):
+_GDN_ARCHS = ["qwen3_next", "qwen3_5"]
+_GDN_FALLBACKS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
+                  "causal_conv1d_update")
+
+
+def _force_gdn_fallback(monkeypatch, arch: str):
+    """transformers' PyTorch GDN functions in place of what the module resolved at import (FLA's Triton
+    kernels where fla is installed, which need a GPU); ``__wrapped__`` is the torch function.  Returns
+    the modeling module."""
+    M = importlib.import_module(f"transformers.models.{arch}.modeling_{arch}")
+    for name in _GDN_FALLBACKS:
         monkeypatch.setattr(M, name, getattr(getattr(M, name), "__wrapped__", getattr(M, name)))
+    return M
+
+
+@pytest.mark.parametrize("arch", _GDN_ARCHS)
+def test_adapter_reproduces_the_torch_fallback(arch, monkeypatch):
+    """The GDN adapter's logits (its fp64 reference driver, the teacher) against transformers' own layer
+    (``Qwen3NextGatedDeltaNet`` / ``Qwen3_5GatedDeltaNet``) with its PyTorch fallback forced: equal to
+    the fallback's fp32 recurrence."""
+    _force_gdn_fallback(monkeypatch, arch)
     ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(3))
-    theirs, _ = hf.build_random("qwen3_next", "tiny", 0)
-    ours, arch = hf.build_random("qwen3_next", "tiny", 0)
-    mixers = forcing.mixers_of(ours, arch)
-    assert len(mixers) == 3
+    theirs, _ = hf.build_random(arch, "tiny", 0)
+    ours, a = hf.build_random(arch, "tiny", 0)
+    mixers = forcing.mixers_of(ours, a)
+    assert len(mixers) == 3 and a.family == "gdn"
     with torch.no_grad():
         want = theirs(ids).logits[0]
     got, _ = forcing.teacher_logits(ours, mixers, ids[0])
+    assert (got - want).abs().max() < 1e-4 * want.abs().max()
+
+
+@pytest.mark.parametrize("arch", _GDN_ARCHS)
+def test_literal_decode_reproduces_the_torch_fallback_decode(arch, monkeypatch):
+    """The adapted GDN layers' decode through the literal replay at s64a64 (the student, always-1: one
+    committed token per verify) against transformers' own cached decode of the same stream one token at
+    a time, its PyTorch fallback forced: after the first token every GDN step of transformers is its
+    recurrent fallback with ``causal_conv1d_update`` (counted), and the logits agree to its fp32
+    recurrence."""
+    M = _force_gdn_fallback(monkeypatch, arch)
+    steps = []
+    recurrent = M.torch_recurrent_gated_delta_rule
+    monkeypatch.setattr(M, "torch_recurrent_gated_delta_rule", lambda *a, **k: steps.append(1) or recurrent(*a, **k))
+    n, dec = 12, DecodeConfig("speculative", 4, 8)
+    ids = torch.randint(0, 96, (n + dec.window,), generator=torch.Generator().manual_seed(3))
+    theirs, _ = hf.build_random(arch, "tiny", 0)
+    ours, a = hf.build_random(arch, "tiny", 0)
+    mixers = forcing.mixers_of(ours, a)
+    cache = hf.new_cache(theirs)
+    with torch.no_grad():
+        want = torch.cat([theirs(ids[None, t:t + 1], past_key_values=cache, use_cache=True).logits[0]
+                          for t in range(n)])
+    assert len(steps) == len(mixers) * (n - 1)
+    got, eng = forcing.student_logits(ours, mixers, ids, n, "literal-replay", parse_mode("s64a64"), dec, "always-1", 0)
+    assert eng.flushes > 0 and eng.rejected_tokens > 0
     assert (got - want).abs().max() < 1e-4 * want.abs().max()
 
 
@@ -97,7 +142,7 @@ def test_kda_adapter_reproduces_the_torch_fallback(monkeypatch):
     assert (got - want).abs().max() < 1e-4 * want.abs().max()
 
 
-_ARCHS = ["qwen3_next", "nemotron_h", "kimi_linear"]
+_ARCHS = ["qwen3_next", "qwen3_5", "nemotron_h", "kimi_linear"]
 
 
 @pytest.mark.parametrize("arch", _ARCHS)
@@ -114,11 +159,13 @@ _ALL = ("random", "always-1", "always-T", "reject-then-accept")
 
 @pytest.mark.parametrize("arch,kernel,schedules", [
     ("qwen3_next", "literal-replay", _ALL), ("qwen3_next", "triton-replay", ("random",)),
+    ("qwen3_5", "literal-replay", _ALL),
     ("nemotron_h", "literal-replay", _ALL), ("nemotron_h", "triton-replay", ("random",)),
     ("kimi_linear", "literal-replay", _ALL),
     # (the Triton KDA kernel under the interpreter: 9 s; the quick run keeps the GDN and Mamba-2 ones)
     pytest.param("kimi_linear", "triton-replay", ("random",), marks=pytest.mark.slow),
-], ids=["gdn-literal", "gdn-triton", "mamba2-literal", "mamba2-triton", "kda-literal", "kda-triton"])
+], ids=["gdn-literal", "gdn-triton", "gdn-qwen3_5-literal", "mamba2-literal", "mamba2-triton", "kda-literal",
+        "kda-triton"])
 def test_correct_kernel_inside_budget(arch, kernel, schedules):
     rep = run(_job(arch=arch, kernel=kernel, schedules=schedules, tokens=32 if kernel == "literal-replay" else 16))
     assert rep["family"] == hf.architecture(arch).family
@@ -191,15 +238,57 @@ def test_local_checkpoint(arch, tmp_path, capsys):
         assert r["job"] == "model" and r["verdict"] == "pass"
 
 
-def test_a_missing_or_foreign_checkpoint_is_one_line(tmp_path, capsys):
+def _qwen3_5_multimodal(seed: int):
+    """A tiny ``Qwen3_5ForConditionalGeneration`` (model_type ``qwen3_5``): the tiny qwen3_5 text model
+    under a one-block vision tower."""
+    text = {**hf.ARCHITECTURES["qwen3_5"].sizes["tiny"], "num_hidden_layers": 4, "initializer_range": hf.INIT_RANGE}
+    vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32,
+              "patch_size": 2, "temporal_patch_size": 2, "spatial_merge_size": 1, "num_position_embeddings": 16}
+    torch.manual_seed(seed)
+    cfg = transformers.Qwen3_5Config(text_config=text, vision_config=vision)
+    return transformers.Qwen3_5ForConditionalGeneration(cfg).eval()
+
+
+@pytest.mark.parametrize("mutant", [None, "late-by-one"], ids=["correct", "late-by-one"])
+def test_qwen3_5_multimodal_checkpoint_runs_its_text_model(mutant, tmp_path, capsys):
+    """A Qwen3.5 checkpoint as published (the multimodal wrapper, model_type ``qwen3_5``) loads its text
+    model: every language-model weight as saved (``model.language_model.`` read as ``model.``), the
+    vision tower left out; through the CLI the literal replay stays inside the s32a32 budget and the
+    late-by-one mutant moves p95 |dlogprob| beyond it (exit 1)."""
+    model = _qwen3_5_multimodal(2)
+    ckpt = tmp_path / "ckpt"
+    model.save_pretrained(ckpt)
+    loaded, a = hf.load_local(ckpt, torch.float32)
+    assert a.name == "qwen3_5" and loaded.config.model_type == "qwen3_5_text"
+    saved = {k.replace("model.language_model.", "model."): v for k, v in model.state_dict().items()
+             if not k.startswith("model.visual.")}
+    got = loaded.state_dict()
+    assert sorted(saved) == sorted(got)
+    assert [k for k in saved if not torch.equal(saved[k], got[k])] == []
+    out = tmp_path / "out"
+    rc = main(["model", "--weights", str(ckpt), "--precision", "s32a32", "--schedules", "random", "--tokens", "16",
+               "--out", str(out), *(["--mutant", mutant] if mutant else [])])
+    assert rc == (1 if mutant else 0), capsys.readouterr()
+    rep = json.loads((out / "model.json").read_text())
+    assert rep["arch"] == "qwen3_5" and rep["family"] == "gdn" and rep["mixers"] == 3
+    fails = rep["runs"][0]["failures"]
+    assert any("p95_abs_dlogprob" in f for f in fails) if mutant else fails == []
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "qwen3_5_moe_text"])
+def test_a_missing_or_foreign_checkpoint_is_one_line(model_type, tmp_path, capsys):
+    """A missing directory, and a checkpoint of a model_type without an adapter (a model with no
+    recurrent mixer; Qwen3.5's MoE sibling), are one line naming ``--weights``, the type and the
+    model_types expected."""
     out = tmp_path / "out"
     assert main(["model", "--weights", str(tmp_path / "missing"), "--out", str(out)]) == 2
     assert "--weights" in capsys.readouterr().err
     (tmp_path / "foreign").mkdir()
-    (tmp_path / "foreign" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    (tmp_path / "foreign" / "config.json").write_text(json.dumps({"model_type": model_type}))
     assert main(["model", "--weights", str(tmp_path / "foreign"), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "--weights" in err and "gpt2" in err and len(err.strip().splitlines()) == 1
+    assert "--weights" in err and repr(model_type) in err and len(err.strip().splitlines()) == 1
+    assert all(repr(t) in err for t in ("qwen3_5", "qwen3_5_text", "qwen3_next", "nemotron_h", "kimi_linear"))
 
 
 def test_html_has_one_plot_per_run(tmp_path):

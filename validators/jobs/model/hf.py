@@ -6,9 +6,15 @@ network: a random model is built from its config class, a checkpoint with ``loca
 
 Architectures (:data:`ARCHITECTURES`): ``qwen3_next`` (Gated DeltaNet layers between full-attention
 layers; its dense MLP on every layer, ``mlp_only_layers``: transformers' grouped MoE matmul refuses
-fp64), ``nemotron_h`` (Mamba-2 mixers, an attention and an MLP layer) and ``kimi_linear`` (KDA layers
+fp64), ``qwen3_5`` (Qwen3.5's text model: the same pattern, its GDN layer with separate in-projections,
+dense MLPs), ``nemotron_h`` (Mamba-2 mixers, an attention and an MLP layer) and ``kimi_linear`` (KDA layers
 around an MLA attention layer, dense MLPs for the same reason), at ``tiny`` (CPU tests) or ``real``
 (Qwen3.5-4B's GDN / Nemotron-3-Nano-4B's Mamba-2 / Kimi-Linear-48B's KDA head shapes, few layers) sizes.
+
+A checkpoint is matched by its ``model_type`` (:data:`MODEL_TYPES`): Qwen3.5's is ``qwen3_5_text`` for
+the text model and ``qwen3_5`` for the multimodal wrapper (``Qwen3_5ForConditionalGeneration``), whose
+text part transformers' ``AutoModelForCausalLM`` loads as ``Qwen3_5ForCausalLM`` (the
+``model.language_model.`` prefix mapped to ``model.``, the vision tower and any MTP weights not loaded).
 
 The random weights are drawn with ``initializer_range`` 0.2 (not the config's 0.02, under which every
 layer's contribution to the residual stream is a rounding error) and the LM head is then scaled so
@@ -43,6 +49,7 @@ class Architecture:
     config_class: str
     layer_class: str
     sizes: dict
+    model_types: tuple = ()  # the checkpoint model_types it loads (default: its name)
 
     def config(self, size: str, seed: int):
         if size not in self.sizes:
@@ -66,6 +73,9 @@ _QWEN3_NEXT_REAL = dict(vocab_size=4096, hidden_size=2560, intermediate_size=409
                         linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
                         layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
                         mlp_only_layers=[0, 1, 2, 3])
+# Qwen3.5's text model: the qwen3_next pattern and shapes; its MLP is dense on every layer by construction.
+_QWEN3_5_TINY = {k: v for k, v in _QWEN3_NEXT_TINY.items() if k != "mlp_only_layers"}
+_QWEN3_5_REAL = {k: v for k, v in _QWEN3_NEXT_REAL.items() if k != "mlp_only_layers"}
 # Nemotron-H's pattern (Mamba-2, attention, Mamba-2, MLP, Mamba-2): the attention layer again before two
 # of the three mixers.  Δ's initial range is widened from Mamba-2's [1e-3, 1e-1] to [1e-2, 1] so the
 # state, not only the D x skip, carries the mixer's output at 64 positions (decays exp(A Δ) down to e^-4).
@@ -103,11 +113,15 @@ _KIMI_LINEAR_REAL = dict(vocab_size=4096, hidden_size=2304, intermediate_size=40
 ARCHITECTURES = {
     "qwen3_next": Architecture("qwen3_next", "gdn", "Qwen3NextConfig", "Qwen3NextGatedDeltaNet",
                                {"tiny": _QWEN3_NEXT_TINY, "real": _QWEN3_NEXT_REAL}),
+    "qwen3_5": Architecture("qwen3_5", "gdn", "Qwen3_5TextConfig", "Qwen3_5GatedDeltaNet",
+                            {"tiny": _QWEN3_5_TINY, "real": _QWEN3_5_REAL}, ("qwen3_5_text", "qwen3_5")),
     "nemotron_h": Architecture("nemotron_h", "mamba2", "NemotronHConfig", "NemotronHMamba2Mixer",
                                {"tiny": _NEMOTRON_H_TINY, "real": _NEMOTRON_H_REAL}),
     "kimi_linear": Architecture("kimi_linear", "kda", "KimiLinearConfig", "KimiLinearDeltaAttention",
                                 {"tiny": _KIMI_LINEAR_TINY, "real": _KIMI_LINEAR_REAL}),
 }
+# A checkpoint's config model_type -> its architecture.
+MODEL_TYPES = {t: a for a in ARCHITECTURES.values() for t in (a.model_types or (a.name,))}
 # The architecture a family runs on when only ``--family`` is given.
 FAMILY_ARCH = {"gdn": "qwen3_next", "mamba2": "nemotron_h", "kda": "kimi_linear"}
 
@@ -153,14 +167,14 @@ def load_local(path: str | Path, dtype: torch.dtype = torch.float64):
     except Exception as e:  # noqa: BLE001 - any unreadable config is one line
         raise ValueError(f"--weights: {path}: config.json unreadable: {' '.join(str(e).split())[:200]}") from e
     mt = getattr(cfg, "model_type", None)
-    if mt not in ARCHITECTURES:
-        raise ValueError(f"--weights: {path} holds a {mt!r} model; supported: {sorted(ARCHITECTURES)}")
+    if mt not in MODEL_TYPES:
+        raise ValueError(f"--weights: {path} holds a {mt!r} model; expected a model_type from {sorted(MODEL_TYPES)}")
     try:
         model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=dtype,
                                                      attn_implementation="eager")
     except Exception as e:  # noqa: BLE001 - a checkpoint that does not load is one line
         raise ValueError(f"--weights: {path}: the checkpoint does not load: {' '.join(str(e).split())[:200]}") from e
-    return model.eval(), ARCHITECTURES[mt]
+    return model.eval(), MODEL_TYPES[mt]
 
 
 def new_cache(model):
