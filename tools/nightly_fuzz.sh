@@ -9,7 +9,7 @@
 #
 # cpu: the pure-PyTorch literal kernels (literal models, the policy literals, the legitimate variants)
 #      on the 16 CPU cores; gpu: the Triton kernels compiled on the GPU, hosted for an engine on the
-#      CPU (validators/engine/hosted.py; processes sharing the card).  Sizing (docs/fuzzing.md, runs 5 and 6):
+#      CPU (validators/engine/hosted.py; processes sharing the card).  Sizing (rec:41c77642ed0dccce, rec:31d9dfd4a68b6a32):
 #      cpu 0.3-1.1 s per scenario on one core, 25 kernels, PARTS=6 on the 16-core machine; gpu 1.5-1.9 s
 #      per scenario per process at 15 processes, 7 kernels, PARTS=4.  A part cut by its deadline is
 #      finished by rerunning it with --skip-done (tools/nightly_fuzz.py; SKIP_DONE="files").
