@@ -17,6 +17,7 @@ An installed ``vllm`` of version 0.33.x is used when no tree is given.  Every fa
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib
 import importlib.util
@@ -106,28 +107,30 @@ _LOADED: dict[str, types.ModuleType] | None = None
 _ROOT: Path | None = None
 
 
-def _import_from_tree(root: Path, names=tuple(REQUIRED)) -> dict[str, types.ModuleType]:
-    """Import ``names`` (default REQUIRED) from ``root`` and give ``sys.modules`` back as it was (see the
-    module doc): a tree loaded so can sit beside another vLLM source in one process."""
-    before = {k: v for k, v in sys.modules.items() if k.startswith("vllm.model_executor")}
+@contextlib.contextmanager
+def _tree_packages(root: Path, prefixes: tuple[str, ...], holders: tuple[str, ...], leaves: tuple[str, ...],
+                   packages: list[str]):
+    """Package objects over ``root``'s folders for ``packages`` (in order, each set as its parent's
+    attribute), inside a block that gives ``sys.modules`` back as it was (see the module doc): the
+    modules under ``prefixes`` are taken out for the block (another vLLM source's modules of the same
+    names stay out of the tree's imports) and put back after it, the modules it added are dropped,
+    and the attributes ``leaves`` of the modules ``holders`` get their old values back."""
+    before = {k: v for k, v in sys.modules.items() if k.startswith(prefixes)}
     attrs = [(sys.modules[k], leaf, getattr(sys.modules[k], leaf, None))
-             for k in ("vllm", "vllm.model_executor", "vllm.model_executor.layers",
-                       "vllm.model_executor.layers.mamba") if k in sys.modules
-             for leaf in ("model_executor", "layers", "mamba", "ops")]
-    chain = ["vllm.model_executor", "vllm.model_executor.layers", "vllm.model_executor.layers.mamba", MAMBA_OPS]
+             for k in holders if k in sys.modules for leaf in leaves]
     try:
-        for k in before:  # the fork's modules of the same names stay out of the release's imports
+        for k in before:
             del sys.modules[k]
-        for name in chain:
+        for name in packages:
             mod = types.ModuleType(name)
             mod.__replayssm_stand_in__ = True
             mod.__path__ = [str(root / Path(*name.split(".")))]
             sys.modules[name] = mod
             parent, _, leaf = name.rpartition(".")
             setattr(sys.modules[parent], leaf, mod)
-        return {name: importlib.import_module(name) for name in names}
+        yield
     finally:
-        for k in [k for k in sys.modules if k.startswith("vllm.model_executor")]:
+        for k in [k for k in sys.modules if k.startswith(prefixes)]:
             if k not in before:
                 del sys.modules[k]
         sys.modules.update(before)
@@ -137,6 +140,15 @@ def _import_from_tree(root: Path, names=tuple(REQUIRED)) -> dict[str, types.Modu
                     delattr(mod, leaf)
             else:
                 setattr(mod, leaf, value)
+
+
+def _import_from_tree(root: Path, names=tuple(REQUIRED)) -> dict[str, types.ModuleType]:
+    """Import ``names`` (default REQUIRED) from ``root`` and give ``sys.modules`` back as it was (see the
+    module doc): a tree loaded so can sit beside another vLLM source in one process."""
+    chain = ["vllm.model_executor", "vllm.model_executor.layers", "vllm.model_executor.layers.mamba", MAMBA_OPS]
+    with _tree_packages(root, ("vllm.model_executor",), ("vllm", *chain[:3]),
+                        ("model_executor", "layers", "mamba", "ops"), chain):
+        return {name: importlib.import_module(name) for name in names}
 
 
 def load(path: str | None = None) -> dict[str, types.ModuleType]:
@@ -189,39 +201,15 @@ def _import_kda_from_tree(root: Path) -> dict[str, types.ModuleType]:
     ``mamba_utils.is_conv_state_dim_first`` (read only by ``KDARecoverSSMCommitContext.create``: it
     says True, the dim-first conv layout the adapter allocates); ``sys.modules`` is given back as it
     was (see the module doc)."""
-    prefixes = ("vllm.models", "vllm.model_executor")
-    before = {k: v for k, v in sys.modules.items() if k.startswith(prefixes)}
-    vllm_mod = sys.modules["vllm"]
-    attrs = [(vllm_mod, leaf, getattr(vllm_mod, leaf, None)) for leaf in ("models", "model_executor")]
     pkgs = ["vllm.models", "vllm.models.kimi_k3", "vllm.models.kimi_k3.nvidia", "vllm.models.kimi_k3.nvidia.ops",
             "vllm.models.kimi_k3.nvidia.recoverssm", "vllm.model_executor", "vllm.model_executor.layers",
             "vllm.model_executor.layers.mamba"]
-    try:
-        for k in before:
-            del sys.modules[k]
-        for name in pkgs:
-            mod = types.ModuleType(name)
-            mod.__replayssm_stand_in__ = True
-            mod.__path__ = [str(root / Path(*name.split(".")))]
-            sys.modules[name] = mod
-            parent, _, leaf = name.rpartition(".")
-            setattr(sys.modules[parent], leaf, mod)
+    with _tree_packages(root, ("vllm.models", "vllm.model_executor"), ("vllm",), ("models", "model_executor"), pkgs):
         utils = types.ModuleType("vllm.model_executor.layers.mamba.mamba_utils")
         utils.__replayssm_stand_in__ = True
         utils.is_conv_state_dim_first = lambda: True
         sys.modules[utils.__name__] = utils
         return {name: importlib.import_module(name) for name in (KDA_CUTE, KDA_OPS)}
-    finally:
-        for k in [k for k in sys.modules if k.startswith(prefixes)]:
-            if k not in before:
-                del sys.modules[k]
-        sys.modules.update(before)
-        for mod, leaf, value in attrs:
-            if value is None:
-                if hasattr(mod, leaf):
-                    delattr(mod, leaf)
-            else:
-                setattr(mod, leaf, value)
 
 
 def load_recoverssm(path: str | None = None) -> dict[str, types.ModuleType]:

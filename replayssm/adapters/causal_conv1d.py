@@ -30,14 +30,15 @@ conv, one rounding), the window exact.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import types
 from pathlib import Path
 
 import torch
 
-from replayssm.mixer.kernel import ComposedMixer, register_mixer_kernel
+from replayssm.adapters._external_conv import ExternalConvMixer
+from replayssm.adapters._sdist_root import sdist_or_install_root
+from replayssm.mixer.kernel import register_mixer_kernel
 from replayssm.ops.conv.literal import CircularStore
 
 VERSION = "1.7.0"
@@ -56,26 +57,8 @@ class Unavailable(RuntimeError):
 
 def find_root() -> Path:
     """The folder holding ``causal_conv1d/`` (``$REPLAYSSM_CAUSAL_CONV1D_SRC`` or the install), its version checked."""
-    given = os.environ.get(ENV)
-    if given:
-        root = Path(given).expanduser().resolve()
-        if not (root / FILE).is_file():
-            raise Unavailable(f"causal-conv1d: {ENV}={given} has no {FILE}; {HOW}")
-        info = root / "PKG-INFO"
-        have = next((ln.split(":", 1)[1].strip() for ln in info.read_text().splitlines()
-                     if ln.startswith("Version:")), "unknown") if info.is_file() else "unknown"
-    else:
-        spec = importlib.util.find_spec("causal_conv1d")
-        if spec is None or not spec.submodule_search_locations:
-            raise Unavailable(f"causal-conv1d: package not installed and {ENV} not set; {HOW}")
-        from importlib import metadata
-        root = Path(list(spec.submodule_search_locations)[0]).parent
-        try:
-            have = metadata.version("causal_conv1d")
-        except metadata.PackageNotFoundError:
-            have = "unknown"
-    if have != VERSION:
-        raise Unavailable(f"causal-conv1d {have} at {root}: the adapter reads causal-conv1d {VERSION}; {HOW}")
+    root, _ = sdist_or_install_root(env=ENV, file=FILE, package="causal_conv1d", label="causal-conv1d",
+                                    dist="causal-conv1d", version=VERSION, how=HOW, error=Unavailable, resolve=True)
     return root
 
 
@@ -163,20 +146,14 @@ class CausalConv1dStore(CircularStore):
 
 
 @register_mixer_kernel
-class CausalConv1dMixer(ComposedMixer):
+class CausalConv1dMixer(ExternalConvMixer):
     name = "mixer-causal-conv1d"
     description = (f"Dao-AILab causal-conv1d {VERSION} causal_conv1d_update (circular, cache_seqlens; the reference "
                    "on CPU) + the literal ReplaySSM")
     conv_policy = "circular"
     store = CausalConv1dStore
-
-    @classmethod
-    def source_reason(cls) -> str | None:
-        try:
-            interface()
-        except Unavailable as e:
-            return str(e)
-        return None
+    load_source = staticmethod(interface)
+    source_error = Unavailable
 
     @classmethod
     def unsupported_reason(cls, geometry, mode):

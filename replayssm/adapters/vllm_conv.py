@@ -19,10 +19,11 @@ from pathlib import Path
 import torch
 
 from replayssm.adapters import _vllm_source as src
+from replayssm.adapters._external_conv import ExternalConvMixer
 from replayssm.adapters._vllm033_source import _import_from_tree as import_from_tree
 from replayssm.adapters._vllm033_source import _vllm_installed
 from replayssm.interface import PAD_SLOT
-from replayssm.mixer.kernel import ComposedMixer, register_mixer_kernel
+from replayssm.mixer.kernel import register_mixer_kernel
 from replayssm.ops.conv.literal import LazyOffsetStore
 
 MODULE = f"{src.MAMBA_OPS}.causal_conv1d"
@@ -80,30 +81,19 @@ class VLLMConvStore(LazyOffsetStore):
 
 
 @register_mixer_kernel
-class VLLMConvMixer(ComposedMixer):
+class VLLMConvMixer(ExternalConvMixer):
     name = "mixer-vllm-conv"
     description = "vLLM causal_conv1d_update (lazy offset, num_accepted_tokens) + the literal ReplaySSM"
     conv_policy = "lazy-offset"
     store = VLLMConvStore
     triton_conv = True
-
-    @classmethod
-    def source_reason(cls):
-        try:
-            load_conv()
-        except src.SourceUnavailable as e:
-            return str(e)
-        return None
+    load_source = staticmethod(load_conv)
+    source_error = src.SourceUnavailable
+    # measured: NaN outputs at s32a16 under the interpreter (its bf16 arithmetic, spec 9), the stored conv
+    # window still exact; the GPU runs bf16
+    bf16_interpreter_reason = ("bf16 activations under the Triton interpreter (its bf16 arithmetic is wrong); use a "
+                               "GPU or s32a32")
 
     @classmethod
     def unsupported_reason(cls, geometry, mode):
-        reason = cls.source_reason()
-        if reason:
-            return reason
-        if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-            return "no CUDA device: run with TRITON_INTERPRET=1 (the Triton interpreter)"
-        if os.environ.get("TRITON_INTERPRET") == "1" and mode.act_dtype == torch.bfloat16:
-            # measured: NaN outputs at s32a16 under the interpreter (its bf16 arithmetic, spec 9),
-            # the stored conv window still exact; the GPU runs bf16
-            return "bf16 activations under the Triton interpreter (its bf16 arithmetic is wrong); use a GPU or s32a32"
-        return None
+        return cls.source_reason() or cls.triton_reason(mode)

@@ -36,7 +36,6 @@ import torch
 from replayssm.adapters._base import float_mode_reason, triton_interpreted
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.adapters.vllm_mamba2 import _VllmMamba2ReplayStandard
-from replayssm.interface import KernelSnapshot
 from replayssm.ops.mamba2.literal import Mamba2Math
 from replayssm.ops.mamba2.naive import softplus
 
@@ -191,14 +190,9 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
             return Mamba2Math().fold(self.state[s + 1].double(), hist, self.params64, self.mode)
         return self.per_slot(slot_ids, fold)
 
-    def snapshot(self):
-        if not self.decode.speculative:
-            return super().snapshot()
-        return KernelSnapshot(
-            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None,
-            records={k: v.cpu().clone() for k, v in self._records().items()},
-            write_pos=self.write_pos[1:].cpu().to(torch.int64), origin=self.origin[1:].cpu().to(torch.int64),
-            is_flush=self.is_flush[1:].cpu() != 0)
+    def ring_origins(self):
+        """Speculative rings start where the fork's cursor reset put them; standard decode's at row 0."""
+        return self.origin if self.decode.speculative else None
 
 
 __all__ = ["VllmMamba2Replay"]
