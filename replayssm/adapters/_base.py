@@ -177,6 +177,26 @@ class SlotAdapter(KernelUnderTest):
         self.pending = [False] * self.num_slots
         self.win_len = [self.decode.window] * self.num_slots  # window length of each slot's last verify
 
+    # ---- the GDN / KDA kernels' parameters and per-block buffers -------------------------------------------
+    def delta_rule_params(self, params: dict) -> None:
+        """``A_log`` and ``dt_bias`` as the GDN / KDA kernels take them (fp32, contiguous, on the device),
+        ``params64`` (fp64, for the literal fold) and the query scale ``K^-1/2``."""
+        p = {k: v.to(self.device, torch.float32).contiguous() for k, v in params.items()}
+        self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
+        self.params64 = {k: v.double() for k, v in p.items()}
+        self.scale = self.geometry.head_k_dim ** -0.5
+
+    def delta_rule_rows(self, rows: int, *, key_gate: bool = False):
+        """Zeroed per-block buffers of ``rows`` rows in the GDN / KDA kernels' layout: values
+        ``[blocks, HV, rows, V]`` and keys ``[blocks, H, rows, K]`` in the activation dtype, and a gate
+        (or beta) ``[blocks, HV, rows]`` in fp32 (``[blocks, HV, rows, K]`` with ``key_gate``: KDA's
+        gate per key channel)."""
+        g, S, z = self.geometry, self.num_slots + 1, dict(device=self.device)
+        gate = (S, g.num_v_heads, rows, g.head_k_dim) if key_gate else (S, g.num_v_heads, rows)
+        return (torch.zeros((S, g.num_v_heads, rows, g.head_v_dim), dtype=self.mode.act_dtype, **z),
+                torch.zeros((S, g.num_k_heads, rows, g.head_k_dim), dtype=self.mode.act_dtype, **z),
+                torch.zeros(gate, dtype=torch.float32, **z))
+
     # ---- the slot bridge -----------------------------------------------------------------------------
     def blocks(self, slot_ids: torch.Tensor) -> torch.Tensor:
         """int32 physical block per row: slot + 1, padding (-1) -> the null block 0."""
@@ -256,6 +276,11 @@ class SlotAdapter(KernelUnderTest):
         qsl = torch.cat([qsl[:1], qsl[1:].index_select(0, act)]).contiguous()
         blk = self.blocks(slot_ids).index_select(0, act).contiguous()
         return {k: v[None].contiguous() for k, v in tok.items()}, blk, qsl, lens, put, act
+
+    def begin_serving_verify(self, slot_ids, inputs, out, window_lens=None, query_start_loc=None):
+        """``(ids, out)``: :meth:`begin_verify`'s checks, and ``out`` or a new :meth:`serving_out` buffer."""
+        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
+        return ids, self.serving_out(inputs, query_start_loc) if out is None else out
 
     def serving_out(self, inputs, query_start_loc=None) -> torch.Tensor:
         """A NaN output buffer in the caller's layout (packed ``[N, ...]``, else ``[R, T_call, ...]``)."""

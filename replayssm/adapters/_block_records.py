@@ -8,8 +8,9 @@ slot ``s``, ``_base.py``), record buffers ``[blocks, heads, rows, ...]`` that th
 ring does not start at row 0, one ring origin per block (:meth:`BlockRecordsAdapter.ring_origins`).
 Over those, :class:`BlockRecordsAdapter` gives the inspection every such adapter has
 (``checkpoint_state``; a ``committed_state`` that folds the committed records into the checkpoint in
-fp64 with the family's literal math, ``record_math``; ``snapshot``) and standard decode's cursor
-advance at commit (``0`` after a flush, ``write_pos == L - 1``, else ``+ 1``).
+fp64 with the family's literal math, ``record_math``; ``snapshot``) and the commit: the host
+check, then the speculative commit kernel (the adapter's ``commit_spec``) or standard decode's
+cursor advance (``0`` after a flush, ``write_pos == L - 1``, else ``+ 1``).
 
 Oracle: none of its own (bookkeeping read back from the kernels' tensors, no arithmetic but the
 fp64 fold of the literal model); the engine judges what it returns.  Expected error: exact (data
@@ -45,6 +46,17 @@ class BlockRecordsAdapter(SlotAdapter):
     def snapshot_extra(self) -> dict[str, torch.Tensor]:
         """What the snapshot keeps beside the records (e.g. a speculative path's raw window)."""
         return {}
+
+    def commit_spec(self, blk: torch.Tensor, accepted: torch.Tensor) -> None:
+        """The speculative commit kernel on the rows' blocks ``blk`` (padding rows: the null block 0)."""
+        raise NotImplementedError
+
+    def commit(self, slot_ids, accepted):
+        self.begin_commit(slot_ids, accepted)
+        if self.decode.speculative:
+            self.commit_spec(self.blocks(slot_ids), accepted)
+        else:
+            self.advance_cursors(slot_ids)
 
     def advance_cursors(self, slot_ids: torch.Tensor) -> None:
         """Standard decode's commit of the active rows' cursors: 0 after a flush, else + 1."""

@@ -37,8 +37,7 @@ class FoldEveryCommitAdapter(CheckpointOnlyAdapter):
         offsets ``qsl`` (for a commit that needs the verify's row order)."""
 
     def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
-        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
-        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        ids, out = self.begin_serving_verify(slot_ids, inputs, out, window_lens, query_start_loc)
         tok, blk, qsl, lens, put, act = self.pack_active(ids, slot_ids, inputs, window_lens, query_start_loc)
         put(self._launch_verify(tok, blk, qsl)[0], out)
         self.verified(ids, act, qsl)

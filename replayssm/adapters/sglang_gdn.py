@@ -121,26 +121,16 @@ class SGLangGDNReplay(BlockRecordsAdapter):
     def __init__(self, config):
         super().__init__(config)
         self.mods = type(self).loader()
-        g, m, S = self.geometry, self.mode, self.num_slots + 1
-        p = {k: v.to(self.device, torch.float32).contiguous() for k, v in config.params.items()}
-        self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
-        self.params64 = {k: v.double() for k, v in p.items()}
-        self.scale = g.head_k_dim ** -0.5
-        rows = self.decode.ring_rows
-        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
-        z = dict(device=self.device)
-        self.state = torch.zeros((S, *self.state_shape), dtype=m.state_dtype, **z)
-        self.d_cache = torch.zeros((S, HV, rows, V), dtype=m.act_dtype, **z)
-        self.k_cache = torch.zeros((S, H, rows, K), dtype=m.act_dtype, **z)
-        self.g_cache = torch.zeros((S, HV, rows), dtype=torch.float32, **z)
+        S, rows, z = self.num_slots + 1, self.decode.ring_rows, dict(device=self.device)
+        self.delta_rule_params(config.params)
+        self.state = torch.zeros((S, *self.state_shape), dtype=self.mode.state_dtype, **z)
+        self.d_cache, self.k_cache, self.g_cache = self.delta_rule_rows(rows)
         if self.decode.speculative:
-            self.rawv = torch.zeros((S, HV, rows, V), dtype=m.act_dtype, **z)
-            self.rawk = torch.zeros((S, H, rows, K), dtype=m.act_dtype, **z)
-            self.beta = torch.zeros((S, HV, rows), dtype=torch.float32, **z)
+            self.rawv, self.rawk, self.beta = self.delta_rule_rows(rows)
         self.write_pos = torch.zeros(S, dtype=torch.int32, **z)
         self.cache_base = torch.zeros(S, dtype=torch.int32, **z)
         self.is_flush = torch.zeros(S, dtype=torch.int8, **z)
-        self.nk = key_tile_splits(K)
+        self.nk = key_tile_splits(self.geometry.head_k_dim)
 
     # ---- the step calls ------------------------------------------------------------------------------
     def reset(self, slot_ids, initial_state=None, origin=None):
@@ -156,8 +146,7 @@ class SGLangGDNReplay(BlockRecordsAdapter):
     def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
         if not self.decode.speculative and query_start_loc is not None:
             return self.standard_from_packed(slot_ids, inputs, out, query_start_loc, self.verify)
-        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
-        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        ids, out = self.begin_serving_verify(slot_ids, inputs, out, window_lens, query_start_loc)
         lens = None
         if self.decode.speculative:
             lens = self._verify_spec(slot_ids, self.pack_tokens(ids, inputs, window_lens, query_start_loc), out)
@@ -197,17 +186,12 @@ class SGLangGDNReplay(BlockRecordsAdapter):
         put(o, out)
         return lens
 
-    def commit(self, slot_ids, accepted):
-        self.begin_commit(slot_ids, accepted)
-        d, blk = self.decode, self.blocks(slot_ids)
-        if d.speculative:
-            spec = self.mods["gdn_replayssm_spec_decode"]
-            with launch_guard(self.device):
-                spec.commit_gdn_replayssm_spec(self.write_pos, self.cache_base, self.is_flush,
-                                               accepted.to(torch.int32).contiguous(), blk, d.lspec, d.window,
-                                               null_block_id=0)
-        else:
-            self.advance_cursors(slot_ids)
+    def commit_spec(self, blk, accepted):
+        d, spec = self.decode, self.mods["gdn_replayssm_spec_decode"]
+        with launch_guard(self.device):
+            spec.commit_gdn_replayssm_spec(self.write_pos, self.cache_base, self.is_flush,
+                                           accepted.to(torch.int32).contiguous(), blk, d.lspec, d.window,
+                                           null_block_id=0)
 
     # ---- inspection ------------------------------------------------------------------------------------
     def _records(self):

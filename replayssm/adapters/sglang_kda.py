@@ -90,11 +90,8 @@ class _SGLangKDA(SlotAdapter):
     def __init__(self, config):
         super().__init__(config)
         self.mods = type(self).loader()
-        g, S = self.geometry, self.num_slots + 1
-        p = {k: v.to(self.device, torch.float32).contiguous() for k, v in config.params.items()}
-        self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
-        self.params64 = {k: v.double() for k, v in p.items()}
-        self.scale = g.head_k_dim ** -0.5
+        S = self.num_slots + 1
+        self.delta_rule_params(config.params)
         self.state = torch.zeros((S, *self.state_shape), dtype=self.mode.state_dtype, device=self.device)
         self.write_pos = torch.zeros(S, dtype=torch.int32, device=self.device)
 
@@ -130,11 +127,7 @@ class SGLangKDAReplay(_SGLangKDA, BlockRecordsAdapter):
 
     def __init__(self, config):
         super().__init__(config)
-        g, m, S, L = self.geometry, self.mode, self.num_slots + 1, self.decode.ring_rows
-        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
-        self.d_cache = torch.zeros((S, HV, L, V), dtype=m.act_dtype, device=self.device)
-        self.k_cache = torch.zeros((S, H, L, K), dtype=m.act_dtype, device=self.device)
-        self.g_cache = torch.zeros((S, HV, L, K), dtype=torch.float32, device=self.device)
+        self.d_cache, self.k_cache, self.g_cache = self.delta_rule_rows(self.decode.ring_rows, key_gate=True)
 
     def reset(self, slot_ids, initial_state=None, origin=None):
         self._reset_rows(slot_ids, initial_state, origin)
@@ -174,10 +167,6 @@ class SGLangKDAReplay(_SGLangKDA, BlockRecordsAdapter):
             self._launch(mixed, tok, o, blk, wp)
         return step
 
-    def commit(self, slot_ids, accepted):
-        self.begin_commit(slot_ids, accepted)
-        self.advance_cursors(slot_ids)
-
     def _records(self):
         return self.block_records(d=self.d_cache, k=self.k_cache, g=self.g_cache)
 
@@ -204,12 +193,10 @@ class SGLangKDAReplayFold(_SGLangKDA, FoldEveryCommitAdapter):
 
     def __init__(self, config):
         super().__init__(config)
-        g, m, S, T = self.geometry, self.mode, self.num_slots + 1, self.decode.window
-        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
-        self.rawv = torch.zeros((S, HV, T, V), dtype=m.act_dtype, device=self.device)
-        self.rawk = torch.zeros((S, H, T, K), dtype=m.act_dtype, device=self.device)
-        self.gk = torch.zeros((S, HV, T, K), dtype=torch.float32, device=self.device)
-        self.beta = torch.zeros((S, HV, T), dtype=torch.float32, device=self.device)
+        T = self.decode.window
+        self.rawv, self.rawk, self.gk = self.delta_rule_rows(T, key_gate=True)
+        self.beta = torch.zeros((self.num_slots + 1, self.geometry.num_v_heads, T), dtype=torch.float32,
+                                device=self.device)
 
     def reset(self, slot_ids, initial_state=None, origin=None):
         self._reset_rows(slot_ids, initial_state, origin)

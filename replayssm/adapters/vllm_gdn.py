@@ -79,21 +79,14 @@ class VllmGDNReplay(BlockRecordsAdapter):
 
     def __init__(self, config):
         super().__init__(config)
-        g, d, m, S = self.geometry, self.decode, self.mode, self.num_slots + 1
-        p = {k: v.to(self.device, torch.float32).contiguous() for k, v in config.params.items()}
-        self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
-        self.params64 = {k: v.double() for k, v in p.items()}
-        self.scale = g.head_k_dim ** -0.5
-        rows = d.ring_rows
-        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
-        self.state = torch.zeros((S, *self.state_shape), dtype=m.state_dtype, device=self.device)
-        self.d_cache = torch.zeros((S, HV, rows, V), dtype=m.act_dtype, device=self.device)
-        self.k_cache = torch.zeros((S, H, rows, K), dtype=m.act_dtype, device=self.device)
-        self.g_cache = torch.zeros((S, HV, rows), dtype=torch.float32, device=self.device)
+        S = self.num_slots + 1
+        self.delta_rule_params(config.params)
+        self.state = torch.zeros((S, *self.state_shape), dtype=self.mode.state_dtype, device=self.device)
+        self.d_cache, self.k_cache, self.g_cache = self.delta_rule_rows(self.decode.ring_rows)
         self.write_pos = torch.zeros(S, dtype=torch.int32, device=self.device)
         self.origin = torch.zeros(S, dtype=torch.int32, device=self.device)
         self.is_flush = torch.zeros(S, dtype=torch.int8, device=self.device)
-        self.small_k = key_tile_splits(K) == 1  # K tiles of K / 2 would be below 16
+        self.small_k = key_tile_splits(self.geometry.head_k_dim) == 1  # K tiles of K / 2 would be below 16
 
     def _config(self):
         """The fork's launch config, with nk = 1 where its default would tile K below 16."""
@@ -127,8 +120,7 @@ class VllmGDNReplay(BlockRecordsAdapter):
     def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
         if not self.decode.speculative and query_start_loc is not None:
             return self.standard_from_packed(slot_ids, inputs, out, query_start_loc, self.verify)
-        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
-        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        ids, out = self.begin_serving_verify(slot_ids, inputs, out, window_lens, query_start_loc)
         g, d, R = self.geometry, self.decode, len(ids)
         HV, V = g.num_v_heads, g.head_v_dim
         blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
@@ -194,16 +186,11 @@ class VllmGDNReplay(BlockRecordsAdapter):
                                            d.ring_rows)
         return step
 
-    def commit(self, slot_ids, accepted):
-        self.begin_commit(slot_ids, accepted)
-        d, blk = self.decode, self.blocks(slot_ids)
-        if d.speculative:
-            spec = self.modules["gdn_replayssm_spec_decode"]
-            with launch_guard(self.device):
-                spec.commit_gdn_replayssm_spec(self.write_pos, self.origin, self.is_flush, accepted.to(torch.int32),
-                                               blk, d.lspec, d.window, d.ring_rows)
-        else:
-            self.advance_cursors(slot_ids)
+    def commit_spec(self, blk, accepted):
+        d, spec = self.decode, self.modules["gdn_replayssm_spec_decode"]
+        with launch_guard(self.device):
+            spec.commit_gdn_replayssm_spec(self.write_pos, self.origin, self.is_flush, accepted.to(torch.int32),
+                                           blk, d.lspec, d.window, d.ring_rows)
 
     # ---- inspection ------------------------------------------------------------------------------------
     def _records(self):

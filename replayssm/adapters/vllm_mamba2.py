@@ -134,10 +134,6 @@ class _VllmMamba2ReplayStandard(_VllmMamba2, BlockRecordsAdapter):
                 fn(self.state, tok["x"], dt, self.A3, tok["B"], tok["C"], write_pos=wp, is_flush=flush, **kw)
         return step
 
-    def commit(self, slot_ids, accepted):
-        self.begin_commit(slot_ids, accepted)
-        self.advance_cursors(slot_ids)
-
     # ---- inspection (records in our layout: [slots, rows, ...]) --------------------------------------
     def _records(self):
         return self.block_records(x=self.x_cache, B=self.B_cache, dt=self.dt_cache)
