@@ -151,6 +151,33 @@ def _import_from_tree(root: Path, names=tuple(REQUIRED)) -> dict[str, types.Modu
         return {name: importlib.import_module(name) for name in names}
 
 
+def _import_checked(what: str, importer, required: dict[str, list[str]]) -> dict[str, types.ModuleType]:
+    """``importer()``'s modules (name -> module), each checked to have its ``required`` names;
+    :class:`SourceUnavailable` starting with ``what`` on an import failure (one line, never a
+    traceback) or a missing name (an incompatible version)."""
+    try:
+        mods = importer()
+    except Exception as e:  # any import failure is one line, never a traceback
+        raise SourceUnavailable(f"{what}: import failed "
+                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); {HOW}") from None
+    for name, funcs in required.items():
+        absent = [f for f in funcs if not hasattr(mods[name], f)]
+        if absent:
+            raise SourceUnavailable(f"{what}: incompatible version, {name} has no {', '.join(absent)}; {HOW}")
+    return mods
+
+
+def _import_release(root: Path | None) -> dict[str, types.ModuleType]:
+    """REQUIRED from the installed vllm (``root`` None) or from the tree at ``root``."""
+    if root is None:
+        return {name: importlib.import_module(name) for name in REQUIRED}
+    if _vllm_installed():
+        importlib.import_module("vllm")
+    else:
+        _install_release_stand_ins()
+    return _import_from_tree(root)
+
+
 def load(path: str | None = None) -> dict[str, types.ModuleType]:
     """The release's kernel modules (short name -> module); :class:`SourceUnavailable` on any failure."""
     global _LOADED, _ROOT
@@ -167,23 +194,7 @@ def load(path: str | None = None) -> dict[str, types.ModuleType]:
         version = getattr(importlib.import_module("vllm"), "__version__", "unknown")
         if not str(version).startswith("0.33."):
             raise SourceUnavailable(f"vLLM {VERSION} kernels: the installed vllm is {version}; {HOW}")
-    try:
-        if root is None:
-            mods = {name: importlib.import_module(name) for name in REQUIRED}
-        else:
-            if _vllm_installed():
-                importlib.import_module("vllm")
-            else:
-                _install_release_stand_ins()
-            mods = _import_from_tree(root)
-    except Exception as e:  # any import failure is one line, never a traceback
-        raise SourceUnavailable(f"vLLM {VERSION} kernels from {where}: import failed "
-                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); {HOW}") from None
-    for name, funcs in REQUIRED.items():
-        absent = [f for f in funcs if not hasattr(mods[name], f)]
-        if absent:
-            raise SourceUnavailable(f"vLLM {VERSION} kernels from {where}: incompatible version, {name} has no "
-                                    f"{', '.join(absent)}; {HOW}")
+    mods = _import_checked(f"vLLM {VERSION} kernels from {where}", lambda: _import_release(root), REQUIRED)
     _LOADED, _ROOT = {n.rpartition(".")[2]: m for n, m in mods.items()}, root
     return _LOADED
 
@@ -212,6 +223,13 @@ def _import_kda_from_tree(root: Path) -> dict[str, types.ModuleType]:
         return {name: importlib.import_module(name) for name in (KDA_CUTE, KDA_OPS)}
 
 
+def _import_kda(root: Path | None) -> dict[str, types.ModuleType]:
+    """REQUIRED_KDA from the installed vllm (``root`` None) or from the tree at ``root``."""
+    if root is None:
+        return {name: importlib.import_module(name) for name in (KDA_CUTE, KDA_OPS)}
+    return _import_kda_from_tree(root)
+
+
 def load_recoverssm(path: str | None = None) -> dict[str, types.ModuleType]:
     """The release's KDA RecoverSSM modules (``recoverssm``: the Triton verify and commit;
     ``kernels``: the CuTe-DSL host side, for its availability rule), from the same source as
@@ -225,17 +243,7 @@ def load_recoverssm(path: str | None = None) -> dict[str, types.ModuleType]:
         missing = [str(_rel(m)) for m in REQUIRED_KDA if not (_ROOT / _rel(m)).is_file()]
         if missing:
             raise SourceUnavailable(f"vLLM {VERSION} KDA RecoverSSM from {where}: {missing[0]} missing; {HOW}")
-    try:
-        mods = ({name: importlib.import_module(name) for name in (KDA_CUTE, KDA_OPS)} if _ROOT is None
-                else _import_kda_from_tree(_ROOT))
-    except Exception as e:  # any import failure is one line, never a traceback
-        raise SourceUnavailable(f"vLLM {VERSION} KDA RecoverSSM from {where}: import failed "
-                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); {HOW}") from None
-    for name, funcs in REQUIRED_KDA.items():
-        absent = [f for f in funcs if not hasattr(mods[name], f)]
-        if absent:
-            raise SourceUnavailable(f"vLLM {VERSION} KDA RecoverSSM from {where}: incompatible version, {name} has "
-                                    f"no {', '.join(absent)}; {HOW}")
+    mods = _import_checked(f"vLLM {VERSION} KDA RecoverSSM from {where}", lambda: _import_kda(_ROOT), REQUIRED_KDA)
     _KDA_LOADED = {n.rpartition(".")[2]: m for n, m in mods.items()}
     return _KDA_LOADED
 
