@@ -2,7 +2,8 @@
 ``mixer-vllm-conv``): a composed mixer whose conv is external code, refused with its loader's one-line
 reason when that code cannot be loaded, and, for a Triton conv, refused where Triton cannot run it as
 the GPU does (no CUDA device and no interpreter; bf16 activations under the interpreter, whose
-fp32 -> bf16 store truncates).
+fp32 -> bf16 store truncates); and, for a conv kernel that takes the named rows channels first
+(causal-conv1d's, SGLang's and vLLM's ``causal_conv1d_update``), the store's verify around it.
 
 Oracle: none of its own (it only decides what is refused); the mixer runner judges the kernels.
 Expected error: not applicable (refusal texts, each adapter's own).
@@ -24,6 +25,30 @@ BF16_INTERPRETER_REASON = ("bf16 activations under the Triton interpreter (its f
 def interpreting() -> bool:
     """Whether Triton runs through its interpreter (``TRITON_INTERPRET=1``)."""
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+class ChannelsFirstConvStore:
+    """A conv store's verify around a kernel that takes the named rows channels first: the rows of
+    ``x [R, T', C]`` named in ``rows`` as ``[n, C, T']`` (contiguous), the kernel's ``[n, C, T']``
+    outputs written back to those rows (zeros elsewhere).  A store supplies ``load_kernel()`` (run
+    first, on every verify) and ``conv_update(mod, xs, slots, weight, bias)``."""
+
+    @staticmethod
+    def load_kernel():
+        raise NotImplementedError
+
+    def conv_update(self, mod, xs: torch.Tensor, slots: list[int], weight, bias) -> torch.Tensor:
+        raise NotImplementedError
+
+    def verify(self, rows, x, weight, bias):
+        mod = self.load_kernel()
+        out = torch.zeros_like(x)
+        if not rows:
+            return out
+        rr, slots = [r for r, _ in rows], [s for _, s in rows]
+        o = self.conv_update(mod, x[rr].transpose(1, 2).contiguous(), slots, weight, bias)
+        out[rr] = o.transpose(1, 2)
+        return out
 
 
 class ExternalConvMixer(ComposedMixer):

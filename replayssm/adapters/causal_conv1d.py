@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from replayssm.adapters._external_conv import ExternalConvMixer
+from replayssm.adapters._external_conv import ChannelsFirstConvStore, ExternalConvMixer
 from replayssm.adapters._sdist_root import sdist_or_install_root
 from replayssm.mixer.kernel import register_mixer_kernel
 from replayssm.ops.conv.literal import CircularStore
@@ -120,29 +120,23 @@ def uses_cuda_kernel(device: torch.device) -> bool:
     return torch.device(device).type == "cuda" and cuda_extension()
 
 
-class CausalConv1dStore(CircularStore):
+class CausalConv1dStore(ChannelsFirstConvStore, CircularStore):
     """The ring layout, its verify done by causal-conv1d (conv + SiLU; the CUDA kernel or the reference)."""
 
-    def verify(self, rows, x, weight, bias):
-        mod = interface()
-        out = torch.zeros_like(x)
-        if not rows:
-            return out
-        rr, slots = [r for r, _ in rows], [s for _, s in rows]
-        xs = x[rr].transpose(1, 2).contiguous()  # [n, C, T]
-        cursor = self.tensors["cursor"][slots].to(device=x.device, dtype=torch.int32)
+    load_kernel = staticmethod(interface)
+
+    def conv_update(self, mod, xs, slots, weight, bias):
+        cursor = self.tensors["cursor"][slots].to(device=xs.device, dtype=torch.int32)
         w = weight.contiguous()  # the compute dtype (fp32; fp64 at s64a64), values of the activation dtype
         b = None if bias is None else bias.contiguous()
-        if uses_cuda_kernel(x.device) and x.dtype != torch.float64:
-            idx = torch.tensor(slots, dtype=torch.int32, device=x.device)
-            o = mod.causal_conv1d_update(xs, self.tensors["state"], w.float(), None if b is None else b.float(),
-                                         activation="silu", cache_seqlens=cursor, conv_state_indices=idx)
-        else:
-            st = self.tensors["state"][slots]  # the named rings, gathered (the reference takes no indices)
-            o = mod.causal_conv1d_update_ref(xs, st, w, b, activation="silu", cache_seqlens=cursor)
-            self.tensors["state"][slots] = st
-        out[rr] = o.transpose(1, 2)
-        return out
+        if uses_cuda_kernel(xs.device) and xs.dtype != torch.float64:
+            idx = torch.tensor(slots, dtype=torch.int32, device=xs.device)
+            return mod.causal_conv1d_update(xs, self.tensors["state"], w.float(), None if b is None else b.float(),
+                                            activation="silu", cache_seqlens=cursor, conv_state_indices=idx)
+        st = self.tensors["state"][slots]  # the named rings, gathered (the reference takes no indices)
+        o = mod.causal_conv1d_update_ref(xs, st, w, b, activation="silu", cache_seqlens=cursor)
+        self.tensors["state"][slots] = st
+        return o
 
 
 @register_mixer_kernel

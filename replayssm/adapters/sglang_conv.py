@@ -32,7 +32,7 @@ import types
 import torch
 
 from replayssm.adapters import sglang as sg
-from replayssm.adapters._external_conv import ExternalConvMixer
+from replayssm.adapters._external_conv import ChannelsFirstConvStore, ExternalConvMixer
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import PAD_SLOT
 from replayssm.mixer.kernel import register_mixer_kernel
@@ -54,25 +54,19 @@ def conv_module() -> types.ModuleType:
     return _LOADED["conv"]
 
 
-class SGLangConvStore(DraftSnapshotsStore):
+class SGLangConvStore(ChannelsFirstConvStore, DraftSnapshotsStore):
     """The draft-snapshots layout, its verify done by SGLang's kernel (conv + SiLU, fp32 accumulation)."""
 
-    def verify(self, rows, x, weight, bias):
-        mod = conv_module()
-        out = torch.zeros_like(x)
-        if not rows:
-            return out
-        rr = [r for r, _ in rows]
-        xs = x[rr].transpose(1, 2).contiguous()  # [n, C, T]
-        idx = torch.tensor([s for _, s in rows], dtype=torch.int32, device=x.device)
+    load_kernel = staticmethod(conv_module)
+
+    def conv_update(self, mod, xs, slots, weight, bias):
+        idx = torch.tensor(slots, dtype=torch.int32, device=xs.device)
         w = weight.contiguous()  # the compute dtype (fp32; fp64 at s64a64), values of the activation dtype
         b = None if bias is None else bias.contiguous()
-        with launch_guard(x.device):
-            o = mod.causal_conv1d_update(xs, self.tensors["state"], w, b, activation="silu", conv_state_indices=idx,
-                                         intermediate_conv_window=self.tensors["snapshots"],
-                                         intermediate_state_indices=idx, pad_slot_id=PAD_SLOT)
-        out[rr] = o.transpose(1, 2)
-        return out
+        with launch_guard(xs.device):
+            return mod.causal_conv1d_update(xs, self.tensors["state"], w, b, activation="silu", conv_state_indices=idx,
+                                            intermediate_conv_window=self.tensors["snapshots"],
+                                            intermediate_state_indices=idx, pad_slot_id=PAD_SLOT)
 
 
 @register_mixer_kernel
