@@ -87,6 +87,29 @@ def dot_key_tile_reason(geometry, what: str) -> str | None:
     return None
 
 
+def key_tile_splits(K: int) -> int:
+    """``nk``, the number of tiles the ReplaySSM GDN / KDA kernels split the key dimension into: their
+    default 2, or 1 where tiles of next_pow2(K) / 2 columns would be below the 16 a ``tl.dot`` needs
+    (K <= 16, the tiny geometry)."""
+    return 1 if (1 << max(0, (K - 1).bit_length())) // 2 < 16 else 2
+
+
+def default_dot_reason(mode: PrecisionMode, fp32_reason: str) -> str | None:
+    """The refusal for a kernel whose ``tl.dot`` runs at Triton's default precision on operands in the
+    activation dtype: with fp32 activations tf32 on the GPU (``-tf32`` modes only: ``fp32_reason``
+    otherwise), with 16-bit activations 16-bit operands, exact products (ieee modes only)."""
+    if mode.act == "fp32" and mode.dot != "tf32":
+        return fp32_reason
+    if mode.act != "fp32" and mode.dot != "ieee":
+        return f"with {mode.act} activations its dots take 16-bit operands (exact products): ieee modes only"
+    return None
+
+
+def mixed_qkv(tok: dict) -> torch.Tensor:
+    """The packed ``mixed_qkv = [q | k | v]`` of one token per row (the GDN / KDA kernels' input)."""
+    return torch.cat([tok["q"].flatten(1), tok["k"].flatten(1), tok["v"].flatten(1)], 1).contiguous()
+
+
 def triton_interpreted() -> bool:
     """Whether Triton kernels run through the interpreter in this process (no compiler: none of its
     shape limits, e.g. a ``tl.dot``'s minimum K, applies)."""
@@ -153,6 +176,26 @@ class SlotAdapter(KernelUnderTest):
         self.ready = [False] * self.num_slots
         self.pending = [False] * self.num_slots
         self.win_len = [self.decode.window] * self.num_slots  # window length of each slot's last verify
+
+    # ---- the GDN / KDA kernels' parameters and per-block buffers -------------------------------------------
+    def delta_rule_params(self, params: dict) -> None:
+        """``A_log`` and ``dt_bias`` as the GDN / KDA kernels take them (fp32, contiguous, on the device),
+        ``params64`` (fp64, for the literal fold) and the query scale ``K^-1/2``."""
+        p = {k: v.to(self.device, torch.float32).contiguous() for k, v in params.items()}
+        self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
+        self.params64 = {k: v.double() for k, v in p.items()}
+        self.scale = self.geometry.head_k_dim ** -0.5
+
+    def delta_rule_rows(self, rows: int, *, key_gate: bool = False):
+        """Zeroed per-block buffers of ``rows`` rows in the GDN / KDA kernels' layout: values
+        ``[blocks, HV, rows, V]`` and keys ``[blocks, H, rows, K]`` in the activation dtype, and a gate
+        (or beta) ``[blocks, HV, rows]`` in fp32 (``[blocks, HV, rows, K]`` with ``key_gate``: KDA's
+        gate per key channel)."""
+        g, S, z = self.geometry, self.num_slots + 1, dict(device=self.device)
+        gate = (S, g.num_v_heads, rows, g.head_k_dim) if key_gate else (S, g.num_v_heads, rows)
+        return (torch.zeros((S, g.num_v_heads, rows, g.head_v_dim), dtype=self.mode.act_dtype, **z),
+                torch.zeros((S, g.num_k_heads, rows, g.head_k_dim), dtype=self.mode.act_dtype, **z),
+                torch.zeros(gate, dtype=torch.float32, **z))
 
     # ---- the slot bridge -----------------------------------------------------------------------------
     def blocks(self, slot_ids: torch.Tensor) -> torch.Tensor:
@@ -223,6 +266,22 @@ class SlotAdapter(KernelUnderTest):
             out.view(-1, *out.shape[2:]).index_copy_(0, idx, o[:idx.numel()].to(out.dtype))
         return {k: v.flatten(0, 1).index_select(0, idx) for k, v in inputs.items()}, qsl, lens, put
 
+    def pack_active(self, ids: list[int], slot_ids, inputs, window_lens=None, query_start_loc=None):
+        """:meth:`pack_tokens` for a kernel given the active rows only: ``(tokens, blocks, offsets, lens,
+        put, rows)`` with the tokens as one sequence (``{name: [1, n, ...]}``), the active rows' blocks and
+        their offsets (a padding row holds no tokens, ``Q[r+1] = Q[r]``), each row's window length, the
+        ``put`` of :meth:`pack_tokens` and the active rows."""
+        tok, qsl, lens, put = self.pack_tokens(ids, inputs, window_lens, query_start_loc)
+        act = self.active_rows(slot_ids)
+        qsl = torch.cat([qsl[:1], qsl[1:].index_select(0, act)]).contiguous()
+        blk = self.blocks(slot_ids).index_select(0, act).contiguous()
+        return {k: v[None].contiguous() for k, v in tok.items()}, blk, qsl, lens, put, act
+
+    def begin_serving_verify(self, slot_ids, inputs, out, window_lens=None, query_start_loc=None):
+        """``(ids, out)``: :meth:`begin_verify`'s checks, and ``out`` or a new :meth:`serving_out` buffer."""
+        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
+        return ids, self.serving_out(inputs, query_start_loc) if out is None else out
+
     def serving_out(self, inputs, query_start_loc=None) -> torch.Tensor:
         """A NaN output buffer in the caller's layout (packed ``[N, ...]``, else ``[R, T_call, ...]``)."""
         first = next(iter(inputs.values()))
@@ -248,6 +307,17 @@ class SlotAdapter(KernelUnderTest):
         return out
 
     # ---- timed steps (bench job) -------------------------------------------------------------------------
+    @staticmethod
+    def no_padding(slot_ids: torch.Tensor, step: str = "a timed step") -> None:
+        """Refuse padding rows in a timed ``step`` (its launches take every row as a request)."""
+        if bool((slot_ids < 0).any()):
+            raise ValueError(f"slot_ids: {step} takes no padding rows")
+
+    def uniform_offsets(self, R: int) -> torch.Tensor:
+        """int32 offsets ``[R + 1]`` of ``R`` rows of T' tokens each (a timed speculative step's packing)."""
+        T = self.decode.window
+        return torch.arange(0, (R + 1) * T, T, dtype=torch.int32, device=self.device)
+
     def cursor_positions(self, blk: torch.Tensor, write_pos: torch.Tensor):
         """For a timed standard-decode step: ``(start, [(write_pos, is_flush)] * L)`` per-row int32 /
         bool tensors of every cursor position; all rows must share one cursor (as in the bench)."""

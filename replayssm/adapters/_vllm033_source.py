@@ -17,6 +17,7 @@ An installed ``vllm`` of version 0.33.x is used when no tree is given.  Every fa
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib
 import importlib.util
@@ -106,28 +107,30 @@ _LOADED: dict[str, types.ModuleType] | None = None
 _ROOT: Path | None = None
 
 
-def _import_from_tree(root: Path, names=tuple(REQUIRED)) -> dict[str, types.ModuleType]:
-    """Import ``names`` (default REQUIRED) from ``root`` and give ``sys.modules`` back as it was (see the
-    module doc): a tree loaded so can sit beside another vLLM source in one process."""
-    before = {k: v for k, v in sys.modules.items() if k.startswith("vllm.model_executor")}
+@contextlib.contextmanager
+def _tree_packages(root: Path, prefixes: tuple[str, ...], holders: tuple[str, ...], leaves: tuple[str, ...],
+                   packages: list[str]):
+    """Package objects over ``root``'s folders for ``packages`` (in order, each set as its parent's
+    attribute), inside a block that gives ``sys.modules`` back as it was (see the module doc): the
+    modules under ``prefixes`` are taken out for the block (another vLLM source's modules of the same
+    names stay out of the tree's imports) and put back after it, the modules it added are dropped,
+    and the attributes ``leaves`` of the modules ``holders`` get their old values back."""
+    before = {k: v for k, v in sys.modules.items() if k.startswith(prefixes)}
     attrs = [(sys.modules[k], leaf, getattr(sys.modules[k], leaf, None))
-             for k in ("vllm", "vllm.model_executor", "vllm.model_executor.layers",
-                       "vllm.model_executor.layers.mamba") if k in sys.modules
-             for leaf in ("model_executor", "layers", "mamba", "ops")]
-    chain = ["vllm.model_executor", "vllm.model_executor.layers", "vllm.model_executor.layers.mamba", MAMBA_OPS]
+             for k in holders if k in sys.modules for leaf in leaves]
     try:
-        for k in before:  # the fork's modules of the same names stay out of the release's imports
+        for k in before:
             del sys.modules[k]
-        for name in chain:
+        for name in packages:
             mod = types.ModuleType(name)
             mod.__replayssm_stand_in__ = True
             mod.__path__ = [str(root / Path(*name.split(".")))]
             sys.modules[name] = mod
             parent, _, leaf = name.rpartition(".")
             setattr(sys.modules[parent], leaf, mod)
-        return {name: importlib.import_module(name) for name in names}
+        yield
     finally:
-        for k in [k for k in sys.modules if k.startswith("vllm.model_executor")]:
+        for k in [k for k in sys.modules if k.startswith(prefixes)]:
             if k not in before:
                 del sys.modules[k]
         sys.modules.update(before)
@@ -137,6 +140,42 @@ def _import_from_tree(root: Path, names=tuple(REQUIRED)) -> dict[str, types.Modu
                     delattr(mod, leaf)
             else:
                 setattr(mod, leaf, value)
+
+
+def _import_from_tree(root: Path, names=tuple(REQUIRED)) -> dict[str, types.ModuleType]:
+    """Import ``names`` (default REQUIRED) from ``root`` and give ``sys.modules`` back as it was (see the
+    module doc): a tree loaded so can sit beside another vLLM source in one process."""
+    chain = ["vllm.model_executor", "vllm.model_executor.layers", "vllm.model_executor.layers.mamba", MAMBA_OPS]
+    with _tree_packages(root, ("vllm.model_executor",), ("vllm", *chain[:3]),
+                        ("model_executor", "layers", "mamba", "ops"), chain):
+        return {name: importlib.import_module(name) for name in names}
+
+
+def _import_checked(what: str, importer, required: dict[str, list[str]]) -> dict[str, types.ModuleType]:
+    """``importer()``'s modules (name -> module), each checked to have its ``required`` names;
+    :class:`SourceUnavailable` starting with ``what`` on an import failure (one line, never a
+    traceback) or a missing name (an incompatible version)."""
+    try:
+        mods = importer()
+    except Exception as e:  # any import failure is one line, never a traceback
+        raise SourceUnavailable(f"{what}: import failed "
+                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); {HOW}") from None
+    for name, funcs in required.items():
+        absent = [f for f in funcs if not hasattr(mods[name], f)]
+        if absent:
+            raise SourceUnavailable(f"{what}: incompatible version, {name} has no {', '.join(absent)}; {HOW}")
+    return mods
+
+
+def _import_release(root: Path | None) -> dict[str, types.ModuleType]:
+    """REQUIRED from the installed vllm (``root`` None) or from the tree at ``root``."""
+    if root is None:
+        return {name: importlib.import_module(name) for name in REQUIRED}
+    if _vllm_installed():
+        importlib.import_module("vllm")
+    else:
+        _install_release_stand_ins()
+    return _import_from_tree(root)
 
 
 def load(path: str | None = None) -> dict[str, types.ModuleType]:
@@ -155,23 +194,7 @@ def load(path: str | None = None) -> dict[str, types.ModuleType]:
         version = getattr(importlib.import_module("vllm"), "__version__", "unknown")
         if not str(version).startswith("0.33."):
             raise SourceUnavailable(f"vLLM {VERSION} kernels: the installed vllm is {version}; {HOW}")
-    try:
-        if root is None:
-            mods = {name: importlib.import_module(name) for name in REQUIRED}
-        else:
-            if _vllm_installed():
-                importlib.import_module("vllm")
-            else:
-                _install_release_stand_ins()
-            mods = _import_from_tree(root)
-    except Exception as e:  # any import failure is one line, never a traceback
-        raise SourceUnavailable(f"vLLM {VERSION} kernels from {where}: import failed "
-                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); {HOW}") from None
-    for name, funcs in REQUIRED.items():
-        absent = [f for f in funcs if not hasattr(mods[name], f)]
-        if absent:
-            raise SourceUnavailable(f"vLLM {VERSION} kernels from {where}: incompatible version, {name} has no "
-                                    f"{', '.join(absent)}; {HOW}")
+    mods = _import_checked(f"vLLM {VERSION} kernels from {where}", lambda: _import_release(root), REQUIRED)
     _LOADED, _ROOT = {n.rpartition(".")[2]: m for n, m in mods.items()}, root
     return _LOADED
 
@@ -189,39 +212,22 @@ def _import_kda_from_tree(root: Path) -> dict[str, types.ModuleType]:
     ``mamba_utils.is_conv_state_dim_first`` (read only by ``KDARecoverSSMCommitContext.create``: it
     says True, the dim-first conv layout the adapter allocates); ``sys.modules`` is given back as it
     was (see the module doc)."""
-    prefixes = ("vllm.models", "vllm.model_executor")
-    before = {k: v for k, v in sys.modules.items() if k.startswith(prefixes)}
-    vllm_mod = sys.modules["vllm"]
-    attrs = [(vllm_mod, leaf, getattr(vllm_mod, leaf, None)) for leaf in ("models", "model_executor")]
     pkgs = ["vllm.models", "vllm.models.kimi_k3", "vllm.models.kimi_k3.nvidia", "vllm.models.kimi_k3.nvidia.ops",
             "vllm.models.kimi_k3.nvidia.recoverssm", "vllm.model_executor", "vllm.model_executor.layers",
             "vllm.model_executor.layers.mamba"]
-    try:
-        for k in before:
-            del sys.modules[k]
-        for name in pkgs:
-            mod = types.ModuleType(name)
-            mod.__replayssm_stand_in__ = True
-            mod.__path__ = [str(root / Path(*name.split(".")))]
-            sys.modules[name] = mod
-            parent, _, leaf = name.rpartition(".")
-            setattr(sys.modules[parent], leaf, mod)
+    with _tree_packages(root, ("vllm.models", "vllm.model_executor"), ("vllm",), ("models", "model_executor"), pkgs):
         utils = types.ModuleType("vllm.model_executor.layers.mamba.mamba_utils")
         utils.__replayssm_stand_in__ = True
         utils.is_conv_state_dim_first = lambda: True
         sys.modules[utils.__name__] = utils
         return {name: importlib.import_module(name) for name in (KDA_CUTE, KDA_OPS)}
-    finally:
-        for k in [k for k in sys.modules if k.startswith(prefixes)]:
-            if k not in before:
-                del sys.modules[k]
-        sys.modules.update(before)
-        for mod, leaf, value in attrs:
-            if value is None:
-                if hasattr(mod, leaf):
-                    delattr(mod, leaf)
-            else:
-                setattr(mod, leaf, value)
+
+
+def _import_kda(root: Path | None) -> dict[str, types.ModuleType]:
+    """REQUIRED_KDA from the installed vllm (``root`` None) or from the tree at ``root``."""
+    if root is None:
+        return {name: importlib.import_module(name) for name in (KDA_CUTE, KDA_OPS)}
+    return _import_kda_from_tree(root)
 
 
 def load_recoverssm(path: str | None = None) -> dict[str, types.ModuleType]:
@@ -237,17 +243,7 @@ def load_recoverssm(path: str | None = None) -> dict[str, types.ModuleType]:
         missing = [str(_rel(m)) for m in REQUIRED_KDA if not (_ROOT / _rel(m)).is_file()]
         if missing:
             raise SourceUnavailable(f"vLLM {VERSION} KDA RecoverSSM from {where}: {missing[0]} missing; {HOW}")
-    try:
-        mods = ({name: importlib.import_module(name) for name in (KDA_CUTE, KDA_OPS)} if _ROOT is None
-                else _import_kda_from_tree(_ROOT))
-    except Exception as e:  # any import failure is one line, never a traceback
-        raise SourceUnavailable(f"vLLM {VERSION} KDA RecoverSSM from {where}: import failed "
-                                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); {HOW}") from None
-    for name, funcs in REQUIRED_KDA.items():
-        absent = [f for f in funcs if not hasattr(mods[name], f)]
-        if absent:
-            raise SourceUnavailable(f"vLLM {VERSION} KDA RecoverSSM from {where}: incompatible version, {name} has "
-                                    f"no {', '.join(absent)}; {HOW}")
+    mods = _import_checked(f"vLLM {VERSION} KDA RecoverSSM from {where}", lambda: _import_kda(_ROOT), REQUIRED_KDA)
     _KDA_LOADED = {n.rpartition(".")[2]: m for n, m in mods.items()}
     return _KDA_LOADED
 

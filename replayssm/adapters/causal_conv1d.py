@@ -30,14 +30,15 @@ conv, one rounding), the window exact.
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import types
 from pathlib import Path
 
 import torch
 
-from replayssm.mixer.kernel import ComposedMixer, register_mixer_kernel
+from replayssm.adapters._external_conv import ChannelsFirstConvStore, ExternalConvMixer
+from replayssm.adapters._sdist_root import sdist_or_install_root
+from replayssm.mixer.kernel import register_mixer_kernel
 from replayssm.ops.conv.literal import CircularStore
 
 VERSION = "1.7.0"
@@ -56,26 +57,8 @@ class Unavailable(RuntimeError):
 
 def find_root() -> Path:
     """The folder holding ``causal_conv1d/`` (``$REPLAYSSM_CAUSAL_CONV1D_SRC`` or the install), its version checked."""
-    given = os.environ.get(ENV)
-    if given:
-        root = Path(given).expanduser().resolve()
-        if not (root / FILE).is_file():
-            raise Unavailable(f"causal-conv1d: {ENV}={given} has no {FILE}; {HOW}")
-        info = root / "PKG-INFO"
-        have = next((ln.split(":", 1)[1].strip() for ln in info.read_text().splitlines()
-                     if ln.startswith("Version:")), "unknown") if info.is_file() else "unknown"
-    else:
-        spec = importlib.util.find_spec("causal_conv1d")
-        if spec is None or not spec.submodule_search_locations:
-            raise Unavailable(f"causal-conv1d: package not installed and {ENV} not set; {HOW}")
-        from importlib import metadata
-        root = Path(list(spec.submodule_search_locations)[0]).parent
-        try:
-            have = metadata.version("causal_conv1d")
-        except metadata.PackageNotFoundError:
-            have = "unknown"
-    if have != VERSION:
-        raise Unavailable(f"causal-conv1d {have} at {root}: the adapter reads causal-conv1d {VERSION}; {HOW}")
+    root, _ = sdist_or_install_root(env=ENV, file=FILE, package="causal_conv1d", label="causal-conv1d",
+                                    dist="causal-conv1d", version=VERSION, how=HOW, error=Unavailable, resolve=True)
     return root
 
 
@@ -137,46 +120,34 @@ def uses_cuda_kernel(device: torch.device) -> bool:
     return torch.device(device).type == "cuda" and cuda_extension()
 
 
-class CausalConv1dStore(CircularStore):
+class CausalConv1dStore(ChannelsFirstConvStore, CircularStore):
     """The ring layout, its verify done by causal-conv1d (conv + SiLU; the CUDA kernel or the reference)."""
 
-    def verify(self, rows, x, weight, bias):
-        mod = interface()
-        out = torch.zeros_like(x)
-        if not rows:
-            return out
-        rr, slots = [r for r, _ in rows], [s for _, s in rows]
-        xs = x[rr].transpose(1, 2).contiguous()  # [n, C, T]
-        cursor = self.tensors["cursor"][slots].to(device=x.device, dtype=torch.int32)
+    load_kernel = staticmethod(interface)
+
+    def conv_update(self, mod, xs, slots, weight, bias):
+        cursor = self.tensors["cursor"][slots].to(device=xs.device, dtype=torch.int32)
         w = weight.contiguous()  # the compute dtype (fp32; fp64 at s64a64), values of the activation dtype
         b = None if bias is None else bias.contiguous()
-        if uses_cuda_kernel(x.device) and x.dtype != torch.float64:
-            idx = torch.tensor(slots, dtype=torch.int32, device=x.device)
-            o = mod.causal_conv1d_update(xs, self.tensors["state"], w.float(), None if b is None else b.float(),
-                                         activation="silu", cache_seqlens=cursor, conv_state_indices=idx)
-        else:
-            st = self.tensors["state"][slots]  # the named rings, gathered (the reference takes no indices)
-            o = mod.causal_conv1d_update_ref(xs, st, w, b, activation="silu", cache_seqlens=cursor)
-            self.tensors["state"][slots] = st
-        out[rr] = o.transpose(1, 2)
-        return out
+        if uses_cuda_kernel(xs.device) and xs.dtype != torch.float64:
+            idx = torch.tensor(slots, dtype=torch.int32, device=xs.device)
+            return mod.causal_conv1d_update(xs, self.tensors["state"], w.float(), None if b is None else b.float(),
+                                            activation="silu", cache_seqlens=cursor, conv_state_indices=idx)
+        st = self.tensors["state"][slots]  # the named rings, gathered (the reference takes no indices)
+        o = mod.causal_conv1d_update_ref(xs, st, w, b, activation="silu", cache_seqlens=cursor)
+        self.tensors["state"][slots] = st
+        return o
 
 
 @register_mixer_kernel
-class CausalConv1dMixer(ComposedMixer):
+class CausalConv1dMixer(ExternalConvMixer):
     name = "mixer-causal-conv1d"
     description = (f"Dao-AILab causal-conv1d {VERSION} causal_conv1d_update (circular, cache_seqlens; the reference "
                    "on CPU) + the literal ReplaySSM")
     conv_policy = "circular"
     store = CausalConv1dStore
-
-    @classmethod
-    def source_reason(cls) -> str | None:
-        try:
-            interface()
-        except Unavailable as e:
-            return str(e)
-        return None
+    load_source = staticmethod(interface)
+    source_error = Unavailable
 
     @classmethod
     def unsupported_reason(cls, geometry, mode):

@@ -45,9 +45,9 @@ import warnings
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, float_mode_reason
+from replayssm.adapters._base import float_mode_reason
+from replayssm.adapters._draft_states import DraftStatesAdapter
 from replayssm.adapters._vllm_source import launch_guard
-from replayssm.interface import KernelSnapshot
 from replayssm.registry import register
 
 NAME = "fla"
@@ -57,7 +57,7 @@ HOW = f"pip install fla-core=={VERSION} einops (or pip install 'replayssm[adapte
 _FN = {}
 
 
-class FLABaselineGDN(SlotAdapter):
+class FLABaselineGDN(DraftStatesAdapter):
     op = ("fla.ops.gated_delta_rule", "fused_recurrent_gated_delta_rule")  # (module, function)
     name = "fla-baseline"
     family = "gdn"
@@ -117,22 +117,8 @@ class FLABaselineGDN(SlotAdapter):
         act = self.active_rows(slot_ids)
         self.live[slot_ids.index_select(0, act).long()] = accepted.index_select(0, act).long()
 
-    def _live(self, s: int) -> torch.Tensor:
-        return self.drafts[s, int(self.live[s]) - 1]
-
-    def checkpoint_state(self, slot_ids):
-        return self.per_slot(slot_ids, lambda s: self._live(s).double())
-
-    def committed_state(self, slot_ids):
-        return self.checkpoint_state(slot_ids)
-
-    def snapshot(self):
-        n = self.num_slots
-        return KernelSnapshot(
-            checkpoint=torch.stack([self._live(s) for s in range(n)]).cpu().clone(), checkpoint_scale=None,
-            records={}, write_pos=torch.zeros(n, dtype=torch.int64), origin=torch.zeros(n, dtype=torch.int64),
-            is_flush=torch.full((n,), not self.decode.speculative),
-            extra={"drafts": self.drafts.cpu().clone(), "accepted": self.live.cpu().clone()})
+    def _drafts(self) -> torch.Tensor:
+        return self.drafts
 
 
 class FLABaselineKDA(FLABaselineGDN):
@@ -156,8 +142,7 @@ class FLABaselineKDA(FLABaselineGDN):
         if self.decode.speculative:
             raise ValueError("decode: FLA's KDA timed step is for standard decode (speculative keeps the draft "
                              "states in the adapter)")
-        if bool((slot_ids < 0).any()):
-            raise ValueError("slot_ids: a timed step takes no padding rows")
+        self.no_padding(slot_ids)
         fwd = _kernel("fla.ops.kda.fused_recurrent", "fused_recurrent_kda_fwd")
         pool = self.drafts.view(self.num_slots, *self.state_shape)  # T = 1: one state per slot
         idx, tok = slot_ids.to(torch.int32).contiguous(), {k: v.contiguous() for k, v in inputs.items()}

@@ -51,8 +51,9 @@ import warnings
 import torch
 
 from replayssm.adapters import fla as fl
+from replayssm.adapters._external_conv import ExternalConvMixer, interpreting
 from replayssm.adapters._vllm_source import launch_guard
-from replayssm.mixer.kernel import ComposedMixer, register_mixer_kernel
+from replayssm.mixer.kernel import register_mixer_kernel
 from replayssm.ops.conv.literal import DraftSnapshotsStore
 
 MODULE = "fla.modules.causal_conv1d.ops"  # ShortConvolution and the Triton update kernel it launches
@@ -72,10 +73,6 @@ def conv_module() -> types.ModuleType:
             raise RuntimeError(f"flash-linear-attention: importing {MODULE} failed ({type(e).__name__}: {e}); "
                                f"{fl.HOW}") from None
     return _LOADED["ops"]
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @contextlib.contextmanager
@@ -147,21 +144,16 @@ class FLAShortConvStore(DraftSnapshotsStore):
 
 
 @register_mixer_kernel
-class FLAShortConvMixer(ComposedMixer):
+class FLAShortConvMixer(ExternalConvMixer):
     name = "mixer-fla-shortconv"
     description = (f"flash-linear-attention {fl.VERSION} ShortConvolution step (Triton; draft snapshots kept by "
                    "the adapter) + the literal ReplaySSM")
     conv_policy = "draft-snapshots"
     store = FLAShortConvStore
     triton_conv = True
-
-    @classmethod
-    def source_reason(cls):
-        try:
-            conv_module()
-        except RuntimeError as e:
-            return str(e).splitlines()[0]
-        return None
+    load_source = staticmethod(conv_module)
+    source_first_line = True
+    no_device_reason = "no CUDA device: run with TRITON_INTERPRET=1 (FLA's conv update is Triton only)"
 
     @classmethod
     def unsupported_reason(cls, geometry, mode):
@@ -174,10 +166,6 @@ class FLAShortConvMixer(ComposedMixer):
         if mode.act_dtype == torch.float64:
             # measured (tests/adapters/test_mixer_fla_shortconv.py): Triton rejects the kernel's rtne store for fp64
             return "fp64 activations: FLA's update computes in fp32 and its store's rounding mode rejects fp64"
-        if not torch.cuda.is_available() and not interpreting():
-            return "no CUDA device: run with TRITON_INTERPRET=1 (FLA's conv update is Triton only)"
-        if interpreting() and mode.act_dtype == torch.bfloat16:
-            # measured (tests/adapters/test_mixer_fla_shortconv.py): the interpreter's fp32 -> bf16 store truncates
-            return ("bf16 activations under the Triton interpreter (its fp32 -> bf16 store truncates); use a GPU, "
-                    "s32a32 or s32afp16")
-        return None
+        # bf16 under the interpreter, measured (tests/adapters/test_mixer_fla_shortconv.py): its fp32 -> bf16
+        # store truncates
+        return cls.triton_reason(mode)

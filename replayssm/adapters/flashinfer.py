@@ -51,6 +51,7 @@ import importlib.util
 import torch
 
 from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason, tie_hdim
+from replayssm.adapters._checkpoint_only import CheckpointOnlyAdapter
 from replayssm.interface import KernelSnapshot
 from replayssm.ops.mamba2.literal import Mamba2Math
 from replayssm.registry import register
@@ -101,7 +102,7 @@ class _FlashInfer(SlotAdapter):
         return tok, tied_dt(tok["dt"], self.geometry, self.dt_dtype)
 
 
-class FlashInferSSU(_FlashInfer):
+class FlashInferSSU(_FlashInfer, CheckpointOnlyAdapter):
     name = "flashinfer-baseline"
     kind = "baseline"
     dt_dtype = torch.float32  # selective_state_update: dt, D and dt_bias in one dtype (the fp32 parameters')
@@ -154,19 +155,8 @@ class FlashInferSSU(_FlashInfer):
             b = self.blocks(slot_ids).index_select(0, act).long()
             self.state[b] = self.inter[b, accepted.index_select(0, act).long().to(self.device) - 1]
 
-    def checkpoint_state(self, slot_ids):
-        return self.per_slot(slot_ids, lambda s: self.state[s + 1].double())
-
-    def committed_state(self, slot_ids):
-        return self.checkpoint_state(slot_ids)
-
-    def snapshot(self):
-        n = self.num_slots
-        return KernelSnapshot(
-            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None, records={},
-            write_pos=torch.zeros(n, dtype=torch.int64), origin=torch.zeros(n, dtype=torch.int64),
-            is_flush=torch.full((n,), not self.decode.speculative),
-            extra={} if self.inter is None else {"drafts": self.inter[1:].cpu().clone()})
+    def snapshot_extra(self):
+        return {} if self.inter is None else {"drafts": self.inter[1:].cpu().clone()}
 
 
 class FlashInferCheckpointing(_FlashInfer):

@@ -26,16 +26,16 @@ activations, fp32 arithmetic, no dots; its ``softplus`` is ``log(exp(x) + 1)`` u
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import types
 from pathlib import Path
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason, tie_hdim
+from replayssm.adapters._base import broadcast_last, float_mode_reason, tie_hdim
+from replayssm.adapters._draft_states import DraftStatesAdapter
+from replayssm.adapters._sdist_root import sdist_or_install_root
 from replayssm.adapters._vllm_source import launch_guard
-from replayssm.interface import KernelSnapshot
 from replayssm.registry import register
 
 NAME = "mamba_ssm"
@@ -52,26 +52,8 @@ _LOADED: dict[str, types.ModuleType] = {}
 
 def find_root() -> tuple[Path, str]:
     """(the folder holding ``mamba_ssm/``, its version); ``RuntimeError`` (one line) if none fits."""
-    path = os.environ.get(ENV)
-    if path:
-        root = Path(path)
-        if not (root / FILE).is_file():
-            raise RuntimeError(f"mamba_ssm: {ENV}={path} has no {FILE}; {HOW}")
-        info = root / "PKG-INFO"
-        have = next((ln.split(":", 1)[1].strip() for ln in info.read_text().splitlines()
-                     if ln.startswith("Version:")), "unknown") if info.is_file() else "unknown"
-    else:
-        spec = importlib.util.find_spec("mamba_ssm")
-        if spec is None or not spec.submodule_search_locations:
-            raise RuntimeError(f"mamba_ssm: package not installed and {ENV} not set; {HOW}")
-        from importlib import metadata
-        root = Path(list(spec.submodule_search_locations)[0]).parent
-        try:
-            have = metadata.version("mamba_ssm")
-        except metadata.PackageNotFoundError:
-            have = "unknown"
-    if have != VERSION:
-        raise RuntimeError(f"mamba_ssm {have} at {root}: the adapter reads mamba-ssm {VERSION}; {HOW}")
+    root, have = sdist_or_install_root(env=ENV, file=FILE, package="mamba_ssm", label="mamba_ssm", dist="mamba-ssm",
+                                       version=VERSION, how=HOW, error=RuntimeError, resolve=False)
     if importlib.util.find_spec("einops") is None:
         raise RuntimeError("mamba_ssm: its Triton file imports einops (pip install einops)")
     return root, have
@@ -93,7 +75,7 @@ def kernel_module() -> types.ModuleType:
     return _LOADED["ssu"]
 
 
-class MambaSSMBaseline(SlotAdapter):
+class MambaSSMBaseline(DraftStatesAdapter):
     name = "mamba-ssm-baseline"
     family = "mamba2"
     kind = "baseline"
@@ -159,23 +141,8 @@ class MambaSSMBaseline(SlotAdapter):
                 if s >= 0:
                     self.live[s] = k
 
-    def _live(self, s: int) -> torch.Tensor:
-        return self.states[self.block(s, int(self.live[s]) - 1)]
-
-    def checkpoint_state(self, slot_ids):
-        return self.per_slot(slot_ids, lambda s: self._live(s).double())
-
-    def committed_state(self, slot_ids):
-        return self.checkpoint_state(slot_ids)
-
-    def snapshot(self):
-        n = self.num_slots
-        return KernelSnapshot(
-            checkpoint=torch.stack([self._live(s) for s in range(n)]).cpu().clone(), checkpoint_scale=None,
-            records={}, write_pos=torch.zeros(n, dtype=torch.int64), origin=torch.zeros(n, dtype=torch.int64),
-            is_flush=torch.full((n,), not self.decode.speculative),
-            extra={"drafts": self.states[1:].cpu().reshape(n, self.T, *self.state_shape).clone(),
-                   "accepted": self.live.clone()})
+    def _drafts(self) -> torch.Tensor:
+        return self.states[1:].reshape(self.num_slots, self.T, *self.state_shape)
 
 
 def load(path: str | None = None) -> list[str]:

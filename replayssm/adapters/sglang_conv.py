@@ -27,15 +27,15 @@ window bit for bit read by the ``draft-snapshots`` rule).  Expected error: the l
 from __future__ import annotations
 
 import importlib
-import os
 import types
 
 import torch
 
 from replayssm.adapters import sglang as sg
+from replayssm.adapters._external_conv import ChannelsFirstConvStore, ExternalConvMixer
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.interface import PAD_SLOT
-from replayssm.mixer.kernel import ComposedMixer, register_mixer_kernel
+from replayssm.mixer.kernel import register_mixer_kernel
 from replayssm.ops.conv.literal import DraftSnapshotsStore
 
 MODULE = "sglang.kernels.ops.mamba.causal_conv1d_triton"
@@ -54,56 +54,39 @@ def conv_module() -> types.ModuleType:
     return _LOADED["conv"]
 
 
-class SGLangConvStore(DraftSnapshotsStore):
+class SGLangConvStore(ChannelsFirstConvStore, DraftSnapshotsStore):
     """The draft-snapshots layout, its verify done by SGLang's kernel (conv + SiLU, fp32 accumulation)."""
 
-    def verify(self, rows, x, weight, bias):
-        mod = conv_module()
-        out = torch.zeros_like(x)
-        if not rows:
-            return out
-        rr = [r for r, _ in rows]
-        xs = x[rr].transpose(1, 2).contiguous()  # [n, C, T]
-        idx = torch.tensor([s for _, s in rows], dtype=torch.int32, device=x.device)
+    load_kernel = staticmethod(conv_module)
+
+    def conv_update(self, mod, xs, slots, weight, bias):
+        idx = torch.tensor(slots, dtype=torch.int32, device=xs.device)
         w = weight.contiguous()  # the compute dtype (fp32; fp64 at s64a64), values of the activation dtype
         b = None if bias is None else bias.contiguous()
-        with launch_guard(x.device):
-            o = mod.causal_conv1d_update(xs, self.tensors["state"], w, b, activation="silu", conv_state_indices=idx,
-                                         intermediate_conv_window=self.tensors["snapshots"],
-                                         intermediate_state_indices=idx, pad_slot_id=PAD_SLOT)
-        out[rr] = o.transpose(1, 2)
-        return out
+        with launch_guard(xs.device):
+            return mod.causal_conv1d_update(xs, self.tensors["state"], w, b, activation="silu", conv_state_indices=idx,
+                                            intermediate_conv_window=self.tensors["snapshots"],
+                                            intermediate_state_indices=idx, pad_slot_id=PAD_SLOT)
 
 
 @register_mixer_kernel
-class SGLangConvMixer(ComposedMixer):
+class SGLangConvMixer(ExternalConvMixer):
     name = "mixer-sglang-conv"
     description = (f"SGLang {sg.VERSION} causal_conv1d_update (Triton; draft snapshots, intermediate_conv_window) "
                    "+ the literal ReplaySSM")
     conv_policy = "draft-snapshots"
     store = SGLangConvStore
     triton_conv = True
-
-    @classmethod
-    def source_reason(cls):
-        try:
-            conv_module()
-        except RuntimeError as e:
-            return str(e).splitlines()[0]
-        return None
+    load_source = staticmethod(conv_module)
+    source_first_line = True
 
     @classmethod
     def unsupported_reason(cls, geometry, mode):
-        reason = cls.source_reason()
+        # bf16 under the interpreter, measured (tests/adapters/test_mixer_conv_adapters.py): its fp32 -> bf16 store
+        # rounds toward zero, so the conv outputs carry a one-signed bias and s32a16 fails ssm-state; the GPU runs bf16
+        reason = cls.source_reason() or cls.triton_reason(mode)
         if reason:
             return reason
-        if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-            return "no CUDA device: run with TRITON_INTERPRET=1 (the Triton interpreter)"
-        if os.environ.get("TRITON_INTERPRET") == "1" and mode.act_dtype == torch.bfloat16:
-            # measured (tests/adapters/test_mixer_conv_adapters.py): the interpreter's fp32 -> bf16 store rounds
-            # toward zero, so the conv outputs carry a one-signed bias and s32a16 fails ssm-state; the GPU runs bf16
-            return ("bf16 activations under the Triton interpreter (its fp32 -> bf16 store truncates); use a GPU, "
-                    "s32a32 or s32afp16")
         if not 2 <= geometry.d_conv <= 4:
             return f"SGLang's conv update computes d_conv 2..4 (its KERNEL_WIDTH branches), got {geometry.d_conv}"
         return None

@@ -60,19 +60,24 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, dot_key_tile_reason, float_mode_reason
+from replayssm.adapters._base import (
+    default_dot_reason,
+    dot_key_tile_reason,
+    float_mode_reason,
+    key_tile_splits,
+    mixed_qkv,
+)
+from replayssm.adapters._block_records import BlockRecordsAdapter
 from replayssm.adapters._vllm_source import launch_guard
-from replayssm.interface import KernelSnapshot
 from replayssm.ops.gdn.literal import GDNMath
+
+# the refusal of ieee at fp32 activations by the standard kernels of SGLang's GDN and KDA (sglang_kda.py)
+STANDARD_FP32_REASON = ("with fp32 activations its reconstruction tl.dot runs at Triton's default precision, tf32 "
+                        "on the GPU: standard decode implements s32a32-tf32, not ieee")
 
 
 def _standard_reason(mode) -> str | None:
-    if mode.act == "fp32" and mode.dot != "tf32":
-        return ("with fp32 activations its reconstruction tl.dot runs at Triton's default precision, tf32 on "
-                "the GPU: standard decode implements s32a32-tf32, not ieee")
-    if mode.act != "fp32" and mode.dot != "ieee":
-        return f"with {mode.act} activations its dots take 16-bit operands (exact products): ieee modes only"
-    return None
+    return default_dot_reason(mode, STANDARD_FP32_REASON)
 
 
 def _spec_reason(mode, decode) -> str | None:
@@ -87,7 +92,7 @@ def _spec_reason(mode, decode) -> str | None:
     return None
 
 
-class SGLangGDNReplay(SlotAdapter):
+class SGLangGDNReplay(BlockRecordsAdapter):
     name = "sglang-replay"
     family = "gdn"
     kind = "replay"
@@ -100,6 +105,7 @@ class SGLangGDNReplay(SlotAdapter):
     supports_packed_layout = True
     supports_ragged_windows = True
     supports_mixed_decode = True
+    record_math = GDNMath
 
     @classmethod
     def unsupported_geometry(cls, geometry, decode=None):
@@ -115,26 +121,16 @@ class SGLangGDNReplay(SlotAdapter):
     def __init__(self, config):
         super().__init__(config)
         self.mods = type(self).loader()
-        g, m, S = self.geometry, self.mode, self.num_slots + 1
-        p = {k: v.to(self.device, torch.float32).contiguous() for k, v in config.params.items()}
-        self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
-        self.params64 = {k: v.double() for k, v in p.items()}
-        self.scale = g.head_k_dim ** -0.5
-        rows = self.decode.ring_rows
-        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
-        z = dict(device=self.device)
-        self.state = torch.zeros((S, *self.state_shape), dtype=m.state_dtype, **z)
-        self.d_cache = torch.zeros((S, HV, rows, V), dtype=m.act_dtype, **z)
-        self.k_cache = torch.zeros((S, H, rows, K), dtype=m.act_dtype, **z)
-        self.g_cache = torch.zeros((S, HV, rows), dtype=torch.float32, **z)
+        S, rows, z = self.num_slots + 1, self.decode.ring_rows, dict(device=self.device)
+        self.delta_rule_params(config.params)
+        self.state = torch.zeros((S, *self.state_shape), dtype=self.mode.state_dtype, **z)
+        self.d_cache, self.k_cache, self.g_cache = self.delta_rule_rows(rows)
         if self.decode.speculative:
-            self.rawv = torch.zeros((S, HV, rows, V), dtype=m.act_dtype, **z)
-            self.rawk = torch.zeros((S, H, rows, K), dtype=m.act_dtype, **z)
-            self.beta = torch.zeros((S, HV, rows), dtype=torch.float32, **z)
+            self.rawv, self.rawk, self.beta = self.delta_rule_rows(rows)
         self.write_pos = torch.zeros(S, dtype=torch.int32, **z)
         self.cache_base = torch.zeros(S, dtype=torch.int32, **z)
         self.is_flush = torch.zeros(S, dtype=torch.int8, **z)
-        self.nk = 1 if (1 << max(0, (K - 1).bit_length())) // 2 < 16 else 2
+        self.nk = key_tile_splits(self.geometry.head_k_dim)
 
     # ---- the step calls ------------------------------------------------------------------------------
     def reset(self, slot_ids, initial_state=None, origin=None):
@@ -150,8 +146,7 @@ class SGLangGDNReplay(SlotAdapter):
     def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
         if not self.decode.speculative and query_start_loc is not None:
             return self.standard_from_packed(slot_ids, inputs, out, query_start_loc, self.verify)
-        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
-        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        ids, out = self.begin_serving_verify(slot_ids, inputs, out, window_lens, query_start_loc)
         lens = None
         if self.decode.speculative:
             lens = self._verify_spec(slot_ids, self.pack_tokens(ids, inputs, window_lens, query_start_loc), out)
@@ -164,7 +159,7 @@ class SGLangGDNReplay(SlotAdapter):
         g, R = self.geometry, slot_ids.shape[0]
         blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
         tok = {k: v[:, 0] for k, v in inputs.items()}
-        mixed = torch.cat([tok["q"].flatten(1), tok["k"].flatten(1), tok["v"].flatten(1)], 1).contiguous()
+        mixed = mixed_qkv(tok)
         o = self.scratch(R, 1, g.num_v_heads, g.head_v_dim)
         fn = self.mods["fused_recurrent_linear_replayssm"].fused_recurrent_linear_replayssm_decode
         with launch_guard(self.device):
@@ -191,45 +186,20 @@ class SGLangGDNReplay(SlotAdapter):
         put(o, out)
         return lens
 
-    def commit(self, slot_ids, accepted):
-        self.begin_commit(slot_ids, accepted)
-        d, blk = self.decode, self.blocks(slot_ids)
-        if d.speculative:
-            spec = self.mods["gdn_replayssm_spec_decode"]
-            with launch_guard(self.device):
-                spec.commit_gdn_replayssm_spec(self.write_pos, self.cache_base, self.is_flush,
-                                               accepted.to(torch.int32).contiguous(), blk, d.lspec, d.window,
-                                               null_block_id=0)
-        else:
-            b = blk.index_select(0, self.active_rows(slot_ids)).long()
-            wp = self.write_pos[b]
-            self.write_pos[b] = torch.where(wp == d.buffer - 1, 0, wp + 1).to(torch.int32)
+    def commit_spec(self, blk, accepted):
+        d, spec = self.decode, self.mods["gdn_replayssm_spec_decode"]
+        with launch_guard(self.device):
+            spec.commit_gdn_replayssm_spec(self.write_pos, self.cache_base, self.is_flush,
+                                           accepted.to(torch.int32).contiguous(), blk, d.lspec, d.window,
+                                           null_block_id=0)
 
     # ---- inspection ------------------------------------------------------------------------------------
     def _records(self):
-        return {"d": self.d_cache[1:].permute(0, 2, 1, 3), "k": self.k_cache[1:].permute(0, 2, 1, 3),
-                "g": self.g_cache[1:].permute(0, 2, 1)}
+        return self.block_records(d=self.d_cache, k=self.k_cache, g=self.g_cache)
 
-    def checkpoint_state(self, slot_ids):
-        return self.per_slot(slot_ids, lambda s: self.state[s + 1].double())
+    def ring_origins(self):
+        return self.cache_base
 
-    def committed_state(self, slot_ids):
-        """Checkpoint + committed d / k / g records folded in fp64."""
-        rec = self._records()
-
-        def fold(s):
-            idx = self.hist_rows(s, int(self.write_pos[s + 1]), int(self.cache_base[s + 1]))
-            hist = {k: v[s].index_select(0, idx).double() for k, v in rec.items()}
-            return GDNMath().fold(self.state[s + 1].double(), hist, self.params64, self.mode)
-        return self.per_slot(slot_ids, fold)
-
-    def snapshot(self):
-        wp = self.write_pos[1:].cpu().to(torch.int64)
-        d = self.decode
-        flush = self.is_flush[1:].cpu() != 0 if d.speculative else wp == d.buffer - 1
-        extra = ({"rawv": self.rawv[1:].cpu().clone(), "rawk": self.rawk[1:].cpu().clone(),
-                  "beta": self.beta[1:].cpu().clone()} if d.speculative else {})
-        return KernelSnapshot(
-            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None,
-            records={k: v.cpu().clone() for k, v in self._records().items()},
-            write_pos=wp, origin=self.cache_base[1:].cpu().to(torch.int64), is_flush=flush, extra=extra)
+    def snapshot_extra(self):
+        return ({"rawv": self.rawv[1:].cpu().clone(), "rawk": self.rawk[1:].cpu().clone(),
+                 "beta": self.beta[1:].cpu().clone()} if self.decode.speculative else {})

@@ -66,24 +66,19 @@ import contextlib
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, dot_key_tile_reason, float_mode_reason
+from replayssm.adapters._base import (
+    SlotAdapter,
+    default_dot_reason,
+    dot_key_tile_reason,
+    float_mode_reason,
+    key_tile_splits,
+    mixed_qkv,
+)
+from replayssm.adapters._block_records import BlockRecordsAdapter
+from replayssm.adapters._fold_every_commit import FoldEveryCommitAdapter
 from replayssm.adapters._vllm_source import launch_guard
-from replayssm.interface import KernelSnapshot
+from replayssm.adapters.sglang_gdn import STANDARD_FP32_REASON
 from replayssm.ops.kda.literal import KDAMath
-
-
-def _nk(K: int) -> int:
-    return 1 if (1 << max(0, (K - 1).bit_length())) // 2 < 16 else 2
-
-
-def _mixed(tok: dict) -> torch.Tensor:
-    """The packed ``mixed_qkv = [q | k | v]`` of one token per row."""
-    return torch.cat([tok["q"].flatten(1), tok["k"].flatten(1), tok["v"].flatten(1)], 1).contiguous()
-
-
-def _no_padding(slot_ids: torch.Tensor) -> None:
-    if bool((slot_ids < 0).any()):
-        raise ValueError("slot_ids: a timed step takes no padding rows")
 
 
 class _SGLangKDA(SlotAdapter):
@@ -95,11 +90,8 @@ class _SGLangKDA(SlotAdapter):
     def __init__(self, config):
         super().__init__(config)
         self.mods = type(self).loader()
-        g, S = self.geometry, self.num_slots + 1
-        p = {k: v.to(self.device, torch.float32).contiguous() for k, v in config.params.items()}
-        self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
-        self.params64 = {k: v.double() for k, v in p.items()}
-        self.scale = g.head_k_dim ** -0.5
+        S = self.num_slots + 1
+        self.delta_rule_params(config.params)
         self.state = torch.zeros((S, *self.state_shape), dtype=self.mode.state_dtype, device=self.device)
         self.write_pos = torch.zeros(S, dtype=torch.int32, device=self.device)
 
@@ -111,24 +103,15 @@ class _SGLangKDA(SlotAdapter):
         self.state[b] = 0 if initial_state is None else initial_state.index_select(0, rows).to(self.state.dtype)
         self.mark_reset(ids)
 
-    def verify(self, slot_ids, inputs, out=None):
-        ids = self.begin_verify(slot_ids, inputs, out)
-        out = self.new_out(len(ids)) if out is None else out
-        self._verify(slot_ids, inputs, out)
-        self.end_verify(ids)
-        return out
 
-    def checkpoint_state(self, slot_ids):
-        return self.per_slot(slot_ids, lambda s: self.state[s + 1].double())
-
-
-class SGLangKDAReplay(_SGLangKDA):
+class SGLangKDAReplay(_SGLangKDA, BlockRecordsAdapter):
     name = "sglang-replay"
     decodes = ("standard",)
     description = "SGLang 0.5.23 ReplaySSM KDA standard decode: fused_recurrent_linear_replayssm (is_kda=True)"
     # Read in fused_recurrent_linear_replayssm.py (IS_KDA branch): beta = sigmoid(b).to(b.dtype),
     # q, k * (1 / sqrt(sum u^2 + 1e-6)), softplus threshold 20.
     conventions = {"beta_rounded": True, "l2_form": "reciprocal"}
+    record_math = KDAMath
 
     @classmethod
     def unsupported_geometry(cls, geometry, decode=None):
@@ -139,23 +122,12 @@ class SGLangKDAReplay(_SGLangKDA):
         if decode.speculative:
             return ("SGLang's KDA speculative decode keeps fold-every-commit books: it is the kernel "
                     "'sglang-replay-fold'")
-        reason = float_mode_reason(mode, "SGLang's KDA replay kernel", ("ieee", "tf32"))
-        if reason:
-            return reason
-        if mode.act == "fp32" and mode.dot != "tf32":
-            return ("with fp32 activations its reconstruction tl.dot runs at Triton's default precision, tf32 on "
-                    "the GPU: standard decode implements s32a32-tf32, not ieee")
-        if mode.act != "fp32" and mode.dot != "ieee":
-            return f"with {mode.act} activations its dots take 16-bit operands (exact products): ieee modes only"
-        return None
+        return (float_mode_reason(mode, "SGLang's KDA replay kernel", ("ieee", "tf32"))
+                or default_dot_reason(mode, STANDARD_FP32_REASON))
 
     def __init__(self, config):
         super().__init__(config)
-        g, m, S, L = self.geometry, self.mode, self.num_slots + 1, self.decode.ring_rows
-        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
-        self.d_cache = torch.zeros((S, HV, L, V), dtype=m.act_dtype, device=self.device)
-        self.k_cache = torch.zeros((S, H, L, K), dtype=m.act_dtype, device=self.device)
-        self.g_cache = torch.zeros((S, HV, L, K), dtype=torch.float32, device=self.device)
+        self.d_cache, self.k_cache, self.g_cache = self.delta_rule_rows(self.decode.ring_rows, key_gate=True)
 
     def reset(self, slot_ids, initial_state=None, origin=None):
         self._reset_rows(slot_ids, initial_state, origin)
@@ -165,25 +137,29 @@ class SGLangKDAReplay(_SGLangKDA):
         with launch_guard(self.device):
             fn(mixed, tok["a"], tok["b"], self.A_log, self.dt_bias, self.scale, self.state, self.d_cache, self.k_cache,
                self.g_cache, o, rows, write_pos, use_qk_l2norm_in_kernel=True, is_kda=True,
-               nk=_nk(self.geometry.head_k_dim))
+               nk=key_tile_splits(self.geometry.head_k_dim))
 
-    def _verify(self, slot_ids, inputs, out):
+    def verify(self, slot_ids, inputs, out=None):
+        ids = self.begin_verify(slot_ids, inputs, out)
+        out = self.new_out(len(ids)) if out is None else out
         g, R = self.geometry, slot_ids.shape[0]
         blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
         tok = {k: v[:, 0].contiguous() for k, v in inputs.items()}
         o = self.scratch(R, 1, g.num_v_heads, g.head_v_dim)
-        self._launch(_mixed(tok), tok, o, torch.where(slot_ids >= 0, blk, -1).contiguous(),
+        self._launch(mixed_qkv(tok), tok, o, torch.where(slot_ids >= 0, blk, -1).contiguous(),
                      self.write_pos.index_select(0, blk.long()).contiguous())
         out[act] = o.index_select(0, act)
+        self.end_verify(ids)
+        return out
 
     def timed_step(self, slot_ids, inputs, out, accepted):
         """The kernel's launch alone on ``mixed_qkv`` packed once; call n at cursor position n mod L
         (``_base.py``)."""
-        _no_padding(slot_ids)
+        self.no_padding(slot_ids)
         g, L, blk = self.geometry, self.decode.buffer, self.blocks(slot_ids)
         n, pos = self.cursor_positions(blk, self.write_pos)
         tok = {k: v[:, 0].contiguous() for k, v in inputs.items()}
-        mixed, o, calls = _mixed(tok), self.scratch(slot_ids.shape[0], 1, g.num_v_heads, g.head_v_dim), [n]
+        mixed, o, calls = mixed_qkv(tok), self.scratch(slot_ids.shape[0], 1, g.num_v_heads, g.head_v_dim), [n]
 
         def step():
             wp = pos[calls[0] % L][0]
@@ -191,35 +167,11 @@ class SGLangKDAReplay(_SGLangKDA):
             self._launch(mixed, tok, o, blk, wp)
         return step
 
-    def commit(self, slot_ids, accepted):
-        self.begin_commit(slot_ids, accepted)
-        b = self.blocks(slot_ids).index_select(0, self.active_rows(slot_ids)).long()
-        wp = self.write_pos[b]
-        self.write_pos[b] = torch.where(wp == self.decode.buffer - 1, 0, wp + 1).to(torch.int32)
-
     def _records(self):
-        return {"d": self.d_cache[1:].permute(0, 2, 1, 3), "k": self.k_cache[1:].permute(0, 2, 1, 3),
-                "g": self.g_cache[1:].permute(0, 2, 1, 3)}
-
-    def committed_state(self, slot_ids):
-        """Checkpoint + committed d / k / g records folded in fp64."""
-        rec = self._records()
-
-        def fold(s):
-            idx = self.hist_rows(s, int(self.write_pos[s + 1]), 0)
-            hist = {k: v[s].index_select(0, idx).double() for k, v in rec.items()}
-            return KDAMath().fold(self.state[s + 1].double(), hist, self.params64, self.mode)
-        return self.per_slot(slot_ids, fold)
-
-    def snapshot(self):
-        wp = self.write_pos[1:].cpu().to(torch.int64)
-        return KernelSnapshot(
-            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None,
-            records={k: v.cpu().clone() for k, v in self._records().items()},
-            write_pos=wp, origin=torch.zeros_like(wp), is_flush=wp == self.decode.buffer - 1, extra={})
+        return self.block_records(d=self.d_cache, k=self.k_cache, g=self.g_cache)
 
 
-class SGLangKDAReplayFold(_SGLangKDA):
+class SGLangKDAReplayFold(_SGLangKDA, FoldEveryCommitAdapter):
     name = "sglang-replay-fold"
     decodes = ("speculative",)
     bookkeeping = "fold-every-commit"
@@ -241,19 +193,13 @@ class SGLangKDAReplayFold(_SGLangKDA):
 
     def __init__(self, config):
         super().__init__(config)
-        g, m, S, T = self.geometry, self.mode, self.num_slots + 1, self.decode.window
-        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
-        self.rawv = torch.zeros((S, HV, T, V), dtype=m.act_dtype, device=self.device)
-        self.rawk = torch.zeros((S, H, T, K), dtype=m.act_dtype, device=self.device)
-        self.gk = torch.zeros((S, HV, T, K), dtype=torch.float32, device=self.device)
-        self.beta = torch.zeros((S, HV, T), dtype=torch.float32, device=self.device)
+        T = self.decode.window
+        self.rawv, self.rawk, self.gk = self.delta_rule_rows(T, key_gate=True)
+        self.beta = torch.zeros((self.num_slots + 1, self.geometry.num_v_heads, T), dtype=torch.float32,
+                                device=self.device)
 
     def reset(self, slot_ids, initial_state=None, origin=None):
         self._reset_rows(slot_ids, initial_state, origin)
-
-    def _qsl(self, n: int) -> torch.Tensor:
-        T = self.decode.window
-        return torch.arange(0, (n + 1) * T, T, dtype=torch.int32, device=self.device)
 
     def _launch_verify(self, tok, rows, qsl):
         """The recurrent verify on packed tokens ``tok [1, n T', ...]`` (blocks ``rows``, ``cu_seqlens`` qsl)."""
@@ -264,7 +210,7 @@ class SGLangKDAReplayFold(_SGLangKDA):
                       disable_state_update=True, cache_ring=True, replayssm_rawv=self.rawv, replayssm_rawk=self.rawk,
                       replayssm_g=self.gk, replayssm_beta=self.beta)
 
-    def _launch_commit(self, blk, accepted):
+    def _launch_commit(self, blk, accepted, qsl=None):  # the commit kernel takes no offsets
         spec = self.mods["kda_replayssm_spec_decode"]
         loops = type(self).interpreter_loops(spec) if self.device.type == "cpu" else contextlib.nullcontext()
         with launch_guard(self.device), loops:
@@ -272,43 +218,10 @@ class SGLangKDAReplayFold(_SGLangKDA):
                                            self.decode.window, self.geometry.num_k_heads, use_qk_l2norm_in_kernel=True,
                                            null_block_id=0)
 
-    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
-        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
-        out = self.serving_out(inputs, query_start_loc) if out is None else out
-        tok, qsl, lens, put = self.pack_tokens(ids, inputs, window_lens, query_start_loc)
-        act = self.active_rows(slot_ids)
-        # the verify is given the active rows only: their offsets (a padding row holds no tokens, Q[r+1] = Q[r])
-        qsl = torch.cat([qsl[:1], qsl[1:].index_select(0, act)]).contiguous()
-        o = self._launch_verify({k: v[None].contiguous() for k, v in tok.items()},
-                                self.blocks(slot_ids).index_select(0, act).contiguous(), qsl)
-        put(o[0], out)
-        self.end_verify(ids, lens)
-        return out
-
     def commit(self, slot_ids, accepted):
         self.begin_commit(slot_ids, accepted)
         self._launch_commit(self.blocks(slot_ids), accepted.to(torch.int32).contiguous())
 
-    def timed_step(self, slot_ids, inputs, out, accepted):
-        """The verify and commit launches alone on tokens packed once (``_base.py``); every step
-        commits ``accepted`` (the bench's k)."""
-        _no_padding(slot_ids)
-        tok = {k: v.flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
-        blk, acc, qsl = self.blocks(slot_ids), accepted.to(torch.int32).contiguous(), self._qsl(slot_ids.shape[0])
-
-        def step():
-            self._launch_verify(tok, blk, qsl)
-            self._launch_commit(blk, acc)
-        return step
-
-    def committed_state(self, slot_ids):
-        return self.checkpoint_state(slot_ids)
-
-    def snapshot(self):
-        n = self.num_slots
-        zeros = torch.zeros(n, dtype=torch.int64)
-        return KernelSnapshot(
-            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None, records={}, write_pos=zeros,
-            origin=zeros.clone(), is_flush=torch.zeros(n, dtype=torch.bool),
-            extra={"rawv": self.rawv[1:].cpu().clone(), "rawk": self.rawk[1:].cpu().clone(),
-                   "g": self.gk[1:].cpu().clone(), "beta": self.beta[1:].cpu().clone()})
+    def snapshot_extra(self):
+        return {"rawv": self.rawv[1:].cpu().clone(), "rawk": self.rawk[1:].cpu().clone(),
+                "g": self.gk[1:].cpu().clone(), "beta": self.beta[1:].cpu().clone()}

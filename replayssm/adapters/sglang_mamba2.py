@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason, tie_hdim
+from replayssm.adapters._base import broadcast_last, float_mode_reason, tie_hdim
+from replayssm.adapters._checkpoint_only import CheckpointOnlyAdapter
 from replayssm.adapters._vllm_source import launch_guard
-from replayssm.interface import KernelSnapshot
 
 
-class SGLangMamba2Baseline(SlotAdapter):
+class SGLangMamba2Baseline(CheckpointOnlyAdapter):
     name = "sglang-baseline"
     family = "mamba2"
     kind = "baseline"
@@ -94,18 +94,8 @@ class SGLangMamba2Baseline(SlotAdapter):
             self.state[b] = self.inter[b, k - 1]
             self.accepted[b] = k
 
-    def checkpoint_state(self, slot_ids):
-        return self.per_slot(slot_ids, lambda s: self.state[s + 1].double())
-
-    def committed_state(self, slot_ids):
-        return self.checkpoint_state(slot_ids)
-
-    def snapshot(self):
-        n = self.num_slots
+    def snapshot_extra(self):
         extra = {"accepted": self.accepted[1:].cpu().clone()}
         if self.decode.speculative:
             extra["drafts"] = self.inter[1:].cpu().clone()
-        return KernelSnapshot(
-            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None, records={},
-            write_pos=torch.zeros(n, dtype=torch.int64), origin=torch.zeros(n, dtype=torch.int64),
-            is_flush=torch.full((n,), not self.decode.speculative), extra=extra)
+        return extra

@@ -142,8 +142,7 @@ class SGLangGDNReplayServing(SlotAdapter):
         self.mark_reset(ids)
 
     def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
-        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
-        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        ids, out = self.begin_serving_verify(slot_ids, inputs, out, window_lens, query_start_loc)
         d, g = self.decode, self.geometry
         T, HV, V = d.window, g.num_v_heads, g.head_v_dim
         tok, qsl, lens, put = self.pack_tokens(ids, inputs, window_lens, query_start_loc)

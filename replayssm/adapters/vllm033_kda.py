@@ -65,19 +65,15 @@ import types
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, float_mode_reason, interpreter_reason
+from replayssm.adapters._base import float_mode_reason, interpreter_reason
+from replayssm.adapters._fold_every_commit import FoldEveryCommitAdapter
 from replayssm.adapters._vllm_source import launch_guard
-from replayssm.interface import PAD_SLOT, KernelSnapshot
+from replayssm.interface import PAD_SLOT
 
 LOWER_BOUND = -5.0  # vLLM's _KDA_GATE_LOGBOUND_MIN: the bounded law's fastest forgetting
 
 
-def _no_padding(slot_ids: torch.Tensor) -> None:
-    if bool((slot_ids < 0).any()):
-        raise ValueError("slot_ids: a timed step takes no padding rows")
-
-
-class Vllm033KDARecoverSSM(SlotAdapter):
+class Vllm033KDARecoverSSM(FoldEveryCommitAdapter):
     """``vllm033-kda-recoverssm``: Triton ``kda_recoverssm_verify`` + ``KDARecoverSSMCommitContext.commit``,
     bounded gate law (lb = -5)."""
 
@@ -149,22 +145,12 @@ class Vllm033KDARecoverSSM(SlotAdapter):
                                                   self.dt_bias, self.lower_bound, self.state, self.records, qsl, blk,
                                                   self.decode.window)
 
-    def _launch_commit(self, accepted, blk, qsl):
+    def _launch_commit(self, blk, accepted, qsl):
         with launch_guard(self.device):
             self.ctx.commit(accepted, blk, qsl)
 
-    def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
-        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
-        out = self.serving_out(inputs, query_start_loc) if out is None else out
-        tok, qsl, lens, put = self.pack_tokens(ids, inputs, window_lens, query_start_loc)
-        act = self.active_rows(slot_ids)
-        qsl = torch.cat([qsl[:1], qsl[1:].index_select(0, act)]).contiguous()
-        o = self._launch_verify({k: v[None].contiguous() for k, v in tok.items()},
-                                self.blocks(slot_ids).index_select(0, act).contiguous(), qsl)
-        put(o[0], out)
-        self.verify_rows, self.verify_qsl = [ids[int(r)] for r in act], qsl
-        self.end_verify(ids, lens)
-        return out
+    def verified(self, ids, rows, qsl):
+        self.verify_rows, self.verify_qsl = [ids[int(r)] for r in rows], qsl
 
     def commit(self, slot_ids, accepted):
         ids, ks = self.begin_commit(slot_ids, accepted)
@@ -173,34 +159,7 @@ class Vllm033KDARecoverSSM(SlotAdapter):
                            device=self.device)
         acc = torch.tensor([now.get(s, 0) for s in self.verify_rows], dtype=torch.int32, device=self.device)
         if blk.numel():
-            self._launch_commit(acc, blk, self.verify_qsl)
-
-    def timed_step(self, slot_ids, inputs, out, accepted):
-        """The verify and commit launches alone on tokens packed once (``_base.py``); every step
-        commits ``accepted`` (the bench's k)."""
-        _no_padding(slot_ids)
-        T = self.decode.window
-        tok = {k: v.flatten(0, 1)[None].contiguous() for k, v in inputs.items()}
-        blk, acc = self.blocks(slot_ids), accepted.to(torch.int32).contiguous()
-        qsl = torch.arange(0, (slot_ids.shape[0] + 1) * T, T, dtype=torch.int32, device=self.device)
-
-        def step():
-            self._launch_verify(tok, blk, qsl)
-            self._launch_commit(acc, blk, qsl)
-        return step
-
-    def checkpoint_state(self, slot_ids):
-        return self.per_slot(slot_ids, lambda s: self.state[s + 1].double())
-
-    def committed_state(self, slot_ids):
-        return self.checkpoint_state(slot_ids)
-
-    def snapshot(self):
-        n = self.num_slots
-        zeros = torch.zeros(n, dtype=torch.int64)
-        return KernelSnapshot(
-            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None, records={}, write_pos=zeros,
-            origin=zeros.clone(), is_flush=torch.zeros(n, dtype=torch.bool), extra={})
+            self._launch_commit(blk, acc, self.verify_qsl)
 
 
 class Vllm033KDARecoverSSMSoftplus(Vllm033KDARecoverSSM):

@@ -72,8 +72,7 @@ class _VllmBaseline(SlotAdapter):
     def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
         if not self.decode.speculative and query_start_loc is not None:
             return self.standard_from_packed(slot_ids, inputs, out, query_start_loc, self.verify)
-        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
-        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        ids, out = self.begin_serving_verify(slot_ids, inputs, out, window_lens, query_start_loc)
         live = self.live.index_select(0, self.blocks(slot_ids).long()).contiguous()
         if not self.decode.speculative:
             act = self.active_rows(slot_ids)

@@ -19,10 +19,11 @@ from pathlib import Path
 import torch
 
 from replayssm.adapters import _vllm_source as src
+from replayssm.adapters._external_conv import ChannelsFirstConvStore, ExternalConvMixer
 from replayssm.adapters._vllm033_source import _import_from_tree as import_from_tree
 from replayssm.adapters._vllm033_source import _vllm_installed
 from replayssm.interface import PAD_SLOT
-from replayssm.mixer.kernel import ComposedMixer, register_mixer_kernel
+from replayssm.mixer.kernel import register_mixer_kernel
 from replayssm.ops.conv.literal import LazyOffsetStore
 
 MODULE = f"{src.MAMBA_OPS}.causal_conv1d"
@@ -56,54 +57,38 @@ def load_conv(path: str | None = None):
     return _CONV
 
 
-class VLLMConvStore(LazyOffsetStore):
+class VLLMConvStore(ChannelsFirstConvStore, LazyOffsetStore):
     """The lazy-offset layout, its verify done by vLLM's kernel (conv + SiLU, fp32 accumulation)."""
 
-    def verify(self, rows, x, weight, bias):
-        mod = load_conv()
-        out = torch.zeros_like(x)
-        if not rows:
-            return out
-        rr = [r for r, _ in rows]
-        xs = x[rr].transpose(1, 2).contiguous()  # [n, C, T]
+    load_kernel = staticmethod(load_conv)
+
+    def conv_update(self, mod, xs, slots, weight, bias):
         o = torch.empty_like(xs)
-        idx = torch.tensor([s for _, s in rows], dtype=torch.int32, device=x.device)
-        acc = self.tensors["accepted"][[s for _, s in rows]].to(torch.int32).to(x.device)
+        idx = torch.tensor(slots, dtype=torch.int32, device=xs.device)
+        acc = self.tensors["accepted"][slots].to(torch.int32).to(xs.device)
         w = weight.to(self.act).contiguous()
         b = None if bias is None else bias.to(self.act).contiguous()
-        with src.launch_guard(x.device):
+        with src.launch_guard(xs.device):
             mod.causal_conv1d_update(xs, self.tensors["state"], w, b, activation="silu", conv_state_indices=idx,
                                      num_accepted_tokens=acc if self.T > 1 else None, null_block_id=PAD_SLOT,
                                      out=o)
-        out[rr] = o.transpose(1, 2)
-        return out
+        return o
 
 
 @register_mixer_kernel
-class VLLMConvMixer(ComposedMixer):
+class VLLMConvMixer(ExternalConvMixer):
     name = "mixer-vllm-conv"
     description = "vLLM causal_conv1d_update (lazy offset, num_accepted_tokens) + the literal ReplaySSM"
     conv_policy = "lazy-offset"
     store = VLLMConvStore
     triton_conv = True
-
-    @classmethod
-    def source_reason(cls):
-        try:
-            load_conv()
-        except src.SourceUnavailable as e:
-            return str(e)
-        return None
+    load_source = staticmethod(load_conv)
+    source_error = src.SourceUnavailable
+    # measured: NaN outputs at s32a16 under the interpreter (its bf16 arithmetic, spec 9), the stored conv
+    # window still exact; the GPU runs bf16
+    bf16_interpreter_reason = ("bf16 activations under the Triton interpreter (its bf16 arithmetic is wrong); use a "
+                               "GPU or s32a32")
 
     @classmethod
     def unsupported_reason(cls, geometry, mode):
-        reason = cls.source_reason()
-        if reason:
-            return reason
-        if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-            return "no CUDA device: run with TRITON_INTERPRET=1 (the Triton interpreter)"
-        if os.environ.get("TRITON_INTERPRET") == "1" and mode.act_dtype == torch.bfloat16:
-            # measured: NaN outputs at s32a16 under the interpreter (its bf16 arithmetic, spec 9),
-            # the stored conv window still exact; the GPU runs bf16
-            return "bf16 activations under the Triton interpreter (its bf16 arithmetic is wrong); use a GPU or s32a32"
-        return None
+        return cls.source_reason() or cls.triton_reason(mode)

@@ -38,13 +38,19 @@ import contextlib
 
 import torch
 
-from replayssm.adapters._base import SlotAdapter, dot_key_tile_reason, float_mode_reason
+from replayssm.adapters._base import (
+    default_dot_reason,
+    dot_key_tile_reason,
+    float_mode_reason,
+    key_tile_splits,
+    mixed_qkv,
+)
+from replayssm.adapters._block_records import BlockRecordsAdapter
 from replayssm.adapters._vllm_source import launch_guard
-from replayssm.interface import KernelSnapshot
 from replayssm.ops.gdn.literal import GDNMath
 
 
-class VllmGDNReplay(SlotAdapter):
+class VllmGDNReplay(BlockRecordsAdapter):
     name = "vllm-replay"
     family = "gdn"
     kind = "replay"
@@ -59,18 +65,13 @@ class VllmGDNReplay(SlotAdapter):
     supports_packed_layout = True
     supports_ragged_windows = True
     supports_mixed_decode = True
+    record_math = GDNMath
 
     @classmethod
     def unsupported_reason(cls, mode, decode, options):
-        reason = float_mode_reason(mode, "the fork's GDN replay kernel", ("ieee", "tf32"))
-        if reason:
-            return reason
-        if mode.act == "fp32" and mode.dot != "tf32":
-            return ("with fp32 activations its tl.dot calls run at Triton's default precision, tf32 on the GPU: "
-                    "it implements s32a32-tf32, not ieee")
-        if mode.act != "fp32" and mode.dot != "ieee":
-            return f"with {mode.act} activations its dots take 16-bit operands (exact products): ieee modes only"
-        return None
+        return float_mode_reason(mode, "the fork's GDN replay kernel", ("ieee", "tf32")) or default_dot_reason(
+            mode, "with fp32 activations its tl.dot calls run at Triton's default precision, tf32 on the GPU: "
+                  "it implements s32a32-tf32, not ieee")
 
     @classmethod
     def unsupported_geometry(cls, geometry, decode=None):  # fused_recurrent_replayssm.py, gdn_replayssm_spec_decode.py
@@ -78,21 +79,14 @@ class VllmGDNReplay(SlotAdapter):
 
     def __init__(self, config):
         super().__init__(config)
-        g, d, m, S = self.geometry, self.decode, self.mode, self.num_slots + 1
-        p = {k: v.to(self.device, torch.float32).contiguous() for k, v in config.params.items()}
-        self.A_log, self.dt_bias = p["A_log"], p["dt_bias"]
-        self.params64 = {k: v.double() for k, v in p.items()}
-        self.scale = g.head_k_dim ** -0.5
-        rows = d.ring_rows
-        H, HV, K, V = g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim
-        self.state = torch.zeros((S, *self.state_shape), dtype=m.state_dtype, device=self.device)
-        self.d_cache = torch.zeros((S, HV, rows, V), dtype=m.act_dtype, device=self.device)
-        self.k_cache = torch.zeros((S, H, rows, K), dtype=m.act_dtype, device=self.device)
-        self.g_cache = torch.zeros((S, HV, rows), dtype=torch.float32, device=self.device)
+        S = self.num_slots + 1
+        self.delta_rule_params(config.params)
+        self.state = torch.zeros((S, *self.state_shape), dtype=self.mode.state_dtype, device=self.device)
+        self.d_cache, self.k_cache, self.g_cache = self.delta_rule_rows(self.decode.ring_rows)
         self.write_pos = torch.zeros(S, dtype=torch.int32, device=self.device)
         self.origin = torch.zeros(S, dtype=torch.int32, device=self.device)
         self.is_flush = torch.zeros(S, dtype=torch.int8, device=self.device)
-        self.small_k = 1 << max(0, (K - 1).bit_length()) < 32  # K tiles of K / 2 would be below 16
+        self.small_k = key_tile_splits(self.geometry.head_k_dim) == 1  # K tiles of K / 2 would be below 16
 
     def _config(self):
         """The fork's launch config, with nk = 1 where its default would tile K below 16."""
@@ -104,9 +98,6 @@ class VllmGDNReplay(SlotAdapter):
             bv, nw, _, ns = cfg.get_replayssm_config(key, max_spec_len=self.decode.window)
             stack.enter_context(cfg.override_replayssm_config(key, (bv, nw, 1, ns)))
         return stack
-
-    def _mixed(self, tok):
-        return torch.cat([tok["q"].flatten(1), tok["k"].flatten(1), tok["v"].flatten(1)], 1).contiguous()
 
     # ---- the step calls ------------------------------------------------------------------------------
     def reset(self, slot_ids, initial_state=None, origin=None):
@@ -129,8 +120,7 @@ class VllmGDNReplay(SlotAdapter):
     def verify(self, slot_ids, inputs, out=None, window_lens=None, query_start_loc=None):
         if not self.decode.speculative and query_start_loc is not None:
             return self.standard_from_packed(slot_ids, inputs, out, query_start_loc, self.verify)
-        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
-        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        ids, out = self.begin_serving_verify(slot_ids, inputs, out, window_lens, query_start_loc)
         g, d, R = self.geometry, self.decode, len(ids)
         HV, V = g.num_v_heads, g.head_v_dim
         blk, act = self.blocks(slot_ids), self.active_rows(slot_ids)
@@ -139,7 +129,7 @@ class VllmGDNReplay(SlotAdapter):
             o = self.scratch(R, HV, V)
             fn = self.modules["fused_recurrent_replayssm"].fused_recurrent_gated_delta_rule_replayssm
             with launch_guard(self.device):
-                fn(self._mixed(tok), tok["a"].contiguous(), tok["b"].contiguous(), self.A_log, self.dt_bias,
+                fn(mixed_qkv(tok), tok["a"].contiguous(), tok["b"].contiguous(), self.A_log, self.dt_bias,
                    self.scale, self.state, self.d_cache, self.k_cache, self.g_cache, o, blk,
                    self.write_pos.index_select(0, blk.long()).contiguous(), use_qk_l2norm_in_kernel=True,
                    nk=1 if self.small_k else None)
@@ -151,7 +141,7 @@ class VllmGDNReplay(SlotAdapter):
             spec = self.modules["gdn_replayssm_spec_decode"]
             with launch_guard(self.device), self._config():
                 spec.gdn_replayssm_spec_decode(
-                    self._mixed(tok), tok["a"].contiguous(), tok["b"].contiguous(), self.A_log, self.dt_bias,
+                    mixed_qkv(tok), tok["a"].contiguous(), tok["b"].contiguous(), self.A_log, self.dt_bias,
                     self.state, self.d_cache, self.k_cache, self.g_cache, o, qsl, blk, self.write_pos,
                     self.origin, self.is_flush, d.lspec, T, scale=self.scale, use_qk_l2norm_in_kernel=True,
                     null_block_id=0)
@@ -168,7 +158,7 @@ class VllmGDNReplay(SlotAdapter):
         if not d.speculative:
             n, pos = self.cursor_positions(blk, self.write_pos)
             tok = {k: v[:, 0].contiguous() for k, v in inputs.items()}
-            mixed, o = self._mixed(tok), self.scratch(R, HV, V)
+            mixed, o = mixed_qkv(tok), self.scratch(R, HV, V)
             fn, calls = self.modules["fused_recurrent_replayssm"].fused_recurrent_gated_delta_rule_replayssm, [n]
 
             def step():
@@ -179,12 +169,11 @@ class VllmGDNReplay(SlotAdapter):
                        self.k_cache, self.g_cache, o, blk, wp, use_qk_l2norm_in_kernel=True,
                        nk=1 if self.small_k else None)
             return step
-        if bool((slot_ids < 0).any()):
-            raise ValueError("slot_ids: a timed speculative step takes no padding rows")
+        self.no_padding(slot_ids, "a timed speculative step")
         T = d.window
         tok = {k: v.flatten(0, 1).contiguous() for k, v in inputs.items()}
-        mixed, o = self._mixed(tok), self.scratch(R * T, HV, V)
-        qsl = torch.arange(0, R * T + 1, T, dtype=torch.int32, device=self.device)
+        mixed, o = mixed_qkv(tok), self.scratch(R * T, HV, V)
+        qsl = self.uniform_offsets(R)
         acc, spec = accepted.to(torch.int32), self.modules["gdn_replayssm_spec_decode"]
 
         def step():
@@ -197,42 +186,15 @@ class VllmGDNReplay(SlotAdapter):
                                            d.ring_rows)
         return step
 
-    def commit(self, slot_ids, accepted):
-        self.begin_commit(slot_ids, accepted)
-        d, blk = self.decode, self.blocks(slot_ids)
-        if d.speculative:
-            spec = self.modules["gdn_replayssm_spec_decode"]
-            with launch_guard(self.device):
-                spec.commit_gdn_replayssm_spec(self.write_pos, self.origin, self.is_flush, accepted.to(torch.int32),
-                                               blk, d.lspec, d.window, d.ring_rows)
-        else:
-            b = blk.index_select(0, self.active_rows(slot_ids)).long()
-            wp = self.write_pos[b]
-            self.write_pos[b] = torch.where(wp == d.buffer - 1, 0, wp + 1).to(torch.int32)
+    def commit_spec(self, blk, accepted):
+        d, spec = self.decode, self.modules["gdn_replayssm_spec_decode"]
+        with launch_guard(self.device):
+            spec.commit_gdn_replayssm_spec(self.write_pos, self.origin, self.is_flush, accepted.to(torch.int32),
+                                           blk, d.lspec, d.window, d.ring_rows)
 
     # ---- inspection ------------------------------------------------------------------------------------
     def _records(self):
-        return {"d": self.d_cache[1:].permute(0, 2, 1, 3), "k": self.k_cache[1:].permute(0, 2, 1, 3),
-                "g": self.g_cache[1:].permute(0, 2, 1)}
+        return self.block_records(d=self.d_cache, k=self.k_cache, g=self.g_cache)
 
-    def checkpoint_state(self, slot_ids):
-        return self.per_slot(slot_ids, lambda s: self.state[s + 1].double())
-
-    def committed_state(self, slot_ids):
-        """Checkpoint + committed d / k / g records folded in fp64."""
-        rec = self._records()
-
-        def fold(s):
-            idx = self.hist_rows(s, int(self.write_pos[s + 1]), int(self.origin[s + 1]))
-            hist = {k: v[s].index_select(0, idx).double() for k, v in rec.items()}
-            return GDNMath().fold(self.state[s + 1].double(), hist, self.params64, self.mode)
-        return self.per_slot(slot_ids, fold)
-
-    def snapshot(self):
-        wp = self.write_pos[1:].cpu().to(torch.int64)
-        d = self.decode
-        flush = self.is_flush[1:].cpu() != 0 if d.speculative else wp == d.buffer - 1
-        return KernelSnapshot(
-            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None,
-            records={k: v.cpu().clone() for k, v in self._records().items()},
-            write_pos=wp, origin=self.origin[1:].cpu().to(torch.int64), is_flush=flush)
+    def ring_origins(self):
+        return self.origin

@@ -33,8 +33,8 @@ from __future__ import annotations
 import torch
 
 from replayssm.adapters._base import SlotAdapter, broadcast_last, float_mode_reason, tie_hdim
+from replayssm.adapters._block_records import BlockRecordsAdapter
 from replayssm.adapters._vllm_source import launch_guard
-from replayssm.interface import KernelSnapshot
 from replayssm.ops.mamba2.literal import Mamba2Math
 
 
@@ -65,11 +65,13 @@ class _VllmMamba2(SlotAdapter):
         return {k: take(k) for k in inputs}
 
 
-class _VllmMamba2ReplayStandard(_VllmMamba2):
-    """Standard decode through the fork's linear buffers (per-row cursors gathered here)."""
+class _VllmMamba2ReplayStandard(_VllmMamba2, BlockRecordsAdapter):
+    """Standard decode through the fork's linear buffers (per-row cursors gathered here); the records
+    are the committed Δ (already softplus'd), x and B."""
 
     kind = "replay"
     route_fn = ""
+    record_math = Mamba2Math
 
     def __init__(self, config):
         super().__init__(config)
@@ -132,36 +134,9 @@ class _VllmMamba2ReplayStandard(_VllmMamba2):
                 fn(self.state, tok["x"], dt, self.A3, tok["B"], tok["C"], write_pos=wp, is_flush=flush, **kw)
         return step
 
-    def commit(self, slot_ids, accepted):
-        self.begin_commit(slot_ids, accepted)
-        blk = self.blocks(slot_ids).index_select(0, self.active_rows(slot_ids)).long()
-        wp = self.write_pos[blk]
-        self.write_pos[blk] = torch.where(wp == self.decode.buffer - 1, 0, wp + 1).to(torch.int32)
-
     # ---- inspection (records in our layout: [slots, rows, ...]) --------------------------------------
     def _records(self):
-        return {"x": self.x_cache[1:].permute(0, 2, 1, 3), "B": self.B_cache[1:].permute(0, 2, 1, 3),
-                "dt": self.dt_cache[1:].permute(0, 2, 1)}
-
-    def checkpoint_state(self, slot_ids):
-        return self.per_slot(slot_ids, lambda s: self.state[s + 1].double())
-
-    def committed_state(self, slot_ids):
-        """Checkpoint + the committed records (Δ, already softplus'd) folded in fp64."""
-        rec = self._records()
-
-        def fold(s):
-            idx = self.hist_rows(s, int(self.write_pos[s + 1]), 0)
-            hist = {k: v[s].index_select(0, idx).double() for k, v in rec.items()}
-            return Mamba2Math().fold(self.state[s + 1].double(), hist, self.params64, self.mode)
-        return self.per_slot(slot_ids, fold)
-
-    def snapshot(self):
-        wp = self.write_pos[1:].cpu().to(torch.int64)
-        return KernelSnapshot(
-            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None,
-            records={k: v.cpu().clone() for k, v in self._records().items()},
-            write_pos=wp, origin=torch.zeros_like(wp), is_flush=wp == self.decode.buffer - 1)
+        return self.block_records(x=self.x_cache, B=self.B_cache, dt=self.dt_cache)
 
 
 class VllmMamba2ReplayState(_VllmMamba2ReplayStandard):

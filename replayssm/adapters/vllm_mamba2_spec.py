@@ -36,7 +36,6 @@ import torch
 from replayssm.adapters._base import float_mode_reason, triton_interpreted
 from replayssm.adapters._vllm_source import launch_guard
 from replayssm.adapters.vllm_mamba2 import _VllmMamba2ReplayStandard
-from replayssm.interface import KernelSnapshot
 from replayssm.ops.mamba2.literal import Mamba2Math
 from replayssm.ops.mamba2.naive import softplus
 
@@ -116,8 +115,7 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
                 return self.standard_from_packed(slot_ids, inputs, out, query_start_loc, super().verify)
             self.check_window_lens(self._check_slot_ids(slot_ids), window_lens, 1)
             return super().verify(slot_ids, inputs, out)
-        ids = self.begin_verify(slot_ids, inputs, out, window_lens, query_start_loc)
-        out = self.serving_out(inputs, query_start_loc) if out is None else out
+        ids, out = self.begin_serving_verify(slot_ids, inputs, out, window_lens, query_start_loc)
         g, d = self.geometry, self.decode
         T = d.window
         tok, qsl, lens, put = self.pack_tokens(ids, inputs, window_lens, query_start_loc)
@@ -158,14 +156,11 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
                                                 d.ring_rows, null_block_id=0)
         return step
 
-    def commit(self, slot_ids, accepted):
-        if not self.decode.speculative:
-            return super().commit(slot_ids, accepted)
-        self.begin_commit(slot_ids, accepted)
+    def commit_spec(self, blk, accepted):
         d = self.decode
         with launch_guard(self.device):
             self.spec.commit_replayssm_spec(self.write_pos, self.origin, self.is_flush, accepted.to(torch.int32),
-                                            self.blocks(slot_ids), d.lspec, d.window, d.ring_rows, null_block_id=0)
+                                            blk, d.lspec, d.window, d.ring_rows, null_block_id=0)
 
     def _records(self):
         if not self.decode.speculative:
@@ -191,14 +186,9 @@ class VllmMamba2Replay(_VllmMamba2ReplayStandard):
             return Mamba2Math().fold(self.state[s + 1].double(), hist, self.params64, self.mode)
         return self.per_slot(slot_ids, fold)
 
-    def snapshot(self):
-        if not self.decode.speculative:
-            return super().snapshot()
-        return KernelSnapshot(
-            checkpoint=self.state[1:].cpu().clone(), checkpoint_scale=None,
-            records={k: v.cpu().clone() for k, v in self._records().items()},
-            write_pos=self.write_pos[1:].cpu().to(torch.int64), origin=self.origin[1:].cpu().to(torch.int64),
-            is_flush=self.is_flush[1:].cpu() != 0)
+    def ring_origins(self):
+        """Speculative rings start where the fork's cursor reset put them; standard decode's at row 0."""
+        return self.origin if self.decode.speculative else None
 
 
 __all__ = ["VllmMamba2Replay"]
