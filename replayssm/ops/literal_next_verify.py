@@ -91,8 +91,9 @@ class LiteralNextVerifyFoldKernel(LiteralReplayKernel):
                     self.ckpt_scale[s].copy_(sc)
 
     def materialize(self, slot_ids, upto, dst_slot_ids) -> None:
-        self.check_materialize_args(slot_ids, upto, dst_slot_ids, self.write_pos, self.ready)
-        ids = [s for s in slot_ids.tolist() if s != PAD_SLOT and s in self.owed]
+        rows = self.check_materialize_args(slot_ids, upto, dst_slot_ids, self.write_pos, self.ready)
+        ids = [s for s, _n, _d in rows if s in self.owed]
+        dsts = {d for _s, _n, d in rows}  # a padding row's destination entry names no slot
         kept = {s: (self.ckpt[s].clone(), None if self.ckpt_scale is None else self.ckpt_scale[s].clone())
                 for s in ids}
         owed = dict(self.owed)
@@ -101,7 +102,7 @@ class LiteralNextVerifyFoldKernel(LiteralReplayKernel):
                 self._apply_owed(s)
             super().materialize(slot_ids, upto, dst_slot_ids)
         finally:
-            self.owed = {s: v for s, v in owed.items() if s not in dst_slot_ids.tolist()}
+            self.owed = {s: v for s, v in owed.items() if s not in dsts}
             for s, (c, sc) in kept.items():
                 self.ckpt[s].copy_(c)
                 if sc is not None:

@@ -9,9 +9,12 @@ write_pos: all of it), at the ring's edge (the first position past the ring's wr
 history crosses it) and at a random position in between.  Then (1) every slot but the
 destinations keeps its bits (a materialize that rewrites its source, or any other slot, fails),
 (2) each destination's committed state is within ``2 e + 8 u_s |ref|`` of the reference state
-after ``upto`` history tokens, where ``e`` is the source row's own committed-state error now
-(the fold of a prefix of the same records, one more rounding to the declared state format: u_s)
-and ``|ref|`` that state's largest element.  The destination becomes that slot's new canary.
+after ``upto`` history tokens, where ``e`` is the larger of the source row's own committed-state
+error now and the error of the literal models' own publication of the same prefix (the literal
+model and the replicas that join the tolerance rule, each publishing into the same destination of
+its own slots: a prefix's fold can carry more error than the whole history's, which decay may have
+shrunk), one more rounding to the declared state format (u_s), and ``|ref|`` that state's largest
+element.  The destination becomes that slot's new canary.
 """
 
 from __future__ import annotations
@@ -70,22 +73,41 @@ def materialize(ctx) -> None:
             ctx.fail("materialize", f"materialize changed {what}, slot {slot}: {changed}", slot=slot)
             return
     own = run.committed_state(ctx.kernel)
-    published = ctx.kernel.committed_state(torch.tensor(dsts, dtype=torch.int64, device=dev))
+    dst_ids = torch.tensor(dsts, dtype=torch.int64, device=dev)
+    published = ctx.kernel.committed_state(dst_ids)
+    lit_published = _literal_publications(run, src, up, dst, dst_ids)
     u = ctx.rule.u_state
     for i, r in enumerate(rows):
         want = run.ref_hist[r][len(run.ref_hist[r]) - 1 - (run.wp[r] - ups[i])]
         e_src = float((own[r].to(torch.float64) - ctx.ref_state[r]).abs().max())
+        e_lit = max((float((lp[i].to(torch.float64) - want).abs().max()) for lp in lit_published), default=0.0)
         err = float((published[i].to(torch.float64) - want).abs().max())
-        bound = 2 * e_src + 8 * u * float(want.abs().max())
+        bound = 2 * max(e_src, e_lit) + 8 * u * float(want.abs().max())
         if not err <= bound:
             ctx.fail("materialize", f"materialize(upto = {ups[i]} of write_pos {run.wp[r]}) into slot {dsts[i]}: "
                                     f"max abs error {err:.3e} vs the fp64 state after those tokens > bound {bound:.3e} "
-                                    f"(= 2 x the source's own state error {e_src:.3e} + 8 u x "
-                                    f"{float(want.abs().max()):.3e})",
+                                    f"(= 2 x max(the source's own state error {e_src:.3e}, the literal model's "
+                                    f"publication's {e_lit:.3e}) + 8 u x {float(want.abs().max()):.3e})",
                      row=r, slot=dsts[i], value=err, bound=bound)
     snap = {d: {n: t.clone() for n, t in inv.slot_view(after, d).items()} for d in dsts}
     run.published |= set(dsts)
     run.canary = {**run.canary, **snap}  # the published slots are the new canaries (a new dict: the stack is rebuilt)
+
+
+def _literal_publications(run, src: list[int], up: list[int], dst: list[int], dst_ids) -> list:
+    """Each literal model's (and replica's) own publication of the same prefixes into the same
+    destinations of its slots, read back as committed states (the literal models that do not declare
+    ``materialize`` give none)."""
+    dev = run.device
+    out = []
+    for lit in run.literals:
+        if not getattr(lit, "supports_materialize", False):
+            continue
+        lit.materialize(torch.tensor(src, dtype=torch.int64, device=dev), torch.tensor(up, dtype=torch.int64,
+                        device=dev), torch.tensor([d if s != PAD_SLOT else 0 for s, d in zip(src, dst)],
+                                                  dtype=torch.int64, device=dev))
+        out.append(lit.committed_state(dst_ids))
+    return out
 
 
 __all__ = ["materialize"]
