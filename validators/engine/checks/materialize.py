@@ -80,7 +80,8 @@ def materialize(ctx) -> None:
     for i, r in enumerate(rows):
         want = run.ref_hist[r][len(run.ref_hist[r]) - 1 - (run.wp[r] - ups[i])]
         e_src = float((own[r].to(torch.float64) - ctx.ref_state[r]).abs().max())
-        e_lit = max((float((lp[i].to(torch.float64) - want).abs().max()) for lp in lit_published), default=0.0)
+        e_lit = max((float((lp[i].to(torch.float64) - want).abs().max()) for lp in lit_published if i in lp),
+                    default=0.0)
         err = float((published[i].to(torch.float64) - want).abs().max())
         bound = 2 * max(e_src, e_lit) + 8 * u * float(want.abs().max())
         if not err <= bound:
@@ -94,19 +95,35 @@ def materialize(ctx) -> None:
     run.canary = {**run.canary, **snap}  # the published slots are the new canaries (a new dict: the stack is rebuilt)
 
 
-def _literal_publications(run, src: list[int], up: list[int], dst: list[int], dst_ids) -> list:
+def _literal_publications(run, src: list[int], up: list[int], dst: list[int], dst_ids) -> list[dict[int, object]]:
     """Each literal model's (and replica's) own publication of the same prefixes into the same
-    destinations of its slots, read back as committed states (the literal models that do not declare
-    ``materialize`` give none)."""
+    destinations of its slots, read back as committed states: ``{published row index: state}`` per
+    model.  A literal model's history is a suffix of the same committed stream as the kernel's (its
+    bookkeeping may have folded more or less of it: a staged kernel's twin folds at the verify), so
+    ``upto`` is moved by the difference of the two write positions; a row whose prefix lies outside
+    the model's history, and a model that does not declare ``materialize``, give none."""
     dev = run.device
+    published_rows = [r for r, s in enumerate(src) if s != PAD_SLOT]
     out = []
     for lit in run.literals:
-        if not getattr(lit, "supports_materialize", False):
+        wp = getattr(lit, "write_pos", None)
+        if not getattr(lit, "supports_materialize", False) or wp is None:
             continue
-        lit.materialize(torch.tensor(src, dtype=torch.int64, device=dev), torch.tensor(up, dtype=torch.int64,
-                        device=dev), torch.tensor([d if s != PAD_SLOT else 0 for s, d in zip(src, dst)],
+        lit_src, lit_up, keep = [], [], {}
+        for r, (s, n) in enumerate(zip(src, up)):
+            m = n - run.wp[r] + wp[s] if s != PAD_SLOT else 0
+            ok = s != PAD_SLOT and 0 <= m <= wp[s]
+            lit_src.append(s if ok else PAD_SLOT)
+            lit_up.append(m if ok else 0)
+            if ok:
+                keep[published_rows.index(r)] = r
+        if not keep:
+            continue
+        lit.materialize(torch.tensor(lit_src, dtype=torch.int64, device=dev), torch.tensor(lit_up, dtype=torch.int64,
+                        device=dev), torch.tensor([d if s != PAD_SLOT else 0 for s, d in zip(lit_src, dst)],
                                                   dtype=torch.int64, device=dev))
-        out.append(lit.committed_state(dst_ids))
+        states = lit.committed_state(dst_ids)
+        out.append({i: states[i] for i in keep})
     return out
 
 
