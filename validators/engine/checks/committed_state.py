@@ -9,6 +9,8 @@ fails as ``non-finite``.
 
 from __future__ import annotations
 
+import torch
+
 from replayssm.validators.engine.checks.registry import BOTH, register_check
 
 
@@ -25,6 +27,13 @@ def state(ctx) -> None:
     ctx.record["state_err"], ctx.record["state_bound_ratio"] = ctx.rule.check_states(
         ctx, "state", got, ctx.ref_state, lit, run.active, None if ctx.fp64 is None else ctx.fp64["state"],
                           None if ctx.fp64 is None else ctx.fp64["state_arith"])
+    if run.active:  # each row's largest committed-state error since its reset (the materialize check's envelope)
+        idx = torch.tensor(run.active, device=got.device)
+        err = (got.index_select(0, idx).to(torch.float64) - ctx.ref_state.index_select(0, idx)).abs()
+        err = err.reshape(len(run.active), -1).amax(1)
+        env = ctx.rule.envelope["state_err"]
+        env.index_copy_(0, idx.to(env.device), torch.maximum(env.index_select(0, idx.to(env.device)),
+                                                             torch.where(torch.isfinite(err), err, 0.0).to(env.device)))
 
 
 __all__ = ["state"]

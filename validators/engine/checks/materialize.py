@@ -10,10 +10,12 @@ history crosses it) and at a random position in between.  Then (1) every slot bu
 destinations keeps its bits (a materialize that rewrites its source, or any other slot, fails),
 (2) each destination's committed state is within ``2 e + 8 u_s |ref|`` of the reference state
 after ``upto`` history tokens, where ``e`` is the larger of the source row's own committed-state
-error now and the error of the literal models' own publication of the same prefix (the literal
+error now, the error of the literal models' own publication of the same prefix (the literal
 model and the replicas that join the tolerance rule, each publishing into the same destination of
-its own slots: a prefix's fold can carry more error than the whole history's, which decay may have
-shrunk), one more rounding to the declared state format (u_s), and ``|ref|`` that state's largest
+its own slots) and the largest committed-state error the row had since its reset (the state
+check's measurements: a prefix's fold can carry more error than the whole history's, which decay
+may have shrunk, and a twin that folded more of the stream cannot publish it), one more rounding
+to the declared state format (u_s), and ``|ref|`` that state's largest
 element.  The destination becomes that slot's new canary.
 """
 
@@ -82,13 +84,15 @@ def materialize(ctx) -> None:
         e_src = float((own[r].to(torch.float64) - ctx.ref_state[r]).abs().max())
         e_lit = max((float((lp[i].to(torch.float64) - want).abs().max()) for lp in lit_published if i in lp),
                     default=0.0)
+        e_hist = float(ctx.rule.envelope["state_err"][r])
         err = float((published[i].to(torch.float64) - want).abs().max())
-        bound = 2 * max(e_src, e_lit) + 8 * u * float(want.abs().max())
+        bound = 2 * max(e_src, e_lit, e_hist) + 8 * u * float(want.abs().max())
         if not err <= bound:
             ctx.fail("materialize", f"materialize(upto = {ups[i]} of write_pos {run.wp[r]}) into slot {dsts[i]}: "
                                     f"max abs error {err:.3e} vs the fp64 state after those tokens > bound {bound:.3e} "
-                                    f"(= 2 x max(the source's own state error {e_src:.3e}, the literal model's "
-                                    f"publication's {e_lit:.3e}) + 8 u x {float(want.abs().max()):.3e})",
+                                    f"(= 2 x max(the source's own state error {e_src:.3e}, the literal models' "
+                                    f"publication's {e_lit:.3e}, the row's largest state error since its reset "
+                                    f"{e_hist:.3e}) + 8 u x {float(want.abs().max()):.3e})",
                      row=r, slot=dsts[i], value=err, bound=bound)
     snap = {d: {n: t.clone() for n, t in inv.slot_view(after, d).items()} for d in dsts}
     run.published |= set(dsts)

@@ -60,8 +60,10 @@ class ToleranceRule:
         self.label = label or mode.id
         self.device = device
         self.sr_envelope = mode.rounding == "stochastic"
+        # per row since its last reset: the literal errors' running maxima (stochastic rounding), the flushes,
+        # and the largest committed-state error the state check measured (what a published prefix is held to)
         self.envelope = {k: torch.zeros(rows, dtype=torch.float64, device=device)
-                         for k in ("output", "state", "flushes")}
+                         for k in ("output", "state", "flushes", "state_err")}
 
     def bound(self, err_literal, scale, *, state: bool = False):
         """``tolerances.bound`` at the rule's mode: ``factor * err_literal + floor_u * u * scale``."""
