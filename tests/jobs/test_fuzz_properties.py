@@ -49,19 +49,24 @@ CALIBRATION_VARIANTS = {"literal-replay-fp32-records", "literal-replay-fp64-weig
 # literal_next_verify.py) are one code for every family: the quick run fuzzes them on Mamba-2, the slow
 # tier on GDN and KDA too (3-5 s each under the interpreter's load; ./dev test keeps its 10 minutes).
 POLICY_LITERALS = {"literal-replay-flush-when-full", "literal-replay-fold-at-commit",
-                   "literal-replay-fold-every-commit",
+                   "literal-replay-fold-every-commit", "literal-replay-host-cursors",
                    "literal-replay-staged", "literal-replay-fold-at-next-verify"}
 
 
-# The delta-rule baselines of GDN and KDA are one code (replayssm/ops/delta_rule): the quick run fuzzes
-# GDN's Triton baseline (and Mamba-2's baselines), the slow tier GDN's literal baseline and KDA's two
-# (10-15 s each under the interpreter; ./dev test keeps its 10 minutes).
-DELTA_RULE_BASELINES_SLOW = {("gdn", "literal-baseline"), ("kda", "literal-baseline"), ("kda", "triton-baseline")}
+# GDN and KDA are one code where replayssm/ops/delta_rule holds it (the literal base and its orders, the
+# Triton replay and baseline kernels, a per-channel-gate constexpr apart): the quick run fuzzes GDN's replay
+# kernels and literal models, Mamba-2's baselines and replay kernels; the slow tier the delta-rule baselines,
+# KDA's shared ones and Mamba-2's triton-replay-state (a storage variant of triton-replay) (10-16 s each under
+# the interpreter; ./dev test keeps its 10 minutes; every one of them is validated by its family's quick tests).
+SHARED_CODE_SLOW = {("gdn", "literal-baseline"), ("kda", "literal-baseline"), ("kda", "triton-baseline"),
+                    ("gdn", "triton-baseline"), ("kda", "triton-replay"), ("kda", "literal-replay"),
+                    ("kda", "literal-replay-cumprod"), ("kda", "literal-replay-recurrent"),
+                    ("mamba2", "triton-replay-state")}
 
 
 def _quick(c) -> bool:
     return (c.name not in CALIBRATION_VARIANTS and not (c.name in POLICY_LITERALS and c.family != "mamba2")
-            and (c.family, c.name) not in DELTA_RULE_BASELINES_SLOW)
+            and (c.family, c.name) not in SHARED_CODE_SLOW)
 
 
 @pytest.mark.parametrize("cls", [c if _quick(c) else pytest.param(c, marks=pytest.mark.slow) for c in KERNELS],
