@@ -392,6 +392,68 @@ def findings_cpu(recs, section: str) -> str:
                    "output / bound", "state / bound", "record"], rows)
 
 
+def _under(recs, job: str, folder: str | None) -> list[dict]:
+    """The newest record of each case of JOB whose command wrote under a folder named FOLDER (a profile's
+    ``--out`` layout, e.g. ``.../tf32-state/validate``; None: every record of JOB), oldest case first."""
+    newest: dict[tuple, dict] = {}
+    for r in recs:
+        if r["job"] == job and (folder is None or f"/{folder}/" in r["source"]):
+            key = (r["case"], r["config_digest"])
+            if key not in newest or r["created"] >= newest[key]["created"]:
+                newest[key] = r
+    return sorted(newest.values(), key=lambda r: r["created"])
+
+
+def _verdict(r) -> str:
+    return "**FAIL**" if r["verdict"] == "fail" else r["verdict"]
+
+
+def tf32_state(recs, _arg=None) -> str:
+    """The ``tf32-state`` profile (issue 47 on the GPU): each kernel, decode and mode with its verdict."""
+    rows = []
+    for r in _under(recs, "validate", "tf32-state"):
+        sc, m = r["config"]["scenario"], r["metrics"]
+        rows.append([r["kernel"], _decode(sc), r["mode"], sc["schedule"], _verdict(r),
+                     (r["reason"] or "")[:90] or None, _g(m.get("worst_bound_ratio")),
+                     _g(m.get("worst_state_bound_ratio")), _g(m.get("worst_state_err")), r["device"]["name"],
+                     _cite(r)])
+    return _table(["kernel", "decode", "mode", "schedule", "verdict", "first failure", "output / bound",
+                   "state / bound", "state error", "device", "record"], rows)
+
+
+def model_real(recs, _arg=None) -> str:
+    """The ``model-real`` profile (issue 53): the model-level metrics per family and mode."""
+    rows = []
+    for r in _under(recs, "model", "model-real"):
+        m = r["metrics"]
+        rows.append([r["family"], r["geometry"].removeprefix("model-"), r["mode"], m["tokens"], _g(m["k3_kl"]),
+                     _g(m["p95_abs_dlogprob"]), _g(m["max_abs_dlogprob"]), _g(m["top1_agreement"]),
+                     f"{m['flushes']} / {m['wraps']} / {m['rollbacks']}", _verdict(r), r["device"]["name"],
+                     _cite(r)])
+    return _table(["family", "architecture", "mode", "tokens", "k3-KL", "p95 abs dlogprob", "max abs dlogprob",
+                   "top-1 agreement", "flushes / wraps / rollbacks", "verdict", "device", "record"], rows)
+
+
+def mixer_real(recs, _arg=None) -> str:
+    """The ``mixer-real`` profile (issue 52): the mixer kernels validated at real geometry."""
+    rows = []
+    for r in _under(recs, "mixer", "mixer-real"):
+        m = r["metrics"]
+        rows.append([r["family"], r["kernel"], r["geometry"], r["mode"], r["config"].get("conv_policy"),
+                     m.get("steps_run"), _verdict(r), _g(m.get("worst_mixer-output")), _g(m.get("worst_ssm-state")),
+                     (r["reason"] or "")[:90] or None, r["device"]["name"], _cite(r)])
+    return _table(["family", "kernel", "geometry", "mode", "conv policy", "steps", "verdict",
+                   "worst output / bound", "worst SSM state / bound", "first failure", "device", "record"], rows)
+
+
+def sanitize(recs, _arg=None) -> str:
+    """``tools/sanitize.py`` (issue 50): compute-sanitizer's error count per kernel, decode and tool."""
+    rows = [[r["family"], r["kernel"], r["config"]["decode"], r["config"]["tool"], r["metrics"]["errors"],
+             r["metrics"]["exit_code"], _verdict(r), r["device"]["name"], _cite(r)]
+            for r in _under(recs, "sanitize", None)]
+    return _table(["family", "kernel", "decode", "tool", "errors", "exit code", "verdict", "device", "record"], rows)
+
+
 TABLES = {
     "side-by-side": side_by_side,
     "kda-side-by-side": kda_side_by_side,
@@ -405,6 +467,10 @@ TABLES = {
     "adapters-fuzz": adapters_fuzz,
     "nightly-fuzz": nightly_fuzz,
     "findings-cpu": findings_cpu,
+    "tf32-state": tf32_state,
+    "model-real": model_real,
+    "mixer-real": mixer_real,
+    "sanitize": sanitize,
 }
 
 

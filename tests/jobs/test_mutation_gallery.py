@@ -55,7 +55,8 @@ def test_gallery_has_at_least_fifteen_mutants_covering_the_classes():
 SLOW_FUZZ = {("mutant-sr-stale-seed", "mamba2"), ("mutant-softplus-threshold", "gdn"),
              ("mutant-softplus-threshold", "mamba2"), ("mutant-sr-biased", "mamba2"), ("mutant-sr-biased", "gdn"),
              ("mutant-sr-biased", "kda"), ("mutant-int8-truncation", "kda"),
-             ("mutant-stale-read", "mamba2")}
+             ("mutant-stale-read", "mamba2"), ("mutant-int8-truncation", "gdn"),
+             ("mutant-reset-none-keeps-state", "mamba2")}
 
 
 def _case(name, family):
