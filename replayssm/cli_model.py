@@ -66,12 +66,16 @@ def run(args) -> int:
                    modes=_split(args.precision), schedules=_split(args.schedules), tokens=args.tokens,
                    window=args.window, buffer=args.buffer, seed=args.seed, entropy_fraction=args.entropy_fraction,
                    device=dev, mutant=args.mutant, budgets=args.budgets)
-    rep = run_job(job, progress=lambda r: print(
-        f"model: {r['mode']} {r['schedule']}: p95 |dlogprob| {r['metrics']['p95_abs_dlogprob']:.3g}, "
-        f"k3-KL {r['metrics']['k3_kl']:.3g}, top-1 {r['metrics']['top1_agreement']:.3f} -> {r['verdict']}"))
+    recorder = Recorder("model", device=dev, source=source(args)) if args.record else None
+
+    def progress(r, head):
+        print(f"model: {r['mode']} {r['schedule']}: p95 |dlogprob| {r['metrics']['p95_abs_dlogprob']:.3g}, "
+              f"k3-KL {r['metrics']['k3_kl']:.3g}, top-1 {r['metrics']['top1_agreement']:.3f} -> {r['verdict']}")
+        if recorder:  # each run's record as it completes: a run cut short keeps the runs it finished
+            append(args.record, report.records(recorder, {**head, "runs": [r]}))
+
+    rep = run_job(job, progress=progress)
     paths = report.write(rep, args.out)
-    if args.record:
-        append(args.record, report.records(Recorder("model", device=dev, source=source(args)), rep))
     print(f"model: {rep['verdict'].upper()} {len(rep['runs'])} run(s), teacher entropy {rep['entropy']:.3f} nats; "
           f"report {paths[1]}, plots {paths[2]}")
     return 1 if rep["verdict"] == "fail" else 0

@@ -331,3 +331,29 @@ def test_family_selects_the_architecture(tmp_path, capsys):
     assert rc == 0, capsys.readouterr()
     rep = json.loads((out / "model.json").read_text())
     assert rep["arch"] == "nemotron_h" and rep["family"] == "mamba2" and rep["mixers"] == 3
+
+
+def test_a_run_cut_short_keeps_the_records_of_the_runs_it_finished(tmp_path, monkeypatch):
+    """``--record`` appends each (mode, schedule) run's record as the run completes: a job stopped during
+    its second mode keeps the first mode's record (schema-valid, the same as an uncut job writes), and an
+    uncut job writes each run's record once."""
+    args = ["model", "--family", "gdn", "--precision", "s32a32,s16a16", "--schedules", "random", "--tokens", "16"]
+    whole = tmp_path / "whole.jsonl"
+    assert main([*args, "--out", str(tmp_path / "a"), "--record", str(whole)]) in (0, 1)
+    full = [validate(json.loads(line)) for line in whole.read_text().splitlines()]
+    assert [r["mode"] for r in full] == ["s32a32", "s16a16"]
+
+    real = forcing.run_student
+
+    def stop_at_second_mode(*a, **k):
+        if a[6] == "s16a16":
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(forcing, "run_student", stop_at_second_mode)
+    cut = tmp_path / "cut.jsonl"
+    assert main([*args, "--out", str(tmp_path / "b"), "--record", str(cut)]) == 130
+    (kept,) = [validate(json.loads(line)) for line in cut.read_text().splitlines()]
+    timeless = [{k: v for k, v in r["metrics"].items() if k != "wall_s"} for r in (kept, full[0])]
+    assert kept["case"] == full[0]["case"] and timeless[0] == timeless[1]
+    assert not (tmp_path / "b" / "model.json").exists()

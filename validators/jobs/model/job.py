@@ -189,7 +189,8 @@ def build_model(job: ModelJob):
 
 
 def run(job: ModelJob, progress=None) -> dict:
-    """The whole job; returns the report dict (see report.py)."""
+    """The whole job; returns the report dict (see report.py).  ``progress(run, head)`` is called as each
+    (mode, schedule) run completes, with the report's fields other than ``runs`` (``head``)."""
     job.check()
     hf.require()
     plan = check_engagement(job)
@@ -213,6 +214,14 @@ def run(job: ModelJob, progress=None) -> dict:
     del hidden
     if torch.device(job.device).type == "cuda":
         torch.cuda.empty_cache()  # the teacher's prefill held the stream's attention scores: give them back
+    layers = model.config.layer_types
+    head = {"job": "model", "arch": arch.name, "family": arch.family, "kernel": job.kernel, "mutant": job.mutant,
+            "source": job.weights or f"random {arch.name} ({job.size}, seed {job.seed})",
+            "teacher_dtype": str(dtype).removeprefix("torch."), "layers": list(layers),
+            "mixers": len(mixers), "geometry": mixers[0].geometry.to_dict(), "tokens": job.tokens,
+            "window": job.window, "buffer": job.buffer, "seed": job.seed, "stream": "uniform random token ids (seeded)",
+            "head_scale": scale, "entropy": entropy, "entropy_max": math.log(model.config.vocab_size),
+            "plan": plan}
     runs = []
     for mode in job.modes:
         for sched in job.schedules:
@@ -224,13 +233,6 @@ def run(job: ModelJob, progress=None) -> dict:
                          "abs_dlogprob": r.abs_dlogprob, "wall_s": r.wall_s,
                          "budget": budgets.get((arch.family, r.mode))})
             if progress:
-                progress(runs[-1])
-    layers = model.config.layer_types
-    return {"job": "model", "arch": arch.name, "family": arch.family, "kernel": job.kernel, "mutant": job.mutant,
-            "source": job.weights or f"random {arch.name} ({job.size}, seed {job.seed})",
-            "teacher_dtype": str(dtype).removeprefix("torch."), "layers": list(layers),
-            "mixers": len(mixers), "geometry": mixers[0].geometry.to_dict(), "tokens": job.tokens,
-            "window": job.window, "buffer": job.buffer, "seed": job.seed, "stream": "uniform random token ids (seeded)",
-            "head_scale": scale, "entropy": entropy, "entropy_max": math.log(model.config.vocab_size),
-            "plan": plan, "runs": runs, "wall_s": time.perf_counter() - t0,
+                progress(runs[-1], head)
+    return {**head, "runs": runs, "wall_s": time.perf_counter() - t0,
             "verdict": "fail" if any(r["verdict"] == "fail" for r in runs) else "pass"}
