@@ -96,6 +96,14 @@ def round_to(x: torch.Tensor, dtype: torch.dtype, *, stochastic: bool = False,
     return stochastic_round(x, dtype, generator)
 
 
+def truncate_tf32(x: torch.Tensor) -> torch.Tensor:
+    """Cut fp32 values to tf32 (10 explicit mantissa bits) toward zero, kept in fp32: what a tensor core's
+    tf32 MMA does with fp32 operands given to it unrounded (Triton's ``tl.dot(..., input_precision="tf32")``
+    on NVIDIA GPUs), an error up to 2^-10 relative and one-signed, where rounding to nearest gives 2^-11."""
+    out = (x.to(torch.float32).view(torch.int32) & ~0x1FFF).view(torch.float32)
+    return torch.where(torch.isfinite(x), out, x.to(torch.float32))
+
+
 def round_tf32(x: torch.Tensor) -> torch.Tensor:
     """Round fp32 values to tf32 (10 explicit mantissa bits), nearest-even, kept in fp32."""
     b = x.to(torch.float32).view(torch.int32).to(torch.int64)

@@ -9,6 +9,8 @@ rest is the family's literal math (``replayssm/ops/<family>/literal.py``) throug
   compute dtype (more accurate than the literal model's fp32 cumulative sums);
 * :class:`IeeeDot` -- the readout and the delta rule's ``S k`` dots in full fp32 where the mode
   declares tf32 dots (a declared tf32 dot is a licence, not an obligation);
+* :class:`TruncatedTf32Dot` -- the tf32 dots' fp32 operands cut toward zero, as tensor cores do with
+  operands given unrounded (Triton's tf32 ``tl.dot``), where the literal model rounds them to nearest;
 * :class:`OtherNormForm` -- q, k normalised by the other form of the declared convention
   (``u * (1 / sqrt(.))`` for ``u / sqrt(.)`` and back): an fp32 ulp per element;
 * :class:`ComputeFormatRecords` -- the records the mode rounds to the activation format (GDN and
@@ -57,6 +59,28 @@ class IeeeDot:
         return super().window(s0, hist, win, params, dataclasses.replace(mode, dot="ieee"), options, **conv)
 
 
+class _Tf32Truncating:
+    """A precision mode read through, its tf32 dot operands cut toward zero (``tf32_truncates``)."""
+
+    tf32_truncates = True
+
+    def __init__(self, mode):
+        self._mode = mode
+
+    def __getattr__(self, name):
+        return getattr(self._mode, name)
+
+
+class TruncatedTf32Dot:
+    """The window's tf32 dots with their fp32 operands cut to tf32 toward zero, as a tensor core does with
+    operands it is given unrounded (Triton's tf32 ``tl.dot`` on NVIDIA GPUs), where the literal model rounds
+    them to nearest: the same declared tf32 dot, a one-signed error up to twice as large per operand."""
+
+    def window(self, s0, hist, win, params, mode, options, **conv):
+        return super().window(s0, hist, win, params, _Tf32Truncating(mode) if mode.dot == "tf32" else mode, options,
+                              **conv)
+
+
 class OtherNormForm:
     """q, k normalised by the other form (division <-> reciprocal) than the declared convention."""
 
@@ -90,4 +114,5 @@ def variant(base: type[LiteralReplayKernel], name: str, mixin: type, description
                  "math": with_mixin(base.math, mixin), "__module__": base.__module__})
 
 
-__all__ = ["ComputeFormatRecords", "Fp64Weights", "IeeeDot", "OtherNormForm", "UnfusedFold", "variant", "with_mixin"]
+__all__ = ["ComputeFormatRecords", "Fp64Weights", "IeeeDot", "OtherNormForm", "TruncatedTf32Dot", "UnfusedFold",
+           "variant", "with_mixin"]

@@ -71,7 +71,7 @@ class DeltaRuleFamily(Family):
     conventions = ("beta_rounded", "softplus_threshold", "l2_eps", "l2_form")
     capabilities = frozenset(("replay-fold", "decay-records", "softplus-gate", "dt-bias", "state-read-records",
                               "grouped-heads"))
-    dot_order_literals = ("literal-replay-recurrent", "literal-replay-ieee-dot")
+    dot_order_literals = ("literal-replay-recurrent", "literal-replay-ieee-dot", "literal-replay-tf32-truncated")
     literal_replay_cls: ClassVar[type]
     literal_baseline_cls: ClassVar[type]
 

@@ -19,11 +19,15 @@ from replayssm.conventions import DEFAULT
 from replayssm.ops.delta_rule.naive import l2norm
 from replayssm.ops.literal import FamilyMath, WindowResult
 from replayssm.precision import PrecisionMode
-from replayssm.rounding import round_tf32
+from replayssm.rounding import round_tf32, truncate_tf32
 
 
 def _dot(t: torch.Tensor, mode: PrecisionMode | None) -> torch.Tensor:
-    return round_tf32(t) if mode is not None and mode.dot == "tf32" else t
+    """A dot operand as the mode's dot reads it: tf32 rounded to nearest, or cut toward zero where the mode
+    says its tf32 operands are truncated (``tf32_truncates``, :class:`replayssm.ops.variant_math.TruncatedTf32Dot`)."""
+    if mode is None or mode.dot != "tf32":
+        return t
+    return truncate_tf32(t) if getattr(mode, "tf32_truncates", False) else round_tf32(t)
 
 
 def gate_scale(decay: torch.Tensor, per_channel_gate: bool) -> torch.Tensor:

@@ -10,7 +10,15 @@ Expected error: within the tolerance rule of the declared mode.
 
 from __future__ import annotations
 
-from replayssm.ops.variant_math import ComputeFormatRecords, Fp64Weights, IeeeDot, OtherNormForm, UnfusedFold, variant
+from replayssm.ops.variant_math import (
+    ComputeFormatRecords,
+    Fp64Weights,
+    IeeeDot,
+    OtherNormForm,
+    TruncatedTf32Dot,
+    UnfusedFold,
+    variant,
+)
 from replayssm.registry import register
 
 VARIANTS = (
@@ -18,6 +26,8 @@ VARIANTS = (
      "the flush folds the records one at a time (a running state), not as one weighted sum"),
     ("literal-replay-fp64-weights", Fp64Weights, "fold decay weights computed in fp64, rounded to the compute dtype"),
     ("literal-replay-ieee-dot", IeeeDot, "readout and S k dots in ieee fp32 where the mode declares tf32"),
+    ("literal-replay-tf32-truncated", TruncatedTf32Dot,
+     "readout and S k dots' tf32 operands cut toward zero (a tensor core given fp32 operands unrounded)"),
     ("literal-replay-other-norm", OtherNormForm,
      "q, k normalised by the other form (u * (1 / sqrt) for u / sqrt, and back)"),
     ("literal-replay-fp32-records", ComputeFormatRecords,

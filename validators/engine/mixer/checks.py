@@ -38,9 +38,10 @@ def tolerance_failure(what: str, mode, got: torch.Tensor, lits: tuple[torch.Tens
     if not torch.isfinite(got).all():
         return f"{what}: non-finite values", float("inf")
     lead = 1 if arith is not None and arith.dim() == 1 and arith.numel() > 1 else 0
-    diff = (got.double() - ref).abs()
+    ref = ref.cpu()  # the kernel's and the literals' tensors on the device, the fp64 reference on the host
+    diff = (got.double().cpu() - ref).abs()
     err = diff.flatten(lead).amax(-1) if lead else diff.max().reshape(1)
-    err_lit = max((lit.double() - ref).abs().max().item() for lit in lits)
+    err_lit = max((lit.double().cpu() - ref).abs().max().item() for lit in lits)
     scale = ref.abs().max().item()
     b_lit = bound(mode, err_lit, scale, state=state)
     floor = bound(mode, 0.0, scale, state=state)

@@ -266,7 +266,7 @@ def validate_mixer(kernel_cls: type[MixerKernel] | str, geometry: MixerGeometry,
         for r, s in rows:
             st, win, refs[r], states[r], ssm_toks[r], ys[r] = ref_state[s], ref_window[s].double(), [], [], [], []
             for t in range(T):
-                tok = {n: v[r, t].double() for n, v in inputs.items()}
+                tok = {n: v[r, t].double().cpu() for n, v in inputs.items()}  # the fp64 reference: host
                 o, st, win, ssm_tok, y = spec.reference_parts(st, win, tok, p64, geometry.ssm)
                 refs[r].append(o)
                 states[r].append(st)
