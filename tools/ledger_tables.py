@@ -448,10 +448,30 @@ def mixer_real(recs, _arg=None) -> str:
 
 def sanitize(recs, _arg=None) -> str:
     """``tools/sanitize.py`` (issue 50): compute-sanitizer's error count per kernel, decode and tool."""
-    rows = [[r["family"], r["kernel"], r["config"]["decode"], r["config"]["tool"], r["metrics"]["errors"],
-             r["metrics"]["exit_code"], _verdict(r), r["device"]["name"], _cite(r)]
-            for r in _under(recs, "sanitize", None)]
-    return _table(["family", "kernel", "decode", "tool", "errors", "exit code", "verdict", "device", "record"], rows)
+    rows = [[r["family"], r["kernel"], r["config"]["decode"], r["mode"] or "validate's default", r["config"]["tool"],
+             r["metrics"]["errors"], r["metrics"]["exit_code"], _verdict(r),
+             (r["reason"] or "").strip().splitlines()[-1][:120] if r["reason"] else None, r["device"]["name"],
+             _cite(r)]
+            for r in sorted(_under(recs, "sanitize", None),
+                            key=lambda r: (r["kernel"], r["family"], r["config"]["decode"], r["config"]["tool"]))]
+    return _table(["family", "kernel", "decode", "mode", "tool", "errors", "exit code", "verdict", "why not a pass",
+                   "device", "record"], rows)
+
+
+def calibration_kernels(recs, _arg=None) -> str:
+    """``replayssm calibrate --kernels`` runs (a selection of kernels, e.g. the Triton kernels on a GPU): one
+    row per family and run, its first false alarm named."""
+    from replayssm.validators.jobs.calibration import is_selection
+
+    rows = []
+    for r in recs:
+        if r["job"] == "calibration" and r["case"].count("/") == 1 and is_selection(r):
+            m, st = r["metrics"], r["config"]["settings"]
+            rows.append([r["family"], ", ".join(r["config"]["population"]), st["device"], r["device"]["name"],
+                         st["seed"], m["scenarios"], m["false_alarm_scenarios"], _g(m["upper_95"]),
+                         (r["reason"] or "")[:160] or None, r["commit"], _cite(r)])
+    return _table(["family", "kernels", "device", "card", "seed", "scenarios", "with a false alarm",
+                   "95 % upper bound", "first false alarm", "commit", "record"], rows)
 
 
 TABLES = {
@@ -471,6 +491,7 @@ TABLES = {
     "model-real": model_real,
     "mixer-real": mixer_real,
     "sanitize": sanitize,
+    "calibration-kernels": calibration_kernels,
 }
 
 

@@ -8,7 +8,7 @@ accepted count, a padding row's slot -1, a strided column read with unit stride)
 tensor is past an allocation.  Each run: ``replayssm validate`` of one kernel on the tiny
 scenario (6 steps, speculative and standard), ``--device cuda``; the verdict is the sanitizer's
 ``ERROR SUMMARY`` (0 errors) and the validate exit code (0).  GPU only: ``nox -s sanitize``
-(writes ``out/sanitize/summary.json``), or ``python tools/sanitize.py --out DIR [FAMILY:KERNEL ...]``
+(writes ``out/sanitize/summary.json``), or ``python tools/sanitize.py --out DIR [FAMILY:KERNEL[:MODE] ...]``
 (default: our Triton kernels of every family; an adapter needs its sources installed).
 ``summary.json`` is rewritten after every run, so a session cut short keeps the runs it finished;
 ``--timeout S`` stops one run after S seconds (a fail, its reason said); ``--record FILE`` appends one
@@ -36,11 +36,11 @@ DECODES = ("speculative", "standard")
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 
 
-def command(tool: str, family: str, kernel: str, decode: str, out: Path) -> list[str]:
-    """The compute-sanitizer command line of one run."""
+def command(tool: str, family: str, kernel: str, decode: str, out: Path, mode: str | None = None) -> list[str]:
+    """The compute-sanitizer command line of one run (``mode``: the precision mode, default validate's)."""
     return ["compute-sanitizer", "--tool", tool, "--target-processes", "all", "--error-exitcode", "99",
             sys.executable, "-m", "replayssm", "validate", "--kernel", kernel, "--family", family, "--decode", decode,
-            "--steps", "6", "--device", "cuda", "--no-repeat", "--quiet",
+            "--steps", "6", "--device", "cuda", "--no-repeat", "--quiet", *(["--precision", mode] if mode else []),
             "--out", str(out / f"{family}-{kernel}-{decode}-{tool}")]
 
 
@@ -64,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("compute-sanitizer") is None:
         print("compute-sanitizer: not on PATH (it ships with the CUDA toolkit)", file=sys.stderr)
         return 2
-    bad = [t for t in args.targets if t.count(":") != 1]
+    bad = [t for t in args.targets if t.count(":") not in (1, 2)]
     if bad:
-        print(f"targets: expected FAMILY:KERNEL, got {bad}", file=sys.stderr)
+        print(f"targets: expected FAMILY:KERNEL or FAMILY:KERNEL:MODE, got {bad}", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -75,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     recorder = Recorder("sanitize", device="cuda", source="tools/sanitize.py") if args.record else None
     runs, failed = [], 0
     for target in args.targets:
-        family, kernel = target.split(":")
+        family, kernel, mode = (target.split(":") + [None])[:3]
         for decode in DECODES:
             for tool in TOOLS:
-                run = one_run(tool, family, kernel, decode, out, env, args.timeout)
+                run = one_run(tool, family, kernel, decode, out, env, args.timeout, mode)
                 failed += not run["passed"]
                 runs.append(run)
                 print(f"{'PASS' if run['passed'] else 'FAIL'} {tool:9s} {family}:{kernel} {decode}: "
@@ -89,11 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def one_run(tool: str, family: str, kernel: str, decode: str, out: Path, env: dict, timeout: float | None) -> dict:
+def one_run(tool: str, family: str, kernel: str, decode: str, out: Path, env: dict, timeout: float | None,
+            mode: str | None = None) -> dict:
     """One validate under ``tool``: its exit code, the sanitizer's error count and the verdict."""
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(command(tool, family, kernel, decode, out), env=env, capture_output=True, text=True,
+        p = subprocess.run(command(tool, family, kernel, decode, out, mode), env=env, capture_output=True, text=True,
                            timeout=timeout)
         code, text = p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired as e:
@@ -102,7 +103,8 @@ def one_run(tool: str, family: str, kernel: str, decode: str, out: Path, env: di
         text += f"\nstopped after --timeout {timeout} s"
     n = errors_of(text)
     ok = code == 0 and n == 0
-    return {"family": family, "kernel": kernel, "decode": decode, "tool": tool, "exit_code": code, "errors": n,
+    return {"family": family, "kernel": kernel, "decode": decode, "tool": tool, "mode": mode, "exit_code": code,
+            "errors": n,
             "passed": ok, "wall_s": round(time.perf_counter() - t0, 1), "tail": text[-2000:] if not ok else ""}
 
 
@@ -113,6 +115,7 @@ def record_of(recorder: Recorder, run: dict) -> dict:
                            metrics={"errors": run["errors"], "exit_code": run["exit_code"], "wall_s": run["wall_s"]},
                            config={"tool": run["tool"], "decode": run["decode"], "steps": 6,
                                    "caching_allocator": False},
+                           mode=run.get("mode"),
                            verdict="pass" if run["passed"] else "fail",
                            reason=None if run["passed"] else run["tail"][-500:])
 

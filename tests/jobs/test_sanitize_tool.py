@@ -37,10 +37,13 @@ def test_each_run_is_one_small_cuda_validate_under_the_named_tool(tmp_path):
     tail = cmd[cmd.index("validate"):]
     assert tail[tail.index("--device") + 1] == "cuda" and tail[tail.index("--kernel") + 1] == "triton-replay"
     assert set(sanitize.DEFAULT) >= {"mamba2:triton-replay", "gdn:triton-baseline", "kda:triton-replay"}
+    assert "--precision" not in cmd
+    moded = sanitize.command("memcheck", "mamba2", "vllm-replay", "speculative", tmp_path, "s32a16-tf32")
+    assert moded[moded.index("--precision") + 1] == "s32a16-tf32"
 
 
 def _fake(script: str):
-    return lambda tool, family, kernel, decode, out: [sys.executable, "-c", script]
+    return lambda tool, family, kernel, decode, out, mode=None: [sys.executable, "-c", script]
 
 
 @pytest.mark.parametrize("script,passed,errors", [

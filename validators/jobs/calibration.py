@@ -394,11 +394,22 @@ def _resolve(fam, loss, cls, mode, steps, seed, device) -> dict:
 BEGIN, END = "<!-- calibration-tables:begin -->", "<!-- calibration-tables:end -->"
 
 
+def is_selection(r: dict) -> bool:
+    """A calibration record of a ``--kernels`` selection (no literal model in it, e.g. the Triton kernels on a
+    GPU), not of a family's population: the population tables leave it out (``tools/ledger_tables.py``
+    ``calibration-kernels`` shows it)."""
+    pop = (r.get("config") or {}).get("population")
+    return pop is not None and not any(n.startswith("literal-") for n in pop)
+
+
 def latest_records(records) -> dict[str, dict]:
-    """The newest record of each case of the calibration job (the ledger's order breaks ties)."""
+    """The newest record of each case of the calibration job's population runs and resolving cases (the
+    ledger's order breaks ties)."""
     out: dict[str, dict] = {}
     for r in records:
-        if r.get("job") == "calibration" and (r["case"] not in out or r["created"] >= out[r["case"]]["created"]):
+        if r.get("job") != "calibration" or is_selection(r):
+            continue
+        if r["case"] not in out or r["created"] >= out[r["case"]]["created"]:
             out[r["case"]] = r
     return out
 
