@@ -13,3 +13,9 @@ for m in (replayssm, replayssm.validators, replayssm.scenarios):
     assert pathlib.Path(m.__file__).resolve().is_relative_to(root), f"{m.__name__} from {m.__file__}, not {root}"
 print("replayssm from", pathlib.Path(replayssm.__file__).parent)
 PY
+# A device copy's git metadata can be older than its files (the session's first commit): its records would
+# then name that commit and say dirty.  Set REPLAYSSM_COMMIT to the commit the copy's files are (clean by
+# the caller's word, replayssm/records/provenance.py) before running anything that writes records.
+if [ -z "${REPLAYSSM_COMMIT:-}" ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null | head -1)" ]; then
+  echo "device_env: the copy differs from its git HEAD $(git rev-parse --short=12 HEAD 2>/dev/null); records will say dirty unless REPLAYSSM_COMMIT names the commit of these files" >&2
+fi
