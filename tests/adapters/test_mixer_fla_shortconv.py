@@ -52,7 +52,10 @@ def short_conv_launch(dtype, C=64, W=4, n=2):
     """One launch of FLA's ShortConvolution step: (output, FLA's cache after it, the fp32 conv + SiLU it computes,
     the shifted cache)."""
     gen = torch.Generator().manual_seed(0)
-    m = fc.conv_module().ShortConvolution(C, W, bias=True, activation="silu", backend="triton").requires_grad_(False)
+    with torch.random.fork_rng(devices=[]):  # the module's own init draws from the global generator: seeded here
+        torch.manual_seed(0)
+        m = fc.conv_module().ShortConvolution(C, W, bias=True, activation="silu", backend="triton")
+    m.requires_grad_(False)
     with torch.no_grad():
         m.weight.copy_(m.weight.to(dtype).float())
         m.bias.copy_(m.bias.to(dtype).float())
