@@ -42,7 +42,7 @@ def test_registry_has_kernels_of_every_family():
 # The calibration population's variants (replayssm/ops/<family>/variants.py) are drawn by `replayssm
 # calibrate` (tests/jobs/test_calibration.py, the calibration profile); their fuzz cases run in the slow tier.
 CALIBRATION_VARIANTS = {"literal-replay-fp32-records", "literal-replay-fp64-weights", "literal-replay-ieee-dot",
-                        "literal-replay-other-norm", "literal-replay-unfused-fold"}
+                        "literal-replay-other-norm", "literal-replay-unfused-fold", "literal-replay-tf32-truncated"}
 
 
 # The bookkeeping policies' literal models (replayssm/ops/literal.py, literal_staged.py,
