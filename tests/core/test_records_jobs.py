@@ -13,8 +13,7 @@ import json
 import pytest
 
 from replayssm import cli
-from replayssm.records import Recorder, errors
-from replayssm.records.jobs import bench_records
+from replayssm.records import errors
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -82,21 +81,6 @@ def test_golden_verify_records_each_trajectory(capsys, tmp_path):
     assert all(r["case"].startswith("golden/") and r["verdict"] == "pass" for r in recs)
     assert all(r["metrics"]["max_rel_difference"] <= r["metrics"]["tolerance"] for r in recs)
     assert len({r["case"] for r in recs}) == len(recs) >= 2
-
-
-def test_bench_rows_become_schema_valid_records():
-    """The bench job needs a GPU; its records are built from a result of the interpreter's bench."""
-    from replayssm.validators.jobs.bench.run import bench_family
-    res = bench_family("mamba2", "tiny", "s32a32", L=2, batches=(1,), spec_batches=(1,), window=2, spec_buffer=2,
-                       device="cpu", sweep=False, copy={"tbps": 1.0, "bytes": 1, "ms": 1.0}, max_sets=2,
-                       log=lambda s: None)
-    recs = bench_records(Recorder("bench"), res)
-    assert all(errors(r) == [] for r in recs) and len(recs) == 2 * len(res["rows"])
-    by_case = {r["case"]: r for r in recs}
-    row = res["rows"][0]
-    assert by_case["mamba2/triton-replay/s32a32/tiny/standard-L2/b1"]["metrics"]["us"] == row["replay_us"]
-    assert by_case["mamba2/triton-baseline/s32a32/tiny/standard-L2/b1"]["metrics"]["us"] == row["baseline_us"]
-    assert "mamba2/triton-replay/s32a32/tiny/spec-T2-B2-half-accepted/b1" in by_case
 
 
 JOBS = {

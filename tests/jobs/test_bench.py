@@ -10,6 +10,8 @@ import pytest
 from replayssm.families import family, family_names, preset
 from replayssm.interface import DecodeConfig
 from replayssm.precision import parse_mode
+from replayssm.records import Recorder, errors
+from replayssm.records.jobs import bench_records
 from replayssm.registry import kernels
 from replayssm.validators.jobs.bench.run import (
     GATE_BATCHES,
@@ -50,6 +52,14 @@ def test_bench_family_runs_under_the_interpreter(fam, tmp_path):
     text = render(load_runs([path])[0])
     rows = [ln for ln in text.splitlines() if ln.startswith("| spec") or ln.startswith("| standard")]
     assert len(rows) == 3 and f"{res['rows'][0]['ratio']:.3g}" in rows[0]
+    # the bench job's records (it needs a GPU; they are built from this result of the interpreter's bench)
+    recs = bench_records(Recorder("bench"), res)
+    assert all(errors(r) == [] for r in recs) and len(recs) == 2 * len(res["rows"])
+    by_case = {r["case"]: r for r in recs}
+    row = res["rows"][0]
+    assert by_case[f"{fam}/triton-replay/s32a32/tiny/standard-L2/b1"]["metrics"]["us"] == row["replay_us"]
+    assert by_case[f"{fam}/triton-baseline/s32a32/tiny/standard-L2/b1"]["metrics"]["us"] == row["baseline_us"]
+    assert f"{fam}/triton-replay/s32a32/tiny/spec-T2-B2-half-accepted/b1" in by_case
 
 
 def test_bench_refuses_a_configuration_that_fails_validation():

@@ -56,12 +56,13 @@ POLICY_LITERALS = {"literal-replay-flush-when-full", "literal-replay-fold-at-com
 # GDN and KDA are one code where replayssm/ops/delta_rule holds it (the literal base and its orders, the
 # Triton replay and baseline kernels, a per-channel-gate constexpr apart): the quick run fuzzes GDN's replay
 # kernels and literal models, Mamba-2's baselines and replay kernels; the slow tier the delta-rule baselines,
-# KDA's shared ones and Mamba-2's triton-replay-state (a storage variant of triton-replay) (10-16 s each under
+# KDA's shared ones, Mamba-2's triton-replay-state (a storage variant of triton-replay) and its Triton baseline
+# (validated on every schedule by tests/ops/mamba2) (10-16 s each under
 # the interpreter; ./dev test keeps its 10 minutes; every one of them is validated by its family's quick tests).
 SHARED_CODE_SLOW = {("gdn", "literal-baseline"), ("kda", "literal-baseline"), ("kda", "triton-baseline"),
                     ("gdn", "triton-baseline"), ("kda", "triton-replay"), ("kda", "literal-replay"),
                     ("kda", "literal-replay-cumprod"), ("kda", "literal-replay-recurrent"),
-                    ("mamba2", "triton-replay-state")}
+                    ("mamba2", "triton-replay-state"), ("mamba2", "triton-baseline")}
 
 
 def _quick(c) -> bool:
